@@ -1,0 +1,25 @@
+#pragma once
+// Subcommands register themselves: each cmd_*.cpp defines a setup function and a static
+// registration, so adding a subcommand touches no other file.
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+namespace wallfacer::cli {
+
+// Runs the subcommand after parsing; returns the process exit code.
+using Action = std::function<int()>;
+
+// Adds the subcommand and its options to `root` and returns what runs it. Option values live in
+// storage the action captures (e.g. a shared_ptr to an options struct).
+using Setup = std::function<Action(CLI::App& root)>;
+
+// Registers a subcommand; `order` sorts them in --help. Returns true (for static initialisers).
+bool register_command(int order, std::string name, Setup setup);
+
+}  // namespace wallfacer::cli
+
+#define WALLFACER_COMMAND(order, name, setup) \
+  static const bool wallfacer_command_registered_ = ::wallfacer::cli::register_command(order, name, setup)

@@ -1,0 +1,17 @@
+# Compiler warnings, optimisation and sanitizer flags shared by every target.
+add_library(wallfacer_flags INTERFACE)
+target_compile_options(wallfacer_flags INTERFACE -Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter)
+if(WALLFACER_WERROR)
+  target_compile_options(wallfacer_flags INTERFACE -Werror)
+endif()
+if(WALLFACER_NATIVE)
+  target_compile_options(wallfacer_flags INTERFACE -march=native)
+endif()
+if(CMAKE_BUILD_TYPE STREQUAL "Release" OR CMAKE_BUILD_TYPE STREQUAL "RelWithDebInfo")
+  target_compile_options(wallfacer_flags INTERFACE -O3)
+endif()
+if(WALLFACER_SANITIZE)
+  target_compile_options(wallfacer_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                                   -fno-sanitize-recover=undefined)
+  target_link_options(wallfacer_flags INTERFACE -fsanitize=address,undefined)
+endif()

@@ -1,0 +1,116 @@
+#pragma once
+// Flash attention on the CPU (fp32): forward with row log-sum-exp, backward, and the one LSE-merge
+// routine that the kernel's own blocking, the ring and the reduce-scatter all use.
+//
+// Layouts (strides in elements, head_dim contiguous):
+//   q, o, dout, dq : (B, Sq, H,   D)
+//   k, v, dk, dv   : (B, Sk, Hkv, D)   H % Hkv == 0; query head h reads kv head h / (H / Hkv)
+//   lse, delta     : (B, H,  Sq)       contiguous along Sq
+// Causal masks compare global positions: query row i sits at q_pos0 + i, key row j at k_pos0 + j,
+// and (i, j) is kept when q_pos0 + i >= k_pos0 + j. Fully masked rows give O = 0, LSE = -inf.
+
+#include <cstdint>
+
+namespace wallfacer::kernels {
+
+struct AttnDims {
+  int batch = 1;
+  int seq_q = 0;
+  int seq_k = 0;
+  int heads = 1;
+  int kv_heads = 1;
+  int head_dim = 0;
+};
+
+// Strides of a (B, S, H, D) tensor; D has unit stride.
+struct Strides3 {
+  int64_t batch = 0, seq = 0, head = 0;
+  // Contiguous (B, S, H, D).
+  static Strides3 contiguous(int seq, int heads, int head_dim) {
+    return {int64_t(seq) * heads * head_dim, int64_t(heads) * head_dim, head_dim};
+  }
+};
+
+// Strides of a (B, H, S) row statistic (lse, delta); S has unit stride.
+struct Strides2 {
+  int64_t batch = 0, head = 0;
+  static Strides2 contiguous(int heads, int seq) { return {int64_t(heads) * seq, seq}; }
+};
+
+struct AttnFwdParams {
+  AttnDims dims;
+  const float* q = nullptr;  // (B, Sq, H, D)
+  Strides3 q_stride;
+  const float* k = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 k_stride;
+  const float* v = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 v_stride;
+  float* o = nullptr;  // (B, Sq, H, D)
+  Strides3 o_stride;
+  float* lse = nullptr;  // (B, H, Sq)
+  Strides2 lse_stride;
+  float scale = 1.0f;
+  bool causal = false;
+  int64_t q_pos0 = 0;  // global position of query row 0
+  int64_t k_pos0 = 0;  // global position of key row 0
+  // false: overwrite (o, lse). true: merge this block's result into the running (o, lse) with
+  // lse_merge (o, lse must hold a valid partial result, e.g. from attn_fwd_init_output).
+  bool accumulate = false;
+};
+
+struct AttnBwdParams {
+  AttnDims dims;
+  const float* q = nullptr;  // (B, Sq, H, D)
+  Strides3 q_stride;
+  const float* k = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 k_stride;
+  const float* v = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 v_stride;
+  const float* dout = nullptr;  // (B, Sq, H, D)
+  Strides3 dout_stride;
+  const float* lse = nullptr;  // (B, H, Sq): LSE of the full (final) forward
+  Strides2 lse_stride;
+  const float* delta = nullptr;  // (B, H, Sq): rowsum(dout * o), from attn_bwd_preprocess
+  Strides2 delta_stride;
+  float* dq = nullptr;  // (B, Sq, H, D)
+  Strides3 dq_stride;
+  float* dk = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 dk_stride;
+  float* dv = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 dv_stride;
+  float scale = 1.0f;
+  bool causal = false;
+  int64_t q_pos0 = 0;
+  int64_t k_pos0 = 0;
+  // false: overwrite dq, dk, dv. true: add into them (ring steps accumulate partial gradients).
+  bool accumulate = false;
+};
+
+// O and LSE of softmax(scale * Q K^T + mask) V. Checks its arguments (throws wallfacer::Error).
+void attn_fwd(const AttnFwdParams& p);
+
+// Sets o = 0 and lse = -inf: the identity of lse_merge, the start of a running result.
+void attn_fwd_init_output(const AttnDims& dims, float* o, Strides3 o_stride, float* lse,
+                          Strides2 lse_stride);
+
+// delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d]   (dims.seq_q rows)
+void attn_bwd_preprocess(const AttnDims& dims, const float* o, Strides3 o_stride,
+                         const float* dout, Strides3 dout_stride, float* delta,
+                         Strides2 delta_stride);
+
+// dQ, dK, dV of the forward above, given the final LSE and delta.
+void attn_bwd(const AttnBwdParams& p);
+
+// Merges rows of a partial result (o2, lse2) into (o, lse):
+//   lse <- log(exp(lse) + exp(lse2)),  o <- exp(lse_old - lse) o + exp(lse2 - lse) o2.
+// Rows with -inf on both sides stay (0, -inf). o rows have `head_dim` contiguous floats.
+void lse_merge_rows(int rows, int head_dim, float* o, int64_t o_row_stride, float* lse,
+                    int64_t lse_row_stride, const float* o2, int64_t o2_row_stride,
+                    const float* lse2, int64_t lse2_row_stride);
+
+// lse_merge_rows over every (batch, head) of (B, S, H, D) / (B, H, S) tensors
+// (uses dims.batch, dims.seq_q as S, dims.heads, dims.head_dim).
+void lse_merge(const AttnDims& dims, float* o, Strides3 o_stride, float* lse, Strides2 lse_stride,
+               const float* o2, Strides3 o2_stride, const float* lse2, Strides2 lse2_stride);
+
+}  // namespace wallfacer::kernels
