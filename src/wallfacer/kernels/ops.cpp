@@ -1,0 +1,285 @@
+#include "wallfacer/kernels/ops.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer::kernels {
+
+void matmul_fwd(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                int C, int OC) {
+  WF_CHECK(N >= 0 && N < (int64_t(1) << 31), "matmul_fwd: {} rows do not fit a BLAS int", N);
+  if (N == 0) return;
+  float beta = 0.0f;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      for (int o = 0; o < OC; ++o) out[n * OC + o] = bias[o];
+    }
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), OC, C, 1.0f, inp, C, weight, C, beta,
+              out, OC);
+}
+
+void matmul_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                const float* weight, int64_t N, int C, int OC, bool accumulate_dinp) {
+  WF_CHECK(N >= 0 && N < (int64_t(1) << 31), "matmul_bwd: {} rows do not fit a BLAS int", N);
+  if (N == 0) return;
+  if (dinp) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), C, OC, 1.0f, dout, OC, weight, C,
+                accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+  }
+  if (dweight) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, int(N), 1.0f, dout, OC, inp, C,
+                1.0f, dweight, C);
+  }
+  if (dbias) {
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; ++o) {
+      double s = 0;
+      for (int64_t n = 0; n < N; ++n) s += dout[n * OC + o];
+      dbias[o] += float(s);
+    }
+  }
+}
+
+void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                   const float* bias, int64_t N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;
+    float s = 0.0f;
+    for (int c = 0; c < C; ++c) s += x[c];
+    const float m = s / float(C);
+    float v = 0.0f;
+    for (int c = 0; c < C; ++c) {
+      const float d = x[c] - m;
+      v += d * d;
+    }
+    const float r = 1.0f / std::sqrt(v / float(C) + kLayerNormEps);
+    float* y = out + n * C;
+    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+void layernorm_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                   const float* weight, const float* mean, const float* rstd, int64_t N, int C) {
+  const int nt = omp_get_max_threads();
+  // Per-thread partial sums of the parameter gradients, reduced in a fixed order (deterministic).
+  std::vector<float> part(size_t(nt) * 2 * C, 0.0f);
+#pragma omp parallel num_threads(nt)
+  {
+    float* pw = part.data() + size_t(omp_get_thread_num()) * 2 * C;
+    float* pb = pw + C;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x = inp + n * C;
+      const float* dy = dout + n * C;
+      const float m = mean[n], r = rstd[n];
+      float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+      for (int c = 0; c < C; ++c) {
+        const float xhat = (x[c] - m) * r;
+        const float dn = dy[c] * weight[c];
+        sum_dn += dn;
+        sum_dn_xhat += dn * xhat;
+        pw[c] += dy[c] * xhat;
+        pb[c] += dy[c];
+      }
+      sum_dn /= float(C);
+      sum_dn_xhat /= float(C);
+      float* dx = dinp + n * C;
+      for (int c = 0; c < C; ++c) {
+        const float xhat = (x[c] - m) * r;
+        dx[c] += r * (dy[c] * weight[c] - sum_dn - xhat * sum_dn_xhat);
+      }
+    }
+  }
+  for (int t = 0; t < nt; ++t) {
+    const float* pw = part.data() + size_t(t) * 2 * C;
+    for (int c = 0; c < C; ++c) {
+      dweight[c] += pw[c];
+      dbias[c] += pw[C + c];
+    }
+  }
+}
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+}
+
+void gelu_fwd(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float t = std::tanh(u);
+    const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    const float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    dinp[i] = dout[i] * g;
+  }
+}
+
+void rope_tables(const int64_t* pos, int T, int D, double theta, float* cos, float* sin) {
+  WF_CHECK(D % 2 == 0, "rope: head_dim {} must be even", D);
+  const int half = D / 2;
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double freq = std::pow(theta, -2.0 * i / D);
+      const double a = double(pos[t]) * freq;
+      cos[int64_t(t) * half + i] = float(std::cos(a));
+      sin[int64_t(t) * half + i] = float(std::sin(a));
+    }
+  }
+}
+
+namespace {
+// dst row = R(sign * angle) src row for every head, rows of B*T tokens with the given strides.
+void rope_rotate(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                 const float* cos, const float* sin, float sign, int B, int T, int H, int D) {
+  const int half = D / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const int64_t row = int64_t(b) * T + t;
+      const float* x = src + row * src_stride;
+      float* y = dst + row * dst_stride;
+      const float* c = cos + int64_t(t) * half;
+      const float* s = sin + int64_t(t) * half;
+      for (int h = 0; h < H; ++h) {
+        for (int i = 0; i < half; ++i) {
+          const float x0 = x[h * D + 2 * i], x1 = x[h * D + 2 * i + 1], si = sign * s[i];
+          y[h * D + 2 * i] = x0 * c[i] - x1 * si;
+          y[h * D + 2 * i + 1] = x0 * si + x1 * c[i];
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
+void rope_fwd(float* out, const float* inp, int64_t inp_stride, const float* cos, const float* sin,
+              int B, int T, int H, int D) {
+  rope_rotate(out, int64_t(H) * D, inp, inp_stride, cos, sin, 1.0f, B, T, H, D);
+}
+
+void rope_bwd(float* din, int64_t din_stride, const float* dout, const float* cos, const float* sin,
+              int B, int T, int H, int D) {
+  rope_rotate(din, din_stride, dout, int64_t(H) * D, cos, sin, -1.0f, B, T, H, D);
+}
+
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, int64_t N, int C, int V) {
+  for (int64_t n = 0; n < N; ++n) {
+    WF_CHECK(tokens[n] >= 0 && tokens[n] < V, "embedding: token {} at row {} outside [0, {})",
+             tokens[n], n, V);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* e = wte + int64_t(tokens[n]) * C;
+    float* y = out + n * C;
+    for (int c = 0; c < C; ++c) y[c] = e[c];
+  }
+}
+
+void embedding_bwd(float* dwte, const int32_t* tokens, const float* dout, int64_t N, int C) {
+  // Threads own disjoint channel ranges, so rows are added in order (deterministic, race-free).
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int c0 = int(int64_t(C) * t / nt), c1 = int(int64_t(C) * (t + 1) / nt);
+    for (int64_t n = 0; n < N; ++n) {
+      float* d = dwte + int64_t(tokens[n]) * C;
+      const float* g = dout + n * C;
+      for (int c = c0; c < c1; ++c) d[c] += g[c];
+    }
+  }
+}
+
+namespace {
+// max and log-sum-exp of one row.
+inline float row_lse(const float* x, int V) {
+  float mx = x[0];
+  for (int i = 1; i < V; ++i) mx = std::max(mx, x[i]);
+  float s = 0.0f;
+  for (int i = 0; i < V; ++i) s += std::exp(x[i] - mx);
+  return mx + std::log(s);
+}
+}  // namespace
+
+void softmax_xent_fwd(float* losses, const float* logits, const int32_t* targets, int64_t N,
+                      int V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    losses[n] = row_lse(x, V) - x[targets[n]];
+  }
+}
+
+void softmax_xent_bwd(float* dlogits, const float* logits, const int32_t* targets, float dloss,
+                      int64_t N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * V;
+    float* d = dlogits + n * V;
+    const float lse = row_lse(x, V);
+    const int tgt = targets[n];
+    for (int i = 0; i < V; ++i) {
+      d[i] = dloss * (std::exp(x[i] - lse) - (i == tgt ? 1.0f : 0.0f));
+    }
+  }
+}
+
+void adamw(float* params, const float* grads, float* m, float* v, int64_t n, const AdamWParams& p) {
+  const float bc1 = 1.0f - std::pow(p.beta1, float(p.step));
+  const float bc2 = 1.0f - std::pow(p.beta2, float(p.step));
+  const float decay = 1.0f - p.lr * p.weight_decay;
+  const float step_size = p.lr / bc1;
+  const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grads[i];
+    const float mi = p.beta1 * m[i] + (1.0f - p.beta1) * g;
+    const float vi = p.beta2 * v[i] + (1.0f - p.beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    params[i] = params[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + p.eps);
+  }
+}
+
+double sum_squares(const float* x, int64_t n) {
+  double s = 0.0;
+  // Fixed-size chunks summed in order: the result does not depend on the thread count.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(size_t(chunks), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double a = 0.0;
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) a += double(x[i]) * x[i];
+    part[size_t(c)] = a;
+  }
+  for (double a : part) s += a;
+  return s;
+}
+
+void scale(float* x, int64_t n, float s) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace wallfacer::kernels
