@@ -1,0 +1,101 @@
+#include "wallfacer/plan/cluster.h"
+
+#include <fmt/format.h>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/plan/toml_util.h"
+
+namespace wallfacer::plan {
+
+namespace {
+
+int dtype_size(const std::string& dtype, const std::string& source) {
+  if (dtype == "fp32") return 4;
+  if (dtype == "bf16" || dtype == "fp16") return 2;
+  throw UsageError(
+      fmt::format("{}: device.dtype '{}' is not one of fp32, bf16, fp16", source, dtype));
+}
+
+Link read_link(detail::Table& t) {
+  Link l;
+  l.bandwidth = t.number("bandwidth", 1e3, 1e15);
+  l.latency = t.number("latency", 0, 1);
+  return l;
+}
+
+}  // namespace
+
+Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
+  toml::table doc = detail::parse_toml(toml_text, source);
+  detail::Table root(&doc, "", source);
+  Cluster c;
+  c.name = root.string("name");
+  c.description = root.string_or("description", "");
+
+  detail::Table nodes = root.sub("nodes");
+  c.nodes = nodes.integer("count", 1, 1 << 20);
+  c.devices_per_node = nodes.integer("devices_per_node", 1, 1 << 12);
+  nodes.reject_unknown();
+
+  detail::Table dev = root.sub("device");
+  c.device = dev.string_or("name", "");
+  c.gemm_flops = dev.number("gemm_flops", 1e6, 1e18);
+  c.attention_flops = dev.number("attention_flops", 1e6, 1e18);
+  c.memory = dev.number("memory", 1e6, 1e15);
+  c.memory_reserved = dev.number_or("memory_reserved", 0, 0, 1e15);
+  WF_USAGE_CHECK(c.memory_reserved < c.memory,
+                 "{}: device.memory_reserved must be smaller than device.memory", source);
+  c.dtype_bytes = dtype_size(dev.string_or("dtype", "fp32"), source);
+  dev.reject_unknown();
+
+  detail::Table links = root.sub("links");
+  detail::Table intra = links.sub("intra");
+  c.intra = read_link(intra);
+  intra.reject_unknown();
+  detail::Table inter = links.sub("inter");
+  c.inter = read_link(inter);
+  c.devices_per_nic = inter.integer_or("devices_per_nic", 1, 1, c.devices_per_node);
+  WF_USAGE_CHECK(c.devices_per_node % c.devices_per_nic == 0,
+                 "{}: links.inter.devices_per_nic = {} must divide nodes.devices_per_node = {}",
+                 source, c.devices_per_nic, c.devices_per_node);
+  inter.reject_unknown();
+  links.reject_unknown();
+
+  detail::Table sw = root.sub("software", false);
+  c.zero = sw.integer_or("zero", 0, 0, 3);
+  c.grad_sync_overlap = sw.boolean_or("grad_sync_overlap", false);
+  sw.reject_unknown();
+  root.reject_unknown();
+  return c;
+}
+
+Cluster load_cluster(const std::string& path) {
+  return parse_cluster(detail::read_text_file(path, "cluster"), path);
+}
+
+std::string cluster_to_toml(const Cluster& c) {
+  auto q = [](const std::string& s) {
+    std::string out = "\"";
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    return out + "\"";
+  };
+  const char* dtype = c.dtype_bytes == 2 ? "bf16" : "fp32";
+  return fmt::format(
+      "name = {}\n"
+      "description = {}\n\n"
+      "[nodes]\ncount = {}\ndevices_per_node = {}\n\n"
+      "[device]\nname = {}\ngemm_flops = {:.6e}\nattention_flops = {:.6e}\nmemory = {:.6e}\n"
+      "memory_reserved = {:.6e}\ndtype = \"{}\"\n\n"
+      "[links.intra]\nbandwidth = {:.6e}\nlatency = {:.6e}\n\n"
+      "[links.inter]\nbandwidth = {:.6e}\nlatency = {:.6e}\ndevices_per_nic = {}\n\n"
+      "[software]\nzero = {}\ngrad_sync_overlap = {}\n",
+      q(c.name), q(c.description), c.nodes, c.devices_per_node, q(c.device), c.gemm_flops,
+      c.attention_flops, c.memory, c.memory_reserved, dtype, c.intra.bandwidth, c.intra.latency,
+      c.inter.bandwidth, c.inter.latency, c.devices_per_nic, c.zero,
+      c.grad_sync_overlap ? "true" : "false");
+}
+
+}  // namespace wallfacer::plan

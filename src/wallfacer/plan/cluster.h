@@ -1,0 +1,52 @@
+#pragma once
+// A cluster as the planner sees it: nodes of devices, each device with a compute rate and memory,
+// links inside a node and between nodes (α–β: latency and bandwidth per direction), devices sharing
+// one network card, and the numeric format and optimizer sharding the training runs with.
+// Read from TOML (configs/clusters/*.toml); `wallfacer tune --calibrate` writes one for this
+// machine.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace wallfacer::plan {
+
+// One class of link, per direction: a message of b bytes takes latency + b / bandwidth.
+struct Link {
+  double bandwidth = 0;  // bytes/s
+  double latency = 0;    // s
+  double time(double bytes) const { return latency + bytes / bandwidth; }
+};
+
+struct Cluster {
+  std::string name;
+  std::string description;
+  int nodes = 1;
+  int devices_per_node = 1;
+  // Device.
+  std::string device;          // free text, e.g. "A100 40GB"
+  double gemm_flops = 0;       // sustained FLOP/s of dense matrix products
+  double attention_flops = 0;  // sustained FLOP/s of the flash-attention kernels (fwd and bwd)
+  double memory = 0;           // bytes per device
+  double memory_reserved = 0;  // bytes per device not available to training (runtime, allocator)
+  int dtype_bytes = 4;         // bytes per activation / gradient element (bf16: 2, fp32: 4)
+  // Links.
+  Link intra;               // device to device inside a node
+  Link inter;               // through one network card, between nodes
+  int devices_per_nic = 1;  // devices of a node that share one network card
+  // Software.
+  int zero = 0;                    // optimizer sharding stage over the data+sequence group (0..3)
+  bool grad_sync_overlap = false;  // gradient reduction overlaps the backward of earlier layers
+
+  int devices() const { return nodes * devices_per_node; }
+};
+
+// Parses a cluster description; `source` names it in error messages. Throws UsageError with a
+// one-line message on a missing or bad key.
+Cluster parse_cluster(std::string_view toml_text, const std::string& source);
+Cluster load_cluster(const std::string& path);
+
+// TOML text that parse_cluster reads back to the same values.
+std::string cluster_to_toml(const Cluster& c);
+
+}  // namespace wallfacer::plan

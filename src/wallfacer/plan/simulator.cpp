@@ -1,0 +1,322 @@
+#include "wallfacer/plan/simulator.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer::plan {
+
+Op Op::compute(Work w, double flops) {
+  Op o;
+  o.kind = Kind::Compute;
+  o.work = w;
+  o.flops = flops;
+  return o;
+}
+Op Op::send(int peer, double bytes, int request, int tag) {
+  Op o;
+  o.kind = Kind::Send;
+  o.peer = peer;
+  o.bytes = bytes;
+  o.request = request;
+  o.tag = tag;
+  return o;
+}
+Op Op::recv(int peer, double bytes, int request, int tag) {
+  Op o = send(peer, bytes, request, tag);
+  o.kind = Kind::Recv;
+  return o;
+}
+Op Op::wait(int request) {
+  Op o;
+  o.kind = Kind::Wait;
+  o.request = request;
+  return o;
+}
+Op Op::collective(Coll c, int group, double bytes) {
+  Op o;
+  o.kind = Kind::Collective;
+  o.coll = c;
+  o.group = group;
+  o.bytes = bytes;
+  return o;
+}
+
+int Program::group(const std::vector<int>& members) {
+  for (size_t i = 0; i < groups.size(); ++i)
+    if (groups[i] == members) return static_cast<int>(i);
+  groups.push_back(members);
+  return static_cast<int>(groups.size()) - 1;
+}
+
+void Program::append(const Program& other) {
+  WF_CHECK(other.ranks() == ranks(), "appending a program of {} ranks to one of {}", other.ranks(),
+           ranks());
+  for (int r = 0; r < ranks(); ++r) {
+    int shift = 0;
+    for (const Op& o : ops[r]) shift = std::max(shift, o.request + 1);
+    for (Op o : other.ops[r]) {
+      if (o.request >= 0) o.request += shift;
+      if (o.kind == Op::Kind::Collective) o.group = group(other.groups.at(o.group));
+      ops[r].push_back(o);
+    }
+  }
+}
+
+Machine Machine::from(const Cluster& c, std::vector<int> device_of) {
+  Machine m;
+  m.intra = c.intra;
+  m.inter = c.inter;
+  m.devices_per_node = c.devices_per_node;
+  m.devices_per_nic = c.devices_per_nic;
+  m.gemm_flops = c.gemm_flops;
+  m.attention_flops = c.attention_flops;
+  m.device_of = std::move(device_of);
+  return m;
+}
+
+namespace {
+
+// Inter-node flows per network card, out of and into it.
+struct NicLoad {
+  std::map<int, int> out, in;
+  void add(const Machine& m, int src, int dst) {
+    if (m.same_node(src, dst)) return;
+    ++out[m.nic(src)];
+    ++in[m.nic(dst)];
+  }
+  // Time of one message of `bytes` on the link src -> dst under this load.
+  double time(const Machine& m, int src, int dst, double bytes) const {
+    if (src == dst) return 0;
+    if (m.same_node(src, dst)) return m.intra.time(bytes);
+    const int share = std::max(out.at(m.nic(src)), in.at(m.nic(dst)));
+    return m.inter.latency + bytes * share / m.inter.bandwidth;
+  }
+};
+
+// Edges (src, dst) of step `step` of a collective's algorithm on group `g` (n members).
+void step_edges(Coll c, const std::vector<int>& g, int step,
+                std::vector<std::pair<int, int>>& edges) {
+  const int n = static_cast<int>(g.size());
+  edges.clear();
+  const int shift = c == Coll::AllToAll ? step : 1;
+  for (int j = 0; j < n; ++j) edges.emplace_back(g[j], g[(j + shift) % n]);
+}
+
+int algorithm_steps(Coll c, int n) {
+  if (n <= 1) return 0;
+  return c == Coll::AllReduce ? 2 * (n - 1) : n - 1;
+}
+
+double chunk_bytes(Coll c, double bytes, int n) { return c == Coll::AllReduce ? bytes / n : bytes; }
+
+// Ring-algorithm bytes one rank sends in this collective.
+double coll_sent_bytes(Coll c, double bytes, int n) {
+  return algorithm_steps(c, n) * chunk_bytes(c, bytes, n);
+}
+
+struct CollInstance {
+  int group;
+  Coll coll;
+  double bytes;
+};
+
+// Durations of concurrent collectives: all instances run at once and share the cards.
+std::vector<double> concurrent_collective_times(const std::vector<CollInstance>& inst,
+                                                const Program& prog, const Machine& m) {
+  std::vector<double> t(inst.size(), 0.0);
+  int max_steps = 0;
+  for (const auto& c : inst)
+    max_steps = std::max(max_steps, algorithm_steps(c.coll, int(prog.groups[c.group].size())));
+  std::vector<std::pair<int, int>> edges;
+  for (int s = 0; s < max_steps; ++s) {
+    // Ring steps all look alike; all-to-all steps differ by peer shift.
+    NicLoad load;
+    for (const auto& c : inst) {
+      const auto& g = prog.groups[c.group];
+      if (s >= algorithm_steps(c.coll, int(g.size()))) continue;
+      step_edges(c.coll, g, 1 + s % (int(g.size()) - 1), edges);
+      for (auto [a, b] : edges) load.add(m, a, b);
+    }
+    for (size_t i = 0; i < inst.size(); ++i) {
+      const auto& g = prog.groups[inst[i].group];
+      const int n = static_cast<int>(g.size());
+      if (s >= algorithm_steps(inst[i].coll, n)) continue;
+      step_edges(inst[i].coll, g, 1 + s % (n - 1), edges);
+      double worst = 0;
+      for (auto [a, b] : edges)
+        worst = std::max(worst, load.time(m, a, b, chunk_bytes(inst[i].coll, inst[i].bytes, n)));
+      t[i] += worst;
+    }
+  }
+  return t;
+}
+
+constexpr double kPending = -1;
+
+struct Posted {
+  double time;
+  int rank, request;
+  double bytes;
+  int ordinal;  // the rank's k-th send
+};
+
+}  // namespace
+
+SimResult simulate(const Program& prog, const Machine& m) {
+  const int P = prog.ranks();
+  WF_CHECK(int(m.device_of.size()) == P, "machine has {} devices for {} ranks", m.device_of.size(),
+           P);
+  for (const auto& g : prog.groups)
+    for (int r : g) WF_CHECK(r >= 0 && r < P, "group member {} outside 0..{}", r, P - 1);
+
+  // Card load of the k-th sends of all ranks, taken as simultaneous.
+  std::vector<NicLoad> send_load;
+  std::vector<std::vector<int>> send_ordinal(P);
+  for (int r = 0; r < P; ++r) {
+    int k = 0;
+    for (const Op& o : prog.ops[r]) {
+      send_ordinal[r].push_back(-1);
+      if (o.kind != Op::Kind::Send) continue;
+      WF_CHECK(o.peer >= 0 && o.peer < P, "rank {} sends to rank {} outside 0..{}", r, o.peer,
+               P - 1);
+      if (int(send_load.size()) <= k) send_load.resize(k + 1);
+      send_load[k].add(m, r, o.peer);
+      send_ordinal[r].back() = k++;
+    }
+  }
+
+  // Durations of the k-th collectives, all groups running theirs together.
+  std::map<std::pair<int, int>, double> coll_time;  // (group, k) -> s
+  {
+    std::vector<std::vector<CollInstance>> by_k;
+    std::vector<std::map<int, bool>> seen;
+    for (int r = 0; r < P; ++r) {
+      int k = 0;
+      for (const Op& o : prog.ops[r]) {
+        if (o.kind != Op::Kind::Collective) continue;
+        WF_CHECK(o.group >= 0 && o.group < int(prog.groups.size()), "rank {}: bad group {}", r,
+                 o.group);
+        if (int(by_k.size()) <= k) by_k.resize(k + 1), seen.resize(k + 1);
+        if (!seen[k][o.group]) by_k[k].push_back({o.group, o.coll, o.bytes});
+        seen[k][o.group] = true;
+        ++k;
+      }
+    }
+    for (size_t k = 0; k < by_k.size(); ++k) {
+      auto t = concurrent_collective_times(by_k[k], prog, m);
+      for (size_t i = 0; i < t.size(); ++i) coll_time[{by_k[k][i].group, int(k)}] = t[i];
+    }
+  }
+
+  struct RankState {
+    size_t pc = 0;
+    double clock = 0;
+    int coll_k = 0;
+    bool arrived = false;        // at its current collective
+    std::map<int, double> done;  // request -> completion time (kPending while unmatched)
+  };
+  std::vector<RankState> st(P);
+  SimResult res;
+  res.ranks.resize(P);
+  std::map<std::tuple<int, int, int>, std::deque<Posted>> sends, recvs;  // (src, dst, tag)
+  struct Arrivals {
+    int count = 0;
+    double latest = 0;
+  };
+  std::map<std::pair<int, int>, Arrivals> arrivals;  // (group, k)
+
+  auto match = [&](const Posted& s, const Posted& r, int src, int dst) {
+    const double start = std::max(s.time, r.time);
+    WF_CHECK(s.bytes == r.bytes, "rank {} sends {} bytes but rank {} receives {}", src, s.bytes,
+             dst, r.bytes);
+    const double end = start + send_load[s.ordinal].time(m, src, dst, s.bytes);
+    st[src].done[s.request] = end;
+    st[dst].done[r.request] = end;
+  };
+
+  bool progress = true;
+  int finished = 0;
+  for (int r = 0; r < P; ++r) finished += prog.ops[r].empty();
+  while (finished < P) {
+    WF_CHECK(progress, "the schedule deadlocks: {} of {} ranks cannot proceed", P - finished, P);
+    progress = false;
+    for (int r = 0; r < P; ++r) {
+      RankState& s = st[r];
+      const auto& ops = prog.ops[r];
+      while (s.pc < ops.size()) {
+        const Op& o = ops[s.pc];
+        if (o.kind == Op::Kind::Compute) {
+          const double rate = o.work == Work::Attention ? m.attention_flops : m.gemm_flops;
+          s.clock += o.flops / rate;
+          res.ranks[r].compute += o.flops / rate;
+        } else if (o.kind == Op::Kind::Send || o.kind == Op::Kind::Recv) {
+          const bool is_send = o.kind == Op::Kind::Send;
+          WF_CHECK(o.peer >= 0 && o.peer < P, "rank {} talks to rank {} outside 0..{}", r, o.peer,
+                   P - 1);
+          WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
+          s.done[o.request] = kPending;
+          Posted me{s.clock, r, o.request, o.bytes, send_ordinal[r][s.pc]};
+          const int src = is_send ? r : o.peer, dst = is_send ? o.peer : r;
+          auto key = std::make_tuple(src, dst, o.tag);
+          auto& other = is_send ? recvs[key] : sends[key];
+          if (!other.empty()) {
+            Posted them = other.front();
+            other.pop_front();
+            is_send ? match(me, them, src, dst) : match(them, me, src, dst);
+          } else {
+            (is_send ? sends[key] : recvs[key]).push_back(me);
+          }
+          if (is_send) res.ranks[r].p2p_bytes += o.bytes;
+        } else if (o.kind == Op::Kind::Wait) {
+          auto it = s.done.find(o.request);
+          WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r,
+                   o.request);
+          if (it->second == kPending) break;
+          s.clock = std::max(s.clock, it->second);
+        } else {  // collective
+          const auto& g = prog.groups[o.group];
+          WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
+                   "rank {} runs a collective on a group it is not in", r);
+          auto key = std::make_pair(o.group, s.coll_k);
+          Arrivals& a = arrivals[key];
+          if (!s.arrived) {
+            s.arrived = true;
+            ++a.count;
+            a.latest = std::max(a.latest, s.clock);
+          }
+          if (a.count < int(g.size())) break;
+          s.clock = a.latest + coll_time.at(key);
+          s.arrived = false;
+          ++s.coll_k;
+          res.ranks[r].coll_bytes += coll_sent_bytes(o.coll, o.bytes, int(g.size()));
+        }
+        ++s.pc;
+        progress = true;
+        if (s.pc == ops.size()) ++finished;
+      }
+    }
+  }
+  for (auto& [key, q] : sends)
+    WF_CHECK(q.empty(), "rank {} sends to rank {} but nothing receives it", std::get<0>(key),
+             std::get<1>(key));
+  for (auto& [key, q] : recvs)
+    WF_CHECK(q.empty(), "rank {} receives from rank {} but nothing is sent", std::get<1>(key),
+             std::get<0>(key));
+
+  int last = 0;
+  for (int r = 0; r < P; ++r) {
+    res.ranks[r].finish = st[r].clock;
+    if (st[r].clock > st[last].clock) last = r;
+  }
+  res.time = st[last].clock;
+  res.compute = res.ranks[last].compute;
+  res.exposed_comm = res.time - res.compute;
+  return res;
+}
+
+}  // namespace wallfacer::plan

@@ -1,0 +1,93 @@
+#pragma once
+// Replays the per-rank programs of a schedule on a modelled machine, without MPI.
+//
+// Cost model (α–β per link class):
+// - a message of b bytes between devices of one node takes intra.latency + b / intra.bandwidth;
+//   between nodes inter.latency + b·s / inter.bandwidth, where s is the number of messages that
+//   share the sending (or the receiving) network card at that moment: the k-th sends of all ranks
+//   are taken as simultaneous (the programs are SPMD), and a card carries every inter-node flow of
+//   the devices attached to it;
+// - a transfer starts when both its send and its receive are posted and completes independently of
+//   compute: a Wait blocks only for what is still in flight (double buffering hides the rest);
+// - collectives run by their algorithm on the group in its rank order: all-gather and
+//   reduce-scatter as a ring, n−1 steps of one chunk; all-reduce as a ring, 2(n−1) steps of 1/n of
+//   the buffer; all-to-all as n−1 pairwise exchange steps of one chunk. Each step takes the time of
+//   its slowest link (card sharing counted over every group running its k-th collective);
+// - compute takes flops / rate, with one rate for attention kernels and one for dense products.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wallfacer/plan/cluster.h"
+
+namespace wallfacer::plan {
+
+enum class Work { Attention, Gemm };
+enum class Coll { AllGather, ReduceScatter, AllReduce, AllToAll };
+
+struct Op {
+  enum class Kind { Compute, Send, Recv, Wait, Collective };
+  Kind kind = Kind::Compute;
+  Work work = Work::Gemm;
+  double flops = 0;
+  int peer = -1;     // Send / Recv: layout rank
+  double bytes = 0;  // Send / Recv: the message. Collective: all-gather: each rank's piece;
+                     // reduce-scatter: each rank's result piece; all-reduce: the whole buffer;
+                     // all-to-all: the piece for one peer.
+  int tag = 0;
+  int request = -1;  // Send / Recv: the request it creates (per rank); Wait: the one it waits for
+  Coll coll = Coll::AllGather;
+  int group = -1;  // Collective: index into Program::groups
+
+  static Op compute(Work w, double flops);
+  static Op send(int peer, double bytes, int request, int tag = 0);
+  static Op recv(int peer, double bytes, int request, int tag = 0);
+  static Op wait(int request);
+  static Op collective(Coll c, int group, double bytes);
+};
+
+// The ordered ops of every rank of a layout, and the collective groups they use.
+struct Program {
+  explicit Program(int ranks = 0) : ops(ranks) {}
+  std::vector<std::vector<Op>> ops;      // per layout rank
+  std::vector<std::vector<int>> groups;  // member layout ranks, in ring order
+  int ranks() const { return static_cast<int>(ops.size()); }
+  // Index of this group, adding it when new.
+  int group(const std::vector<int>& members);
+  // Appends `other` to every rank (same rank count); its groups are merged, its request ids
+  // shifted past this program's.
+  void append(const Program& other);
+};
+
+// The machine one program runs on: the cluster's links and rates and the device of each rank.
+struct Machine {
+  Link intra, inter;
+  int devices_per_node = 1;
+  int devices_per_nic = 1;
+  double gemm_flops = 1, attention_flops = 1;
+  std::vector<int> device_of;  // layout rank -> device
+
+  static Machine from(const Cluster& c, std::vector<int> device_of);
+  int node(int rank) const { return device_of[rank] / devices_per_node; }
+  int nic(int rank) const { return device_of[rank] / devices_per_nic; }
+  bool same_node(int a, int b) const { return node(a) == node(b); }
+};
+
+struct RankTime {
+  double finish = 0;                     // s
+  double compute = 0;                    // s of compute
+  double p2p_bytes = 0, coll_bytes = 0;  // bytes this rank sends (collectives: ring algorithm)
+};
+
+struct SimResult {
+  double time = 0;          // s: the last rank's finish
+  double exposed_comm = 0;  // s: finish minus compute at the last rank to finish
+  double compute = 0;       // s: compute of that rank
+  std::vector<RankTime> ranks;
+};
+
+// Throws wallfacer::Error on a malformed program (unmatched transfer, deadlock, bad group).
+SimResult simulate(const Program& prog, const Machine& m);
+
+}  // namespace wallfacer::plan

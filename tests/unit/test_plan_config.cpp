@@ -1,0 +1,191 @@
+// Cluster and model files: the shipped ones parse to the documented values, bad ones are one-line
+// usage errors; parameter and FLOP counts against closed forms.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/plan/cluster.h"
+#include "wallfacer/plan/model.h"
+#include "wallfacer/plan/placement.h"
+
+namespace wallfacer::plan {
+namespace {
+
+std::string src(const std::string& rel) { return std::string(WALLFACER_SOURCE_DIR) + "/" + rel; }
+
+TEST(PlanConfig, ShippedClusters) {
+  Cluster a = load_cluster(src("configs/clusters/a100-40gb-16x2-eth100.toml"));
+  EXPECT_EQ(a.nodes, 2);
+  EXPECT_EQ(a.devices_per_node, 16);
+  EXPECT_EQ(a.devices(), 32);
+  EXPECT_EQ(a.devices_per_nic, 16);
+  EXPECT_EQ(a.dtype_bytes, 2);
+  Cluster b = load_cluster(src("configs/clusters/a100-40gb-8x4-eth100.toml"));
+  EXPECT_EQ(b.nodes, 4);
+  EXPECT_EQ(b.devices_per_node, 8);
+  EXPECT_EQ(b.devices_per_nic, 8);
+  Cluster h = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
+  EXPECT_EQ(h.devices(), 64);
+  EXPECT_EQ(h.devices_per_nic, 1);
+  EXPECT_GT(h.inter.bandwidth, a.inter.bandwidth);
+  Cluster l = load_cluster(src("configs/clusters/local.toml"));
+  EXPECT_GE(l.devices(), 1);
+}
+
+TEST(PlanConfig, ClusterRoundTripsThroughToml) {
+  Cluster a = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
+  Cluster b = parse_cluster(cluster_to_toml(a), "roundtrip");
+  EXPECT_EQ(b.name, a.name);
+  EXPECT_EQ(b.devices(), a.devices());
+  EXPECT_DOUBLE_EQ(b.gemm_flops, a.gemm_flops);
+  EXPECT_DOUBLE_EQ(b.inter.latency, a.inter.latency);
+  EXPECT_DOUBLE_EQ(b.intra.bandwidth, a.intra.bandwidth);
+  EXPECT_EQ(b.zero, a.zero);
+  EXPECT_EQ(b.grad_sync_overlap, a.grad_sync_overlap);
+}
+
+const char* kCluster = R"(name = "x"
+[nodes]
+count = 2
+devices_per_node = 4
+[device]
+gemm_flops = 1e12
+attention_flops = 1e12
+memory = 1e10
+[links.intra]
+bandwidth = 1e10
+latency = 1e-6
+[links.inter]
+bandwidth = 1e9
+latency = 1e-5
+devices_per_nic = 2
+)";
+
+void expect_usage(const std::string& text, const std::string& needle) {
+  try {
+    parse_cluster(text, "c.toml");
+    FAIL() << "no error for " << needle;
+  } catch (const UsageError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+TEST(PlanConfig, BadClustersAreUsageErrors) {
+  EXPECT_EQ(parse_cluster(kCluster, "c.toml").devices_per_nic, 2);
+  std::string s = kCluster;
+  expect_usage(s + "bogus = 1\n", "links.inter.bogus");
+  expect_usage(std::string(s).replace(s.find("count = 2"), 9, "count = 0"), "nodes.count");
+  expect_usage(std::string(s).replace(s.find("devices_per_nic = 2"), 19, "devices_per_nic = 3"),
+               "devices_per_nic");
+  expect_usage(std::string(s).replace(s.find("gemm_flops = 1e12"), 17, "gemm_flops = \"x\""),
+               "device.gemm_flops");
+  expect_usage("name = ", "c.toml:1");
+}
+
+TEST(PlanConfig, ShippedModelsAndParameterCounts) {
+  ModelSpec m7 = load_model(src("configs/models/gpt-7b.toml"));
+  EXPECT_EQ(m7.layers, 32);
+  EXPECT_EQ(m7.head_dim(), 128);
+  EXPECT_TRUE(m7.causal);
+  // 32 x (12 h^2 weights + 9 h biases + 4 h norm) + 257 h embedding + 2 h final norm, h = 4096.
+  EXPECT_EQ(param_count(m7), 6445215744);
+  ModelSpec m3 = load_model(src("configs/models/gpt-3b.toml"));
+  EXPECT_EQ(m3.head_dim(), 256);
+  EXPECT_EQ(param_count(m3), 2417618944);
+  ModelSpec d = load_model(src("configs/models/dit-1b.toml"));
+  EXPECT_FALSE(d.causal);
+  EXPECT_EQ(d.kind, ModelKind::Dit);
+  // 24 x (18 h^2 + 19 h) + 2 h, h = 1536 (adaLN adds 6 h^2 + 6 h per layer).
+  EXPECT_EQ(param_count(d), 1019919360);
+  // Forward FLOPs per token: QKV 6 h^2, out 2 h^2, MLP 16 h^2 = 24 h^2.
+  EXPECT_DOUBLE_EQ(layer_dense_flops_per_token(m7), 24.0 * 4096 * 4096);
+  EXPECT_DOUBLE_EQ(head_flops_per_token(m7), 2.0 * 4096 * 257);
+}
+
+TEST(PlanConfig, GqaShrinksTheKvProjection) {
+  ModelSpec m = parse_model("[model]\nlayers = 1\ndim = 64\nheads = 8\nkv_heads = 2\n", "m");
+  EXPECT_EQ(m.kv_dim(), 16);
+  EXPECT_DOUBLE_EQ(layer_dense_flops_per_token(m),
+                   2.0 * 64 * (64 + 32) + 2.0 * 64 * 64 + 16.0 * 64 * 64);
+  EXPECT_THROW(parse_model("[model]\nlayers = 1\ndim = 64\nheads = 8\nkv_heads = 3\n", "m"),
+               UsageError);
+  EXPECT_THROW(parse_model("[model]\nlayers = 1\ndim = 60\nheads = 8\n", "m"), UsageError);
+  EXPECT_THROW(parse_model("[model]\nlayers = 1\ndim = 64\nheads = 8\nheadz = 8\n", "m"),
+               UsageError);
+}
+
+// Which links each placement puts inside a node: count team pairs and sub-ring hops that stay in
+// one node, from the layout rule rank = g*(G*C) + j*C + a.
+struct LinkCount {
+  int team_pairs = 0, team_pairs_intra = 0, ring_hops = 0, ring_hops_intra = 0;
+};
+LinkCount count_links(int P, int C, int per_node, Placement pl) {
+  const int G = P / (C * C);
+  auto dev = device_order({P, C, G}, pl);
+  auto node = [&](int r) { return dev[r] / per_node; };
+  LinkCount c;
+  for (int g = 0; g < P / (C * G); ++g)
+    for (int j = 0; j < G; ++j)
+      for (int a = 0; a < C; ++a) {
+        const int r = g * G * C + j * C + a;
+        for (int b = a + 1; b < C; ++b) {
+          ++c.team_pairs;
+          c.team_pairs_intra += node(r) == node(r - a + b);
+        }
+        if (G > 1) {
+          const int next = g * G * C + ((j + 1) % G) * C + a;
+          ++c.ring_hops;
+          c.ring_hops_intra += node(r) == node(next);
+        }
+      }
+  return c;
+}
+
+TEST(PlanPlacement, TwoNodesOfSixteenTeamsOfTwo) {
+  // P = 32, C = 2: team groups of 16 ranks fill a node, so both placements keep all inside.
+  for (Placement pl : {Placement::TeamIntra, Placement::RingIntra}) {
+    LinkCount c = count_links(32, 2, 16, pl);
+    EXPECT_EQ(c.team_pairs, 16);
+    EXPECT_EQ(c.team_pairs_intra, 16);
+    EXPECT_EQ(c.ring_hops, 32);
+    EXPECT_EQ(c.ring_hops_intra, 32);
+  }
+}
+
+TEST(PlanPlacement, FourNodesOfEightTeamsOfTwo) {
+  // P = 32, C = 2, 8 per node: a team group (16 ranks) spans two nodes.
+  LinkCount t = count_links(32, 2, 8, Placement::TeamIntra);
+  EXPECT_EQ(t.team_pairs_intra, 16);  // every team inside a node
+  EXPECT_EQ(t.ring_hops_intra, 24);   // each sub-ring of 8 crosses twice: 4 x (8 - 2)
+  LinkCount r = count_links(32, 2, 8, Placement::RingIntra);
+  EXPECT_EQ(r.team_pairs_intra, 0);  // members of a team sit in the two nodes of its group
+  EXPECT_EQ(r.ring_hops_intra, 32);  // every sub-ring is one node
+  EXPECT_EQ(device_order({32, 2, 8}, Placement::Default),
+            device_order({32, 2, 8}, Placement::TeamIntra));
+}
+
+TEST(PlanPlacement, EightNodesOfEightTeamsOfFour) {
+  // P = 64, C = 4: G = 4, team groups of 16 ranks over two nodes of 8.
+  LinkCount t = count_links(64, 4, 8, Placement::TeamIntra);
+  EXPECT_EQ(t.team_pairs, 16 * 6);
+  EXPECT_EQ(t.team_pairs_intra, 16 * 6);
+  EXPECT_EQ(t.ring_hops, 64);
+  EXPECT_EQ(t.ring_hops_intra, 32);  // sub-ring of 4 over two nodes: 2 of its 4 hops inside
+  LinkCount r = count_links(64, 4, 8, Placement::RingIntra);
+  EXPECT_EQ(r.ring_hops_intra, 64);
+  EXPECT_EQ(r.team_pairs_intra, 16 * 2);  // members a, a+1 share a node when both in {0,1} or {2,3}
+}
+
+TEST(PlanPlacement, OrdersArePermutations) {
+  auto d = device_order({16, 2, 4}, Placement::RingIntra);
+  auto inv = inverse_order(d);
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(inv[d[r]], r);
+  EXPECT_THROW(device_order({12, 2, 4}, Placement::RingIntra), UsageError);
+  EXPECT_THROW(parse_placement("ring_intra"), UsageError);
+}
+
+}  // namespace
+}  // namespace wallfacer::plan

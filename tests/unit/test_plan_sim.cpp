@@ -1,0 +1,161 @@
+// The simulator against hand-computed α–β times (closed forms written out here, not the code's).
+#include <gtest/gtest.h>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/plan/simulator.h"
+
+namespace wallfacer::plan {
+namespace {
+
+// Links: intra 10 GB/s, 2 µs; inter 1 GB/s, 20 µs. Compute 1 TFLOP/s.
+Machine machine(int P, int per_node, int per_nic) {
+  Machine m;
+  m.intra = {1e10, 2e-6};
+  m.inter = {1e9, 2e-5};
+  m.devices_per_node = per_node;
+  m.devices_per_nic = per_nic;
+  m.gemm_flops = 1e12;
+  m.attention_flops = 5e11;
+  for (int r = 0; r < P; ++r) m.device_of.push_back(r);
+  return m;
+}
+
+constexpr double kTol = 1e-12;
+
+TEST(PlanSim, OneMessageBetweenNodes) {
+  Program p(2);
+  p.ops[0] = {Op::send(1, 1e6, 0), Op::wait(0)};
+  p.ops[1] = {Op::recv(0, 1e6, 0), Op::wait(0)};
+  auto r = simulate(p, machine(2, 1, 1));
+  EXPECT_NEAR(r.time, 2e-5 + 1e6 / 1e9, kTol);  // 1.02 ms
+  EXPECT_NEAR(r.exposed_comm, r.time, kTol);
+  EXPECT_DOUBLE_EQ(r.ranks[0].p2p_bytes, 1e6);
+  EXPECT_DOUBLE_EQ(r.ranks[1].p2p_bytes, 0);
+  // Same node: 2 µs + 0.1 ms.
+  EXPECT_NEAR(simulate(p, machine(2, 2, 2)).time, 2e-6 + 1e-4, kTol);
+}
+
+TEST(PlanSim, TransferStartsWhenBothSidesPosted) {
+  Program p(2);
+  p.ops[0] = {Op::send(1, 1e6, 0), Op::wait(0)};
+  p.ops[1] = {Op::compute(Work::Gemm, 3e9), Op::recv(0, 1e6, 0), Op::wait(0)};  // 3 ms first
+  EXPECT_NEAR(simulate(p, machine(2, 1, 1)).time, 3e-3 + 2e-5 + 1e-3, kTol);
+}
+
+TEST(PlanSim, DoubleBufferedTransferHidesBehindCompute) {
+  for (double flops : {2e9, 5e8}) {  // 2 ms of compute hides the 1.02 ms transfer; 0.5 ms does not
+    Program p(2);
+    p.ops[0] = {Op::send(1, 1e6, 0), Op::compute(Work::Gemm, flops), Op::wait(0)};
+    p.ops[1] = {Op::recv(0, 1e6, 0), Op::compute(Work::Gemm, flops), Op::wait(0)};
+    auto r = simulate(p, machine(2, 1, 1));
+    const double compute = flops / 1e12, transfer = 2e-5 + 1e-3;
+    EXPECT_NEAR(r.time, std::max(compute, transfer), kTol);
+    EXPECT_NEAR(r.exposed_comm, std::max(0.0, transfer - compute), kTol);
+    EXPECT_NEAR(r.compute, compute, kTol);
+  }
+}
+
+TEST(PlanSim, AttentionUsesItsOwnRate) {
+  Program p(1);
+  p.ops[0] = {Op::compute(Work::Attention, 1e9), Op::compute(Work::Gemm, 1e9)};
+  EXPECT_NEAR(simulate(p, machine(1, 1, 1)).time, 1e9 / 5e11 + 1e9 / 1e12, kTol);
+}
+
+// Ranks 0,1 on node 0 and 2,3 on node 1; 0->2 and 1->3 at the same time.
+TEST(PlanSim, NetworkCardSharedByTheDevicesOfANode) {
+  Program p(4);
+  p.ops[0] = {Op::send(2, 1e6, 0), Op::wait(0)};
+  p.ops[1] = {Op::send(3, 1e6, 0), Op::wait(0)};
+  p.ops[2] = {Op::recv(0, 1e6, 0), Op::wait(0)};
+  p.ops[3] = {Op::recv(1, 1e6, 0), Op::wait(0)};
+  EXPECT_NEAR(simulate(p, machine(4, 2, 2)).time, 2e-5 + 2 * 1e6 / 1e9, kTol);  // one shared card
+  EXPECT_NEAR(simulate(p, machine(4, 2, 1)).time, 2e-5 + 1e6 / 1e9, kTol);      // a card each
+}
+
+// A ring of 4 ranks, 3 steps: post send to r+1 and receive from r-1, compute, wait.
+TEST(PlanSim, RingStepsTakeMaxOfComputeAndTransfer) {
+  const int P = 4;
+  const double bytes = 4e5, flops = 3e8;  // intra transfer 2 µs + 40 µs; compute 300 µs
+  Program p(P);
+  for (int r = 0; r < P; ++r)
+    for (int s = 0; s < P - 1; ++s) {
+      p.ops[r].push_back(Op::send((r + 1) % P, bytes, 2 * s));
+      p.ops[r].push_back(Op::recv((r + P - 1) % P, bytes, 2 * s + 1));
+      p.ops[r].push_back(Op::compute(Work::Gemm, flops));
+      p.ops[r].push_back(Op::wait(2 * s));
+      p.ops[r].push_back(Op::wait(2 * s + 1));
+    }
+  // One node: every step is compute bound.
+  EXPECT_NEAR(simulate(p, machine(P, 4, 4)).time, 3 * 3e-4, kTol);
+  // Two nodes of 2, one card each node: ranks 1->2 and 3->0 cross, one flow per card direction:
+  // 20 µs + 0.4 ms > 0.3 ms, so each step waits for the crossing transfer.
+  EXPECT_NEAR(simulate(p, machine(P, 2, 2)).time, 3 * (2e-5 + 4e-4), kTol);
+}
+
+TEST(PlanSim, RingAllGatherAndAllReduce) {
+  const double m_bytes = 1e6;
+  Program p(4);
+  int g = p.group({0, 1, 2, 3});
+  for (int r = 0; r < 4; ++r) p.ops[r] = {Op::collective(Coll::AllGather, g, m_bytes)};
+  // One node: 3 steps of (2 µs + 0.1 ms).
+  auto one = simulate(p, machine(4, 4, 4));
+  EXPECT_NEAR(one.time, 3 * (2e-6 + 1e-4), kTol);
+  EXPECT_DOUBLE_EQ(one.ranks[0].coll_bytes, 3e6);  // (n-1)/n of the 4 MB result
+  // Two nodes: ring 0->1->2->3->0 crosses twice, one flow per card: 3 steps of (20 µs + 1 ms).
+  EXPECT_NEAR(simulate(p, machine(4, 2, 2)).time, 3 * (2e-5 + 1e-3), kTol);
+
+  Program q(4);
+  g = q.group({0, 1, 2, 3});
+  for (int r = 0; r < 4; ++r) q.ops[r] = {Op::collective(Coll::AllReduce, g, 4e6)};
+  auto ar = simulate(q, machine(4, 4, 4));
+  EXPECT_NEAR(ar.time, 6 * (2e-6 + 1e6 / 1e10), kTol);  // 2(n-1) steps of S/n
+  EXPECT_DOUBLE_EQ(ar.ranks[2].coll_bytes, 6e6);        // 2(n-1)/n of 4 MB
+}
+
+// Two pairs {0,2} and {1,3} across 2 nodes gather at once: both flows leave node 0's card.
+TEST(PlanSim, ConcurrentCollectivesShareTheCard) {
+  Program p(4);
+  int a = p.group({0, 2}), b = p.group({1, 3});
+  p.ops[0] = p.ops[2] = {Op::collective(Coll::AllGather, a, 1e6)};
+  p.ops[1] = p.ops[3] = {Op::collective(Coll::AllGather, b, 1e6)};
+  EXPECT_NEAR(simulate(p, machine(4, 2, 2)).time, 2e-5 + 2e6 / 1e9, kTol);
+  EXPECT_NEAR(simulate(p, machine(4, 2, 1)).time, 2e-5 + 1e6 / 1e9, kTol);
+}
+
+// Pairwise all-to-all over 4 ranks on 2 nodes (one card each): shift 1 crosses once per card,
+// shift 2 twice (0->2 and 1->3 share node 0's card), shift 3 once.
+TEST(PlanSim, AllToAllPairwiseSteps) {
+  Program p(4);
+  int g = p.group({0, 1, 2, 3});
+  for (int r = 0; r < 4; ++r) p.ops[r] = {Op::collective(Coll::AllToAll, g, 1e6)};
+  auto r = simulate(p, machine(4, 2, 2));
+  EXPECT_NEAR(r.time, (2e-5 + 1e-3) + (2e-5 + 2e-3) + (2e-5 + 1e-3), kTol);
+  EXPECT_DOUBLE_EQ(r.ranks[1].coll_bytes, 3e6);
+}
+
+TEST(PlanSim, CollectiveStartsWhenTheLastMemberArrives) {
+  Program p(2);
+  int g = p.group({0, 1});
+  p.ops[0] = {Op::compute(Work::Gemm, 1e9), Op::collective(Coll::AllGather, g, 1e6)};
+  p.ops[1] = {Op::collective(Coll::AllGather, g, 1e6)};
+  auto r = simulate(p, machine(2, 2, 2));
+  EXPECT_NEAR(r.ranks[0].finish, 1e-3 + 2e-6 + 1e-4, kTol);
+  EXPECT_NEAR(r.ranks[1].finish, 1e-3 + 2e-6 + 1e-4, kTol);
+}
+
+TEST(PlanSim, MalformedProgramsAreErrors) {
+  Program dead(2);  // both wait for a receive whose send comes after the wait
+  dead.ops[0] = {Op::recv(1, 8, 0), Op::wait(0), Op::send(1, 8, 1), Op::wait(1)};
+  dead.ops[1] = {Op::recv(0, 8, 0), Op::wait(0), Op::send(0, 8, 1), Op::wait(1)};
+  EXPECT_THROW(simulate(dead, machine(2, 2, 2)), Error);
+  Program lost(2);
+  lost.ops[0] = {Op::send(1, 8, 0)};
+  EXPECT_THROW(simulate(lost, machine(2, 2, 2)), Error);
+  Program mismatch(2);
+  mismatch.ops[0] = {Op::send(1, 8, 0), Op::wait(0)};
+  mismatch.ops[1] = {Op::recv(0, 16, 0), Op::wait(0)};
+  EXPECT_THROW(simulate(mismatch, machine(2, 2, 2)), Error);
+}
+
+}  // namespace
+}  // namespace wallfacer::plan
