@@ -13,6 +13,9 @@
 
 namespace wallfacer::kernels {
 
+// Largest head_dim the kernels accept.
+inline constexpr int kMaxHeadDim = 256;
+
 struct AttnDims {
   int batch = 1;
   int seq_q = 0;
@@ -94,9 +97,8 @@ void attn_fwd_init_output(const AttnDims& dims, float* o, Strides3 o_stride, flo
                           Strides2 lse_stride);
 
 // delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d]   (dims.seq_q rows)
-void attn_bwd_preprocess(const AttnDims& dims, const float* o, Strides3 o_stride,
-                         const float* dout, Strides3 dout_stride, float* delta,
-                         Strides2 delta_stride);
+void attn_bwd_preprocess(const AttnDims& dims, const float* o, Strides3 o_stride, const float* dout,
+                         Strides3 dout_stride, float* delta, Strides2 delta_stride);
 
 // dQ, dK, dV of the forward above, given the final LSE and delta.
 void attn_bwd(const AttnBwdParams& p);
@@ -112,5 +114,18 @@ void lse_merge_rows(int rows, int head_dim, float* o, int64_t o_row_stride, floa
 // (uses dims.batch, dims.seq_q as S, dims.heads, dims.head_dim).
 void lse_merge(const AttnDims& dims, float* o, Strides3 o_stride, float* lse, Strides2 lse_stride,
                const float* o2, Strides3 o2_stride, const float* lse2, Strides2 lse2_stride);
+
+// Tile sizes the kernels use (query rows x key rows per tile).
+struct AttnTiling {
+  int block_q = 0;
+  int block_k = 0;
+};
+AttnTiling attn_fwd_tiling(const AttnDims& dims);
+AttnTiling attn_bwd_tiling(const AttnDims& dims);
+
+// Bytes of scratch memory attn_fwd / attn_bwd allocate when run with `threads` threads (the
+// kernels use wallfacer::num_threads()). Independent of the sequence lengths: O(tile) per thread.
+int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads);
+int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads);
 
 }  // namespace wallfacer::kernels

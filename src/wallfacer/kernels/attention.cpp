@@ -1,0 +1,422 @@
+#include "wallfacer/kernels/attention.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/threads.h"
+
+namespace wallfacer::kernels {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int kFwdBlockQ = 64, kFwdBlockK = 256;
+constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
+
+// exp(x) for a vector of floats, written so that g++ -O3 -march=native turns the loop into SIMD
+// code: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial of degree 7 (truncation
+// error below 5e-9 relative), 2^n by building the float's exponent bits. Inputs below -87.3
+// (including -inf) give exactly 0; inputs are expected to be <= 0 (scores minus a row maximum).
+inline float exp_approx(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 split in two for an exact n * ln2_hi
+  constexpr float kLn2Lo = 1.42860682030941723e-6f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to the nearest integer
+  constexpr float kMin = -87.3f;
+  const float xc = std::max(x, kMin);
+  const float n = (xc * kLog2e + kRound) - kRound;
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return x < kMin ? 0.0f : p * two_n;
+}
+
+// p[j] = exp(s[j] - shift) for j < n; returns the sum of the p[j].
+inline float exp_shift_sum(float* s, int n, float shift) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; ++j) {
+    const float e = exp_approx(s[j] - shift);
+    s[j] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+inline float row_max(const float* s, int n) {
+  float m = kNegInf;
+#pragma omp simd reduction(max : m)
+  for (int j = 0; j < n; ++j) m = std::max(m, s[j]);
+  return m;
+}
+
+// Number of keys of the tile [k0, k0 + nk) that query row i may see under a causal mask.
+inline int visible_keys(const AttnDims&, bool causal, int64_t q_pos, int64_t k_pos_first, int nk) {
+  if (!causal) return nk;
+  const int64_t v = q_pos - k_pos_first + 1;
+  return static_cast<int>(std::clamp<int64_t>(v, 0, nk));
+}
+
+void check_strides(const char* name, const Strides3& s, int seq, int heads, int head_dim) {
+  WF_CHECK(s.seq >= head_dim || seq <= 1,
+           "attention: {} seq stride {} is smaller than head_dim {}; rows must not overlap", name,
+           s.seq, head_dim);
+  WF_CHECK(s.head >= head_dim || heads <= 1,
+           "attention: {} head stride {} is smaller than head_dim {}", name, s.head, head_dim);
+  WF_CHECK(s.batch >= 0 && s.seq >= 0 && s.head >= 0, "attention: {} has a negative stride", name);
+}
+
+void check_dims(const AttnDims& d) {
+  WF_CHECK(d.batch >= 1, "attention: batch must be >= 1, got {}", d.batch);
+  WF_CHECK(d.seq_q >= 0 && d.seq_k >= 0, "attention: seq_q {} and seq_k {} must be >= 0", d.seq_q,
+           d.seq_k);
+  WF_CHECK(d.heads >= 1 && d.kv_heads >= 1, "attention: heads {} and kv_heads {} must be >= 1",
+           d.heads, d.kv_heads);
+  WF_CHECK(d.heads % d.kv_heads == 0,
+           "attention: heads {} must be a multiple of kv_heads {} (grouped-query attention)",
+           d.heads, d.kv_heads);
+  WF_CHECK(d.head_dim >= 1 && d.head_dim <= kMaxHeadDim, "attention: head_dim {} not in [1, {}]",
+           d.head_dim, kMaxHeadDim);
+}
+
+// Leading dimension for BLAS: at least head_dim even when a single row makes the stride moot.
+inline int ld(int64_t stride, int head_dim) {
+  return static_cast<int>(std::max<int64_t>(stride, head_dim));
+}
+
+}  // namespace
+
+// Merges one row (o2, lse2) into (o, lse): the single place the LSE-combine formula lives.
+static inline void merge_row(int head_dim, float* o, float* lse, const float* o2, float lse2) {
+  if (lse2 == kNegInf) return;
+  const float l1 = *lse;
+  if (l1 == kNegInf) {
+    std::memcpy(o, o2, sizeof(float) * head_dim);
+    *lse = lse2;
+    return;
+  }
+  const float mx = std::max(l1, lse2);
+  const float lse_new = mx + std::log1p(std::exp(-std::fabs(l1 - lse2)));
+  const float a = std::exp(l1 - lse_new);
+  const float b = std::exp(lse2 - lse_new);
+  for (int d = 0; d < head_dim; ++d) o[d] = a * o[d] + b * o2[d];
+  *lse = lse_new;
+}
+
+void lse_merge_rows(int rows, int head_dim, float* o, int64_t o_row_stride, float* lse,
+                    int64_t lse_row_stride, const float* o2, int64_t o2_row_stride,
+                    const float* lse2, int64_t lse2_row_stride) {
+  for (int i = 0; i < rows; ++i) {
+    merge_row(head_dim, o + i * o_row_stride, lse + i * lse_row_stride, o2 + i * o2_row_stride,
+              lse2[i * lse2_row_stride]);
+  }
+}
+
+void lse_merge(const AttnDims& dims, float* o, Strides3 o_stride, float* lse, Strides2 lse_stride,
+               const float* o2, Strides3 o2_stride, const float* lse2, Strides2 lse2_stride) {
+  WF_CHECK(o && lse && o2 && lse2, "lse_merge: null pointer");
+  WF_CHECK(dims.batch >= 1 && dims.heads >= 1 && dims.seq_q >= 0 && dims.head_dim >= 1,
+           "lse_merge: bad dims batch={} heads={} seq={} head_dim={}", dims.batch, dims.heads,
+           dims.seq_q, dims.head_dim);
+  const int64_t tasks = int64_t(dims.batch) * dims.heads;
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t b = t / dims.heads, h = t % dims.heads;
+    lse_merge_rows(dims.seq_q, dims.head_dim, o + b * o_stride.batch + h * o_stride.head,
+                   o_stride.seq, lse + b * lse_stride.batch + h * lse_stride.head, 1,
+                   o2 + b * o2_stride.batch + h * o2_stride.head, o2_stride.seq,
+                   lse2 + b * lse2_stride.batch + h * lse2_stride.head, 1);
+  }
+}
+
+void attn_fwd_init_output(const AttnDims& dims, float* o, Strides3 o_stride, float* lse,
+                          Strides2 lse_stride) {
+  WF_CHECK(o && lse, "attn_fwd_init_output: null pointer");
+  for (int b = 0; b < dims.batch; ++b)
+    for (int h = 0; h < dims.heads; ++h)
+      for (int i = 0; i < dims.seq_q; ++i) {
+        float* row = o + b * o_stride.batch + i * o_stride.seq + h * o_stride.head;
+        std::fill(row, row + dims.head_dim, 0.0f);
+        lse[b * lse_stride.batch + h * lse_stride.head + i] = kNegInf;
+      }
+}
+
+AttnTiling attn_fwd_tiling(const AttnDims&) { return {kFwdBlockQ, kFwdBlockK}; }
+AttnTiling attn_bwd_tiling(const AttnDims&) { return {kBwdBlockQ, kBwdBlockK}; }
+
+int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads) {
+  const AttnTiling t = attn_fwd_tiling(dims);
+  // per thread: score tile (bq x bk), block output (bq x D), block lse and 1 / rowsum (bq each)
+  const int64_t per =
+      int64_t(t.block_q) * t.block_k + int64_t(t.block_q) * dims.head_dim + 2 * int64_t(t.block_q);
+  return per * threads * int64_t(sizeof(float));
+}
+
+int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads) {
+  const AttnTiling t = attn_bwd_tiling(dims);
+  // per thread: P tile and dP tile (bq x bk each)
+  const int64_t per = 2 * int64_t(t.block_q) * t.block_k;
+  return per * threads * int64_t(sizeof(float));
+}
+
+void attn_fwd(const AttnFwdParams& p) {
+  const AttnDims& d = p.dims;
+  check_dims(d);
+  WF_CHECK(p.q && p.k && p.v && p.o && p.lse, "attn_fwd: null pointer among q, k, v, o, lse");
+  check_strides("q", p.q_stride, d.seq_q, d.heads, d.head_dim);
+  check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_strides("o", p.o_stride, d.seq_q, d.heads, d.head_dim);
+  if (d.seq_q == 0) return;
+  if (!p.accumulate) attn_fwd_init_output(d, p.o, p.o_stride, p.lse, p.lse_stride);
+  if (d.seq_k == 0) return;
+
+  const AttnTiling tile = attn_fwd_tiling(d);
+  const int bq = tile.block_q, bk = tile.block_k, D = d.head_dim;
+  const int group = d.heads / d.kv_heads;
+  const int64_t nqb = (d.seq_q + bq - 1) / bq;
+  const int64_t tasks = int64_t(d.batch) * d.heads * nqb;
+  const int nthreads = num_threads();
+  const int64_t per_thread = int64_t(bq) * bk + int64_t(bq) * D + 2 * bq;
+  std::vector<float> work(per_thread * nthreads);
+
+  BlasSingleThreaded blas_guard;
+#pragma omp parallel num_threads(nthreads)
+  {
+    float* s = work.data() + per_thread * omp_get_thread_num();
+    float* ob = s + int64_t(bq) * bk;
+    float* lb = ob + int64_t(bq) * D;
+    float* inv = lb + bq;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      // Largest query blocks first: under a causal mask they carry the most work.
+      const int64_t qb = nqb - 1 - t % nqb;
+      const int64_t bh = t / nqb;
+      const int b = static_cast<int>(bh / d.heads), h = static_cast<int>(bh % d.heads);
+      const int hk = h / group;
+      const int i0 = static_cast<int>(qb * bq);
+      const int nq = std::min(bq, d.seq_q - i0);
+      const float* q = p.q + b * p.q_stride.batch + i0 * p.q_stride.seq + h * p.q_stride.head;
+      const float* k = p.k + b * p.k_stride.batch + hk * p.k_stride.head;
+      const float* v = p.v + b * p.v_stride.batch + hk * p.v_stride.head;
+      float* o = p.o + b * p.o_stride.batch + i0 * p.o_stride.seq + h * p.o_stride.head;
+      float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head + i0;
+      const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
+      for (int j0 = 0; j0 < d.seq_k; j0 += bk) {
+        const int nk = std::min(bk, d.seq_k - j0);
+        const int64_t kpos_first = p.k_pos0 + j0, kpos_last = kpos_first + nk - 1;
+        if (p.causal && kpos_first > qpos_last) break;  // this tile and all later ones are future
+        const bool partial = p.causal && kpos_last > qpos_first;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, q,
+                    ld(p.q_stride.seq, D), k + j0 * p.k_stride.seq, ld(p.k_stride.seq, D), 0.0f, s,
+                    nk);
+        for (int i = 0; i < nq; ++i) {
+          float* srow = s + int64_t(i) * nk;
+          const int vis = partial ? visible_keys(d, true, qpos_first + i, kpos_first, nk) : nk;
+          for (int j = vis; j < nk; ++j) srow[j] = kNegInf;
+          const float m = vis > 0 ? row_max(srow, vis) : kNegInf;
+          if (m == kNegInf) {
+            std::fill(srow, srow + nk, 0.0f);
+            lb[i] = kNegInf;
+            continue;
+          }
+          const float l = exp_shift_sum(srow, vis, m);
+          std::fill(srow + vis, srow + nk, 0.0f);
+          lb[i] = m + std::log(l);
+          inv[i] = 1.0f / l;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, s, nk,
+                    v + j0 * p.v_stride.seq, ld(p.v_stride.seq, D), 0.0f, ob, D);
+        for (int i = 0; i < nq; ++i) {
+          float* orow = ob + int64_t(i) * D;
+          if (lb[i] == kNegInf) continue;
+          for (int c = 0; c < D; ++c) orow[c] *= inv[i];
+        }
+        lse_merge_rows(nq, D, o, p.o_stride.seq, lse, 1, ob, D, lb, 1);
+      }
+    }
+  }
+}
+
+void attn_bwd_preprocess(const AttnDims& dims, const float* o, Strides3 o_stride, const float* dout,
+                         Strides3 dout_stride, float* delta, Strides2 delta_stride) {
+  check_dims(dims);
+  WF_CHECK(o && dout && delta, "attn_bwd_preprocess: null pointer among o, dout, delta");
+  const int64_t tasks = int64_t(dims.batch) * dims.heads;
+#pragma omp parallel for num_threads(num_threads()) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t b = t / dims.heads, h = t % dims.heads;
+    for (int i = 0; i < dims.seq_q; ++i) {
+      const float* orow = o + b * o_stride.batch + i * o_stride.seq + h * o_stride.head;
+      const float* grow = dout + b * dout_stride.batch + i * dout_stride.seq + h * dout_stride.head;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int k = 0; k < dims.head_dim; ++k) acc += orow[k] * grow[k];
+      delta[b * delta_stride.batch + h * delta_stride.head + i] = acc;
+    }
+  }
+}
+
+namespace {
+
+// Zeroes rows [0, rows) of one head of a (B, S, H, D) tensor.
+void zero_rows(float* base, int64_t row_stride, int rows, int head_dim) {
+  for (int i = 0; i < rows; ++i)
+    std::fill(base + i * row_stride, base + i * row_stride + head_dim, 0.0f);
+}
+
+struct BwdTask {
+  int b, hk;
+  int j_begin, j_end;  // key rows [j_begin, j_end)
+  float* dq;           // dQ target: head h at dq + (h - first head) * dq_head
+  int64_t dq_head, dq_seq;
+};
+
+// Backward of one kv head over key rows [j_begin, j_end), all query heads of its group,
+// accumulating into dq (given target) and into dk, dv (rows owned by this call).
+void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float* dps) {
+  const AttnDims& d = p.dims;
+  const AttnTiling tile = attn_bwd_tiling(d);
+  const int bq = tile.block_q, bk = tile.block_k, D = d.head_dim;
+  const int group = d.heads / d.kv_heads;
+  const int b = task.b, hk = task.hk;
+  const float* k = p.k + b * p.k_stride.batch + hk * p.k_stride.head;
+  const float* v = p.v + b * p.v_stride.batch + hk * p.v_stride.head;
+  float* dk = p.dk + b * p.dk_stride.batch + hk * p.dk_stride.head;
+  float* dv = p.dv + b * p.dv_stride.batch + hk * p.dv_stride.head;
+  const int ldk = ld(p.k_stride.seq, D), ldv = ld(p.v_stride.seq, D);
+  const int lddk = ld(p.dk_stride.seq, D), lddv = ld(p.dv_stride.seq, D);
+  const int ldq = ld(p.q_stride.seq, D), lddo = ld(p.dout_stride.seq, D);
+  const int lddq = ld(task.dq_seq, D);
+  for (int j0 = task.j_begin; j0 < task.j_end; j0 += bk) {
+    const int nk = std::min(bk, task.j_end - j0);
+    const int64_t kpos_first = p.k_pos0 + j0, kpos_last = kpos_first + nk - 1;
+    float* dkj = dk + j0 * p.dk_stride.seq;
+    float* dvj = dv + j0 * p.dv_stride.seq;
+    if (!p.accumulate) {
+      zero_rows(dkj, p.dk_stride.seq, nk, D);
+      zero_rows(dvj, p.dv_stride.seq, nk, D);
+    }
+    for (int g = 0; g < group; ++g) {
+      const int h = hk * group + g;
+      const float* q = p.q + b * p.q_stride.batch + h * p.q_stride.head;
+      const float* dout = p.dout + b * p.dout_stride.batch + h * p.dout_stride.head;
+      const float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head;
+      const float* delta = p.delta + b * p.delta_stride.batch + h * p.delta_stride.head;
+      float* dq = task.dq + g * task.dq_head;
+      // Query blocks that end before the key tile starts are entirely masked under causal.
+      int i_start = 0;
+      if (p.causal) {
+        const int64_t first = kpos_first - p.q_pos0;  // first query row that sees a key of the tile
+        if (first >= d.seq_q) continue;
+        i_start = static_cast<int>(std::max<int64_t>(0, first) / bq * bq);
+      }
+      for (int i0 = i_start; i0 < d.seq_q; i0 += bq) {
+        const int nq = std::min(bq, d.seq_q - i0);
+        const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
+        if (p.causal && kpos_first > qpos_last) continue;
+        const bool partial = p.causal && kpos_last > qpos_first;
+        const float* qi = q + i0 * p.q_stride.seq;
+        const float* doi = dout + i0 * p.dout_stride.seq;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, qi, ldq,
+                    k + j0 * p.k_stride.seq, ldk, 0.0f, ps, nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, 1.0f, doi, lddo,
+                    v + j0 * p.v_stride.seq, ldv, 0.0f, dps, nk);
+        for (int i = 0; i < nq; ++i) {
+          float* prow = ps + int64_t(i) * nk;
+          float* dprow = dps + int64_t(i) * nk;
+          const float l = lse[i0 + i];
+          const int vis = partial ? visible_keys(d, true, qpos_first + i, kpos_first, nk) : nk;
+          if (l == kNegInf) {
+            std::fill(prow, prow + nk, 0.0f);
+            std::fill(dprow, dprow + nk, 0.0f);
+            continue;
+          }
+          const float dl = delta[i0 + i];
+          exp_shift_sum(prow, vis, l);
+          for (int j = vis; j < nk; ++j) prow[j] = 0.0f;
+#pragma omp simd
+          for (int j = 0; j < nk; ++j) dprow[j] = prow[j] * (dprow[j] - dl) * p.scale;
+        }
+        // dV += P^T dO ; dK += dS^T Q ; dQ += dS K
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, ps, nk, doi, lddo,
+                    1.0f, dvj, lddv);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, dps, nk, qi, ldq,
+                    1.0f, dkj, lddk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, dps, nk,
+                    k + j0 * p.k_stride.seq, ldk, 1.0f, dq + i0 * task.dq_seq, lddq);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attn_bwd(const AttnBwdParams& p) {
+  const AttnDims& d = p.dims;
+  check_dims(d);
+  WF_CHECK(p.q && p.k && p.v && p.dout && p.lse && p.delta && p.dq && p.dk && p.dv,
+           "attn_bwd: null pointer among q, k, v, dout, lse, delta, dq, dk, dv");
+  check_strides("q", p.q_stride, d.seq_q, d.heads, d.head_dim);
+  check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_strides("dout", p.dout_stride, d.seq_q, d.heads, d.head_dim);
+  check_strides("dq", p.dq_stride, d.seq_q, d.heads, d.head_dim);
+  check_strides("dk", p.dk_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_strides("dv", p.dv_stride, d.seq_k, d.kv_heads, d.head_dim);
+  const int D = d.head_dim;
+  if (!p.accumulate) {
+    for (int b = 0; b < d.batch; ++b)
+      for (int h = 0; h < d.heads; ++h)
+        zero_rows(p.dq + b * p.dq_stride.batch + h * p.dq_stride.head, p.dq_stride.seq, d.seq_q, D);
+  }
+  if (d.seq_q == 0 || d.seq_k == 0) {
+    if (!p.accumulate) {
+      for (int b = 0; b < d.batch; ++b)
+        for (int h = 0; h < d.kv_heads; ++h) {
+          zero_rows(p.dk + b * p.dk_stride.batch + h * p.dk_stride.head, p.dk_stride.seq, d.seq_k,
+                    D);
+          zero_rows(p.dv + b * p.dv_stride.batch + h * p.dv_stride.head, p.dv_stride.seq, d.seq_k,
+                    D);
+        }
+    }
+    return;
+  }
+  const AttnTiling tile = attn_bwd_tiling(d);
+  const int group = d.heads / d.kv_heads;
+  const int nthreads = num_threads();
+  const int64_t per_thread = 2 * int64_t(tile.block_q) * tile.block_k;
+  std::vector<float> work(per_thread * nthreads);
+  const int tasks = d.batch * d.kv_heads;
+
+  BlasSingleThreaded blas_guard;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+  for (int t = 0; t < tasks; ++t) {
+    float* ps = work.data() + per_thread * omp_get_thread_num();
+    BwdTask task;
+    task.b = t / d.kv_heads;
+    task.hk = t % d.kv_heads;
+    task.j_begin = 0;
+    task.j_end = d.seq_k;
+    task.dq = p.dq + task.b * p.dq_stride.batch + int64_t(task.hk) * group * p.dq_stride.head;
+    task.dq_head = p.dq_stride.head;
+    task.dq_seq = p.dq_stride.seq;
+    bwd_kv_range(p, task, ps, ps + per_thread / 2);
+  }
+}
+
+}  // namespace wallfacer::kernels
