@@ -31,6 +31,7 @@ TEST(PlanSim, OneMessageBetweenNodes) {
   EXPECT_NEAR(r.exposed_comm, r.time, kTol);
   EXPECT_DOUBLE_EQ(r.ranks[0].p2p_bytes, 1e6);
   EXPECT_DOUBLE_EQ(r.ranks[1].p2p_bytes, 0);
+  EXPECT_DOUBLE_EQ(r.ranks[0].inter_bytes, 1e6);
   // Same node: 2 µs + 0.1 ms.
   EXPECT_NEAR(simulate(p, machine(2, 2, 2)).time, 2e-6 + 1e-4, kTol);
 }
@@ -131,6 +132,7 @@ TEST(PlanSim, AllToAllPairwiseSteps) {
   auto r = simulate(p, machine(4, 2, 2));
   EXPECT_NEAR(r.time, (2e-5 + 1e-3) + (2e-5 + 2e-3) + (2e-5 + 1e-3), kTol);
   EXPECT_DOUBLE_EQ(r.ranks[1].coll_bytes, 3e6);
+  EXPECT_DOUBLE_EQ(r.ranks[1].inter_bytes, 2e6);  // to ranks 2 and 3, not to rank 0
 }
 
 TEST(PlanSim, CollectiveStartsWhenTheLastMemberArrives) {

@@ -114,9 +114,19 @@ int algorithm_steps(Coll c, int n) {
 
 double chunk_bytes(Coll c, double bytes, int n) { return c == Coll::AllReduce ? bytes / n : bytes; }
 
-// Ring-algorithm bytes one rank sends in this collective.
-double coll_sent_bytes(Coll c, double bytes, int n) {
-  return algorithm_steps(c, n) * chunk_bytes(c, bytes, n);
+// Ring-algorithm bytes one rank sends in this collective, and how many of them leave the node.
+std::pair<double, double> coll_sent_bytes(Coll c, const std::vector<int>& g, int rank, double bytes,
+                                          const Machine& m) {
+  const int n = static_cast<int>(g.size());
+  const int steps = algorithm_steps(c, n);
+  const double chunk = chunk_bytes(c, bytes, n);
+  const int j = static_cast<int>(std::find(g.begin(), g.end(), rank) - g.begin());
+  double inter = 0;
+  for (int s = 0; s < steps; ++s) {
+    const int shift = c == Coll::AllToAll ? 1 + s : 1;
+    if (!m.same_node(rank, g[(j + shift) % n])) inter += chunk;
+  }
+  return {steps * chunk, inter};
 }
 
 struct CollInstance {
@@ -272,6 +282,7 @@ SimResult simulate(const Program& prog, const Machine& m) {
             (is_send ? sends[key] : recvs[key]).push_back(me);
           }
           if (is_send) res.ranks[r].p2p_bytes += o.bytes;
+          if (is_send && !m.same_node(r, o.peer)) res.ranks[r].inter_bytes += o.bytes;
         } else if (o.kind == Op::Kind::Wait) {
           auto it = s.done.find(o.request);
           WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r,
@@ -293,7 +304,9 @@ SimResult simulate(const Program& prog, const Machine& m) {
           s.clock = a.latest + coll_time.at(key);
           s.arrived = false;
           ++s.coll_k;
-          res.ranks[r].coll_bytes += coll_sent_bytes(o.coll, o.bytes, int(g.size()));
+          auto [sent, inter] = coll_sent_bytes(o.coll, g, r, o.bytes, m);
+          res.ranks[r].coll_bytes += sent;
+          res.ranks[r].inter_bytes += inter;
         }
         ++s.pc;
         progress = true;

@@ -78,6 +78,7 @@ struct RankTime {
   double finish = 0;                     // s
   double compute = 0;                    // s of compute
   double p2p_bytes = 0, coll_bytes = 0;  // bytes this rank sends (collectives: ring algorithm)
+  double inter_bytes = 0;                // of those, the bytes that leave the node
 };
 
 struct SimResult {
