@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/plan/calibrate.h"
 #include "wallfacer/plan/simulator.h"
 
 namespace wallfacer::plan {
@@ -157,6 +158,34 @@ TEST(PlanSim, MalformedProgramsAreErrors) {
   mismatch.ops[0] = {Op::send(1, 8, 0), Op::wait(0)};
   mismatch.ops[1] = {Op::recv(0, 16, 0), Op::wait(0)};
   EXPECT_THROW(simulate(mismatch, machine(2, 2, 2)), Error);
+}
+
+}  // namespace
+}  // namespace wallfacer::plan
+
+namespace wallfacer::plan {
+namespace {
+
+TEST(PlanCalibrate, FitRecoversLatencyAndBandwidth) {
+  std::vector<double> b, t;
+  for (double x = 8; x <= 1 << 24; x *= 4) {
+    b.push_back(x);
+    t.push_back(3e-6 + x / 5e9);
+  }
+  Link l = fit_link(b, t);
+  EXPECT_NEAR(l.latency, 3e-6, 1e-12);
+  EXPECT_NEAR(l.bandwidth, 5e9, 1e-3);
+  // Noise of a few percent on every sample keeps both within 10%.
+  for (size_t i = 0; i < t.size(); ++i) t[i] *= i % 2 ? 1.03 : 0.97;
+  l = fit_link(b, t);
+  EXPECT_NEAR(l.latency, 3e-6, 3e-7);
+  EXPECT_NEAR(l.bandwidth, 5e9, 5e8);
+  EXPECT_THROW(fit_link({8}, {1e-6}), Error);
+}
+
+TEST(PlanCalibrate, Median) {
+  EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
 }
 
 }  // namespace

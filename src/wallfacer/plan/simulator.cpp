@@ -4,6 +4,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <queue>
 #include <tuple>
 
 #include "wallfacer/core/error.h"
@@ -166,14 +167,21 @@ std::vector<double> concurrent_collective_times(const std::vector<CollInstance>&
   return t;
 }
 
-constexpr double kPending = -1;
-
-struct Posted {
-  double time;
-  int rank, request;
-  double bytes;
-  int ordinal;  // the rank's k-th send
+// A point-to-point transfer in flight. It waits out the latency, then streams its bytes at the
+// rate its most shared resource allows: the sending and the receiving device port for a message
+// inside a node, the two network cards for one between nodes.
+struct Flow {
+  int src = 0, dst = 0;
+  int send_req = 0, recv_req = 0;
+  double total = 0, left = 0;  // bytes
+  double active_at = 0;        // s: when the latency is over
+  bool active = false;
+  double rate = 0;  // bytes/s while active
+  int res[2] = {0, 0};
 };
+
+// Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress.
+int port(int index, int kind) { return 4 * index + kind; }
 
 }  // namespace
 
@@ -183,22 +191,6 @@ SimResult simulate(const Program& prog, const Machine& m) {
            P);
   for (const auto& g : prog.groups)
     for (int r : g) WF_CHECK(r >= 0 && r < P, "group member {} outside 0..{}", r, P - 1);
-
-  // Card load of the k-th sends of all ranks, taken as simultaneous.
-  std::vector<NicLoad> send_load;
-  std::vector<std::vector<int>> send_ordinal(P);
-  for (int r = 0; r < P; ++r) {
-    int k = 0;
-    for (const Op& o : prog.ops[r]) {
-      send_ordinal[r].push_back(-1);
-      if (o.kind != Op::Kind::Send) continue;
-      WF_CHECK(o.peer >= 0 && o.peer < P, "rank {} sends to rank {} outside 0..{}", r, o.peer,
-               P - 1);
-      if (int(send_load.size()) <= k) send_load.resize(k + 1);
-      send_load[k].add(m, r, o.peer);
-      send_ordinal[r].back() = k++;
-    }
-  }
 
   // Durations of the k-th collectives, all groups running theirs together.
   std::map<std::pair<int, int>, double> coll_time;  // (group, k) -> s
@@ -225,14 +217,21 @@ SimResult simulate(const Program& prog, const Machine& m) {
 
   struct RankState {
     size_t pc = 0;
-    double clock = 0;
     int coll_k = 0;
-    bool arrived = false;        // at its current collective
-    std::map<int, double> done;  // request -> completion time (kPending while unmatched)
+    bool arrived = false;  // at its current collective
+    bool finished = false;
+    std::map<int, double> done;  // request -> completion time (< 0 while in flight)
+    int waiting_for = -1;        // request it is blocked on
   };
   std::vector<RankState> st(P);
   SimResult res;
   res.ranks.resize(P);
+
+  struct Posted {
+    double time;
+    int request;
+    double bytes;
+  };
   std::map<std::tuple<int, int, int>, std::deque<Posted>> sends, recvs;  // (src, dst, tag)
   struct Arrivals {
     int count = 0;
@@ -240,80 +239,152 @@ SimResult simulate(const Program& prog, const Machine& m) {
   };
   std::map<std::pair<int, int>, Arrivals> arrivals;  // (group, k)
 
-  auto match = [&](const Posted& s, const Posted& r, int src, int dst) {
-    const double start = std::max(s.time, r.time);
+  // Ranks ready to run, by time.
+  using Ready = std::pair<double, int>;
+  std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready;
+  for (int r = 0; r < P; ++r) ready.push({0.0, r});
+
+  std::vector<Flow> flows;  // in flight
+  std::map<int, int> load;  // resource -> active flows
+  double now = 0;
+
+  auto rerate = [&] {
+    load.clear();
+    for (const Flow& f : flows)
+      if (f.active) ++load[f.res[0]], ++load[f.res[1]];
+    for (Flow& f : flows) {
+      if (!f.active) continue;
+      const double bw = m.same_node(f.src, f.dst) ? m.intra.bandwidth : m.inter.bandwidth;
+      f.rate = bw / std::max(load[f.res[0]], load[f.res[1]]);
+    }
+  };
+  auto complete = [&](int rank, int request, double t) {
+    st[rank].done[request] = t;
+    if (st[rank].waiting_for == request) {
+      st[rank].waiting_for = -1;
+      ready.push({t, rank});
+    }
+  };
+  auto start_flow = [&](int src, int dst, const Posted& s, const Posted& r) {
     WF_CHECK(s.bytes == r.bytes, "rank {} sends {} bytes but rank {} receives {}", src, s.bytes,
              dst, r.bytes);
-    const double end = start + send_load[s.ordinal].time(m, src, dst, s.bytes);
-    st[src].done[s.request] = end;
-    st[dst].done[r.request] = end;
+    Flow f;
+    f.src = src, f.dst = dst, f.send_req = s.request, f.recv_req = r.request;
+    f.total = f.left = s.bytes;
+    const bool local = m.same_node(src, dst);
+    f.active_at = now + (src == dst ? 0.0 : local ? m.intra.latency : m.inter.latency);
+    if (local) {
+      f.res[0] = port(m.device_of[src], 0), f.res[1] = port(m.device_of[dst], 1);
+    } else {
+      f.res[0] = port(m.nic(src), 2), f.res[1] = port(m.nic(dst), 3);
+    }
+    if (src == dst) f.left = 0;
+    flows.push_back(f);
   };
 
-  bool progress = true;
-  int finished = 0;
-  for (int r = 0; r < P; ++r) finished += prog.ops[r].empty();
-  while (finished < P) {
-    WF_CHECK(progress, "the schedule deadlocks: {} of {} ranks cannot proceed", P - finished, P);
-    progress = false;
-    for (int r = 0; r < P; ++r) {
-      RankState& s = st[r];
-      const auto& ops = prog.ops[r];
-      while (s.pc < ops.size()) {
-        const Op& o = ops[s.pc];
-        if (o.kind == Op::Kind::Compute) {
-          const double rate = o.work == Work::Attention ? m.attention_flops : m.gemm_flops;
-          s.clock += o.flops / rate;
-          res.ranks[r].compute += o.flops / rate;
-        } else if (o.kind == Op::Kind::Send || o.kind == Op::Kind::Recv) {
-          const bool is_send = o.kind == Op::Kind::Send;
-          WF_CHECK(o.peer >= 0 && o.peer < P, "rank {} talks to rank {} outside 0..{}", r, o.peer,
-                   P - 1);
-          WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
-          s.done[o.request] = kPending;
-          Posted me{s.clock, r, o.request, o.bytes, send_ordinal[r][s.pc]};
-          const int src = is_send ? r : o.peer, dst = is_send ? o.peer : r;
-          auto key = std::make_tuple(src, dst, o.tag);
-          auto& other = is_send ? recvs[key] : sends[key];
-          if (!other.empty()) {
-            Posted them = other.front();
-            other.pop_front();
-            is_send ? match(me, them, src, dst) : match(them, me, src, dst);
-          } else {
-            (is_send ? sends[key] : recvs[key]).push_back(me);
-          }
-          if (is_send) res.ranks[r].p2p_bytes += o.bytes;
-          if (is_send && !m.same_node(r, o.peer)) res.ranks[r].inter_bytes += o.bytes;
-        } else if (o.kind == Op::Kind::Wait) {
-          auto it = s.done.find(o.request);
-          WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r,
-                   o.request);
-          if (it->second == kPending) break;
-          s.clock = std::max(s.clock, it->second);
-        } else {  // collective
-          const auto& g = prog.groups[o.group];
-          WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
-                   "rank {} runs a collective on a group it is not in", r);
-          auto key = std::make_pair(o.group, s.coll_k);
-          Arrivals& a = arrivals[key];
-          if (!s.arrived) {
-            s.arrived = true;
-            ++a.count;
-            a.latest = std::max(a.latest, s.clock);
-          }
-          if (a.count < int(g.size())) break;
-          s.clock = a.latest + coll_time.at(key);
-          s.arrived = false;
-          ++s.coll_k;
-          auto [sent, inter] = coll_sent_bytes(o.coll, g, r, o.bytes, m);
-          res.ranks[r].coll_bytes += sent;
-          res.ranks[r].inter_bytes += inter;
-        }
+  // Runs rank r from time `now` until it computes, blocks or ends.
+  auto run_rank = [&](int r) {
+    RankState& s = st[r];
+    const auto& ops = prog.ops[r];
+    while (s.pc < ops.size()) {
+      const Op& o = ops[s.pc];
+      if (o.kind == Op::Kind::Compute) {
+        const double rate = o.work == Work::Attention ? m.attention_flops : m.gemm_flops;
+        res.ranks[r].compute += o.flops / rate;
         ++s.pc;
-        progress = true;
-        if (s.pc == ops.size()) ++finished;
+        ready.push({now + o.flops / rate, r});
+        return;
       }
+      if (o.kind == Op::Kind::Send || o.kind == Op::Kind::Recv) {
+        const bool is_send = o.kind == Op::Kind::Send;
+        WF_CHECK(o.peer >= 0 && o.peer < P, "rank {} talks to rank {} outside 0..{}", r, o.peer,
+                 P - 1);
+        WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
+        s.done[o.request] = -1;
+        Posted me{now, o.request, o.bytes};
+        const int src = is_send ? r : o.peer, dst = is_send ? o.peer : r;
+        auto key = std::make_tuple(src, dst, o.tag);
+        auto& other = is_send ? recvs[key] : sends[key];
+        if (!other.empty()) {
+          Posted them = other.front();
+          other.pop_front();
+          is_send ? start_flow(src, dst, me, them) : start_flow(src, dst, them, me);
+        } else {
+          (is_send ? sends[key] : recvs[key]).push_back(me);
+        }
+        if (is_send) {
+          res.ranks[r].p2p_bytes += o.bytes;
+          if (!m.same_node(r, o.peer)) res.ranks[r].inter_bytes += o.bytes;
+        }
+      } else if (o.kind == Op::Kind::Wait) {
+        auto it = s.done.find(o.request);
+        WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r, o.request);
+        if (it->second < 0) {
+          s.waiting_for = o.request;
+          ++s.pc;  // resumes after the wait
+          return;
+        }
+      } else {  // collective
+        const auto& g = prog.groups[o.group];
+        WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
+                 "rank {} runs a collective on a group it is not in", r);
+        auto key = std::make_pair(o.group, s.coll_k);
+        Arrivals& a = arrivals[key];
+        auto [sent, inter] = coll_sent_bytes(o.coll, g, r, o.bytes, m);
+        res.ranks[r].coll_bytes += sent;
+        res.ranks[r].inter_bytes += inter;
+        ++s.coll_k;
+        ++s.pc;
+        ++a.count;
+        a.latest = std::max(a.latest, now);
+        if (a.count == int(g.size())) {
+          const double end = a.latest + coll_time.at(key);
+          for (int member : g) ready.push({end, member});
+        }
+        return;  // resumes when the whole group is done
+      }
+      ++s.pc;
     }
+    s.finished = true;
+    res.ranks[r].finish = now;
+  };
+
+  while (true) {
+    // The next flow event: a latency running out or a transfer completing at its current rate.
+    double t_flow = std::numeric_limits<double>::infinity();
+    int next = -1;
+    for (size_t i = 0; i < flows.size(); ++i) {
+      const Flow& f = flows[i];
+      const double t = !f.active ? f.active_at : f.left <= 0 ? now : now + f.left / f.rate;
+      if (t < t_flow) t_flow = t, next = static_cast<int>(i);
+    }
+    const double t_rank =
+        ready.empty() ? std::numeric_limits<double>::infinity() : ready.top().first;
+    if (next < 0 && ready.empty()) break;
+    const double t = std::min(t_flow, t_rank);
+    for (Flow& f : flows)
+      if (f.active) f.left = std::max(0.0, f.left - f.rate * (t - now));
+    now = t;
+    if (next >= 0 && t_flow <= t_rank) {
+      Flow& f = flows[next];
+      if (!f.active && f.left > 0) {
+        f.active = true;
+      } else {
+        const Flow done = f;
+        flows.erase(flows.begin() + next);
+        complete(done.src, done.send_req, now);
+        complete(done.dst, done.recv_req, now);
+      }
+      rerate();
+      continue;
+    }
+    const int r = ready.top().second;
+    ready.pop();
+    run_rank(r);
   }
+
+  for (int r = 0; r < P; ++r)
+    WF_CHECK(st[r].finished, "the schedule deadlocks: rank {} cannot get past op {}", r, st[r].pc);
   for (auto& [key, q] : sends)
     WF_CHECK(q.empty(), "rank {} sends to rank {} but nothing receives it", std::get<0>(key),
              std::get<1>(key));
@@ -322,11 +393,9 @@ SimResult simulate(const Program& prog, const Machine& m) {
              std::get<0>(key));
 
   int last = 0;
-  for (int r = 0; r < P; ++r) {
-    res.ranks[r].finish = st[r].clock;
-    if (st[r].clock > st[last].clock) last = r;
-  }
-  res.time = st[last].clock;
+  for (int r = 0; r < P; ++r)
+    if (res.ranks[r].finish > res.ranks[last].finish) last = r;
+  res.time = res.ranks[last].finish;
   res.compute = res.ranks[last].compute;
   res.exposed_comm = res.time - res.compute;
   return res;

@@ -1,18 +1,19 @@
 #pragma once
 // Replays the per-rank programs of a schedule on a modelled machine, without MPI.
 //
-// Cost model (α–β per link class):
-// - a message of b bytes between devices of one node takes intra.latency + b / intra.bandwidth;
-//   between nodes inter.latency + b·s / inter.bandwidth, where s is the number of messages that
-//   share the sending (or the receiving) network card at that moment: the k-th sends of all ranks
-//   are taken as simultaneous (the programs are SPMD), and a card carries every inter-node flow of
-//   the devices attached to it;
-// - a transfer starts when both its send and its receive are posted and completes independently of
+// Cost model (α–β per link class), as a discrete-event simulation in time order:
+// - a message waits out the latency of its link class (intra.latency inside a node, inter.latency
+//   between nodes) and then streams its bytes; its rate is the link bandwidth divided by the number
+//   of transfers in flight on its busiest resource: the sending and the receiving device port for a
+//   message inside a node, the sending and the receiving network card (shared by devices_per_nic
+//   devices) for one between nodes. Alone on its link, b bytes take latency + b / bandwidth;
+// - a transfer starts when both its send and its receive are posted and proceeds independently of
 //   compute: a Wait blocks only for what is still in flight (double buffering hides the rest);
-// - collectives run by their algorithm on the group in its rank order: all-gather and
-//   reduce-scatter as a ring, n−1 steps of one chunk; all-reduce as a ring, 2(n−1) steps of 1/n of
-//   the buffer; all-to-all as n−1 pairwise exchange steps of one chunk. Each step takes the time of
-//   its slowest link (card sharing counted over every group running its k-th collective);
+// - collectives run by their algorithm on the group in its rank order once every member arrived:
+//   all-gather and reduce-scatter as a ring, n−1 steps of one chunk; all-reduce as a ring, 2(n−1)
+//   steps of 1/n of the buffer; all-to-all as n−1 pairwise exchange steps of one chunk. Each step
+//   takes the time of its slowest link, with card sharing counted over every group running its
+//   k-th collective at the same time;
 // - compute takes flops / rate, with one rate for attention kernels and one for dense products.
 
 #include <cstdint>
