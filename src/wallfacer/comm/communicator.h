@@ -52,12 +52,19 @@ class Communicator {
   Request irecv(float* buf, int64_t count, int src, int tag);
 
   // Collectives on float buffers (counts in elements per rank).
-  void all_gather(const float* send, int64_t count, float* recv);  // recv: size() * count
+  void all_gather(const float* send, int64_t count, float* recv);          // recv: size() * count
   void reduce_scatter_sum(const float* send, float* recv, int64_t count);  // send: size() * count
   void all_reduce_sum(float* buf, int64_t count);
   void all_reduce_sum(double* buf, int64_t count);
   void all_to_all(const float* send, float* recv, int64_t count_per_rank);
   void barrier();
+
+  // Reduce-scatter of partial attention results with the LSE combine (kernels::lse_merge_rows):
+  // o_send holds size() blocks of (B, rows, H, D) and lse_send size() blocks of (B, H, rows), block
+  // j for rank j; every rank receives its block merged over all ranks (in rank order) into o_recv
+  // (B, rows, H, D) and lse_recv (B, H, rows). Counted as (n-1)/n of the full (O, LSE) buffer.
+  void reduce_scatter_lse(const float* o_send, const float* lse_send, float* o_recv,
+                          float* lse_recv, int batch, int64_t rows, int heads, int head_dim);
 
   ByteCounters& counters();
   const ByteCounters& counters() const;

@@ -10,31 +10,9 @@
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/seqpar/config.h"
 
 namespace wallfacer::seqpar {
-
-enum class Strategy { Ring, Zigzag, Ulysses, WallFacer };
-
-// "ring" | "zigzag" | "ulysses" | "wallfacer"; throws UsageError naming the bad value.
-Strategy parse_strategy(std::string_view name);
-std::string_view strategy_name(Strategy s);
-
-struct AttnConfig {
-  Strategy strategy = Strategy::Ring;
-  int teams = 1;  // C, for WallFacer
-  int batch = 1;
-  int64_t seq = 0;  // global sequence length
-  int heads = 1;
-  int kv_heads = 1;
-  int head_dim = 0;
-  bool causal = false;
-};
-
-// Throws UsageError with a one-line message when cfg cannot run on P ranks.
-void validate(const AttnConfig& cfg, int P);
-
-// Global token positions of the rows rank `rank` holds, in local row order (seq / P of them).
-std::vector<int64_t> local_positions(const AttnConfig& cfg, int P, int rank);
 
 struct AttnStats {
   int64_t p2p_bytes_fwd = 0, p2p_bytes_bwd = 0;

@@ -1,0 +1,241 @@
+// wallfacer attn: distributed exact attention, forward and backward, on seeded random inputs.
+//   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C] --seq N
+//     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--check] [--iters K]
+//     [--json] [--dump DIR]
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/npy.h"
+#include "wallfacer/seqpar/attention.h"
+#include "wallfacer/seqpar/harness.h"
+
+namespace wallfacer::cli {
+namespace {
+
+struct AttnOptions {
+  std::string strategy = "ring";
+  int teams = 1;
+  int64_t seq = 0;
+  int batch = 1;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  bool causal = false;
+  bool check = false;
+  bool json = false;
+  int iters = 1;
+  std::string dump;
+  uint64_t seed = 1;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// Every rank's values, on every rank (index = rank).
+std::vector<double> all_ranks(comm::Communicator& world, double x) {
+  std::vector<double> v(size_t(world.size()), 0.0);
+  v[size_t(world.rank())] = x;
+  world.all_reduce_sum(v.data(), int64_t(v.size()));
+  return v;
+}
+
+double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+int run_attn(const AttnOptions& o) {
+  WF_USAGE_CHECK(o.seq > 0 && o.heads > 0 && o.head_dim > 0,
+                 "--seq, --heads and --head-dim are required and must be positive");
+  seqpar::AttnConfig cfg;
+  cfg.strategy = seqpar::parse_strategy(o.strategy);
+  cfg.teams = o.teams;
+  cfg.batch = o.batch;
+  cfg.seq = o.seq;
+  cfg.heads = o.heads;
+  cfg.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  cfg.head_dim = o.head_dim;
+  cfg.causal = o.causal;
+  WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
+
+  comm::MpiSession session(nullptr, nullptr);
+  auto world = comm::Communicator::world();
+  const int P = world.size(), rank = world.rank();
+  try {  // before any collective: every rank reaches the same verdict
+    seqpar::validate(cfg, P);
+  } catch (const UsageError&) {
+    if (rank != 0) return 2;  // every rank stops; rank 0 prints the one line
+    throw;
+  }
+
+  // This rank's rows of the seeded global inputs.
+  const auto pos = seqpar::local_positions(cfg, P, rank);
+  const int64_t n = int64_t(pos.size()), B = cfg.batch, D = cfg.head_dim;
+  std::vector<float> q(size_t(B * n * cfg.heads * D)), k(size_t(B * n * cfg.kv_heads * D)),
+      v(k.size()), dout(q.size());
+  seqpar::fill_inputs(o.seed, seqpar::InputTensor::Q, pos, cfg.batch, cfg.heads, cfg.head_dim,
+                      q.data());
+  seqpar::fill_inputs(o.seed, seqpar::InputTensor::K, pos, cfg.batch, cfg.kv_heads, cfg.head_dim,
+                      k.data());
+  seqpar::fill_inputs(o.seed, seqpar::InputTensor::V, pos, cfg.batch, cfg.kv_heads, cfg.head_dim,
+                      v.data());
+  seqpar::fill_inputs(o.seed, seqpar::InputTensor::Dout, pos, cfg.batch, cfg.heads, cfg.head_dim,
+                      dout.data());
+  std::vector<float> out(q.size()), lse(size_t(B * cfg.heads * n)), dq(q.size()), dk(k.size()),
+      dv(v.size());
+
+  seqpar::DistAttention attn(cfg, world);
+  std::vector<double> fwd_ms, bwd_ms, fwd_exp, bwd_exp;
+  for (int it = 0; it < o.iters; ++it) {
+    world.barrier();
+    attn.forward(q.data(), k.data(), v.data(), out.data(), lse.data());
+    attn.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                  dk.data(), dv.data());
+    const auto& st = attn.stats();
+    fwd_ms.push_back(st.fwd_ms);
+    bwd_ms.push_back(st.bwd_ms);
+    fwd_exp.push_back(st.exposed_comm_fwd_ms);
+    bwd_exp.push_back(st.exposed_comm_bwd_ms);
+  }
+  const auto st = attn.stats();
+  const auto flops = all_ranks(world, st.attn_flops);
+  double mean_flops = 0;
+  for (double f : flops) mean_flops += f / P;
+  nlohmann::json j;
+  j["strategy"] = o.strategy;
+  j["P"] = P;
+  j["C"] = cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1;
+  j["seq"] = cfg.seq;
+  j["batch"] = cfg.batch;
+  j["heads"] = cfg.heads;
+  j["kv_heads"] = cfg.kv_heads;
+  j["head_dim"] = cfg.head_dim;
+  j["causal"] = cfg.causal;
+  j["iters"] = o.iters;
+  auto mx = [&](double x) { return max_of(all_ranks(world, x)); };
+  j["bytes"] = {{"p2p_fwd", int64_t(mx(double(st.p2p_bytes_fwd)))},
+                {"p2p_bwd", int64_t(mx(double(st.p2p_bytes_bwd)))},
+                {"coll_fwd", int64_t(mx(double(st.coll_bytes_fwd)))},
+                {"coll_bwd", int64_t(mx(double(st.coll_bytes_bwd)))}};
+  j["steps"] = {{"p2p_fwd", int64_t(mx(double(st.p2p_steps_fwd)))},
+                {"p2p_bwd", int64_t(mx(double(st.p2p_steps_bwd)))}};
+  // Times: the median over iterations on each rank, then the slowest rank.
+  j["time_ms"] = {{"fwd", mx(median(fwd_ms))}, {"bwd", mx(median(bwd_ms))}};
+  j["exposed_comm_ms"] = {{"fwd", mx(median(fwd_exp))}, {"bwd", mx(median(bwd_exp))}};
+  j["work_imbalance"] = mean_flops > 0 ? max_of(flops) / mean_flops : 1.0;
+  j["attn_gflops_fwd"] = mean_flops * P / 1e9;
+
+  int rc = 0;
+  j["max_err"] = {
+      {"out", nullptr}, {"lse", nullptr}, {"dq", nullptr}, {"dk", nullptr}, {"dv", nullptr}};
+  if (o.check || !o.dump.empty()) {
+    seqpar::AttnTensors got;
+    got.o = seqpar::gather_rows(world, cfg, out.data(), cfg.heads);
+    got.lse = seqpar::gather_stat(world, cfg, lse.data(), cfg.heads);
+    got.dq = seqpar::gather_rows(world, cfg, dq.data(), cfg.heads);
+    got.dk = seqpar::gather_rows(world, cfg, dk.data(), cfg.kv_heads);
+    got.dv = seqpar::gather_rows(world, cfg, dv.data(), cfg.kv_heads);
+    double verdict = 0;
+    if (rank == 0) {
+      const auto in = seqpar::make_inputs(cfg, o.seed);
+      if (o.check) {
+        // The naive fp64 reference where affordable, else the fp32 kernel on the whole sequence
+        // (then both sides carry fp32 error: twice the tolerance).
+        const double work = double(B) * cfg.heads * double(cfg.seq) * double(cfg.seq) * D;
+        const bool fp64 = work <= 4e9;
+        const auto ref = seqpar::reference_attention(cfg, in, fp64);
+        const auto e = seqpar::attention_errors(got, ref);
+        seqpar::AttnTolerance tol;
+        if (!fp64) tol = {2 * tol.out, 2 * tol.lse, 2 * tol.grad};
+        j["max_err"] = {{"out", e.out}, {"lse", e.lse}, {"dq", e.dq}, {"dk", e.dk}, {"dv", e.dv}};
+        j["reference"] = fp64 ? "fp64" : "fp32";
+        j["check"] = e.within(tol) ? "pass" : "fail";
+        verdict = e.within(tol) ? 0 : 1;
+      }
+      if (!o.dump.empty()) {
+        std::filesystem::create_directories(o.dump);
+        const std::vector<int64_t> qshape{B, cfg.seq, cfg.heads, D},
+            kshape{B, cfg.seq, cfg.kv_heads, D}, lshape{B, cfg.heads, cfg.seq};
+        auto put = [&](const char* name, const std::vector<float>& x,
+                       const std::vector<int64_t>& shape) {
+          write_npy((std::filesystem::path(o.dump) / name).string(), x.data(), shape);
+        };
+        put("q.npy", in.q, qshape);
+        put("k.npy", in.k, kshape);
+        put("v.npy", in.v, kshape);
+        put("do.npy", in.dout, qshape);
+        put("o.npy", got.o, qshape);
+        put("lse.npy", got.lse, lshape);
+        put("dq.npy", got.dq, qshape);
+        put("dk.npy", got.dk, kshape);
+        put("dv.npy", got.dv, kshape);
+      }
+    }
+    world.all_reduce_sum(&verdict, 1);
+    rc = verdict > 0 ? 1 : 0;
+  }
+
+  if (rank == 0) {
+    if (o.json) {
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d%s\n",
+                  o.strategy.c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads,
+                  cfg.kv_heads, cfg.head_dim, cfg.causal ? " causal" : "");
+      std::printf("  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld\n",
+                  (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
+                  (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"]);
+      std::printf("  p2p steps   fwd %lld bwd %lld\n", (long long)j["steps"]["p2p_fwd"],
+                  (long long)j["steps"]["p2p_bwd"]);
+      std::printf("  time        fwd %.2f ms (exposed comm %.2f) bwd %.2f ms (exposed comm %.2f)\n",
+                  double(j["time_ms"]["fwd"]), double(j["exposed_comm_ms"]["fwd"]),
+                  double(j["time_ms"]["bwd"]), double(j["exposed_comm_ms"]["bwd"]));
+      std::printf("  work imbalance %.4f\n", double(j["work_imbalance"]));
+      if (o.check)
+        std::printf(
+            "  max rel err  out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  (%s reference): %s\n",
+            double(j["max_err"]["out"]), double(j["max_err"]["lse"]), double(j["max_err"]["dq"]),
+            double(j["max_err"]["dk"]), double(j["max_err"]["dv"]),
+            std::string(j["reference"]).c_str(), std::string(j["check"]).c_str());
+    }
+    std::fflush(stdout);
+  }
+  return rc;
+}
+
+Action setup(CLI::App& root) {
+  auto o = std::make_shared<AttnOptions>();
+  auto* cmd = root.add_subcommand(
+      "attn",
+      "Distributed exact attention (forward + backward) on seeded inputs; run under mpirun");
+  cmd->add_option("--strategy", o->strategy, "ring | zigzag | ulysses | wallfacer")
+      ->check(CLI::IsMember({"ring", "zigzag", "ulysses", "wallfacer"}));
+  cmd->add_option("--teams", o->teams, "WallFacer team size C (C^2 must divide P)");
+  cmd->add_option("--seq", o->seq, "global sequence length N (required)");
+  cmd->add_option("--batch", o->batch, "batch size B");
+  cmd->add_option("--heads", o->heads, "query heads H (required)");
+  cmd->add_option("--kv-heads", o->kv_heads, "key/value heads (default: H)");
+  cmd->add_option("--head-dim", o->head_dim, "head dimension D (required)");
+  cmd->add_flag("--causal", o->causal, "causal mask");
+  cmd->add_flag("--check", o->check,
+                "compare with a single-process computation of the whole sequence (exit 1 above "
+                "tolerance)");
+  cmd->add_option("--iters", o->iters, "iterations (times are medians)");
+  cmd->add_flag("--json", o->json, "print one JSON object");
+  cmd->add_option("--dump", o->dump, "write inputs and gathered results as .npy files to DIR");
+  cmd->add_option("--seed", o->seed, "input seed");
+  return [o] { return run_attn(*o); };
+}
+
+WALLFACER_COMMAND(30, "attn", setup);
+
+}  // namespace
+}  // namespace wallfacer::cli

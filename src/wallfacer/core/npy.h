@@ -1,0 +1,17 @@
+#pragma once
+// NumPy .npy files (format version 1.0, little-endian float32, C order).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wallfacer {
+
+// Writes `data` (product of `shape` floats) to `path` via a temporary file and a rename.
+// Throws wallfacer::Error naming the path when it cannot.
+void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
+
+// Reads a float32 .npy file written by write_npy (or NumPy): returns the data, sets `shape`.
+std::vector<float> read_npy(const std::string& path, std::vector<int64_t>& shape);
+
+}  // namespace wallfacer

@@ -1,0 +1,92 @@
+#include "wallfacer/seqpar/config.h"
+
+#include <climits>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer::seqpar {
+
+Strategy parse_strategy(std::string_view name) {
+  if (name == "ring") return Strategy::Ring;
+  if (name == "zigzag") return Strategy::Zigzag;
+  if (name == "ulysses") return Strategy::Ulysses;
+  if (name == "wallfacer") return Strategy::WallFacer;
+  throw UsageError(
+      fmt::format("unknown strategy '{}': use one of ring, zigzag, ulysses, wallfacer", name));
+}
+
+std::string_view strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::Ring:
+      return "ring";
+    case Strategy::Zigzag:
+      return "zigzag";
+    case Strategy::Ulysses:
+      return "ulysses";
+    case Strategy::WallFacer:
+      return "wallfacer";
+  }
+  return "?";
+}
+
+bool uses_zigzag_layout(const AttnConfig& cfg) {
+  return cfg.strategy == Strategy::Zigzag || (cfg.strategy == Strategy::WallFacer && cfg.causal);
+}
+
+void validate(const AttnConfig& cfg, int P) {
+  WF_USAGE_CHECK(P >= 1, "the group has {} ranks; it needs at least 1", P);
+  WF_USAGE_CHECK(cfg.batch >= 1, "batch is {}; it must be at least 1", cfg.batch);
+  WF_USAGE_CHECK(cfg.seq >= 1, "sequence length is {}; it must be at least 1", cfg.seq);
+  WF_USAGE_CHECK(cfg.heads >= 1, "heads is {}; it must be at least 1", cfg.heads);
+  WF_USAGE_CHECK(cfg.kv_heads >= 1, "kv heads is {}; it must be at least 1", cfg.kv_heads);
+  WF_USAGE_CHECK(cfg.head_dim >= 1, "head dim is {}; it must be at least 1", cfg.head_dim);
+  WF_USAGE_CHECK(cfg.heads % cfg.kv_heads == 0,
+                 "heads ({}) must be a multiple of kv heads ({}) for grouped-query attention",
+                 cfg.heads, cfg.kv_heads);
+  const auto name = strategy_name(cfg.strategy);
+  if (cfg.strategy == Strategy::WallFacer) {
+    const int C = cfg.teams;
+    WF_USAGE_CHECK(C >= 1, "--teams is {}; it must be at least 1", C);
+    WF_USAGE_CHECK(int64_t(C) * C <= P && P % (C * C) == 0,
+                   "wallfacer with {} teams needs C^2 = {} to divide the {} ranks; choose C with "
+                   "C^2 dividing P",
+                   C, int64_t(C) * C, P);
+  } else {
+    WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy wallfacer, not {}",
+                   cfg.teams, name);
+  }
+  const int64_t parts = uses_zigzag_layout(cfg) ? 2 * int64_t(P) : P;
+  WF_USAGE_CHECK(cfg.seq % parts == 0,
+                 "sequence length {} must be divisible by {} for {}{} on {} ranks{}", cfg.seq,
+                 parts, name, cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "",
+                 P, parts == P ? "" : " (2P half-chunks of the zigzag layout)");
+  WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.teams) <= INT_MAX,
+                 "sequence length {} is too long: a rank's block of {} rows exceeds the kernel's "
+                 "limit",
+                 cfg.seq, cfg.seq / P * cfg.teams);
+  if (cfg.strategy == Strategy::Ulysses) {
+    WF_USAGE_CHECK(cfg.heads % P == 0 && cfg.kv_heads % P == 0,
+                   "ulysses needs heads ({}) and kv heads ({}) divisible by the {} ranks; use "
+                   "ring, zigzag or wallfacer, or another rank count",
+                   cfg.heads, cfg.kv_heads, P);
+  }
+}
+
+std::vector<PositionRun> local_runs(const AttnConfig& cfg, int P, int rank) {
+  WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
+  const int64_t n = cfg.seq / P;
+  if (uses_zigzag_layout(cfg)) {
+    const int64_t h = n / 2;
+    return {{0, h, rank * h}, {h, h, (2 * int64_t(P) - 1 - rank) * h}};
+  }
+  return {{0, n, rank * n}};
+}
+
+std::vector<int64_t> local_positions(const AttnConfig& cfg, int P, int rank) {
+  std::vector<int64_t> pos;
+  for (const auto& run : local_runs(cfg, P, rank))
+    for (int64_t i = 0; i < run.rows; ++i) pos.push_back(run.pos0 + i);
+  return pos;
+}
+
+}  // namespace wallfacer::seqpar

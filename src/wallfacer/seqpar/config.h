@@ -1,0 +1,48 @@
+#pragma once
+// What a distributed attention computes and how its ranks hold the sequence. Plain data, no MPI:
+// the planner includes this too.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wallfacer::seqpar {
+
+enum class Strategy { Ring, Zigzag, Ulysses, WallFacer };
+
+// "ring" | "zigzag" | "ulysses" | "wallfacer"; throws UsageError naming the bad value.
+Strategy parse_strategy(std::string_view name);
+std::string_view strategy_name(Strategy s);
+
+struct AttnConfig {
+  Strategy strategy = Strategy::Ring;
+  int teams = 1;  // C, for WallFacer
+  int batch = 1;
+  int64_t seq = 0;  // global sequence length
+  int heads = 1;
+  int kv_heads = 1;
+  int head_dim = 0;
+  bool causal = false;
+};
+
+// Throws UsageError with a one-line message when cfg cannot run on P ranks.
+void validate(const AttnConfig& cfg, int P);
+
+// Global token positions of the rows rank `rank` holds, in local row order (seq / P of them).
+std::vector<int64_t> local_positions(const AttnConfig& cfg, int P, int rank);
+
+// Global token positions as runs: rank `rank` holds, in local row order, `rows` tokens starting at
+// global position `pos0` for each run (1 run for contiguous layouts, 2 for the zigzag layout).
+struct PositionRun {
+  int64_t row0 = 0;  // first local row
+  int64_t rows = 0;
+  int64_t pos0 = 0;  // global position of the first row
+};
+std::vector<PositionRun> local_runs(const AttnConfig& cfg, int P, int rank);
+
+// True when the strategy uses the 2P half-chunk zigzag layout (rank r holds half-chunks r and
+// 2P-1-r): zigzag always, wallfacer with a causal mask.
+bool uses_zigzag_layout(const AttnConfig& cfg);
+
+}  // namespace wallfacer::seqpar

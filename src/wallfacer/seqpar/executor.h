@@ -1,0 +1,50 @@
+#pragma once
+// Runs a Schedule with real MPI (comm::Communicator) and the flash-attention kernels. Scratch
+// buffers are allocated once; transfers are posted before the compute that hides them, and the
+// executor drives MPI progress between kernel sub-blocks so that they move while the kernel runs.
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "wallfacer/comm/communicator.h"
+#include "wallfacer/seqpar/schedule.h"
+
+namespace wallfacer::seqpar {
+
+// The caller's tensors, indexed by UserBuffer (inputs are never written).
+using UserTensors = std::array<float*, kNumUserBuffers>;
+
+struct PhaseStats {
+  int64_t p2p_bytes = 0, p2p_sends = 0, p2p_steps = 0, coll_bytes = 0;
+  double ms = 0;          // wall time of the phase
+  double exposed_ms = 0;  // time blocked on transfers and collectives
+  double flops = 0;       // attention FLOPs run
+};
+
+class Executor {
+ public:
+  // `team`: the group of the Team collectives (ranks rank/C*C .. +C-1 of `group`).
+  Executor(Schedule schedule, comm::Communicator group, comm::Communicator team);
+
+  PhaseStats run(const std::vector<Op>& ops, const UserTensors& user);
+
+  const Schedule& schedule() const { return s_; }
+
+  // Rows per kernel call while transfers are pending (more calls = more MPI progress).
+  void set_progress_rows(int64_t rows) { progress_rows_ = rows; }
+
+ private:
+  float* ptr(int buf, int block = 0);
+  void local(const Op& op);
+  void compute(const Op& op, std::vector<comm::Request>& reqs);
+  void collective(const Op& op);
+
+  Schedule s_;
+  comm::Communicator group_, team_;
+  std::vector<std::vector<float>> scratch_;
+  UserTensors user_{};
+  int64_t progress_rows_ = 64;
+};
+
+}  // namespace wallfacer::seqpar

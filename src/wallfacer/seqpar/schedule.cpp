@@ -1,0 +1,504 @@
+#include "wallfacer/seqpar/schedule.h"
+
+#include <map>
+#include <set>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer::seqpar {
+namespace {
+
+// Message tags: one per kind of transfer so that no two streams between a pair of ranks mix.
+constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagDq = 14, kTagReturn = 15;
+
+// FLOPs per kept (query, key) pair and head: forward QK^T and PV (2 matmuls of 2D each); backward
+// recomputes S and runs dV, dP, dQ, dK (5 matmuls).
+constexpr double kFwdFlopsPerPair = 4.0, kBwdFlopsPerPair = 10.0;
+
+class Builder {
+ public:
+  explicit Builder(Schedule& s) : s_(s) {}
+
+  void phase(std::vector<Op>* ops) {
+    ops_ = ops;
+    round_ = 0;
+  }
+
+  // A scratch buffer; the same name in the forward and the backward is the same buffer.
+  int buffer(const std::string& name, Fmt fmt, int blocks, int heads) {
+    auto it = by_name_.find(name);
+    if (it != by_name_.end()) return it->second;
+    s_.buffers.push_back({name, fmt, blocks, s_.n, heads});
+    const int id = int(s_.buffers.size()) - 1;
+    by_name_[name] = id;
+    return id;
+  }
+
+  int64_t elements(int buf) const {
+    const auto& b = s_.buffers[buf];
+    return b.blocks * block_elements(b, s_.cfg.batch, s_.cfg.head_dim);
+  }
+  int64_t block_elems(int buf) const {
+    return block_elements(s_.buffers[buf], s_.cfg.batch, s_.cfg.head_dim);
+  }
+
+  void local(LocalKind kind, int src, int dst, int dst2 = -1, int shards = 1) {
+    Op op;
+    op.kind = OpKind::Local;
+    op.local = kind;
+    op.src = src;
+    op.dst = dst;
+    op.dst2 = dst2;
+    op.shards = shards;
+    push(std::move(op));
+  }
+
+  int send(int buf, int peer, int tag) {
+    Op op;
+    op.kind = OpKind::Send;
+    op.src = buf;
+    op.peer = peer;
+    op.tag = tag;
+    op.round = round_;
+    op.elements = elements(buf);
+    return push(std::move(op));
+  }
+
+  int recv(int buf, int peer, int tag) {
+    Op op;
+    op.kind = OpKind::Recv;
+    op.dst = buf;
+    op.peer = peer;
+    op.tag = tag;
+    op.elements = elements(buf);
+    return push(std::move(op));
+  }
+
+  void wait(std::vector<int> ids) {
+    std::erase(ids, -1);
+    if (ids.empty()) return;
+    Op op;
+    op.kind = OpKind::Wait;
+    op.waits = std::move(ids);
+    push(std::move(op));
+  }
+
+  void next_round() { ++round_; }
+
+  // count: elements per rank as the Communicator call takes it; counted by the ring rule.
+  void collective(CollKind kind, Group group, int gsize, int src, int dst, int src2 = -1,
+                  int dst2 = -1) {
+    Op op;
+    op.kind = OpKind::Collective;
+    op.coll = kind;
+    op.group = group;
+    op.group_size = gsize;
+    op.src = src;
+    op.dst = dst;
+    op.src2 = src2;
+    op.dst2 = dst2;
+    switch (kind) {
+      case CollKind::AllGather:
+        op.elements = elements(src);
+        break;
+      case CollKind::ReduceScatterSum:
+        op.elements = elements(dst);
+        break;
+      case CollKind::ReduceScatterLse:
+        op.elements = elements(dst) + elements(dst2);
+        break;
+      case CollKind::AllToAll:
+        op.elements = block_elems(src);
+        break;
+    }
+    op.counted_elements = int64_t(gsize - 1) * op.elements;
+    push(std::move(op));
+  }
+
+  // Every (query segment, key segment) pair that the mask keeps, as one kernel call each.
+  void computes(bool backward, int q, int kv, int out, int out2, const std::vector<Segment>& qs,
+                const std::vector<Segment>& ks, int heads, int kv_heads) {
+    const auto& c = s_.cfg;
+    for (const auto& qseg : qs) {
+      for (const auto& kseg : ks) {
+        const int64_t pairs = attention_pairs(qseg.pos0, qseg.rows, kseg.pos0, kseg.rows, c.causal);
+        if (pairs == 0) continue;
+        Op op;
+        op.kind = OpKind::Compute;
+        op.backward = backward;
+        op.src = q;
+        op.src2 = kv;
+        op.dst = out;
+        op.dst2 = out2;
+        op.qseg = qseg;
+        op.kseg = kseg;
+        op.masked = c.causal && pairs < qseg.rows * kseg.rows;
+        op.pairs = pairs;
+        op.heads = heads;
+        op.kv_heads = kv_heads;
+        op.flops = (backward ? kBwdFlopsPerPair : kFwdFlopsPerPair) * double(pairs) * c.batch *
+                   heads * c.head_dim;
+        push(std::move(op));
+      }
+    }
+  }
+
+ private:
+  int push(Op op) {
+    ops_->push_back(std::move(op));
+    return int(ops_->size()) - 1;
+  }
+
+  Schedule& s_;
+  std::vector<Op>* ops_ = nullptr;
+  int round_ = 0;
+  std::map<std::string, int> by_name_;
+};
+
+// The rows of team `team` (C member blocks), as segments of its team block.
+std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team) {
+  std::vector<Segment> segs;
+  for (int a = 0; a < C; ++a)
+    for (const auto& run : local_runs(cfg, P, team * C + a))
+      segs.push_back({a, run.row0, run.rows, run.pos0});
+  return segs;
+}
+
+// Ring, zigzag ring and WallFacer-C (ring = WallFacer-1).
+void build_team_ring(Schedule& s, Builder& b) {
+  const auto& c = s.cfg;
+  const int P = s.P, r = s.rank, C = s.teams;
+  const TeamLayout L(P, C);
+  const int G = L.G, t = r / C;
+  const int H = c.heads, K = c.kv_heads;
+  const int place_dst = L.placement_dst(r), place_src = L.placement_src(r);
+  const bool placed = place_dst != r;
+  const auto my_team = team_segments(c, P, C, t);
+  const auto resident = team_segments(c, P, C, L.kv_team(r, 0));
+
+  // ---- forward
+  b.phase(&s.fwd);
+  const int kvl = b.buffer("kv_local", Fmt::KV, 1, K);
+  b.local(LocalKind::PackKV, -1, kvl);
+  int qt = kInQ, kvt = kvl;
+  if (C > 1) {
+    kvt = b.buffer("kv_team", Fmt::KV, C, K);
+    b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
+  }
+  int kv_first = kvt;
+  int ps = -1, pr = -1;
+  if (placed) {
+    kv_first = b.buffer("kv_ring0", Fmt::KV, C, K);
+    ps = b.send(kvt, place_dst, kTagPlace);
+    pr = b.recv(kv_first, place_src, kTagPlace);
+    b.next_round();
+  }
+  if (C > 1) {
+    qt = b.buffer("q_team", Fmt::Rows, C, H);
+    b.collective(CollKind::AllGather, Group::Team, C, kInQ, qt);
+  }
+  b.wait({ps, pr});
+  int oacc = kOutO, lacc = kOutLse;
+  if (C > 1) {
+    oacc = b.buffer("o_team", Fmt::Rows, C, H);
+    lacc = b.buffer("lse_team", Fmt::Stat, C, H);
+  }
+  b.local(LocalKind::InitOut, -1, oacc, lacc);
+  const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K) : -1;
+  const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K) : -1;
+  for (int step = 0; step < G; ++step) {
+    const int cur = step == 0 ? kv_first : (step % 2 ? ring1 : ring0);
+    int sa = -1, ra = -1;
+    if (step < G - 1) {
+      sa = b.send(cur, L.next(r), kTagKV);
+      ra = b.recv(step % 2 ? ring0 : ring1, L.prev(r), kTagKV);
+    }
+    b.computes(false, qt, cur, oacc, lacc, my_team, team_segments(c, P, C, L.kv_team(r, step)), H,
+               K);
+    if (step < G - 1) {
+      b.wait({sa, ra});
+      b.next_round();
+    }
+  }
+  if (C > 1) {
+    b.collective(CollKind::ReduceScatterLse, Group::Team, C, oacc, kOutO, lacc, kOutLse);
+  }
+
+  // ---- backward: K,V resident, query packages travel the sub-ring, dQ comes home.
+  b.phase(&s.bwd);
+  b.local(LocalKind::PackKV, -1, kvl);
+  if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
+  int kv_res = kvt;
+  ps = pr = -1;
+  if (placed) {
+    kv_res = b.buffer("kv_ring0", Fmt::KV, C, K);
+    ps = b.send(kvt, place_dst, kTagPlace);
+    pr = b.recv(kv_res, place_src, kTagPlace);
+    b.next_round();
+  }
+  const int qpl = b.buffer("qpack_local", Fmt::QPack, 1, H);
+  b.local(LocalKind::PackQPack, -1, qpl);
+  int qpt = qpl;
+  if (C > 1) {
+    qpt = b.buffer("qpack_team", Fmt::QPack, C, H);
+    b.collective(CollKind::AllGather, Group::Team, C, qpl, qpt);
+  }
+  b.wait({ps, pr});
+  // The kv_ring buffers are free in the backward: the resident block is kv_ring0 when placed, so
+  // the travelling packages use their own buffers.
+  const int dkv_acc = b.buffer("dkv_acc", Fmt::KV, C, K);
+  b.local(LocalKind::Zero, -1, dkv_acc);
+  const int dq_home = C > 1 ? b.buffer("dq_team", Fmt::Rows, C, H) : kOutDq;
+  int dq_slot[2] = {dq_home, -1};
+  int qring[2] = {-1, -1};
+  int dq_in = -1;
+  if (G > 1) {
+    dq_slot[0] = b.buffer("dq_part0", Fmt::Rows, C, H);
+    dq_slot[1] = b.buffer("dq_part1", Fmt::Rows, C, H);
+    qring[0] = b.buffer("qpack_ring0", Fmt::QPack, C, H);
+    qring[1] = b.buffer("qpack_ring1", Fmt::QPack, C, H);
+    dq_in = b.buffer("dq_in", Fmt::Rows, C, H);
+  }
+  int dq_send[2] = {-1, -1};
+  for (int step = 0; step < G; ++step) {
+    const int cur = step == 0 ? qpt : qring[step % 2];
+    int qa = -1, qb = -1, din = -1;
+    if (step < G - 1) {
+      qa = b.send(cur, L.next(r), kTagQPack);
+      qb = b.recv(qring[(step + 1) % 2], L.prev(r), kTagQPack);
+    }
+    if (step > 0) din = b.recv(dq_in, L.prev(r), kTagDq);
+    const int slot = dq_slot[step % 2];
+    b.wait({dq_send[step % 2]});
+    b.local(LocalKind::Zero, -1, slot);
+    b.computes(true, cur, kv_res, slot, dkv_acc, team_segments(c, P, C, L.query_team(r, step)),
+               resident, H, K);
+    if (step > 0) {
+      b.wait({din});
+      b.local(LocalKind::Add, dq_in, slot);
+    }
+    if (G > 1) dq_send[step % 2] = b.send(slot, L.next(r), kTagDq);
+    b.wait({qa, qb});
+    b.next_round();
+  }
+  if (G > 1) {
+    const int home = b.recv(dq_home, L.prev(r), kTagDq);
+    b.wait({home, dq_send[0], dq_send[1]});
+  }
+  // dK, dV go back along the inverse placement while dQ is reduce-scattered in the team.
+  int dkvt = dkv_acc, rs = -1, rr = -1;
+  if (placed) {
+    dkvt = b.buffer("dkv_team", Fmt::KV, C, K);
+    rs = b.send(dkv_acc, place_src, kTagReturn);
+    rr = b.recv(dkvt, place_dst, kTagReturn);
+  }
+  if (C > 1) b.collective(CollKind::ReduceScatterSum, Group::Team, C, dq_home, kOutDq);
+  b.wait({rs, rr});
+  int dkvl = dkvt;
+  if (C > 1) {
+    dkvl = b.buffer("dkv_local", Fmt::KV, 1, K);
+    b.collective(CollKind::ReduceScatterSum, Group::Team, C, dkvt, dkvl);
+  }
+  b.local(LocalKind::UnpackKV, dkvl, -1);
+}
+
+// Ulysses: all-to-all from sequence shards to head shards, full attention on H/P heads, back.
+void build_ulysses(Schedule& s, Builder& b) {
+  const auto& c = s.cfg;
+  const int P = s.P;
+  const int h = c.heads / P, k = c.kv_heads / P;
+  std::vector<Segment> segs;
+  for (int i = 0; i < P; ++i)
+    for (const auto& run : local_runs(c, P, i)) segs.push_back({i, run.row0, run.rows, run.pos0});
+  auto a2a = [&](int src, const std::string& name, Fmt fmt, int heads) {
+    if (P == 1) return src;
+    const int dst = b.buffer(name, fmt, P, heads);
+    b.collective(CollKind::AllToAll, Group::World, P, src, dst);
+    return dst;
+  };
+
+  b.phase(&s.fwd);
+  const int kvs = b.buffer("kv_shards", Fmt::KV, P, k);
+  b.local(LocalKind::PackKV, -1, kvs, -1, P);
+  const int kvh = a2a(kvs, "kv_heads", Fmt::KV, k);
+  const int qs = b.buffer("q_shards", Fmt::Rows, P, h);
+  b.local(LocalKind::Shard, kInQ, qs, -1, P);
+  const int qh = a2a(qs, "q_heads", Fmt::Rows, h);
+  const int oh = b.buffer("o_heads", Fmt::Rows, P, h);
+  const int lh = b.buffer("lse_heads", Fmt::Stat, P, h);
+  b.local(LocalKind::InitOut, -1, oh, lh);
+  b.computes(false, qh, kvh, oh, lh, segs, segs, h, k);
+  const int os = a2a(oh, "o_shards", Fmt::Rows, h);
+  const int ls = a2a(lh, "lse_shards", Fmt::Stat, h);
+  b.local(LocalKind::Merge, os, kOutO, -1, P);
+  b.local(LocalKind::Merge, ls, kOutLse, -1, P);
+
+  b.phase(&s.bwd);
+  b.local(LocalKind::PackKV, -1, kvs, -1, P);
+  a2a(kvs, "kv_heads", Fmt::KV, k);
+  const int qps = b.buffer("qpack_shards", Fmt::QPack, P, h);
+  b.local(LocalKind::PackQPack, -1, qps, -1, P);
+  const int qph = a2a(qps, "qpack_heads", Fmt::QPack, h);
+  const int dqh = b.buffer("dq_heads", Fmt::Rows, P, h);
+  const int dkvh = b.buffer("dkv_heads", Fmt::KV, P, k);
+  b.local(LocalKind::Zero, -1, dqh);
+  b.local(LocalKind::Zero, -1, dkvh);
+  b.computes(true, qph, kvh, dqh, dkvh, segs, segs, h, k);
+  const int dqs = a2a(dqh, "dq_shards", Fmt::Rows, h);
+  const int dkvs = a2a(dkvh, "dkv_shards", Fmt::KV, k);
+  b.local(LocalKind::Merge, dqs, kOutDq, -1, P);
+  b.local(LocalKind::UnpackKV, dkvs, -1, -1, P);
+}
+
+}  // namespace
+
+int64_t block_elements(const BufferSpec& spec, int batch, int head_dim) {
+  const int64_t rows = int64_t(batch) * spec.rows * spec.heads;
+  switch (spec.fmt) {
+    case Fmt::Rows:
+      return rows * head_dim;
+    case Fmt::KV:
+      return rows * 2 * head_dim;
+    case Fmt::Stat:
+      return rows;
+    case Fmt::QPack:
+      return rows * (2 * int64_t(head_dim) + 2);
+  }
+  return 0;
+}
+
+TeamLayout::TeamLayout(int P_, int C_) : P(P_), C(C_), G(P_ / (C_ * C_)), T(P_ / C_) {
+  WF_CHECK(C >= 1 && P % (C * C) == 0, "team size {} needs C^2 dividing P = {}", C, P);
+}
+
+int TeamLayout::placement_dst(int r) const {
+  const int t = r / C, a = r % C;
+  return (a * G + t / C) * C + t % C;
+}
+
+int TeamLayout::placement_src(int r) const {
+  const int tau = r / C, m = r % C;
+  const int t = (tau % G) * C + m, a = tau / G;
+  return t * C + a;
+}
+
+int TeamLayout::next(int r) const {
+  const int tau = r / C, m = r % C;
+  return (((tau % G) + 1) % G + G * (tau / G)) * C + m;
+}
+
+int TeamLayout::prev(int r) const {
+  const int tau = r / C, m = r % C;
+  return (((tau % G) + G - 1) % G + G * (tau / G)) * C + m;
+}
+
+int TeamLayout::kv_team(int r, int step) const {
+  const int tau = r / C, m = r % C;
+  return (((tau % G) - step % G + G) % G) * C + m;
+}
+
+int TeamLayout::query_team(int r, int step) const {
+  const int tau = r / C;
+  return G * (tau / G) + ((tau % G) - step % G + G) % G;
+}
+
+int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows, bool causal) {
+  if (!causal) return qrows * krows;
+  // Row at position p keeps clamp(p - kpos0 + 1, 0, krows) keys.
+  const int64_t a = qpos0, e = qpos0 + qrows, lo = kpos0, hi = kpos0 + krows - 1;
+  int64_t total = 0;
+  const int64_t x0 = std::max(a, lo), x1 = std::min(e, hi);
+  if (x1 > x0) {
+    const int64_t v0 = x0 - kpos0 + 1, v1 = x1 - kpos0;
+    total += (v0 + v1) * (x1 - x0) / 2;
+  }
+  const int64_t x2 = std::max(a, hi);
+  if (e > x2) total += (e - x2) * krows;
+  return total;
+}
+
+Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
+  validate(cfg, P);
+  WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
+  Schedule s;
+  s.cfg = cfg;
+  s.P = P;
+  s.rank = rank;
+  s.teams = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  s.n = cfg.seq / P;
+  const int H = cfg.heads, K = cfg.kv_heads;
+  s.buffers = {
+      {"q", Fmt::Rows, 1, s.n, H},      {"k", Fmt::Rows, 1, s.n, K},
+      {"v", Fmt::Rows, 1, s.n, K},      {"o_in", Fmt::Rows, 1, s.n, H},
+      {"lse_in", Fmt::Stat, 1, s.n, H}, {"dout", Fmt::Rows, 1, s.n, H},
+      {"o", Fmt::Rows, 1, s.n, H},      {"lse", Fmt::Stat, 1, s.n, H},
+      {"dq", Fmt::Rows, 1, s.n, H},     {"dk", Fmt::Rows, 1, s.n, K},
+      {"dv", Fmt::Rows, 1, s.n, K},
+  };
+  Builder b(s);
+  if (cfg.strategy == Strategy::Ulysses) {
+    build_ulysses(s, b);
+  } else {
+    build_team_ring(s, b);
+  }
+  return s;
+}
+
+ScheduleTotals schedule_totals(const Schedule& s) {
+  ScheduleTotals t;
+  auto sum = [](const std::vector<Op>& ops, int64_t& p2p, int64_t& coll, int64_t& steps,
+                int64_t& sends, double& flops) {
+    std::set<int> rounds;
+    for (const auto& op : ops) {
+      if (op.kind == OpKind::Send) {
+        p2p += op.elements * int64_t(sizeof(float));
+        ++sends;
+        rounds.insert(op.round);
+      } else if (op.kind == OpKind::Collective) {
+        coll += op.counted_elements * int64_t(sizeof(float));
+      } else if (op.kind == OpKind::Compute) {
+        flops += op.flops;
+      }
+    }
+    steps = int64_t(rounds.size());
+  };
+  sum(s.fwd, t.p2p_bytes_fwd, t.coll_bytes_fwd, t.p2p_steps_fwd, t.p2p_sends_fwd, t.flops_fwd);
+  sum(s.bwd, t.p2p_bytes_bwd, t.coll_bytes_bwd, t.p2p_steps_bwd, t.p2p_sends_bwd, t.flops_bwd);
+  return t;
+}
+
+ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
+  validate(cfg, P);
+  ScheduleTotals t;
+  const int64_t B = cfg.batch, n = cfg.seq / P, H = cfg.heads, K = cfg.kv_heads, D = cfg.head_dim,
+                f = sizeof(float);
+  if (cfg.strategy == Strategy::Ulysses) {
+    // all-to-all: (P-1)/P of the local buffer, per tensor.
+    const int64_t h = H / P, k = K / P;
+    t.coll_bytes_fwd = (P - 1) * B * n * (h * D + 2 * k * D + h * D + h) * f;
+    t.coll_bytes_bwd = (P - 1) * B * n * (h * (2 * D + 2) + 2 * k * D + h * D + 2 * k * D) * f;
+    return t;
+  }
+  const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  const TeamLayout L(P, int(C));
+  const int64_t G = L.G, m = C * n;  // team rows
+  const int64_t moves = L.placement_dst(rank) != rank ? 1 : 0;
+  const int64_t kv = B * m * 2 * K * D;  // one team K,V block
+  // forward: placement hop + G-1 ring hops of K,V; gather Q, K, V and reduce-scatter (O, LSE).
+  t.p2p_bytes_fwd = (moves + G - 1) * kv * f;
+  t.p2p_steps_fwd = moves + G - 1;
+  t.p2p_sends_fwd = t.p2p_steps_fwd;
+  t.coll_bytes_fwd = (C - 1) * B * n * (H * D + 2 * K * D + H * (D + 1)) * f;
+  // backward: placement hop again, G-1 hops of the query package (q, dout, lse, delta), G hops of
+  // dQ (the last one home), dK,dV back along the inverse placement; gather q package and K, V,
+  // reduce-scatter dQ and dK, dV.
+  const int64_t ring = G > 1 ? 1 : 0;
+  t.p2p_bytes_bwd =
+      (2 * moves * kv + (G - 1) * B * m * H * (2 * D + 2) + ring * G * B * m * H * D) * f;
+  t.p2p_steps_bwd = 2 * moves + ring * G;
+  t.p2p_sends_bwd = 2 * moves + (G - 1) + ring * G;
+  t.coll_bytes_bwd = (C - 1) * B * n * (H * (2 * D + 2) + 2 * K * D + H * D + 2 * K * D) * f;
+  return t;
+}
+
+}  // namespace wallfacer::seqpar

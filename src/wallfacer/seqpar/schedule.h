@@ -1,0 +1,162 @@
+#pragma once
+// A strategy is a pure function from (config, P, rank) to a Schedule: the ordered steps one rank
+// takes in the forward and in the backward. Plain data, no MPI. The same schedule is run by the
+// executor (real MPI, real kernels), summed for bytes and steps (schedule_totals), and replayed by
+// the planner with a cost model.
+//
+// Buffers. Every tensor a schedule touches is a buffer of `blocks` blocks; a block holds `rows`
+// token rows of one source rank (consecutive global positions per PositionRun), in one format:
+//   Rows  (B, rows, heads, D)                 q, o, dout, dq, and the user's k, v, dk, dv
+//   KV    (B, rows, 2, kv_heads, D)           k and v interleaved per row: one message per hop
+//   Stat  (B, heads, rows)                    lse, delta
+//   QPack [q (B,rows,H,D) | dout (B,rows,H,D) | lse (B,H,rows) | delta (B,H,rows)]
+//                                             the immutable part of a backward query package
+// Buffers 0..kNumUserBuffers-1 are the caller's tensors (one block of the rank's own rows); the
+// others are scratch that the executor allocates once.
+//
+// Layout geometry of WallFacer-C (ring and zigzag are C = 1): rank r = t*C + a (team t, member a),
+// T = P/C teams, G = P/C^2 = sub-ring length. Placement: rank (t, a) sends its team's K,V block to
+// rank (a*G + t/C)*C + t%C. Sub-ring: next rank is team ((t%G)+1)%G + G*(t/G), same member.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wallfacer/seqpar/config.h"
+
+namespace wallfacer::seqpar {
+
+enum class Fmt : uint8_t { Rows, KV, Stat, QPack };
+
+// Fixed ids of the caller's tensors (each one block of n = seq/P rows).
+enum UserBuffer : int {
+  kInQ = 0,  // (B, n, H, D)
+  kInK,      // (B, n, Hkv, D)
+  kInV,      // (B, n, Hkv, D)
+  kInO,      // (B, n, H, D)    backward only
+  kInLse,    // (B, H, n)       backward only
+  kInDout,   // (B, n, H, D)    backward only
+  kOutO,     // (B, n, H, D)
+  kOutLse,   // (B, H, n)
+  kOutDq,    // (B, n, H, D)
+  kOutDk,    // (B, n, Hkv, D)
+  kOutDv,    // (B, n, Hkv, D)
+  kNumUserBuffers
+};
+
+struct BufferSpec {
+  std::string name;
+  Fmt fmt = Fmt::Rows;
+  int blocks = 1;
+  int64_t rows = 0;  // per block
+  int heads = 1;     // Rows, Stat, QPack: heads of the rows; KV: kv heads
+};
+
+// Elements of one block of `spec` (batch B, head dim D).
+int64_t block_elements(const BufferSpec& spec, int batch, int head_dim);
+
+// Rows [row0, row0 + rows) of block `block` of a buffer, holding global positions from pos0.
+struct Segment {
+  int block = 0;
+  int64_t row0 = 0;
+  int64_t rows = 0;
+  int64_t pos0 = 0;
+};
+
+enum class OpKind : uint8_t { Local, Send, Recv, Wait, Collective, Compute };
+
+// Local data movement (no communication; the planner may charge memory bandwidth for it).
+enum class LocalKind : uint8_t {
+  PackKV,     // user k, v -> dst (KV, `shards` blocks: block j holds kv heads slice j)
+  PackQPack,  // user q, dout, lse, delta = rowsum(dout * o) -> dst (QPack, `shards` head slices)
+  Shard,      // src (Rows or Stat, 1 block) -> dst (`shards` blocks, block j = head slice j)
+  Merge,      // inverse of Shard: src (`shards` blocks) -> dst (1 block)
+  UnpackKV,   // src (KV, `shards` head slices) -> user dk, dv
+  InitOut,    // dst (Rows) = 0, dst2 (Stat) = -inf: the identity of the LSE merge
+  Zero,       // dst = 0
+  Add,        // dst += src
+  Copy,       // dst = src
+};
+
+enum class CollKind : uint8_t { AllGather, ReduceScatterSum, ReduceScatterLse, AllToAll };
+enum class Group : uint8_t { World, Team };
+
+struct Op {
+  OpKind kind = OpKind::Local;
+  // Local: local, src, dst, dst2, shards. Send: src (whole buffer), peer. Recv: dst, peer.
+  // Collective: coll, group, src (src2: LSE part of ReduceScatterLse), dst (dst2).
+  // Compute: see below.
+  LocalKind local = LocalKind::Copy;
+  CollKind coll = CollKind::AllGather;
+  Group group = Group::World;
+  int src = -1, src2 = -1, dst = -1, dst2 = -1;
+  int shards = 1;
+  // Send / Recv
+  int peer = -1;  // rank in the sequence-parallel group
+  int tag = 0;
+  int round = -1;  // Send: the communication round (p2p steps = distinct rounds)
+  // Send / Recv / Collective: elements moved (Send/Recv: message size; Collective: count per rank
+  // as the Communicator call takes it) and counted_elements (the ring-algorithm volume this rank
+  // sends, what the Communicator's counters add).
+  int64_t elements = 0;
+  int64_t counted_elements = 0;
+  int group_size = 1;
+  // Wait: indices (into the same op list) of the Send/Recv ops to complete.
+  std::vector<int> waits;
+  // Compute: forward  q = src (Rows), kv = src2 (KV), o = dst (Rows), lse = dst2 (Stat);
+  //          backward qpack = src (QPack), kv = src2 (KV), dq = dst (Rows), dkv = dst2 (KV).
+  // Always accumulates into dst/dst2. `masked`: the causal mask cuts this block pair (diagonal);
+  // pairs: (query, key) pairs kept by the mask.
+  bool backward = false;
+  Segment qseg, kseg;
+  bool masked = false;
+  int64_t pairs = 0;
+  int heads = 0, kv_heads = 0;  // heads of this compute (H/P and Hkv/P under Ulysses)
+  double flops = 0;
+};
+
+struct Schedule {
+  AttnConfig cfg;
+  int P = 1, rank = 0;
+  int teams = 1;                    // C: the size of the Team group (ranks rank/C*C .. +C-1)
+  int64_t n = 0;                    // rows per rank
+  std::vector<BufferSpec> buffers;  // indexed by buffer id
+  std::vector<Op> fwd, bwd;
+};
+
+// The schedule of `rank` (validates cfg first: UsageError when it cannot run on P ranks).
+Schedule make_schedule(const AttnConfig& cfg, int P, int rank);
+
+// What a schedule sends, summed without running it (bytes = elements * 4).
+struct ScheduleTotals {
+  int64_t p2p_bytes_fwd = 0, p2p_bytes_bwd = 0;
+  int64_t coll_bytes_fwd = 0, coll_bytes_bwd = 0;
+  int64_t p2p_steps_fwd = 0, p2p_steps_bwd = 0;
+  int64_t p2p_sends_fwd = 0, p2p_sends_bwd = 0;
+  double flops_fwd = 0, flops_bwd = 0;
+  bool operator==(const ScheduleTotals&) const = default;
+};
+ScheduleTotals schedule_totals(const Schedule& s);
+
+// Closed-form volumes of one rank (docs/wallfacer-algorithm.md section 6, extended to the
+// backward, GQA, and the LSE and delta rows that travel with O and the query packages). flops
+// fields are left 0.
+ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank);
+
+// WallFacer-C geometry (C = 1: ring). Ranks are in the sequence-parallel group.
+struct TeamLayout {
+  int P = 1, C = 1, G = 1, T = 1;
+  TeamLayout(int P, int C);
+  int placement_dst(int r) const;  // where rank r sends its team's K,V block
+  int placement_src(int r) const;  // inverse
+  int next(int r) const;           // sub-ring neighbours
+  int prev(int r) const;
+  int kv_team(int r, int step) const;     // team whose K,V rank r holds at forward ring step
+  int query_team(int r, int step) const;  // team whose query package rank r holds at bwd step
+};
+
+// (query, key) pairs with query position >= key position for runs [qpos0, qpos0+qrows) and
+// [kpos0, kpos0+krows) (all pairs when !causal).
+int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows, bool causal);
+
+}  // namespace wallfacer::seqpar

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# wallfacer attn under mpirun: --check --json passes and prints every documented key; bad input
+# exits 2 with one line from the program (mpirun -q keeps mpirun's own notes out); a singleton run
+# (no mpirun) works.
+set -u
+wf=$1
+mpirun=$2
+fail=0
+err() { echo "FAIL: $*"; fail=1; }
+run() { OMP_NUM_THREADS=1 "$mpirun" -q --oversubscribe --bind-to none -np "$@"; }
+
+out=$(run 4 "$wf" attn --strategy wallfacer --teams 2 --seq 256 --heads 4 --kv-heads 1 --head-dim 8 \
+  --causal --check --json --iters 2 2>&1); rc=$?
+[ $rc -eq 0 ] || err "wallfacer --check exited $rc: $out"
+[ "$(echo "$out" | wc -l)" -eq 1 ] || err "--json printed more than one line: $out"
+for key in '"strategy":"wallfacer"' '"P":4' '"C":2' '"seq":256' '"heads":4' '"kv_heads":1' \
+  '"head_dim":8' '"causal":true' '"max_err":{' '"out":' '"lse":' '"dq":' '"dk":' '"dv":' \
+  '"bytes":{' '"p2p_fwd":' '"p2p_bwd":' '"coll_fwd":' '"coll_bwd":' '"steps":{' '"time_ms":{' \
+  '"fwd":' '"bwd":' '"exposed_comm_ms":{' '"work_imbalance":' '"check":"pass"'; do
+  echo "$out" | grep -qF "$key" || err "json lacks $key: $out"
+done
+
+for s in ring zigzag ulysses; do
+  out=$(run 2 "$wf" attn --strategy $s --seq 128 --heads 4 --head-dim 8 --check 2>&1); rc=$?
+  [ $rc -eq 0 ] || err "$s --check exited $rc: $out"
+  echo "$out" | grep -q ": pass" || err "$s --check did not pass: $out"
+done
+
+bad() {  # np, expected message fragment, args...
+  local np=$1 frag=$2; shift 2
+  out=$(run "$np" "$wf" attn "$@" 2>&1); rc=$?
+  [ $rc -eq 2 ] || err "attn $* on $np ranks exited $rc, expected 2: $out"
+  [ "$(echo "$out" | wc -l)" -eq 1 ] || err "attn $* on $np ranks printed more than one line: $out"
+  echo "$out" | grep -q -- "$frag" || err "attn $* on $np ranks: message lacks '$frag': $out"
+}
+bad 4 "C^2" --strategy wallfacer --teams 4 --seq 256 --heads 4 --head-dim 8
+bad 3 "divisible" --strategy ulysses --seq 96 --heads 4 --head-dim 8
+bad 4 "divisible" --strategy zigzag --seq 36 --heads 4 --head-dim 8
+bad 3 "divisible" --strategy ring --seq 100 --heads 4 --head-dim 8
+bad 2 "kv heads" --strategy ring --seq 64 --heads 4 --kv-heads 3 --head-dim 8
+bad 1 "strategy" --strategy spiral --seq 64 --heads 4 --head-dim 8
+
+# A singleton run, without mpirun.
+out=$(OMP_NUM_THREADS=1 "$wf" attn --strategy zigzag --seq 64 --heads 2 --head-dim 8 --causal --check 2>&1)
+rc=$?
+[ $rc -eq 0 ] || err "singleton run exited $rc: $out"
+
+[ $fail -eq 0 ] && echo "attn cli: all checks passed"
+exit $fail

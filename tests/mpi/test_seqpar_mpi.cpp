@@ -1,0 +1,202 @@
+// Distributed attention on the ranks of one mpirun launch: every strategy, causal and full, with
+// and without GQA, against the naive fp64 reference of the whole sequence; counted bytes and steps
+// against the schedule counter and the closed-form formulas; work balance; WallFacer-C volume
+// against ring; reuse of one DistAttention across calls.
+// Usage: mpirun -np P test_seqpar_mpi [ring-wallfacer]   (only ring and WallFacer with C >= 2)
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "wallfacer/comm/communicator.h"
+#include "wallfacer/seqpar/attention.h"
+#include "wallfacer/seqpar/harness.h"
+#include "wallfacer/seqpar/schedule.h"
+
+using namespace wallfacer;
+using namespace wallfacer::seqpar;
+
+namespace {
+
+struct Run {
+  AttnTensors got;  // gathered, natural order
+  AttnStats stats;
+  std::vector<double> flops;  // per rank
+};
+
+std::vector<float> local_rows(const std::vector<float>& full, const AttnConfig& c, int P, int rank,
+                              int heads) {
+  const auto pos = local_positions(c, P, rank);
+  const int64_t n = int64_t(pos.size()), w = int64_t(heads) * c.head_dim;
+  std::vector<float> out(size_t(c.batch * n * w));
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(full.data() + (b * c.seq + pos[size_t(i)]) * w, w, out.data() + (b * n + i) * w);
+  return out;
+}
+
+Run run(comm::Communicator& world, const AttnConfig& c, const AttnTensors& in, int& failures) {
+  const int P = world.size(), rank = world.rank();
+  const int64_t n = c.seq / P;
+  const auto q = local_rows(in.q, c, P, rank, c.heads),
+             k = local_rows(in.k, c, P, rank, c.kv_heads),
+             v = local_rows(in.v, c, P, rank, c.kv_heads),
+             dout = local_rows(in.dout, c, P, rank, c.heads);
+  std::vector<float> o(q.size()), lse(size_t(c.batch * c.heads * n)), dq(q.size()), dk(k.size()),
+      dv(v.size());
+  DistAttention attn(c, world);
+  Run r;
+  std::vector<float> first;
+  for (int call = 0; call < 2; ++call) {  // the second call reuses the buffers: same bits
+    attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
+    attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                  dk.data(), dv.data());
+    std::vector<float> all = o;
+    for (auto* x : {&lse, &dq, &dk, &dv}) all.insert(all.end(), x->begin(), x->end());
+    if (call == 0) {
+      first = all;
+    } else if (all != first) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: a second call on the same DistAttention differs\n", rank);
+    }
+  }
+  r.stats = attn.stats();
+  r.got.o = gather_rows(world, c, o.data(), c.heads);
+  r.got.lse = gather_stat(world, c, lse.data(), c.heads);
+  r.got.dq = gather_rows(world, c, dq.data(), c.heads);
+  r.got.dk = gather_rows(world, c, dk.data(), c.kv_heads);
+  r.got.dv = gather_rows(world, c, dv.data(), c.kv_heads);
+  r.flops.assign(size_t(P), 0.0);
+  r.flops[size_t(rank)] = r.stats.attn_flops;
+  world.all_reduce_sum(r.flops.data(), P);
+  return r;
+}
+
+int64_t max_over_ranks(comm::Communicator& world, int64_t x) {
+  std::vector<double> v(size_t(world.size()), 0.0);
+  v[size_t(world.rank())] = double(x);
+  world.all_reduce_sum(v.data(), int64_t(v.size()));
+  return int64_t(*std::max_element(v.begin(), v.end()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  comm::MpiSession session(&argc, &argv);
+  auto world = comm::Communicator::world();
+  const int P = world.size(), rank = world.rank();
+  const bool wallfacer_only = argc > 1 && std::string(argv[1]) == "ring-wallfacer";
+  int failures = 0, configs = 0;
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: FAIL %s\n", rank, what.c_str());
+    }
+  };
+  const AttnTolerance tol;
+  const int H = 8, D = 8;
+  const int64_t S = std::max(64, 16 * P);
+  for (bool causal : {false, true}) {
+    for (int kv_div : {1, 4}) {
+      AttnConfig base;
+      base.seq = S;
+      base.heads = H;
+      base.kv_heads = H / kv_div;
+      base.head_dim = D;
+      base.causal = causal;
+      base.batch = kv_div == 4 ? 2 : 1;
+      const auto in = make_inputs(base, 1234 + kv_div);
+      AttnTensors ref;
+      if (rank == 0) ref = reference_attention(base, in, /*fp64=*/true);
+
+      std::vector<AttnConfig> cfgs;
+      auto add = [&](Strategy s, int C) {
+        AttnConfig c = base;
+        c.strategy = s;
+        c.teams = C;
+        cfgs.push_back(c);
+      };
+      add(Strategy::Ring, 1);
+      if (!wallfacer_only) {
+        add(Strategy::Zigzag, 1);
+        if (H % P == 0 && base.kv_heads % P == 0) add(Strategy::Ulysses, 1);
+      }
+      for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C)
+        if (P % (C * C) == 0) add(Strategy::WallFacer, C);
+
+      int64_t ring_fwd = -1;
+      std::vector<float> ring_o;
+      for (const auto& c : cfgs) {
+        ++configs;
+        const auto r = run(world, c, in, failures);
+        const std::string name =
+            fmt::format("{} C={} causal={} Hkv={} B={} P={}", strategy_name(c.strategy), c.teams,
+                        c.causal, c.kv_heads, c.batch, P);
+        // Bytes and steps: measured == schedule counter == closed form, on every rank.
+        const auto sched = schedule_totals(make_schedule(c, P, rank));
+        const auto form = formula_totals(c, P, rank);
+        const auto& st = r.stats;
+        const int64_t measured[] = {st.p2p_bytes_fwd,  st.p2p_bytes_bwd, st.coll_bytes_fwd,
+                                    st.coll_bytes_bwd, st.p2p_steps_fwd, st.p2p_steps_bwd};
+        const int64_t counted[] = {sched.p2p_bytes_fwd,  sched.p2p_bytes_bwd, sched.coll_bytes_fwd,
+                                   sched.coll_bytes_bwd, sched.p2p_steps_fwd, sched.p2p_steps_bwd};
+        const int64_t closed[] = {form.p2p_bytes_fwd,  form.p2p_bytes_bwd, form.coll_bytes_fwd,
+                                  form.coll_bytes_bwd, form.p2p_steps_fwd, form.p2p_steps_bwd};
+        for (int i = 0; i < 6; ++i)
+          check(measured[i] == counted[i] && counted[i] == closed[i],
+                fmt::format("{}: counter {} measured {} schedule {} formula {}", name, i,
+                            measured[i], counted[i], closed[i]));
+        check(st.attn_flops == sched.flops_fwd, name + ": flops differ from the schedule");
+        // Work balance.
+        double mx = 0, sum = 0;
+        for (double f : r.flops) {
+          mx = std::max(mx, f);
+          sum += f;
+        }
+        const double imbalance = mx / (sum / P);
+        if (c.causal && c.strategy != Strategy::Ring)
+          check(imbalance <= 1.05, fmt::format("{}: work imbalance {}", name, imbalance));
+        // WallFacer-C sends 1/C of ring's point-to-point volume, up to the placement hop.
+        const int64_t p2p_fwd = max_over_ranks(world, st.p2p_bytes_fwd);
+        const int64_t hop = 2 * c.batch * (c.seq / P) * c.kv_heads * c.head_dim * 4;
+        if (c.strategy == Strategy::Ring) ring_fwd = p2p_fwd;
+        // (C = 1 is ring; C > 1: C times the volume, placement included, is ring's plus one hop.)
+        if (c.strategy == Strategy::WallFacer && ring_fwd >= 0 && P > 1)
+          check(c.teams == 1 ? p2p_fwd == ring_fwd : c.teams * p2p_fwd == ring_fwd + hop,
+                fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));
+        // Results.
+        double errs[5] = {0, 0, 0, 0, 0};
+        if (rank == 0) {
+          const auto e = attention_errors(r.got, ref);
+          errs[0] = e.out;
+          errs[1] = e.lse;
+          errs[2] = e.dq;
+          errs[3] = e.dk;
+          errs[4] = e.dv;
+          std::printf(
+              "%-44s err o %.1e lse %.1e dq %.1e dk %.1e dv %.1e  p2p %lld+%lld B  "
+              "coll %lld+%lld B  steps %lld+%lld  imbalance %.3f\n",
+              name.c_str(), e.out, e.lse, e.dq, e.dk, e.dv, (long long)st.p2p_bytes_fwd,
+              (long long)st.p2p_bytes_bwd, (long long)st.coll_bytes_fwd,
+              (long long)st.coll_bytes_bwd, (long long)st.p2p_steps_fwd,
+              (long long)st.p2p_steps_bwd, imbalance);
+          check(e.within(tol), name + ": error above tolerance");
+          // WallFacer-1 on the contiguous layout is ring, bit for bit.
+          if (c.strategy == Strategy::Ring) ring_o = r.got.o;
+          if (c.strategy == Strategy::WallFacer && c.teams == 1 && !c.causal && !ring_o.empty())
+            check(r.got.o == ring_o, name + ": differs from ring");
+        }
+        world.all_reduce_sum(errs, 5);
+      }
+    }
+  }
+  double total = failures;
+  world.all_reduce_sum(&total, 1);
+  if (rank == 0)
+    std::printf("seqpar mpi P=%d: %d configurations, %d failures\n", P, configs, int(total));
+  return total == 0 ? 0 : 1;
+}

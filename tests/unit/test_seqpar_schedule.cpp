@@ -1,0 +1,277 @@
+// Layouts and schedules of the sequence-parallel strategies, without MPI: the WallFacer-C geometry,
+// coverage of every (query block, key block) pair, and the schedule counter against the closed-form
+// volumes and the NumPy specification's counts.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/seqpar/schedule.h"
+
+namespace wallfacer::seqpar {
+namespace {
+
+AttnConfig config(Strategy s, int64_t seq, int H, int K, int D, bool causal, int C = 1, int B = 1) {
+  AttnConfig c;
+  c.strategy = s;
+  c.teams = C;
+  c.batch = B;
+  c.seq = seq;
+  c.heads = H;
+  c.kv_heads = K;
+  c.head_dim = D;
+  c.causal = causal;
+  return c;
+}
+
+std::vector<std::pair<int, int>> team_grid() {
+  return {{1, 1},  {2, 1},  {4, 1},  {4, 2},  {8, 1},  {8, 2},   {16, 1},  {16, 2},  {16, 4},
+          {32, 2}, {64, 1}, {64, 2}, {64, 4}, {64, 8}, {128, 2}, {256, 4}, {256, 16}};
+}
+
+TEST(SeqparLayout, PlacementIsAPermutationAndItsInverse) {
+  for (auto [P, C] : team_grid()) {
+    TeamLayout L(P, C);
+    std::set<int> dsts;
+    for (int r = 0; r < P; ++r) {
+      dsts.insert(L.placement_dst(r));
+      EXPECT_EQ(L.placement_src(L.placement_dst(r)), r) << P << " " << C;
+      EXPECT_EQ(L.prev(L.next(r)), r);
+      EXPECT_EQ(L.next(r) % C, r % C) << "sub-rings keep the member index";
+      EXPECT_EQ(L.next(r) / (P / C), r / (P / C)) << "sub-rings stay in the team group";
+      int x = r;
+      for (int s = 0; s < L.G; ++s) x = L.next(x);
+      EXPECT_EQ(x, r) << "a sub-ring has G ranks";
+      // After placement rank r holds team (tau mod G)*C + m: the formula of the doc.
+      EXPECT_EQ(L.kv_team(r, 0), L.placement_src(r) / C);
+    }
+    EXPECT_EQ(int(dsts.size()), P);
+  }
+}
+
+TEST(SeqparLayout, EveryTeamGroupSeesEveryKVBlockOnce) {
+  for (auto [P, C] : team_grid()) {
+    TeamLayout L(P, C);
+    // Forward: team t's members together meet every KV team exactly once.
+    for (int t = 0; t < L.T; ++t) {
+      std::vector<int> seen;
+      for (int a = 0; a < C; ++a)
+        for (int s = 0; s < L.G; ++s) seen.push_back(L.kv_team(t * C + a, s));
+      std::sort(seen.begin(), seen.end());
+      std::vector<int> all(L.T);
+      std::iota(all.begin(), all.end(), 0);
+      EXPECT_EQ(seen, all) << "P=" << P << " C=" << C << " team " << t;
+    }
+    // Backward: every (query team, KV team) pair is computed exactly once over ranks and steps,
+    // and the package the rank receives at step s is the one its predecessor had at s-1.
+    std::map<std::pair<int, int>, int> count;
+    for (int r = 0; r < P; ++r)
+      for (int s = 0; s < L.G; ++s) {
+        ++count[{L.query_team(r, s), L.kv_team(r, 0)}];
+        if (s > 0) {
+          EXPECT_EQ(L.query_team(r, s), L.query_team(L.prev(r), s - 1));
+        }
+      }
+    EXPECT_EQ(int(count.size()), L.T * L.T);
+    for (auto& [k, v] : count) EXPECT_EQ(v, 1);
+  }
+}
+
+TEST(SeqparLayout, PositionsPartitionTheSequence) {
+  for (auto s : {Strategy::Ring, Strategy::Zigzag, Strategy::Ulysses, Strategy::WallFacer}) {
+    for (bool causal : {false, true}) {
+      const int P = 8;
+      auto c = config(s, 128, 8, 8, 4, causal, s == Strategy::WallFacer ? 2 : 1);
+      std::vector<int64_t> all;
+      for (int r = 0; r < P; ++r) {
+        auto pos = local_positions(c, P, r);
+        EXPECT_EQ(int64_t(pos.size()), c.seq / P);
+        all.insert(all.end(), pos.begin(), pos.end());
+      }
+      std::sort(all.begin(), all.end());
+      for (int64_t i = 0; i < c.seq; ++i) EXPECT_EQ(all[i], i);
+    }
+  }
+  // The zigzag layout: rank r holds half-chunks r and 2P-1-r.
+  auto c = config(Strategy::Zigzag, 64, 1, 1, 4, true);
+  auto pos = local_positions(c, 4, 1);
+  EXPECT_EQ(pos.front(), 8);
+  EXPECT_EQ(pos[7], 15);
+  EXPECT_EQ(pos[8], 6 * 8);
+  EXPECT_EQ(pos.back(), 7 * 8 - 1);
+}
+
+TEST(SeqparLayout, AttentionPairsCountsTheCausalMask) {
+  for (int64_t qp : {0, 3, 10, 17}) {
+    for (int64_t kp : {0, 5, 12}) {
+      for (int64_t qr : {1, 4, 9}) {
+        for (int64_t kr : {1, 6, 11}) {
+          int64_t naive = 0;
+          for (int64_t i = 0; i < qr; ++i)
+            for (int64_t j = 0; j < kr; ++j) naive += qp + i >= kp + j;
+          EXPECT_EQ(attention_pairs(qp, qr, kp, kr, true), naive);
+          EXPECT_EQ(attention_pairs(qp, qr, kp, kr, false), qr * kr);
+        }
+      }
+    }
+  }
+}
+
+TEST(SeqparSchedule, ValidateRejectsWhatCannotRun) {
+  auto bad = [](AttnConfig c, int P) { EXPECT_THROW(validate(c, P), UsageError); };
+  bad(config(Strategy::Ring, 100, 4, 4, 8, false), 8);         // S % P
+  bad(config(Strategy::Zigzag, 24, 4, 4, 8, true), 8);         // S % 2P
+  bad(config(Strategy::WallFacer, 20, 4, 4, 8, true, 2), 4);   // S % 2P, causal
+  bad(config(Strategy::WallFacer, 96, 4, 4, 8, false, 2), 6);  // C^2 does not divide P
+  bad(config(Strategy::WallFacer, 64, 4, 4, 8, false, 4), 8);  // C^2 > P
+  bad(config(Strategy::Ulysses, 64, 6, 6, 8, false), 4);       // H % P
+  bad(config(Strategy::Ulysses, 64, 8, 2, 8, false), 4);       // Hkv % P
+  bad(config(Strategy::Ring, 64, 6, 4, 8, false), 2);          // H % Hkv
+  bad(config(Strategy::Ring, 64, 4, 4, 8, false, 2), 4);       // --teams without wallfacer
+  try {
+    validate(config(Strategy::WallFacer, 96, 4, 4, 8, false, 2), 6);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("C^2"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(validate(config(Strategy::WallFacer, 64, 4, 4, 8, true, 2), 8));
+}
+
+// The schedule counter equals the closed-form volumes for every strategy and rank.
+TEST(SeqparSchedule, TotalsEqualFormulas) {
+  struct Case {
+    Strategy s;
+    int P, C;
+  };
+  std::vector<Case> cases;
+  for (auto [P, C] : team_grid()) {
+    cases.push_back({Strategy::WallFacer, P, C});
+    if (C == 1) {
+      cases.push_back({Strategy::Ring, P, 1});
+      cases.push_back({Strategy::Zigzag, P, 1});
+      if (P <= 64) cases.push_back({Strategy::Ulysses, P, 1});
+    }
+  }
+  for (const auto& cs : cases) {
+    for (bool causal : {false, true}) {
+      for (int K : {64, 16}) {
+        for (int B : {1, 2}) {
+          auto c = config(cs.s, 2 * 1024, 64, K, 16, causal, cs.C, B);
+          if (cs.s == Strategy::Ulysses && K % cs.P) continue;
+          for (int r = 0; r < cs.P; r += std::max(1, cs.P / 16)) {
+            auto sched = make_schedule(c, cs.P, r);
+            auto got = schedule_totals(sched);
+            auto want = formula_totals(c, cs.P, r);
+            got.flops_fwd = got.flops_bwd = 0;
+            EXPECT_EQ(got, want) << strategy_name(cs.s) << " P=" << cs.P << " C=" << cs.C
+                                 << " causal=" << causal << " K=" << K << " rank " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Ring bytes from the architecture doc's table: 2 B N H (P-1)/P elements forward (H counting
+// hidden size = heads * head_dim); WallFacer-C: 2 B N H (P - C^2)/(C P) plus one placement hop.
+TEST(SeqparSchedule, WallFacerCutsRingVolumeByC) {
+  const int P = 16, H = 8, D = 16;
+  const int64_t S = 1024, n = S / P;
+  for (bool causal : {false, true}) {
+    auto ring = schedule_totals(make_schedule(config(Strategy::Ring, S, H, H, D, causal), P, 5));
+    EXPECT_EQ(ring.p2p_bytes_fwd, 2 * (P - 1) * n * H * D * 4);
+    EXPECT_EQ(ring.p2p_steps_fwd, P - 1);
+    auto wf_steps = [&](int C) {
+      return schedule_totals(
+                 make_schedule(config(Strategy::WallFacer, S, H, H, D, causal, C), P, 1))
+          .p2p_steps_fwd;
+    };
+    for (int C : {2, 4}) {
+      int64_t worst = 0;
+      for (int r = 0; r < P; ++r) {
+        auto wf = schedule_totals(
+            make_schedule(config(Strategy::WallFacer, S, H, H, D, causal, C), P, r));
+        worst = std::max(worst, wf.p2p_bytes_fwd);
+      }
+      const int64_t placement = 2 * C * n * H * D * 4;
+      EXPECT_EQ(worst - placement, 2 * S * H * D * (P - C * C) / (C * P) * 4);
+      // Half (C = 2) or a quarter (C = 4) of ring's: C times WallFacer's volume, placement
+      // included, is ring's volume plus one ring hop.
+      EXPECT_EQ(C * worst, ring.p2p_bytes_fwd + 2 * n * H * D * 4);
+      EXPECT_EQ(C * C * (wf_steps(C) - 1), P - C * C);
+    }
+  }
+}
+
+// GQA: only the kv heads of K and V travel.
+TEST(SeqparSchedule, GqaSendsOnlyKvHeads) {
+  const int P = 8;
+  auto full = schedule_totals(make_schedule(config(Strategy::Ring, 512, 8, 8, 16, false), P, 3));
+  auto gqa = schedule_totals(make_schedule(config(Strategy::Ring, 512, 8, 2, 16, false), P, 3));
+  EXPECT_EQ(gqa.p2p_bytes_fwd * 4, full.p2p_bytes_fwd);
+}
+
+// Causal work per rank of the zigzag layout is exactly balanced; WallFacer within 5%.
+TEST(SeqparSchedule, CausalWorkIsBalanced) {
+  for (auto [P, C] : std::vector<std::pair<int, int>>{{8, 1}, {8, 2}, {16, 4}, {64, 2}}) {
+    for (auto s : {Strategy::Zigzag, Strategy::WallFacer}) {
+      if (s == Strategy::Zigzag && C > 1) continue;
+      auto c = config(s, 4096, 4, 4, 8, true, C);
+      double mx = 0, sum = 0;
+      for (int r = 0; r < P; ++r) {
+        const double f = schedule_totals(make_schedule(c, P, r)).flops_fwd;
+        mx = std::max(mx, f);
+        sum += f;
+      }
+      EXPECT_LE(mx / (sum / P), 1.05) << strategy_name(s) << " P=" << P << " C=" << C;
+      if (s == Strategy::Zigzag) {
+        EXPECT_DOUBLE_EQ(mx / (sum / P), 1.0);
+      }
+    }
+  }
+  // Plain ring with contiguous chunks is not balanced (the reason for the zigzag layout).
+  auto c = config(Strategy::Ring, 4096, 4, 4, 8, true);
+  const double first = schedule_totals(make_schedule(c, 8, 0)).flops_fwd;
+  const double last = schedule_totals(make_schedule(c, 8, 7)).flops_fwd;
+  EXPECT_GT(last, 10 * first);
+}
+
+// The NumPy specification (docs, wallfacer_schedule_sim.py) counts, per rank and with one head:
+// forward the K,V hops; backward G hops of (q, dout, dq) including the hop home, and dK,dV back
+// along the inverse placement. The schedule differs in three documented ways: the backward
+// re-places K,V (DistAttention::backward does not rely on forward state), q and dout do not travel
+// the hop home (only dQ needs it), and the lse and delta rows travel with the package.
+TEST(SeqparSchedule, MatchesSpecificationCounts) {
+  struct Row {
+    int P, C;
+    bool causal;
+    int S, D;
+    int64_t p2p;
+  };
+  const Row rows[] = {
+#include "wallfacer_sim_bytes.inc"
+  };
+  for (const auto& row : rows) {
+    auto c = config(Strategy::WallFacer, row.S, 1, 1, row.D, row.causal, row.C);
+    TeamLayout L(row.P, row.C);
+    const int64_t m = int64_t(row.C) * row.S / row.P, D = row.D;
+    int64_t worst = 0;
+    for (int r = 0; r < row.P; ++r) {
+      auto t = schedule_totals(make_schedule(c, row.P, r));
+      const int64_t moves = L.placement_dst(r) != r;
+      int64_t elems = (t.p2p_bytes_fwd + t.p2p_bytes_bwd) / 4;
+      elems -= moves * 2 * m * D;          // re-placement in the backward
+      elems += (L.G > 1 ? 2 : 3) * m * D;  // q, dout (and dq when G = 1) not sent home
+      elems -= 2 * (L.G - 1) * m;          // lse, delta rows
+      worst = std::max(worst, elems);
+    }
+    EXPECT_EQ(worst, row.p2p) << "P=" << row.P << " C=" << row.C;
+  }
+}
+
+}  // namespace
+}  // namespace wallfacer::seqpar
