@@ -71,9 +71,15 @@ int run_attn(const AttnOptions& o) {
   const int P = world.size(), rank = world.rank();
   try {  // before any collective: every rank reaches the same verdict
     seqpar::validate(cfg, P);
-  } catch (const UsageError&) {
-    if (rank != 0) return 2;  // every rank stops; rank 0 prints the one line
-    throw;
+  } catch (const UsageError& e) {
+    // Rank 0 prints the one line; nobody leaves before it is out (mpirun stops the job when the
+    // first rank exits with an error).
+    if (rank == 0) {
+      std::fprintf(stderr, "wallfacer attn: error: %s\n", e.what());
+      std::fflush(stderr);
+    }
+    world.barrier();
+    return 2;
   }
 
   // This rank's rows of the seeded global inputs.
@@ -208,6 +214,7 @@ int run_attn(const AttnOptions& o) {
     }
     std::fflush(stdout);
   }
+  world.barrier();  // rank 0's output is out before any rank exits
   return rc;
 }
 
