@@ -47,8 +47,10 @@ double row_probs(const AttnRefProblem& pr, const T* q, const T* k, int b, int h,
       p[j] = -std::numeric_limits<double>::infinity();
       continue;
     }
+    const T* qi = q + ix.q(b, i, h, 0);
+    const T* kj = k + ix.k(b, j, hk, 0);
     double s = 0;
-    for (int c = 0; c < d.head_dim; ++c) s += double(q[ix.q(b, i, h, c)]) * k[ix.k(b, j, hk, c)];
+    for (int c = 0; c < d.head_dim; ++c) s += double(qi[c]) * double(kj[c]);
     p[j] = s * pr.scale;
     m = std::max(m, p[j]);
   }
@@ -81,8 +83,11 @@ void attn_fwd_ref(const AttnRefProblem& pr, const std::vector<double>& q,
       const int hk = h / (d.heads / d.kv_heads);
       for (int i = 0; i < d.seq_q; ++i) {
         lse[ix.lse(b, h, i)] = row_probs(pr, q.data(), k.data(), b, h, i, p);
-        for (int j = 0; j < d.seq_k; ++j)
-          for (int c = 0; c < d.head_dim; ++c) o[ix.q(b, i, h, c)] += p[j] * v[ix.k(b, j, hk, c)];
+        double* oi = o.data() + ix.q(b, i, h, 0);
+        for (int j = 0; j < d.seq_k; ++j) {
+          const double* vj = v.data() + ix.k(b, j, hk, 0);
+          for (int c = 0; c < d.head_dim; ++c) oi[c] += p[j] * vj[c];
+        }
       }
     }
 }
@@ -105,20 +110,27 @@ void attn_bwd_ref(const AttnRefProblem& pr, const std::vector<double>& q,
       for (int i = 0; i < d.seq_q; ++i) {
         row_probs(pr, q.data(), k.data(), b, h, i, p);
         // O_i = sum_j p_j v_j;  dp_j = dO_i . v_j;  ds_j = p_j (dp_j - sum_l p_l dp_l)
+        const double* doi = dout.data() + ix.q(b, i, h, 0);
+        const double* qi = q.data() + ix.q(b, i, h, 0);
+        double* dqi = dq.data() + ix.q(b, i, h, 0);
         double pdp = 0;
         for (int j = 0; j < d.seq_k; ++j) {
+          const double* vj = v.data() + ix.k(b, j, hk, 0);
           double s = 0;
-          for (int c = 0; c < d.head_dim; ++c) s += dout[ix.q(b, i, h, c)] * v[ix.k(b, j, hk, c)];
+          for (int c = 0; c < d.head_dim; ++c) s += doi[c] * vj[c];
           dp[j] = s;
           pdp += p[j] * s;
         }
         for (int j = 0; j < d.seq_k; ++j) {
           if (p[j] == 0.0) continue;
           const double ds = p[j] * (dp[j] - pdp) * pr.scale;
+          const double* kj = k.data() + ix.k(b, j, hk, 0);
+          double* dkj = dk.data() + ix.k(b, j, hk, 0);
+          double* dvj = dv.data() + ix.k(b, j, hk, 0);
           for (int c = 0; c < d.head_dim; ++c) {
-            dq[ix.q(b, i, h, c)] += ds * k[ix.k(b, j, hk, c)];
-            dk[ix.k(b, j, hk, c)] += ds * q[ix.q(b, i, h, c)];
-            dv[ix.k(b, j, hk, c)] += p[j] * dout[ix.q(b, i, h, c)];
+            dqi[c] += ds * kj[c];
+            dkj[c] += ds * qi[c];
+            dvj[c] += p[j] * doi[c];
           }
         }
       }
@@ -136,8 +148,10 @@ double attn_fwd_ref_row(const AttnRefProblem& pr, const float* q, const float* k
   std::vector<double> p(d.seq_k);
   const double lse = row_probs(pr, q, k, b, h, i, p);
   std::fill(o_row, o_row + d.head_dim, 0.0);
-  for (int j = 0; j < d.seq_k; ++j)
-    for (int c = 0; c < d.head_dim; ++c) o_row[c] += p[j] * double(v[ix.k(b, j, hk, c)]);
+  for (int j = 0; j < d.seq_k; ++j) {
+    const float* vj = v + ix.k(b, j, hk, 0);
+    for (int c = 0; c < d.head_dim; ++c) o_row[c] += p[j] * double(vj[c]);
+  }
   return lse;
 }
 
