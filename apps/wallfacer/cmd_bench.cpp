@@ -63,26 +63,39 @@ void fill_random(std::vector<float>& x, uint32_t seed) {
   for (auto& v : x) v = dist(gen);
 }
 
-// GFLOP/s of C = A B with A (n x d), B (d x n), all threads given to OpenBLAS. n is capped so that
-// C stays at most 64 MiB.
-double sgemm_gflops(int n, int d, int* n_used) {
-  n = std::min(n, 4096);
-  *n_used = n;
-  std::vector<float> a(size_t(n) * d), b(size_t(d) * n), c(size_t(n) * n);
-  fill_random(a, 1);
-  fill_random(b, 2);
-  set_blas_threads(num_threads());
-  auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, d, 1.0f, a.data(), d, b.data(), n,
-                0.0f, c.data(), n);
-  };
-  run();  // warm-up
-  const double flops = 2.0 * n * n * d;
-  const int reps = std::max(1, int(2e10 / flops));
-  const double t0 = now_s();
-  for (int r = 0; r < reps; ++r) run();
-  return flops * reps / (now_s() - t0) / 1e9;
-}
+// C = A B with A (n x d), B (d x n), all threads given to OpenBLAS. n is capped so that C stays at
+// most 64 MiB; the FLOP rate of this shape no longer changes at that size.
+class SgemmProbe {
+ public:
+  SgemmProbe(int n, int d)
+      : n_(std::min(n, 4096)), d_(d), a_(size_t(n_) * d), b_(size_t(d) * n_), c_(size_t(n_) * n_) {
+    fill_random(a_, 1);
+    fill_random(b_, 2);
+    run();  // warm-up
+  }
+  int n() const { return n_; }
+  double flops() const { return 2.0 * n_ * n_ * d_; }
+  // Seconds of one product (best of a few, about 0.2 s in all).
+  double best_seconds() {
+    const int reps = std::clamp(int(4e9 / flops()), 1, 50);
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      const double t0 = now_s();
+      run();
+      best = std::min(best, now_s() - t0);
+    }
+    return best;
+  }
+
+ private:
+  void run() {
+    set_blas_threads(num_threads());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_, n_, d_, 1.0f, a_.data(), d_,
+                b_.data(), n_, 0.0f, c_.data(), n_);
+  }
+  int n_, d_;
+  std::vector<float> a_, b_, c_;
+};
 
 CaseResult run_case(const KernelBenchOptions& opt, int seq, bool causal) {
   using namespace kernels;
@@ -130,18 +143,26 @@ CaseResult run_case(const KernelBenchOptions& opt, int seq, bool causal) {
   const double fwd_flops =
       4.0 * opt.batch * opt.heads * double(seq) * seq * opt.head_dim * (causal ? 0.5 : 1.0);
   const double bwd_flops = 2.5 * fwd_flops;
-  r.iters = opt.iters > 0 ? opt.iters : std::clamp(int(std::lround(3e10 / fwd_flops)), 1, 20);
-  if (r.iters > 1 || fwd_flops < 5e10) attn_fwd(fp);  // warm-up when it is cheap
+  r.iters = opt.iters > 0 ? opt.iters : std::clamp(int(std::lround(1e11 / fwd_flops)), 1, 10);
+  if (fwd_flops < 5e10) attn_fwd(fp);  // warm-up when it is cheap
 
-  double t0 = now_s();
-  for (int it = 0; it < r.iters; ++it) attn_fwd(fp);
-  r.fwd_s = (now_s() - t0) / r.iters;
-  t0 = now_s();
+  // Rounds of (sgemm, forward, backward), interleaved so that all three see the same machine
+  // load; each rate comes from its best round.
+  SgemmProbe gemm(seq, opt.head_dim);
+  double gemm_s = 1e30;
+  r.fwd_s = r.bwd_s = 1e30;
   for (int it = 0; it < r.iters; ++it) {
+    gemm_s = std::min(gemm_s, gemm.best_seconds());
+    double t0 = now_s();
+    attn_fwd(fp);
+    r.fwd_s = std::min(r.fwd_s, now_s() - t0);
+    t0 = now_s();
     attn_bwd_preprocess(d, o.data(), qs, dout.data(), qs, delta.data(), ls);
     attn_bwd(bp);
+    r.bwd_s = std::min(r.bwd_s, now_s() - t0);
   }
-  r.bwd_s = (now_s() - t0) / r.iters;
+  r.sgemm_n = gemm.n();
+  r.sgemm_gflops = gemm.flops() / gemm_s / 1e9;
   r.fwd_gflops = fwd_flops / r.fwd_s / 1e9;
   r.bwd_gflops = bwd_flops / r.bwd_s / 1e9;
   const int threads = num_threads();
@@ -166,7 +187,6 @@ CaseResult run_case(const KernelBenchOptions& opt, int seq, bool causal) {
     }
   r.check_err = max_ref > 0 ? max_err / max_ref : max_err;
 
-  r.sgemm_gflops = sgemm_gflops(seq, opt.head_dim, &r.sgemm_n);
   r.peak_rss_bytes = peak_rss_bytes();
   return r;
 }
@@ -195,7 +215,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     fmt::print("# wallfacer bench kernel: flash attention fp32, threads {}, OpenBLAS core {}\n",
                threads, core);
     fmt::print(
-        "# FLOPs: fwd 4*B*H*S*S*D, bwd 2.5x fwd, halved when causal; sgemm: (n x D)(D x n)\n");
+        "# FLOPs: fwd 4*B*H*S*S*D, bwd 2.5x fwd, halved when causal; sgemm: (n x D)(D x n);\n"
+        "# rounds of sgemm, fwd, bwd interleaved, best round reported; ratios = kernel / sgemm\n");
     fmt::print(
         "#{:>7} {:>5} {:>4} {:>5} {:>6} {:>5} {:>10} {:>9} {:>10} {:>9} {:>6} {:>9} {:>6} "
         "{:>6} {:>10} {:>10} {:>9}\n",
@@ -261,8 +282,9 @@ Action setup_bench(CLI::App& root) {
   kernel->add_flag("--causal", opt->causal_only, "Causal mask only (default: full and causal)");
   kernel->add_flag("--full", opt->full_only, "Full mask only");
   kernel->add_flag("--json", opt->json, "One JSON object per case and line");
-  kernel->add_option("--iters", opt->iters,
-                     "Timed iterations per case (default: chosen from the case's FLOPs)");
+  kernel->add_option(
+      "--iters", opt->iters,
+      "Timed rounds per case, best round reported (default: 1 to 10 by the case's FLOPs)");
   return [opt, kernel]() -> int {
     if (kernel->parsed()) return run_kernel_bench(*opt);
     throw UsageError("bench: choose a benchmark, e.g. 'wallfacer bench kernel'");

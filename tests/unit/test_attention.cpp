@@ -345,6 +345,52 @@ TEST(Attn, TwoRunsBitIdentical) {
   EXPECT_TRUE(same(a.dv, b.dv));
 }
 
+// Sets OMP_NUM_THREADS for the lifetime of the object (wallfacer::num_threads() reads it per call).
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) {
+    if (const char* old = std::getenv("OMP_NUM_THREADS")) saved_ = old, had_ = true;
+    setenv("OMP_NUM_THREADS", std::to_string(n).c_str(), 1);
+  }
+  ~ScopedThreads() {
+    if (had_)
+      setenv("OMP_NUM_THREADS", saved_.c_str(), 1);
+    else
+      unsetenv("OMP_NUM_THREADS");
+  }
+
+ private:
+  std::string saved_;
+  bool had_ = false;
+};
+
+// One (batch, kv head) task and 4 threads: the backward splits the keys into parts with private dQ
+// buffers. Still exact, deterministic, and accumulating.
+TEST(Attn, BackwardSplitsKeysWhenFewTasks) {
+  ScopedThreads threads(4);
+  Case c{1, 300, 700, 4, 1, 16, true, 400, 0, "mqa_split"};
+  Problem a(c), b(c);
+  const Reference ref(a);
+  a.forward();
+  a.backward();
+  expect_matches_reference(a, ref);
+  b.forward();
+  b.backward();
+  EXPECT_EQ(std::memcmp(a.dq.data(), b.dq.data(), a.dq.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(a.dk.data(), b.dk.data(), a.dk.size() * sizeof(float)), 0);
+  // Key tiles of 256 rows: 3 tiles, so 3 parts and 2 private dQ copies of (B, H, Sq, D).
+  const AttnTiling t = attn_bwd_tiling(a.d);
+  ASSERT_EQ(t.block_k, 256);
+  EXPECT_EQ(attn_bwd_workspace_bytes(a.d, 4),
+            4 * (4 * 2 * int64_t(t.block_q) * t.block_k + 2 * int64_t(1) * 4 * 300 * 16));
+  // accumulate=true adds the split result to what dq, dk, dv held.
+  AttnBwdParams bp = b.bwd_params();
+  bp.accumulate = true;
+  attn_bwd(bp);
+  for (size_t x = 0; x < a.dq.size(); ++x) ASSERT_NEAR(b.dq[x], 2 * a.dq[x], 1e-6) << x;
+  for (size_t x = 0; x < a.dk.size(); ++x) ASSERT_NEAR(b.dk[x], 2 * a.dk[x], 1e-6) << x;
+}
+
 TEST(Attn, FullyMaskedRowsAreZeroAndFinite) {
   // Query rows at positions 0..39 against keys at 20..119: rows 0..19 see nothing;
   // keys beyond position 39 are seen by no query.

@@ -17,21 +17,27 @@ namespace wallfacer::kernels {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int kFwdBlockQ = 64, kFwdBlockK = 256;
-constexpr int kBwdBlockQ = 64, kBwdBlockK = 128;
+constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
+constexpr int kBwdBlockQ = 128, kBwdBlockK = 256;
 
 // exp(x) for a vector of floats, written so that g++ -O3 -march=native turns the loop into SIMD
-// code: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor polynomial of degree 7 (truncation
-// error below 5e-9 relative), 2^n by building the float's exponent bits. Inputs below -87.3
-// (including -inf) give exactly 0; inputs are expected to be <= 0 (scores minus a row maximum).
+// code without -ffast-math: no float comparisons and no float-to-int conversion, which the
+// default -ftrapping-math keeps the vectoriser away from. x = n ln2 + r with |r| <= ln2 / 2
+// (ln2 split in two parts), e^r by its Taylor polynomial of degree 7 (truncation below 5e-9
+// relative), 2^n from the exponent bits. The clamp at -88 is an unsigned min on the bit patterns
+// (for x <= 0 and -inf, a larger pattern is a more negative number; positive x pass unchanged);
+// there n = -127 gives exponent bits 0, so exp(-inf) and anything below about -87.7 is exactly 0
+// (results that would be subnormal are flushed). n is read from the low bits of the rounding sum.
 inline float exp_approx(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 split in two for an exact n * ln2_hi
+  constexpr float kLn2Hi = 0.693145751953125f;  // 12 significant bits: n * kLn2Hi is exact
   constexpr float kLn2Lo = 1.42860682030941723e-6f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to the nearest integer
-  constexpr float kMin = -87.3f;
-  const float xc = std::max(x, kMin);
-  const float n = (xc * kLog2e + kRound) - kRound;
+  constexpr float kMin = -88.0f;
+  const float xc =
+      std::bit_cast<float>(std::min(std::bit_cast<uint32_t>(x), std::bit_cast<uint32_t>(kMin)));
+  const float t = xc * kLog2e + kRound;
+  const float n = t - kRound;
   const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
@@ -41,12 +47,13 @@ inline float exp_approx(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < kMin ? 0.0f : p * two_n;
+  const int32_t n_int = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  return p * std::bit_cast<float>((n_int + 127) << 23);
 }
 
-// p[j] = exp(s[j] - shift) for j < n; returns the sum of the p[j].
-inline float exp_shift_sum(float* s, int n, float shift) {
+// p[j] = exp(s[j] - shift) for j < n; returns the sum of the p[j]. Kept out of line so that it is
+// vectorised on its own rather than inside the (unvectorisable) tile loops it is called from.
+[[gnu::noinline]] float exp_shift_sum(float* __restrict s, int n, float shift) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; ++j) {
@@ -57,10 +64,10 @@ inline float exp_shift_sum(float* s, int n, float shift) {
   return sum;
 }
 
-inline float row_max(const float* s, int n) {
+[[gnu::noinline]] float row_max(const float* __restrict s, int n) {
   float m = kNegInf;
 #pragma omp simd reduction(max : m)
-  for (int j = 0; j < n; ++j) m = std::max(m, s[j]);
+  for (int j = 0; j < n; ++j) m = m > s[j] ? m : s[j];
   return m;
 }
 
@@ -166,11 +173,60 @@ int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads) {
   return per * threads * int64_t(sizeof(float));
 }
 
+namespace {
+
+// Backward work splitting. The main decomposition is one task per (batch, kv head): it owns dK, dV
+// of its kv head and dQ of the query heads of its group, so nothing is shared. When there are fewer
+// such tasks than threads (e.g. MQA with batch 1), each task's keys are also split into `parts`
+// ranges; part 0 adds into dq directly, the others into private dQ buffers that are added to dq
+// afterwards in part order, so results do not depend on scheduling.
+int bwd_key_parts(const AttnDims& d, int threads) {
+  const int tasks = d.batch * d.kv_heads;
+  if (tasks >= threads || d.seq_k == 0) return 1;
+  const int key_tiles = (d.seq_k + kBwdBlockK - 1) / kBwdBlockK;
+  return std::min((threads + tasks - 1) / tasks, key_tiles);
+}
+
+// Floats of private dQ the split needs.
+int64_t bwd_extra_dq_floats(const AttnDims& d, int parts) {
+  return int64_t(parts - 1) * d.batch * d.heads * d.seq_q * d.head_dim;
+}
+
+// Key-row boundaries (parts + 1 of them) splitting [0, seq_k) into ranges of whole tiles with about
+// equal work; under a causal mask a key tile's work is the number of query rows that see it.
+std::vector<int> split_keys(const AttnBwdParams& p, int bk, int parts) {
+  const AttnDims& d = p.dims;
+  const int tiles = (d.seq_k + bk - 1) / bk;
+  std::vector<double> work(tiles);
+  double total = 0;
+  for (int jt = 0; jt < tiles; ++jt) {
+    int64_t rows = d.seq_q;
+    if (p.causal) {
+      const int64_t first = p.k_pos0 + int64_t(jt) * bk - p.q_pos0;  // first row seeing the tile
+      rows = d.seq_q - std::clamp<int64_t>(first, 0, d.seq_q);
+    }
+    work[jt] = double(rows) + 1.0;
+    total += work[jt];
+  }
+  std::vector<int> cut(parts + 1, d.seq_k);
+  cut[0] = 0;
+  double acc = 0;
+  int next = 1;
+  for (int jt = 0; jt < tiles && next < parts; ++jt) {
+    acc += work[jt];
+    if (acc >= total * next / parts) cut[next++] = std::min((jt + 1) * bk, d.seq_k);
+  }
+  return cut;
+}
+
+}  // namespace
+
 int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads) {
   const AttnTiling t = attn_bwd_tiling(dims);
-  // per thread: P tile and dP tile (bq x bk each)
+  // per thread: P tile and dP tile (bq x bk each); plus the private dQ of a key split
   const int64_t per = 2 * int64_t(t.block_q) * t.block_k;
-  return per * threads * int64_t(sizeof(float));
+  return (per * threads + bwd_extra_dq_floats(dims, bwd_key_parts(dims, threads))) *
+         int64_t(sizeof(float));
 }
 
 void attn_fwd(const AttnFwdParams& p) {
@@ -402,20 +458,46 @@ void attn_bwd(const AttnBwdParams& p) {
   const int64_t per_thread = 2 * int64_t(tile.block_q) * tile.block_k;
   std::vector<float> work(per_thread * nthreads);
   const int tasks = d.batch * d.kv_heads;
+  const int parts = bwd_key_parts(d, nthreads);
+  const std::vector<int> cut = split_keys(p, tile.block_k, parts);
+  const int64_t dq_task = int64_t(group) * d.seq_q * D;  // private dQ of one (task, part)
+  std::vector<float> dq_extra(bwd_extra_dq_floats(d, parts));
 
-  BlasSingleThreaded blas_guard;
+  {
+    BlasSingleThreaded blas_guard;
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
-  for (int t = 0; t < tasks; ++t) {
-    float* ps = work.data() + per_thread * omp_get_thread_num();
-    BwdTask task;
-    task.b = t / d.kv_heads;
-    task.hk = t % d.kv_heads;
-    task.j_begin = 0;
-    task.j_end = d.seq_k;
-    task.dq = p.dq + task.b * p.dq_stride.batch + int64_t(task.hk) * group * p.dq_stride.head;
-    task.dq_head = p.dq_stride.head;
-    task.dq_seq = p.dq_stride.seq;
-    bwd_kv_range(p, task, ps, ps + per_thread / 2);
+    for (int64_t u = 0; u < int64_t(tasks) * parts; ++u) {
+      const int t = static_cast<int>(u / parts), part = static_cast<int>(u % parts);
+      float* ps = work.data() + per_thread * omp_get_thread_num();
+      BwdTask task;
+      task.b = t / d.kv_heads;
+      task.hk = t % d.kv_heads;
+      task.j_begin = cut[part];
+      task.j_end = cut[part + 1];
+      if (part == 0) {
+        task.dq = p.dq + task.b * p.dq_stride.batch + int64_t(task.hk) * group * p.dq_stride.head;
+        task.dq_head = p.dq_stride.head;
+        task.dq_seq = p.dq_stride.seq;
+      } else {
+        task.dq = dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task;
+        task.dq_head = int64_t(d.seq_q) * D;
+        task.dq_seq = D;
+      }
+      bwd_kv_range(p, task, ps, ps + per_thread / 2);
+    }
+  }
+  if (parts == 1) return;
+  const int64_t rows = int64_t(tasks) * group * d.seq_q;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r / (int64_t(group) * d.seq_q), g = r / d.seq_q % group, i = r % d.seq_q;
+    const int64_t b = t / d.kv_heads, h = (t % d.kv_heads) * group + g;
+    float* out = p.dq + b * p.dq_stride.batch + i * p.dq_stride.seq + h * p.dq_stride.head;
+    for (int part = 1; part < parts; ++part) {
+      const float* add =
+          dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task + (g * d.seq_q + i) * D;
+      for (int c = 0; c < D; ++c) out[c] += add[c];
+    }
   }
 }
 
