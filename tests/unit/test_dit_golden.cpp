@@ -1,0 +1,216 @@
+// The DiT model against a fixture computed independently in PyTorch (float64) by
+// tests/golden/gen_dit_golden.py: prediction, rectified-flow loss and every parameter gradient.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <vector>
+
+#include "wallfacer/kernels/attention.h"
+#include "wallfacer/model/dit.h"
+
+namespace wallfacer::model {
+namespace {
+
+namespace kk = wallfacer::kernels;
+
+// Non-causal attention over whole sequences in one process (the flash kernel).
+class FullAttention : public AttentionOp {
+ public:
+  FullAttention(int batch, int seq, int heads, int head_dim)
+      : dims_{batch, seq, seq, heads, heads, head_dim}, delta_(size_t(batch) * heads * seq) {}
+  void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
+    kk::AttnFwdParams p;
+    common(p, q, k, v);
+    p.o = o;
+    p.o_stride = p.q_stride;
+    p.lse = lse;
+    kk::attn_fwd(p);
+  }
+  void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
+                const float* dout, float* dq, float* dk, float* dv) override {
+    kk::AttnBwdParams p;
+    common(p, q, k, v);
+    p.lse = lse;
+    kk::attn_bwd_preprocess(dims_, o, p.q_stride, dout, p.q_stride, delta_.data(), p.lse_stride);
+    p.dout = dout;
+    p.dout_stride = p.q_stride;
+    p.delta = delta_.data();
+    p.delta_stride = p.lse_stride;
+    p.dq = dq;
+    p.dq_stride = p.q_stride;
+    p.dk = dk;
+    p.dk_stride = p.q_stride;
+    p.dv = dv;
+    p.dv_stride = p.q_stride;
+    kk::attn_bwd(p);
+  }
+
+ private:
+  template <typename P>
+  void common(P& p, const float* q, const float* k, const float* v) {
+    p.dims = dims_;
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.q_stride = kk::Strides3::contiguous(dims_.seq_q, dims_.heads, dims_.head_dim);
+    p.k_stride = p.q_stride;
+    p.v_stride = p.q_stride;
+    p.lse_stride = kk::Strides2::contiguous(dims_.heads, dims_.seq_q);
+    p.scale = 1.0f / std::sqrt(float(dims_.head_dim));
+    p.causal = false;
+  }
+  kk::AttnDims dims_;
+  std::vector<float> delta_;
+};
+
+struct Golden {
+  nlohmann::json meta;
+  std::map<std::string, std::vector<double>> arrays;
+  std::vector<float> f32(const std::string& name) const {
+    const auto& a = arrays.at(name);
+    return std::vector<float>(a.begin(), a.end());
+  }
+};
+
+Golden load_golden() {
+  const std::string dir = std::string(WALLFACER_SOURCE_DIR) + "/tests/golden/";
+  Golden g;
+  std::ifstream js(dir + "dit_golden.json");
+  EXPECT_TRUE(js.good()) << "missing " << dir << "dit_golden.json";
+  g.meta = nlohmann::json::parse(js);
+  std::ifstream bin(dir + "dit_golden.bin", std::ios::binary);
+  for (const auto& a : g.meta["arrays"]) {
+    std::vector<double> v(a["size"].get<size_t>());
+    bin.seekg(std::streamoff(a["offset"].get<int64_t>() * 8));
+    bin.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 8));
+    EXPECT_TRUE(bin.good()) << "short read of " << a["name"];
+    g.arrays[a["name"].get<std::string>()] = std::move(v);
+  }
+  return g;
+}
+
+// |got - want| <= 1e-6 + rtol * max|want| over the tensor.
+void expect_close(const float* got, const std::vector<double>& want, double rtol,
+                  const std::string& what) {
+  double scale = 0, worst = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_LE(worst, 1e-6 + rtol * scale) << what << ": max error " << worst << ", scale " << scale;
+}
+
+DitConfig config_of(const nlohmann::json& c) {
+  DitConfig cfg;
+  cfg.channels = c["channels"];
+  cfg.patch = c["patch"];
+  cfg.frames = c["frames"];
+  cfg.size = c["size"];
+  cfg.layers = c["layers"];
+  cfg.dim = c["dim"];
+  cfg.heads = c["heads"];
+  cfg.mlp_ratio = c["mlp_ratio"];
+  cfg.freq_dim = c["freq_dim"];
+  cfg.classes = c["classes"];
+  return cfg;
+}
+
+TEST(DitGolden, MatchesPyTorch) {
+  const Golden g = load_golden();
+  const DitConfig cfg = config_of(g.meta["config"]);
+  const int B = g.meta["config"]["batch"];
+  const int64_t T = cfg.tokens(), PD = cfg.patch_dim();
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), 0);
+  FullAttention attn(B, int(T), cfg.heads, cfg.head_dim());
+  Dit model(cfg, B, pos, attn);
+
+  // The arena layout is the fixture's parameter order, name by name.
+  for (const auto& t : model.tensors()) {
+    ASSERT_TRUE(g.arrays.count(t.name)) << t.name;
+    const auto& v = g.arrays.at(t.name);
+    ASSERT_EQ(int64_t(v.size()), t.size) << t.name;
+    for (int64_t i = 0; i < t.size; ++i) model.params()[t.offset + i] = float(v[size_t(i)]);
+  }
+  const auto x0 = g.f32("x0"), noise = g.f32("noise"), t = g.f32("t"), labels_d = g.f32("labels");
+  std::vector<int32_t> labels(labels_d.begin(), labels_d.end());
+  // Rectified flow inputs in patch space.
+  const int64_t V = cfg.clip_values();
+  std::vector<float> xt_clip(size_t(B * V)), v_clip(size_t(B * V));
+  for (int b = 0; b < B; ++b)
+    for (int64_t i = 0; i < V; ++i) {
+      const size_t j = size_t(b * V + i);
+      xt_clip[j] = (1 - t[size_t(b)]) * x0[j] + t[size_t(b)] * noise[j];
+      v_clip[j] = noise[j] - x0[j];
+    }
+  std::vector<float> xt(size_t(B * T * PD)), target(xt.size());
+  for (int b = 0; b < B; ++b) {
+    dit_patchify(cfg, xt_clip.data() + b * V, pos.data(), int(T), xt.data() + b * T * PD);
+    dit_patchify(cfg, v_clip.data() + b * V, pos.data(), int(T), target.data() + b * T * PD);
+  }
+  const double sse = model.forward(xt.data(), t.data(), labels.data(), target.data());
+  const double loss = sse / double(B * V);
+  EXPECT_NEAR(loss, g.arrays.at("loss")[0], 1e-5 * g.arrays.at("loss")[0]);
+
+  std::vector<float> pred(size_t(B * V));
+  for (int b = 0; b < B; ++b)
+    dit_unpatchify(cfg, model.output() + b * T * PD, pos.data(), int(T), pred.data() + b * V);
+  expect_close(pred.data(), g.arrays.at("pred"), 1e-5, "prediction");
+
+  model.zero_grads();
+  model.backward(float(1.0 / double(B * V)));
+  for (const auto& tn : model.tensors())
+    expect_close(model.grads() + tn.offset, g.arrays.at("grad." + tn.name), 2e-5,
+                 "grad " + tn.name);
+}
+
+TEST(Dit, PatchifyRoundTripsAndOrdersTokensFrameMajor) {
+  DitConfig cfg;
+  cfg.channels = 2;
+  cfg.patch = 2;
+  cfg.frames = 3;
+  cfg.size = 6;
+  const int64_t T = cfg.tokens(), V = cfg.clip_values();
+  ASSERT_EQ(T, 27);
+  std::vector<float> clip(static_cast<size_t>(V));
+  std::iota(clip.begin(), clip.end(), 0.0f);
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<float> patches(size_t(T * cfg.patch_dim())), back(size_t(V), -1.0f);
+  dit_patchify(cfg, clip.data(), pos.data(), int(T), patches.data());
+  dit_unpatchify(cfg, patches.data(), pos.data(), int(T), back.data());
+  EXPECT_EQ(back, clip);
+  // Token 13 = frame 1, patch row 1, patch column 1: its first value is pixel (1, 2, 2), channel 0.
+  EXPECT_EQ(patches[size_t(13 * cfg.patch_dim())], float(((1 * 6 + 2) * 6 + 2) * 2));
+  // Second value of a patch: same row, next column, channel 0 ... (row, column, channel) order.
+  EXPECT_EQ(patches[size_t(13 * cfg.patch_dim() + 2)], float(((1 * 6 + 2) * 6 + 3) * 2));
+}
+
+TEST(Dit, ZeroInitIsIdentityAndPredictsZero) {
+  // adaLN-Zero: a freshly initialised model outputs exactly zero.
+  DitConfig cfg;
+  cfg.frames = 2;
+  cfg.size = 8;
+  cfg.dim = 24;
+  cfg.heads = 2;
+  cfg.freq_dim = 16;
+  cfg.classes = 2;
+  const int B = 1;
+  const int64_t T = cfg.tokens();
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), 0);
+  FullAttention attn(B, int(T), cfg.heads, cfg.head_dim());
+  Dit model(cfg, B, pos, attn);
+  dit_init_params(cfg, model.params(), 7);
+  std::vector<float> xt(size_t(T * cfg.patch_dim()), 0.5f);
+  const float t = 0.3f;
+  const int32_t y = 1;
+  model.predict(xt.data(), &t, &y);
+  for (int64_t i = 0; i < T * cfg.patch_dim(); ++i) ASSERT_EQ(model.output()[i], 0.0f);
+  EXPECT_EQ(dit_num_params(cfg), model.num_params());
+}
+
+}  // namespace
+}  // namespace wallfacer::model
