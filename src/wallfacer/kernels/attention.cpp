@@ -100,6 +100,12 @@ void check_dims(const AttnDims& d) {
            d.head_dim, kMaxHeadDim);
 }
 
+// Zeroes rows [0, rows) of one head of a (B, S, H, D) tensor.
+void zero_rows(float* base, int64_t row_stride, int rows, int head_dim) {
+  for (int i = 0; i < rows; ++i)
+    std::fill(base + i * row_stride, base + i * row_stride + head_dim, 0.0f);
+}
+
 // Leading dimension for BLAS: at least head_dim even when a single row makes the stride moot.
 inline int ld(int64_t stride, int head_dim) {
   return static_cast<int>(std::max<int64_t>(stride, head_dim));
@@ -238,8 +244,10 @@ void attn_fwd(const AttnFwdParams& p) {
   check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("o", p.o_stride, d.seq_q, d.heads, d.head_dim);
   if (d.seq_q == 0) return;
-  if (!p.accumulate) attn_fwd_init_output(d, p.o, p.o_stride, p.lse, p.lse_stride);
-  if (d.seq_k == 0) return;
+  if (d.seq_k == 0) {
+    if (!p.accumulate) attn_fwd_init_output(d, p.o, p.o_stride, p.lse, p.lse_stride);
+    return;
+  }
 
   const AttnTiling tile = attn_fwd_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k, D = d.head_dim;
@@ -272,6 +280,10 @@ void attn_fwd(const AttnFwdParams& p) {
       float* o = p.o + b * p.o_stride.batch + i0 * p.o_stride.seq + h * p.o_stride.head;
       float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head + i0;
       const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
+      if (!p.accumulate) {  // start from the identity of the merge: (0, -inf)
+        zero_rows(o, p.o_stride.seq, nq, D);
+        std::fill(lse, lse + nq, kNegInf);
+      }
       for (int j0 = 0; j0 < d.seq_k; j0 += bk) {
         const int nk = std::min(bk, d.seq_k - j0);
         const int64_t kpos_first = p.k_pos0 + j0, kpos_last = kpos_first + nk - 1;
@@ -328,12 +340,6 @@ void attn_bwd_preprocess(const AttnDims& dims, const float* o, Strides3 o_stride
 }
 
 namespace {
-
-// Zeroes rows [0, rows) of one head of a (B, S, H, D) tensor.
-void zero_rows(float* base, int64_t row_stride, int rows, int head_dim) {
-  for (int i = 0; i < rows; ++i)
-    std::fill(base + i * row_stride, base + i * row_stride + head_dim, 0.0f);
-}
 
 struct BwdTask {
   int b, hk;
@@ -435,13 +441,12 @@ void attn_bwd(const AttnBwdParams& p) {
   check_strides("dk", p.dk_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("dv", p.dv_stride, d.seq_k, d.kv_heads, d.head_dim);
   const int D = d.head_dim;
-  if (!p.accumulate) {
-    for (int b = 0; b < d.batch; ++b)
-      for (int h = 0; h < d.heads; ++h)
-        zero_rows(p.dq + b * p.dq_stride.batch + h * p.dq_stride.head, p.dq_stride.seq, d.seq_q, D);
-  }
   if (d.seq_q == 0 || d.seq_k == 0) {
     if (!p.accumulate) {
+      for (int b = 0; b < d.batch; ++b)
+        for (int h = 0; h < d.heads; ++h)
+          zero_rows(p.dq + b * p.dq_stride.batch + h * p.dq_stride.head, p.dq_stride.seq, d.seq_q,
+                    D);
       for (int b = 0; b < d.batch; ++b)
         for (int h = 0; h < d.kv_heads; ++h) {
           zero_rows(p.dk + b * p.dk_stride.batch + h * p.dk_stride.head, p.dk_stride.seq, d.seq_k,
@@ -478,6 +483,9 @@ void attn_bwd(const AttnBwdParams& p) {
         task.dq = p.dq + task.b * p.dq_stride.batch + int64_t(task.hk) * group * p.dq_stride.head;
         task.dq_head = p.dq_stride.head;
         task.dq_seq = p.dq_stride.seq;
+        if (!p.accumulate)
+          for (int g = 0; g < group; ++g)
+            zero_rows(task.dq + g * task.dq_head, task.dq_seq, d.seq_q, D);
       } else {
         task.dq = dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task;
         task.dq_head = int64_t(d.seq_q) * D;
