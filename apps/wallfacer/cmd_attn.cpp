@@ -16,6 +16,7 @@
 #include "wallfacer/core/npy.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
+#include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -34,6 +35,7 @@ struct AttnOptions {
   int iters = 1;
   std::string dump;
   uint64_t seed = 1;
+  int count = 0;  // > 0: count the schedule of this many ranks, run nothing
 };
 
 double median(std::vector<double> v) {
@@ -52,6 +54,51 @@ std::vector<double> all_ranks(comm::Communicator& world, double x) {
 
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
+// Bytes and steps per rank (maximum over ranks) of the schedules, summed without running them.
+int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
+  seqpar::validate(cfg, P);
+  seqpar::ScheduleTotals worst;
+  double fmax = 0, fsum = 0;
+  for (int r = 0; r < P; ++r) {
+    const auto t = seqpar::schedule_totals(seqpar::make_schedule(cfg, P, r));
+    for (auto m : {&seqpar::ScheduleTotals::p2p_bytes_fwd, &seqpar::ScheduleTotals::p2p_bytes_bwd,
+                   &seqpar::ScheduleTotals::coll_bytes_fwd, &seqpar::ScheduleTotals::coll_bytes_bwd,
+                   &seqpar::ScheduleTotals::p2p_steps_fwd, &seqpar::ScheduleTotals::p2p_steps_bwd})
+      worst.*m = std::max(worst.*m, t.*m);
+    fmax = std::max(fmax, t.flops_fwd);
+    fsum += t.flops_fwd;
+  }
+  nlohmann::json j;
+  j["strategy"] = seqpar::strategy_name(cfg.strategy);
+  j["P"] = P;
+  j["C"] = cfg.teams;
+  j["seq"] = cfg.seq;
+  j["batch"] = cfg.batch;
+  j["heads"] = cfg.heads;
+  j["kv_heads"] = cfg.kv_heads;
+  j["head_dim"] = cfg.head_dim;
+  j["causal"] = cfg.causal;
+  j["bytes"] = {{"p2p_fwd", worst.p2p_bytes_fwd},
+                {"p2p_bwd", worst.p2p_bytes_bwd},
+                {"coll_fwd", worst.coll_bytes_fwd},
+                {"coll_bwd", worst.coll_bytes_bwd}};
+  j["steps"] = {{"p2p_fwd", worst.p2p_steps_fwd}, {"p2p_bwd", worst.p2p_steps_bwd}};
+  j["work_imbalance"] = fsum > 0 ? fmax / (fsum / P) : 1.0;
+  if (json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf(
+        "%s P=%d C=%d: bytes/rank p2p fwd %lld bwd %lld, collective fwd %lld bwd %lld; "
+        "p2p steps fwd %lld bwd %lld; work imbalance %.4f\n",
+        std::string(seqpar::strategy_name(cfg.strategy)).c_str(), P, cfg.teams,
+        (long long)worst.p2p_bytes_fwd, (long long)worst.p2p_bytes_bwd,
+        (long long)worst.coll_bytes_fwd, (long long)worst.coll_bytes_bwd,
+        (long long)worst.p2p_steps_fwd, (long long)worst.p2p_steps_bwd,
+        double(j["work_imbalance"]));
+  }
+  return 0;
+}
+
 int run_attn(const AttnOptions& o) {
   WF_USAGE_CHECK(o.seq > 0 && o.heads > 0 && o.head_dim > 0,
                  "--seq, --heads and --head-dim are required and must be positive");
@@ -65,6 +112,7 @@ int run_attn(const AttnOptions& o) {
   cfg.head_dim = o.head_dim;
   cfg.causal = o.causal;
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
+  if (o.count > 0) return count_schedule(cfg, o.count, o.json);
 
   comm::MpiSession session(nullptr, nullptr);
   auto world = comm::Communicator::world();
@@ -239,6 +287,9 @@ Action setup(CLI::App& root) {
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--dump", o->dump, "write inputs and gathered results as .npy files to DIR");
   cmd->add_option("--seed", o->seed, "input seed");
+  cmd->add_option("--count", o->count,
+                  "print the bytes and steps per rank of the schedules for this many ranks, "
+                  "without running (no MPI)");
   return [o] { return run_attn(*o); };
 }
 

@@ -40,6 +40,12 @@ bad 3 "divisible" --strategy ring --seq 100 --heads 4 --head-dim 8
 bad 2 "kv heads" --strategy ring --seq 64 --heads 4 --kv-heads 3 --head-dim 8
 bad 1 "strategy" --strategy spiral --seq 64 --heads 4 --head-dim 8
 
+# --count sums the schedules without running: ring on 8 ranks sends 7 hops of K,V forward
+# (2 * 128 rows * 2 heads * 8 dims * 4 bytes each).
+out=$("$wf" attn --count 8 --strategy ring --seq 1024 --heads 2 --head-dim 8 --json 2>&1)
+echo "$out" | grep -qF '"p2p_fwd":114688' || err "--count: $out"
+echo "$out" | grep -qF '"steps":{"p2p_bwd":8,"p2p_fwd":7}' || err "--count steps: $out"
+
 # A singleton run, without mpirun.
 out=$(OMP_NUM_THREADS=1 "$wf" attn --strategy zigzag --seq 64 --heads 2 --head-dim 8 --causal --check 2>&1)
 rc=$?

@@ -213,6 +213,12 @@ TEST(SeqparSchedule, GqaSendsOnlyKvHeads) {
   auto full = schedule_totals(make_schedule(config(Strategy::Ring, 512, 8, 8, 16, false), P, 3));
   auto gqa = schedule_totals(make_schedule(config(Strategy::Ring, 512, 8, 2, 16, false), P, 3));
   EXPECT_EQ(gqa.p2p_bytes_fwd * 4, full.p2p_bytes_fwd);
+  // The backward moves K,V (and dK,dV) under GQA, the query packages without it.
+  EXPECT_FALSE(backward_moves_kv(config(Strategy::Ring, 512, 8, 8, 16, false), P));
+  EXPECT_TRUE(backward_moves_kv(config(Strategy::Ring, 512, 8, 2, 16, false), P));
+  const int64_t n = 512 / P, D = 16;
+  EXPECT_EQ(full.p2p_bytes_bwd, ((P - 1) * n * 8 * (2 * D + 2) + P * n * 8 * D) * 4);
+  EXPECT_EQ(gqa.p2p_bytes_bwd, ((P - 1) + P) * n * 2 * 2 * D * 4);
 }
 
 // Causal work per rank of the zigzag layout is exactly balanced; WallFacer within 5%.

@@ -9,7 +9,7 @@ namespace wallfacer::seqpar {
 namespace {
 
 // Message tags: one per kind of transfer so that no two streams between a pair of ranks mix.
-constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagDq = 14, kTagReturn = 15;
+constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagGrad = 14, kTagReturn = 15;
 
 // FLOPs per kept (query, key) pair and head: forward QK^T and PV (2 matmuls of 2D each); backward
 // recomputes S and runs dV, dP, dQ, dK (5 matmuls).
@@ -224,16 +224,21 @@ void build_team_ring(Schedule& s, Builder& b) {
     b.collective(CollKind::ReduceScatterLse, Group::Team, C, oacc, kOutO, lacc, kOutLse);
   }
 
-  // ---- backward: K,V resident, query packages travel the sub-ring, dQ comes home.
+  // ---- backward. One side stays resident, the other travels the sub-ring with its gradient
+  // accumulator, which takes one extra hop home: query packages (q, dout, lse, delta; dQ travels)
+  // while K,V stay, or K,V blocks (dK,dV travel) while the team's queries stay, whichever moves
+  // fewer bytes (backward_moves_kv). dK,dV then go back along the inverse placement, and the team
+  // reduce-scatters dQ and dK,dV.
   b.phase(&s.bwd);
+  const bool move_kv = s.bwd_moves_kv;
   b.local(LocalKind::PackKV, -1, kvl);
   if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
-  int kv_res = kvt;
+  int kv_placed = kvt;
   ps = pr = -1;
   if (placed) {
-    kv_res = b.buffer("kv_ring0", Fmt::KV, C, K);
+    kv_placed = b.buffer("kv_ring0", Fmt::KV, C, K);
     ps = b.send(kvt, place_dst, kTagPlace);
-    pr = b.recv(kv_res, place_src, kTagPlace);
+    pr = b.recv(kv_placed, place_src, kTagPlace);
     b.next_round();
   }
   const int qpl = b.buffer("qpack_local", Fmt::QPack, 1, H);
@@ -244,55 +249,64 @@ void build_team_ring(Schedule& s, Builder& b) {
     b.collective(CollKind::AllGather, Group::Team, C, qpl, qpt);
   }
   b.wait({ps, pr});
-  // The kv_ring buffers are free in the backward: the resident block is kv_ring0 when placed, so
-  // the travelling packages use their own buffers.
-  const int dkv_acc = b.buffer("dkv_acc", Fmt::KV, C, K);
-  b.local(LocalKind::Zero, -1, dkv_acc);
-  const int dq_home = C > 1 ? b.buffer("dq_team", Fmt::Rows, C, H) : kOutDq;
-  int dq_slot[2] = {dq_home, -1};
-  int qring[2] = {-1, -1};
-  int dq_in = -1;
+  // Accumulators: dQ of the team block and dK,dV of the placed K,V block. The resident side's
+  // accumulator stays; the travelling side's ends in `home` after its hop home.
+  const int dq_team = C > 1 ? b.buffer("dq_team", Fmt::Rows, C, H) : kOutDq;
+  const int dkv_team = b.buffer("dkv_acc", Fmt::KV, C, K);
+  const int res_acc = move_kv ? dq_team : dkv_team;
+  const int home = move_kv ? dkv_team : dq_team;
+  const Fmt tfmt = move_kv ? Fmt::KV : Fmt::QPack, afmt = move_kv ? Fmt::KV : Fmt::Rows;
+  const int theads = move_kv ? K : H;
+  const int first = move_kv ? kv_placed : qpt;
+  const int tag_t = move_kv ? kTagKV : kTagQPack;
+  b.local(LocalKind::Zero, -1, res_acc);
+  int ring[2] = {-1, -1}, slot[2] = {home, -1}, acc_in = -1;
   if (G > 1) {
-    dq_slot[0] = b.buffer("dq_part0", Fmt::Rows, C, H);
-    dq_slot[1] = b.buffer("dq_part1", Fmt::Rows, C, H);
-    qring[0] = b.buffer("qpack_ring0", Fmt::QPack, C, H);
-    qring[1] = b.buffer("qpack_ring1", Fmt::QPack, C, H);
-    dq_in = b.buffer("dq_in", Fmt::Rows, C, H);
+    ring[0] = b.buffer(move_kv ? "kv_ring0" : "qpack_ring0", tfmt, C, theads);
+    ring[1] = b.buffer(move_kv ? "kv_ring1" : "qpack_ring1", tfmt, C, theads);
+    slot[0] = b.buffer("grad_part0", afmt, C, theads);
+    slot[1] = b.buffer("grad_part1", afmt, C, theads);
+    acc_in = b.buffer("grad_in", afmt, C, theads);
   }
-  int dq_send[2] = {-1, -1};
+  int acc_send[2] = {-1, -1};
   for (int step = 0; step < G; ++step) {
-    const int cur = step == 0 ? qpt : qring[step % 2];
-    int qa = -1, qb = -1, din = -1;
+    const int cur = step == 0 ? first : ring[step % 2];
+    int ta = -1, tb = -1, ain = -1;
     if (step < G - 1) {
-      qa = b.send(cur, L.next(r), kTagQPack);
-      qb = b.recv(qring[(step + 1) % 2], L.prev(r), kTagQPack);
+      ta = b.send(cur, L.next(r), tag_t);
+      tb = b.recv(ring[(step + 1) % 2], L.prev(r), tag_t);
     }
-    if (step > 0) din = b.recv(dq_in, L.prev(r), kTagDq);
-    const int slot = dq_slot[step % 2];
-    b.wait({dq_send[step % 2]});
-    b.local(LocalKind::Zero, -1, slot);
-    b.computes(true, cur, kv_res, slot, dkv_acc, team_segments(c, P, C, L.query_team(r, step)),
-               resident, H, K);
+    if (step > 0) ain = b.recv(acc_in, L.prev(r), kTagGrad);
+    const int acc = slot[step % 2];
+    b.wait({acc_send[step % 2]});
+    b.local(LocalKind::Zero, -1, acc);
+    if (move_kv) {
+      b.computes(true, qpt, cur, res_acc, acc, my_team, team_segments(c, P, C, L.kv_team(r, step)),
+                 H, K);
+    } else {
+      b.computes(true, cur, kv_placed, acc, res_acc, team_segments(c, P, C, L.query_team(r, step)),
+                 resident, H, K);
+    }
     if (step > 0) {
-      b.wait({din});
-      b.local(LocalKind::Add, dq_in, slot);
+      b.wait({ain});
+      b.local(LocalKind::Add, acc_in, acc);
     }
-    if (G > 1) dq_send[step % 2] = b.send(slot, L.next(r), kTagDq);
-    b.wait({qa, qb});
+    if (G > 1) acc_send[step % 2] = b.send(acc, L.next(r), kTagGrad);
+    b.wait({ta, tb});
     b.next_round();
   }
   if (G > 1) {
-    const int home = b.recv(dq_home, L.prev(r), kTagDq);
-    b.wait({home, dq_send[0], dq_send[1]});
+    const int h = b.recv(home, L.prev(r), kTagGrad);
+    b.wait({h, acc_send[0], acc_send[1]});
   }
   // dK, dV go back along the inverse placement while dQ is reduce-scattered in the team.
-  int dkvt = dkv_acc, rs = -1, rr = -1;
+  int dkvt = dkv_team, rs = -1, rr = -1;
   if (placed) {
     dkvt = b.buffer("dkv_team", Fmt::KV, C, K);
-    rs = b.send(dkv_acc, place_src, kTagReturn);
+    rs = b.send(dkv_team, place_src, kTagReturn);
     rr = b.recv(dkvt, place_dst, kTagReturn);
   }
-  if (C > 1) b.collective(CollKind::ReduceScatterSum, Group::Team, C, dq_home, kOutDq);
+  if (C > 1) b.collective(CollKind::ReduceScatterSum, Group::Team, C, dq_team, kOutDq);
   b.wait({rs, rr});
   int dkvl = dkvt;
   if (C > 1) {
@@ -417,6 +431,16 @@ int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t kro
   return total;
 }
 
+bool backward_moves_kv(const AttnConfig& cfg, int P) {
+  if (cfg.strategy == Strategy::Ulysses) return false;
+  const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  const int64_t G = P / (C * C), D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
+  if (G == 1) return false;  // no hops either way
+  const int64_t kv = (G - 1) * 2 * K * D + G * 2 * K * D;
+  const int64_t q = (G - 1) * H * (2 * D + 2) + G * H * D;
+  return kv < q;
+}
+
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   validate(cfg, P);
   WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
@@ -426,6 +450,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   s.rank = rank;
   s.teams = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
   s.n = cfg.seq / P;
+  s.bwd_moves_kv = backward_moves_kv(cfg, P);
   const int H = cfg.heads, K = cfg.kv_heads;
   s.buffers = {
       {"q", Fmt::Rows, 1, s.n, H},      {"k", Fmt::Rows, 1, s.n, K},
@@ -489,12 +514,14 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   t.p2p_steps_fwd = moves + G - 1;
   t.p2p_sends_fwd = t.p2p_steps_fwd;
   t.coll_bytes_fwd = (C - 1) * B * n * (H * D + 2 * K * D + H * (D + 1)) * f;
-  // backward: placement hop again, G-1 hops of the query package (q, dout, lse, delta), G hops of
-  // dQ (the last one home), dK,dV back along the inverse placement; gather q package and K, V,
-  // reduce-scatter dQ and dK, dV.
+  // backward: placement hop again, G-1 hops of the travelling side (query package q, dout, lse,
+  // delta, or K,V), G hops of its gradient (dQ, or dK,dV; the last one home), dK,dV back along the
+  // inverse placement; gather the query package and K, V, reduce-scatter dQ and dK, dV.
   const int64_t ring = G > 1 ? 1 : 0;
-  t.p2p_bytes_bwd =
-      (2 * moves * kv + (G - 1) * B * m * H * (2 * D + 2) + ring * G * B * m * H * D) * f;
+  const int64_t travel = backward_moves_kv(cfg, P)
+                             ? (G - 1) * kv + ring * G * kv
+                             : (G - 1) * B * m * H * (2 * D + 2) + ring * G * B * m * H * D;
+  t.p2p_bytes_bwd = (2 * moves * kv + travel) * f;
   t.p2p_steps_bwd = 2 * moves + ring * G;
   t.p2p_sends_bwd = 2 * moves + (G - 1) + ring * G;
   t.coll_bytes_bwd = (C - 1) * B * n * (H * (2 * D + 2) + 2 * K * D + H * D + 2 * K * D) * f;

@@ -120,9 +120,17 @@ struct Schedule {
   int P = 1, rank = 0;
   int teams = 1;                    // C: the size of the Team group (ranks rank/C*C .. +C-1)
   int64_t n = 0;                    // rows per rank
+  bool bwd_moves_kv = false;        // backward: K,V travel (else the query packages)
   std::vector<BufferSpec> buffers;  // indexed by buffer id
   std::vector<Op> fwd, bwd;
 };
+
+// The backward of ring, zigzag and WallFacer moves either the query packages (q, dout, lse, delta
+// out, dQ travelling back) or the K,V blocks (dK,dV travelling back) around the sub-ring, keeping
+// the other side resident: K,V when that sends fewer bytes, i.e. per hop 2*Hkv*D (K,V and dK,dV)
+// against H*(2D+2) (q, dout, lse, delta) and H*D (dQ): K,V under grouped-query attention with
+// H/Hkv >= 2, the query packages otherwise.
+bool backward_moves_kv(const AttnConfig& cfg, int P);
 
 // The schedule of `rank` (validates cfg first: UsageError when it cannot run on P ranks).
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank);
