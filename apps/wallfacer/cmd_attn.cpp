@@ -54,6 +54,19 @@ std::vector<double> all_ranks(comm::Communicator& world, double x) {
 
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
+// The configuration part of the JSON report.
+nlohmann::json describe(const seqpar::AttnConfig& cfg, int P) {
+  return {{"strategy", seqpar::strategy_name(cfg.strategy)},
+          {"P", P},
+          {"C", cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1},
+          {"seq", cfg.seq},
+          {"batch", cfg.batch},
+          {"heads", cfg.heads},
+          {"kv_heads", cfg.kv_heads},
+          {"head_dim", cfg.head_dim},
+          {"causal", cfg.causal}};
+}
+
 // Bytes and steps per rank (maximum over ranks) of the schedules, summed without running them.
 int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
   seqpar::validate(cfg, P);
@@ -68,16 +81,7 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
     fmax = std::max(fmax, t.flops_fwd);
     fsum += t.flops_fwd;
   }
-  nlohmann::json j;
-  j["strategy"] = seqpar::strategy_name(cfg.strategy);
-  j["P"] = P;
-  j["C"] = cfg.teams;
-  j["seq"] = cfg.seq;
-  j["batch"] = cfg.batch;
-  j["heads"] = cfg.heads;
-  j["kv_heads"] = cfg.kv_heads;
-  j["head_dim"] = cfg.head_dim;
-  j["causal"] = cfg.causal;
+  nlohmann::json j = describe(cfg, P);
   j["bytes"] = {{"p2p_fwd", worst.p2p_bytes_fwd},
                 {"p2p_bwd", worst.p2p_bytes_bwd},
                 {"coll_fwd", worst.coll_bytes_fwd},
@@ -163,16 +167,7 @@ int run_attn(const AttnOptions& o) {
   const auto flops = all_ranks(world, st.attn_flops);
   double mean_flops = 0;
   for (double f : flops) mean_flops += f / P;
-  nlohmann::json j;
-  j["strategy"] = o.strategy;
-  j["P"] = P;
-  j["C"] = cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1;
-  j["seq"] = cfg.seq;
-  j["batch"] = cfg.batch;
-  j["heads"] = cfg.heads;
-  j["kv_heads"] = cfg.kv_heads;
-  j["head_dim"] = cfg.head_dim;
-  j["causal"] = cfg.causal;
+  nlohmann::json j = describe(cfg, P);
   j["iters"] = o.iters;
   auto mx = [&](double x) { return max_of(all_ranks(world, x)); };
   j["bytes"] = {{"p2p_fwd", int64_t(mx(double(st.p2p_bytes_fwd)))},
