@@ -71,9 +71,9 @@ inline float exp_approx(float x) {
   return m;
 }
 
-// Number of keys of the tile [k0, k0 + nk) that query row i may see under a causal mask.
-inline int visible_keys(const AttnDims&, bool causal, int64_t q_pos, int64_t k_pos_first, int nk) {
-  if (!causal) return nk;
+// Number of leading keys of a tile of nk keys starting at global position k_pos_first that a query
+// at global position q_pos may see under a causal mask.
+inline int visible_keys(int64_t q_pos, int64_t k_pos_first, int nk) {
   const int64_t v = q_pos - k_pos_first + 1;
   return static_cast<int>(std::clamp<int64_t>(v, 0, nk));
 }
@@ -294,8 +294,7 @@ void attn_fwd(const AttnFwdParams& p) {
                     nk);
         for (int i = 0; i < nq; ++i) {
           float* srow = s + int64_t(i) * nk;
-          const int vis = partial ? visible_keys(d, true, qpos_first + i, kpos_first, nk) : nk;
-          for (int j = vis; j < nk; ++j) srow[j] = kNegInf;
+          const int vis = partial ? visible_keys(qpos_first + i, kpos_first, nk) : nk;
           const float m = vis > 0 ? row_max(srow, vis) : kNegInf;
           if (m == kNegInf) {
             std::fill(srow, srow + nk, 0.0f);
@@ -402,7 +401,7 @@ void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float*
           float* prow = ps + int64_t(i) * nk;
           float* dprow = dps + int64_t(i) * nk;
           const float l = lse[i0 + i];
-          const int vis = partial ? visible_keys(d, true, qpos_first + i, kpos_first, nk) : nk;
+          const int vis = partial ? visible_keys(qpos_first + i, kpos_first, nk) : nk;
           if (l == kNegInf) {
             std::fill(prow, prow + nk, 0.0f);
             std::fill(dprow, dprow + nk, 0.0f);
