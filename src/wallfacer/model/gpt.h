@@ -1,0 +1,128 @@
+#pragma once
+// A GPT decoder with explicit forward and backward passes (llm.c style):
+//   x = wte[tokens]
+//   per block: x += proj(attn(rope(q), rope(k), v)) with q, k, v = split(qkv(layernorm1(x)))
+//              x += fcproj(gelu(fc(layernorm2(x))))
+//   logits = layernorm_f(x) @ wte^T            (LM head tied to the embedding)
+// Linear layers have no bias; layernorms have weight and bias. Rotary embeddings use the GLOBAL
+// token positions of the rows this rank holds, so sequence-parallel shards agree. Attention goes
+// through an AttentionOp (the sequence-parallel DistAttention in training), and GQA shares each kv
+// head among heads / kv_heads query heads.
+//
+// Parameters, gradients and activations live in contiguous arenas. With checkpointing
+// `Attention`, the forward keeps only each block's input and the attention output (o, lse); the
+// backward recomputes norms, projections and MLP of a block and never reruns the attention forward.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wallfacer/model/attention_op.h"
+
+namespace wallfacer::model {
+
+struct GptConfig {
+  int vocab = 257;
+  int layers = 2;
+  int dim = 64;
+  int heads = 4;
+  int kv_heads = 4;
+  int mlp_ratio = 4;  // hidden width = mlp_ratio * dim
+  double rope_theta = 10000.0;
+  int head_dim() const { return dim / heads; }
+  int qkv_dim() const { return (heads + 2 * kv_heads) * head_dim(); }
+  // Throws UsageError when the shapes do not fit together.
+  void validate() const;
+};
+
+enum class Checkpointing { None, Attention };
+Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
+
+// One named parameter tensor inside the arena.
+struct ParamTensor {
+  std::string name;
+  int64_t offset = 0;  // in floats, from the start of the arena
+  int64_t size = 0;
+  bool decay = false;  // weight decay applies (matrices, not norms)
+};
+
+struct LayerParams {
+  float* ln1_w;     // (C)
+  float* ln1_b;     // (C)
+  float* qkv_w;     // ((H + 2 Hkv) D, C): rows of q heads, then k heads, then v heads
+  float* proj_w;    // (C, C)
+  float* ln2_w;     // (C)
+  float* ln2_b;     // (C)
+  float* fc_w;      // (M, C), M = mlp_ratio C
+  float* fcproj_w;  // (C, M)
+};
+
+struct GptParams {
+  float* wte;  // (V, C)
+  std::vector<LayerParams> layers;
+  float* lnf_w;  // (C)
+  float* lnf_b;  // (C)
+};
+
+// Parameter count in closed form: V C + L (4 C + (H + 2 Hkv) D C + C C + 2 M C) + 2 C.
+int64_t gpt_num_params(const GptConfig& cfg);
+// The parameter tensors in arena order.
+std::vector<ParamTensor> gpt_param_tensors(const GptConfig& cfg);
+// Points a GptParams view at an arena laid out as gpt_param_tensors says.
+GptParams gpt_param_view(const GptConfig& cfg, float* arena);
+// GPT-2 style initialisation from a seed: N(0, 0.02) matrices, output projections scaled by
+// 1/sqrt(2 L), layernorm weight 1 and bias 0.
+void gpt_init_params(const GptConfig& cfg, float* arena, uint64_t seed);
+
+class Gpt {
+ public:
+  // batch: sequences of this rank, tokens: rows per sequence on this rank (positions.size()).
+  Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkpointing ckpt,
+      AttentionOp& attention);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const GptConfig& config() const { return cfg_; }
+  int64_t num_params() const { return num_params_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  int64_t activation_floats() const { return act_floats_; }
+
+  // tokens, targets: (B, T). Returns the sum of the losses of the local rows (fp64). Keeps what
+  // the backward needs.
+  double forward(const int32_t* tokens, const int32_t* targets);
+  // logits (B, T, V) of the last forward (valid until backward, which reuses the buffer).
+  const float* logits() const;
+  const float* losses() const;  // (B, T)
+
+  void zero_grads();
+  // Adds the gradients of dloss * (sum of the local losses) to grads().
+  void backward(float dloss);
+
+  struct Acts;
+
+ private:
+  void block_forward(int l, bool run_attention);
+
+  GptConfig cfg_;
+  int B_, T_;
+  int64_t N_;
+  std::vector<int64_t> positions_;
+  Checkpointing ckpt_;
+  AttentionOp& attn_;
+  int64_t num_params_;
+  std::vector<ParamTensor> tensors_;
+  std::vector<float> params_, grads_;
+  GptParams p_, g_;
+  std::vector<float> rope_cos_, rope_sin_;
+  std::unique_ptr<Acts> a_;
+  int64_t act_floats_ = 0;
+  const int32_t* tokens_ = nullptr;
+  const int32_t* targets_ = nullptr;
+};
+
+}  // namespace wallfacer::model

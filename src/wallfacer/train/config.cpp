@@ -1,0 +1,213 @@
+#include "wallfacer/train/config.h"
+
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <variant>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer::train {
+
+namespace {
+
+// One key of the schema, bound to its field in a TrainConfig.
+struct Field {
+  const char* key;
+  std::variant<int*, int64_t*, double*, std::string*> ptr;
+};
+
+std::vector<Field> fields(TrainConfig& c) {
+  return {
+      {"model.layers", &c.model.layers},
+      {"model.dim", &c.model.dim},
+      {"model.heads", &c.model.heads},
+      {"model.kv_heads", &c.model.kv_heads},
+      {"model.mlp_ratio", &c.model.mlp_ratio},
+      {"model.vocab", &c.model.vocab},
+      {"model.rope_theta", &c.model.rope_theta},
+      {"train.seq", &c.seq},
+      {"train.batch", &c.batch},
+      {"train.steps", &c.steps},
+      {"train.lr", &c.lr},
+      {"train.min_lr", &c.min_lr},
+      {"train.warmup", &c.warmup},
+      {"train.weight_decay", &c.weight_decay},
+      {"train.beta1", &c.beta1},
+      {"train.beta2", &c.beta2},
+      {"train.grad_clip", &c.grad_clip},
+      {"train.seed", &c.seed},
+      {"train.ckpt_every", &c.ckpt_every},
+      {"train.eval_every", &c.eval_every},
+      {"train.eval_batches", &c.eval_batches},
+      {"data.dir", &c.data_dir},
+      {"parallel.sp", &c.sp},
+      {"parallel.strategy", &c.strategy},
+      {"parallel.teams", &c.teams},
+      {"parallel.checkpointing", &c.checkpointing},
+  };
+}
+
+Field* find_field(std::vector<Field>& fs, std::string_view key) {
+  for (auto& f : fs) {
+    if (key == f.key) return &f;
+  }
+  std::string known;
+  for (auto& f : fs) known += std::string(known.empty() ? "" : ", ") + f.key;
+  throw UsageError(fmt::format("unknown config key '{}' (known keys: {})", key, known));
+}
+
+int64_t parse_int(std::string_view key, std::string_view s) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  WF_USAGE_CHECK(ec == std::errc() && p == s.data() + s.size(), "{} expects an integer, got '{}'",
+                 key, s);
+  return v;
+}
+
+double parse_double(std::string_view key, std::string_view s) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(std::string(s), &used);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("{} expects a number, got '{}'", key, s));
+}
+
+void store_int(const Field& f, int64_t v) {
+  if (auto p = std::get_if<int*>(&f.ptr)) {
+    WF_USAGE_CHECK(v >= INT32_MIN && v <= INT32_MAX, "{} = {} is out of range", f.key, v);
+    **p = int(v);
+  } else {
+    *std::get<int64_t*>(f.ptr) = v;
+  }
+}
+
+// Assigns a TOML node to a field, checking its type.
+void assign(const Field& f, const toml::node& n) {
+  if (std::holds_alternative<std::string*>(f.ptr)) {
+    WF_USAGE_CHECK(n.is_string(), "{} expects a string", f.key);
+    *std::get<std::string*>(f.ptr) = n.value<std::string>().value();
+  } else if (std::holds_alternative<double*>(f.ptr)) {
+    WF_USAGE_CHECK(n.is_number(), "{} expects a number", f.key);
+    *std::get<double*>(f.ptr) = n.value<double>().value();
+  } else {
+    WF_USAGE_CHECK(n.is_integer(), "{} expects an integer", f.key);
+    store_int(f, n.value<int64_t>().value());
+  }
+}
+
+}  // namespace
+
+TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& name) {
+  TrainConfig c;
+  auto fs = fields(c);
+  toml::table tbl;
+  try {
+    tbl = toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw UsageError(fmt::format("{}:{}:{}: {}", name, b.line, b.column, e.description()));
+  }
+  for (auto& [section, node] : tbl) {
+    const auto* sub = node.as_table();
+    WF_USAGE_CHECK(sub, "{}: top-level key '{}' must be a table like [model] or [train]", name,
+                   section.str());
+    for (auto& [key, value] : *sub) {
+      const std::string full = std::string(section.str()) + "." + std::string(key.str());
+      assign(*find_field(fs, full), value);
+    }
+  }
+  return c;
+}
+
+TrainConfig TrainConfig::from_file(const std::string& path) {
+  std::ifstream in(path);
+  WF_USAGE_CHECK(in.good(), "cannot read config file '{}'", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return from_toml(ss.str(), path);
+}
+
+void TrainConfig::set(const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  WF_USAGE_CHECK(eq != std::string::npos, "--set expects key=value, got '{}'", assignment);
+  const std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  auto fs = fields(*this);
+  const Field& f = *find_field(fs, key);
+  if (auto p = std::get_if<std::string*>(&f.ptr)) {
+    **p = value;
+  } else if (auto d = std::get_if<double*>(&f.ptr)) {
+    **d = parse_double(key, value);
+  } else {
+    store_int(f, parse_int(key, value));
+  }
+}
+
+seqpar::AttnConfig TrainConfig::attn_config(int P) const {
+  seqpar::AttnConfig a;
+  a.strategy = seqpar::parse_strategy(strategy);
+  a.teams = teams;
+  a.batch = batch / dp(P);
+  a.seq = seq;
+  a.heads = model.heads;
+  a.kv_heads = model.kv_heads;
+  a.head_dim = model.head_dim();
+  a.causal = true;
+  return a;
+}
+
+void TrainConfig::validate(int P) const {
+  model.validate();
+  WF_USAGE_CHECK(sp >= 1 && P % sp == 0,
+                 "parallel.sp = {} must divide the number of ranks {} (world = dp x sp)", sp, P);
+  WF_USAGE_CHECK(batch >= 1 && batch % dp(P) == 0,
+                 "train.batch = {} must be a positive multiple of dp = {} (ranks {} / sp {})",
+                 batch, dp(P), P, sp);
+  WF_USAGE_CHECK(seq >= 2 && seq % sp == 0, "train.seq = {} must be divisible by parallel.sp = {}",
+                 seq, sp);
+  WF_USAGE_CHECK(steps >= 1, "train.steps must be at least 1 (got {})", steps);
+  WF_USAGE_CHECK(lr > 0 && min_lr >= 0 && min_lr <= lr,
+                 "train.lr ({}) must be positive and train.min_lr ({}) in [0, lr]", lr, min_lr);
+  WF_USAGE_CHECK(warmup >= 0, "train.warmup must be >= 0 (got {})", warmup);
+  WF_USAGE_CHECK(weight_decay >= 0, "train.weight_decay must be >= 0 (got {})", weight_decay);
+  WF_USAGE_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
+                 "train.beta1 and train.beta2 must lie in [0, 1)");
+  WF_USAGE_CHECK(grad_clip >= 0, "train.grad_clip must be >= 0 (0 turns clipping off)");
+  WF_USAGE_CHECK(ckpt_every >= 0 && eval_every >= 0 && eval_batches >= 1,
+                 "train.ckpt_every and train.eval_every must be >= 0, train.eval_batches >= 1");
+  WF_USAGE_CHECK(!data_dir.empty(), "data.dir must not be empty");
+  model::parse_checkpointing(checkpointing);
+  seqpar::validate(attn_config(P), sp);
+}
+
+std::string TrainConfig::to_toml() const {
+  TrainConfig copy = *this;
+  auto fs = fields(copy);
+  toml::table root;
+  for (const auto& f : fs) {
+    const std::string key = f.key;
+    const auto dot = key.find('.');
+    const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+    if (!root.contains(section)) root.insert(section, toml::table{});
+    auto& t = *root[section].as_table();
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, int>) {
+            t.insert(name, int64_t(*p));
+          } else {
+            t.insert(name, *p);
+          }
+        },
+        f.ptr);
+  }
+  std::stringstream ss;
+  ss << root;
+  return ss.str();
+}
+
+}  // namespace wallfacer::train

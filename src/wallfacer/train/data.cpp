@@ -1,0 +1,166 @@
+#include "wallfacer/train/data.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/train/io.h"
+
+namespace wallfacer::train {
+
+namespace {
+constexpr char kMagic[8] = {'W', 'F', 'T', 'O', 'K', 'E', 'N', 'S'};
+constexpr uint32_t kVersion = 1, kHeaderBytes = 64;
+
+struct ShardHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint32_t token_bytes;
+  uint32_t vocab;
+  uint64_t num_tokens;
+  uint64_t checksum;
+  uint8_t reserved[24];
+};
+static_assert(sizeof(ShardHeader) == kHeaderBytes);
+}  // namespace
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::vector<uint16_t> tokenize_bytes(const std::string& text) {
+  std::vector<uint16_t> t(text.size() + 1);
+  for (size_t i = 0; i < text.size(); ++i) t[i] = static_cast<unsigned char>(text[i]);
+  t.back() = kEndOfText;
+  return t;
+}
+
+std::string detokenize(const std::vector<int32_t>& tokens) {
+  std::string s;
+  for (int32_t t : tokens) s.push_back(t < 256 ? char(t) : '\n');
+  return s;
+}
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, int vocab) {
+  ShardHeader h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kVersion;
+  h.header_bytes = kHeaderBytes;
+  h.token_bytes = 2;
+  h.vocab = uint32_t(vocab);
+  h.num_tokens = tokens.size();
+  h.checksum = fnv1a64(tokens.data(), tokens.size() * 2);
+  std::string bytes(reinterpret_cast<const char*>(&h), sizeof(h));
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  write_file_atomic(path, bytes);
+}
+
+TokenShard::TokenShard(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  WF_USAGE_CHECK(fd >= 0, "cannot open token shard '{}': {} (run `wallfacer prepare` first)", path,
+                 std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  map_bytes_ = size_t(st.st_size);
+  if (map_bytes_ < kHeaderBytes) {
+    ::close(fd);
+    throw UsageError(fmt::format("token shard '{}' is truncated ({} bytes, header needs {})", path,
+                                 map_bytes_, kHeaderBytes));
+  }
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  WF_CHECK(map_ != MAP_FAILED, "mmap of '{}' failed: {}", path, std::strerror(errno));
+  ShardHeader h;
+  std::memcpy(&h, map_, sizeof(h));
+  auto fail = [&](const std::string& why) {
+    ::munmap(map_, map_bytes_);
+    throw UsageError(fmt::format("token shard '{}': {}", path, why));
+  };
+  if (std::memcmp(h.magic, kMagic, 8) != 0) fail("not a wallfacer token shard (bad magic)");
+  if (h.version != kVersion) fail(fmt::format("version {} (expected {})", h.version, kVersion));
+  if (h.header_bytes != kHeaderBytes || h.token_bytes != 2) fail("unsupported header layout");
+  if (map_bytes_ != kHeaderBytes + h.num_tokens * 2) {
+    fail(fmt::format("truncated: {} bytes for {} tokens", map_bytes_, h.num_tokens));
+  }
+  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kHeaderBytes);
+  if (fnv1a64(tokens_, h.num_tokens * 2) != h.checksum) fail("checksum mismatch (corrupt file)");
+  n_ = int64_t(h.num_tokens);
+  vocab_ = int(h.vocab);
+}
+
+TokenShard::~TokenShard() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+PrepareStats prepare(const std::vector<std::string>& inputs, const std::string& out_dir,
+                     double val_fraction) {
+  WF_USAGE_CHECK(!inputs.empty(), "prepare needs at least one --input file");
+  WF_USAGE_CHECK(val_fraction > 0 && val_fraction < 1, "--val-fraction must lie in (0, 1)");
+  std::vector<uint16_t> all;
+  for (const auto& in : inputs) {
+    auto t = tokenize_bytes(read_file(in));
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  const auto n_val = int64_t(double(all.size()) * val_fraction);
+  WF_USAGE_CHECK(n_val >= 2 && int64_t(all.size()) - n_val >= 2,
+                 "inputs hold only {} tokens: too few to split", all.size());
+  std::filesystem::create_directories(out_dir);
+  const auto split = all.end() - n_val;
+  write_shard(out_dir + "/train.bin", std::vector<uint16_t>(all.begin(), split), kByteVocab);
+  write_shard(out_dir + "/val.bin", std::vector<uint16_t>(split, all.end()), kByteVocab);
+  return {int64_t(all.size()) - n_val, n_val};
+}
+
+SequenceLoader::SequenceLoader(const TokenShard& shard, int64_t seq, uint64_t seed)
+    : shard_(shard), seq_(seq), seed_(seed) {
+  WF_USAGE_CHECK(shard.size() > seq,
+                 "the token shard holds {} tokens, fewer than train.seq + 1 = {}", shard.size(),
+                 seq + 1);
+}
+
+int64_t SequenceLoader::start(int64_t step, int64_t j) const {
+  const uint64_t span = uint64_t(shard_.size() - seq_);  // starts in [0, size - seq - 1]
+  return int64_t(mix64(seed_ ^ 0x5EED5EEDULL, uint64_t(step) * 0x10000ULL + uint64_t(j)) % span);
+}
+
+void SequenceLoader::fill(int64_t s, const std::vector<int64_t>& positions, int32_t* tokens,
+                          int32_t* targets) const {
+  for (size_t i = 0; i < positions.size(); ++i) {
+    tokens[i] = shard_[s + positions[i]];
+    targets[i] = shard_[s + positions[i] + 1];
+  }
+}
+
+void SequenceLoader::load(int64_t step, int64_t b0, int nb, const std::vector<int64_t>& positions,
+                          int32_t* tokens, int32_t* targets) const {
+  const size_t T = positions.size();
+  for (int b = 0; b < nb; ++b) {
+    fill(start(step, b0 + b), positions, tokens + size_t(b) * T, targets + size_t(b) * T);
+  }
+}
+
+void SequenceLoader::load_eval(int64_t j0, int nb, const std::vector<int64_t>& positions,
+                               int32_t* tokens, int32_t* targets, int64_t num_eval) const {
+  const size_t T = positions.size();
+  const int64_t span = shard_.size() - seq_;
+  for (int b = 0; b < nb; ++b) {
+    const int64_t j = j0 + b;
+    fill(span * j / std::max<int64_t>(1, num_eval), positions, tokens + size_t(b) * T,
+         targets + size_t(b) * T);
+  }
+}
+
+}  // namespace wallfacer::train

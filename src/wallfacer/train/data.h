@@ -1,0 +1,86 @@
+#pragma once
+// Token data: a byte-level tokenizer, token shard files, `prepare`, and the loader that gives each
+// rank exactly the tokens its sequence-parallel layout holds.
+//
+// Shard file (little-endian):
+//   offset  0  magic "WFTOKENS" (8 bytes)
+//           8  u32 version (1)
+//          12  u32 header bytes (64)
+//          16  u32 bytes per token (2)
+//          20  u32 vocabulary size
+//          24  u64 number of tokens
+//          32  u64 FNV-1a 64 checksum of the token bytes
+//          40  24 reserved zero bytes
+//          64  tokens, u16 each
+// Written to a temporary name, fsynced and renamed, so a shard is either complete or absent.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wallfacer::train {
+
+inline constexpr int kEndOfText = 256;  // after each input file
+inline constexpr int kByteVocab = 257;  // 256 byte values + end-of-text
+
+// Bytes of the text as tokens, then end-of-text.
+std::vector<uint16_t> tokenize_bytes(const std::string& text);
+// Tokens back to text (end-of-text shown as a newline).
+std::string detokenize(const std::vector<int32_t>& tokens);
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ULL);
+
+// Writes a shard atomically (temp name, fsync, rename).
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, int vocab);
+
+// A shard mapped read-only; the header and checksum are verified on open.
+class TokenShard {
+ public:
+  explicit TokenShard(const std::string& path);
+  ~TokenShard();
+  TokenShard(const TokenShard&) = delete;
+  TokenShard& operator=(const TokenShard&) = delete;
+  int64_t size() const { return n_; }
+  int vocab() const { return vocab_; }
+  int32_t operator[](int64_t i) const { return tokens_[i]; }
+
+ private:
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  const uint16_t* tokens_ = nullptr;
+  int64_t n_ = 0;
+  int vocab_ = 0;
+};
+
+struct PrepareStats {
+  int64_t train_tokens = 0, val_tokens = 0;
+};
+// Tokenizes the files in order into DIR/train.bin and DIR/val.bin: the last val_fraction of the
+// token stream is the validation split.
+PrepareStats prepare(const std::vector<std::string>& inputs, const std::string& out_dir,
+                     double val_fraction);
+
+// Cuts training sequences of seq tokens (+1 for the targets) from a shard: sequence j of step s
+// starts at a position drawn from (seed, s, j). A rank holds sequences [b0, b0 + nb) of the global
+// batch and the rows at `positions` (global token positions inside the sequence).
+class SequenceLoader {
+ public:
+  SequenceLoader(const TokenShard& shard, int64_t seq, uint64_t seed);
+  // Start of sequence j (0-based in the global batch) of step s.
+  int64_t start(int64_t step, int64_t j) const;
+  // tokens, targets: (nb, positions.size())
+  void load(int64_t step, int64_t b0, int nb, const std::vector<int64_t>& positions,
+            int32_t* tokens, int32_t* targets) const;
+  // Evaluation sequences: evenly spaced, the same every time (index j of all of them).
+  void load_eval(int64_t j0, int nb, const std::vector<int64_t>& positions, int32_t* tokens,
+                 int32_t* targets, int64_t num_eval) const;
+
+ private:
+  void fill(int64_t start, const std::vector<int64_t>& positions, int32_t* tokens,
+            int32_t* targets) const;
+  const TokenShard& shard_;
+  int64_t seq_;
+  uint64_t seed_;
+};
+
+}  // namespace wallfacer::train

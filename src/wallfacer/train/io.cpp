@@ -1,0 +1,54 @@
+#include "wallfacer/train/io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer::train {
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  WF_CHECK(fd >= 0, "cannot create '{}': {}", tmp, std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int e = errno;
+      ::close(fd);
+      raise_error(__FILE__, __LINE__,
+                  fmt::format("write to '{}' failed: {}", tmp, std::strerror(e)));
+    }
+    done += size_t(w);
+  }
+  WF_CHECK(::fsync(fd) == 0, "fsync of '{}' failed: {}", tmp, std::strerror(errno));
+  ::close(fd);
+  WF_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "rename '{}' -> '{}' failed: {}", tmp, path,
+           std::strerror(errno));
+  fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  WF_USAGE_CHECK(f.good(), "cannot read '{}'", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace wallfacer::train

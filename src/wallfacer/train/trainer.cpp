@@ -1,0 +1,311 @@
+#include "wallfacer/train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/core/threads.h"
+#include "wallfacer/core/timer.h"
+#include "wallfacer/kernels/ops.h"
+#include "wallfacer/model/gpt.h"
+#include "wallfacer/seqpar/attention.h"
+#include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/data.h"
+#include "wallfacer/train/optimizer.h"
+
+namespace wallfacer::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The model's attention: the sequence-parallel DistAttention of this rank's sp group.
+class DistAttentionOp : public model::AttentionOp {
+ public:
+  DistAttentionOp(const seqpar::AttnConfig& cfg, comm::Communicator& group) : attn_(cfg, group) {}
+  void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
+    attn_.forward(q, k, v, o, lse);
+  }
+  void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
+                const float* dout, float* dq, float* dk, float* dv) override {
+    attn_.backward(q, k, v, o, lse, dout, dq, dk, dv);
+  }
+
+ private:
+  seqpar::DistAttention attn_;
+};
+
+std::string format_duration(double s) {
+  const auto t = int64_t(std::max(0.0, s));
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+// Progress on rank 0: a redrawn bar on a terminal, plain lines otherwise.
+class Progress {
+ public:
+  Progress(std::string mode, int64_t total) : total_(total) {
+    if (mode == "auto") {
+      const char* tty = std::getenv("WALLFACER_TTY");
+      mode = (isatty(STDOUT_FILENO) || (tty && std::string(tty) == "1")) ? "bar" : "plain";
+    }
+    mode_ = mode;
+  }
+  void update(int64_t step, double loss, double tok_s, double eta_s, double val_loss) {
+    if (mode_ == "none") return;
+    const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
+    if (mode_ == "bar") {
+      constexpr int kWidth = 30;
+      const int filled = int(kWidth * step / std::max<int64_t>(1, total_));
+      std::printf("\r[%s%s] step %lld/%lld loss %.4f%s %.0f tok/s ETA %s\033[K",
+                  std::string(size_t(filled), '#').c_str(),
+                  std::string(size_t(kWidth - filled), '.').c_str(), (long long)step,
+                  (long long)total_, loss, val.c_str(), tok_s, format_duration(eta_s).c_str());
+      if (step == total_) std::printf("\n");
+    } else {
+      std::printf("step %lld/%lld loss %.4f%s tokens/s %.0f ETA %s\n", (long long)step,
+                  (long long)total_, loss, val.c_str(), tok_s, format_duration(eta_s).c_str());
+    }
+    std::fflush(stdout);
+  }
+  void message(const std::string& s) {
+    if (mode_ == "bar") std::printf("\r\033[K");
+    std::printf("%s\n", s.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  std::string mode_;
+  int64_t total_;
+};
+
+// Keeps the metrics lines of steps <= last_step (after a resume), or none.
+void trim_metrics(const std::string& path, int64_t last_step) {
+  std::string kept;
+  if (last_step > 0 && fs::exists(path)) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      try {
+        if (nlohmann::json::parse(line).at("step").get<int64_t>() <= last_step) kept += line + "\n";
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  std::ofstream(path, std::ios::trunc) << kept;
+}
+
+// DIR/loss.png from DIR/metrics.jsonl with gnuplot; returns false (and says why) if it cannot.
+bool plot_losses(const std::string& dir, std::string& why) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::ofstream tr(dir + "/loss_train.dat"), va(dir + "/loss_val.dat");
+  std::string line;
+  bool any_val = false;
+  while (std::getline(in, line)) {
+    try {
+      auto j = nlohmann::json::parse(line);
+      tr << j["step"].get<int64_t>() << " " << j["loss"].get<double>() << "\n";
+      if (j.contains("val_loss")) {
+        va << j["step"].get<int64_t>() << " " << j["val_loss"].get<double>() << "\n";
+        any_val = true;
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  tr.close();
+  va.close();
+  const std::string script = dir + "/loss.gp";
+  std::ofstream gp(script);
+  gp << "set terminal png size 900,540\n"
+     << "set output '" << dir << "/loss.png'\n"
+     << "set title 'wallfacer GPT training'\nset xlabel 'step'\nset ylabel 'loss (nats/token)'\n"
+     << "set grid\nset key top right\n"
+     << "plot '" << dir << "/loss_train.dat' using 1:2 with lines lw 2 title 'train'";
+  if (any_val) gp << ", '" << dir << "/loss_val.dat' using 1:2 with linespoints lw 2 title 'val'";
+  gp << "\n";
+  gp.close();
+  const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script).c_str());
+  if (rc != 0) {
+    why = "gnuplot is not available or failed (install gnuplot-nox)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
+  const TrainConfig& cfg = opt.cfg;
+  const int P = world.size(), rank = world.rank();
+  cfg.validate(P);
+  const int sp = cfg.sp, dp = cfg.dp(P), sp_rank = rank % sp, dp_rank = rank / sp;
+  comm::Communicator group = world.split(dp_rank, sp_rank);
+  const seqpar::AttnConfig acfg = cfg.attn_config(P);
+  const std::vector<int64_t> positions = seqpar::local_positions(acfg, sp, sp_rank);
+  const int Bl = cfg.batch / dp;
+  const int64_t T = int64_t(positions.size());
+
+  TokenShard train_shard(cfg.data_dir + "/train.bin");
+  TokenShard val_shard(cfg.data_dir + "/val.bin");
+  WF_USAGE_CHECK(train_shard.vocab() <= cfg.model.vocab,
+                 "the data's vocabulary ({}) is larger than model.vocab ({})", train_shard.vocab(),
+                 cfg.model.vocab);
+  const SequenceLoader train_loader(train_shard, cfg.seq, uint64_t(cfg.seed));
+  const SequenceLoader val_loader(val_shard, cfg.seq, uint64_t(cfg.seed));
+
+  DistAttentionOp attn(acfg, group);
+  model::Gpt model(cfg.model, Bl, positions, model::parse_checkpointing(cfg.checkpointing), attn);
+  const int64_t n = model.num_params();
+  AdamWConfig oc;
+  oc.beta1 = float(cfg.beta1);
+  oc.beta2 = float(cfg.beta2);
+  oc.weight_decay = float(cfg.weight_decay);
+  AdamW optim(model.tensors(), n, oc);
+  Rng rng(uint64_t(cfg.seed));
+
+  const std::string ckpt_dir = opt.out_dir + "/ckpt";
+  const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
+  if (rank == 0) fs::create_directories(ckpt_dir);
+  Progress progress(rank == 0 ? opt.progress : "none", cfg.steps);
+
+  int64_t start = 0;
+  if (opt.resume) {
+    const std::string dir = latest_checkpoint(ckpt_dir);
+    WF_USAGE_CHECK(!dir.empty(), "--resume: no complete checkpoint under '{}'", ckpt_dir);
+    CheckpointState st = load_checkpoint(dir, rank, P, n);
+    std::copy(st.params.begin(), st.params.end(), model.params());
+    optim.m() = std::move(st.m);
+    optim.v() = std::move(st.v);
+    optim.set_step(st.step);
+    rng.set_state(st.rng_state);
+    start = st.step;
+    progress.message(fmt::format("resumed from {} (step {})", dir, start));
+  } else {
+    model::gpt_init_params(cfg.model, model.params(), uint64_t(cfg.seed));
+  }
+  if (rank == 0) trim_metrics(metrics_path, start);
+  world.barrier();
+
+  const std::string layout = nlohmann::json{
+      {"world", P},
+      {"sp", sp},
+      {"dp", dp},
+      {"sp_groups", "consecutive ranks"},
+      {"strategy", cfg.strategy},
+      {"teams", cfg.teams},
+      {"local_tokens", T},
+      {"local_batch", Bl}}.dump();
+  if (rank == 0) {
+    progress.message(fmt::format(
+        "wallfacer train: {} params, {} ranks (dp {} x sp {}, {} C={}), seq {}, batch {}, "
+        "checkpointing {}, {} threads/rank",
+        n, P, dp, sp, cfg.strategy, cfg.teams, cfg.seq, cfg.batch, cfg.checkpointing,
+        num_threads()));
+  }
+
+  std::vector<int32_t> tokens(size_t(Bl * T)), targets(size_t(Bl * T));
+  const double global_tokens = double(cfg.batch) * double(cfg.seq);
+  auto evaluate = [&]() {
+    const int64_t num_eval = int64_t(cfg.eval_batches) * cfg.batch;
+    double sum = 0;
+    for (int e = 0; e < cfg.eval_batches; ++e) {
+      val_loader.load_eval(int64_t(e) * cfg.batch + int64_t(dp_rank) * Bl, Bl, positions,
+                           tokens.data(), targets.data(), num_eval);
+      sum += model.forward(tokens.data(), targets.data());
+    }
+    world.all_reduce_sum(&sum, 1);
+    return sum / (double(num_eval) * double(cfg.seq));
+  };
+
+  TrainResult res;
+  res.first_step = start;
+  std::ofstream metrics;
+  if (rank == 0) metrics.open(metrics_path, std::ios::app);
+  double time_sum = 0;
+  int64_t timed = 0;
+  Timer run_timer;
+  for (int64_t s = start; s < cfg.steps; ++s) {
+    Timer t;
+    const double lr = lr_schedule(s, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr);
+    train_loader.load(s, int64_t(dp_rank) * Bl, Bl, positions, tokens.data(), targets.data());
+    double loss = model.forward(tokens.data(), targets.data());
+    model.zero_grads();
+    model.backward(float(1.0 / global_tokens));
+    // Sum over sp and dp of gradients already scaled by 1 / (global tokens): the gradient of the
+    // mean loss of the global batch.
+    world.all_reduce_sum(model.grads(), n);
+    world.all_reduce_sum(&loss, 1);
+    loss /= global_tokens;
+    const double norm = std::sqrt(kernels::sum_squares(model.grads(), n));
+    if (cfg.grad_clip > 0 && norm > cfg.grad_clip) {
+      kernels::scale(model.grads(), n, float(cfg.grad_clip / norm));
+    }
+    optim.update(model.params(), model.grads(), float(lr));
+    rng.next_u64();  // one draw per step keeps the stream position tied to the step
+    const double dt = t.seconds();
+    const double tok_s = global_tokens / dt;
+    if (s > start || cfg.steps - start == 1) {
+      time_sum += dt;
+      ++timed;
+    }
+    res.losses.push_back(loss);
+
+    double val_loss = NAN;
+    const bool last = s + 1 == cfg.steps;
+    if (cfg.eval_every > 0 && ((s + 1) % cfg.eval_every == 0 || last)) val_loss = evaluate();
+    if (rank == 0) {
+      nlohmann::json j{{"step", s + 1},
+                       {"loss", loss},
+                       {"lr", lr},
+                       {"grad_norm", norm},
+                       {"tokens_per_s", tok_s},
+                       {"step_s", dt},
+                       {"elapsed_s", run_timer.seconds()}};
+      if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
+      metrics << j.dump() << "\n";
+      metrics.flush();
+      const double mean_dt = timed ? time_sum / double(timed) : dt;
+      progress.update(s + 1, loss, tok_s, mean_dt * double(cfg.steps - s - 1), val_loss);
+    }
+    if (cfg.ckpt_every > 0 && ((s + 1) % cfg.ckpt_every == 0 || last)) {
+      CheckpointState st;
+      st.step = s + 1;
+      st.rng_state = rng.state();
+      st.params.assign(model.params(), model.params() + n);
+      st.m = optim.m();
+      st.v = optim.v();
+      save_checkpoint(world, ckpt_dir, st, cfg.to_toml(), layout);
+    }
+  }
+  res.tokens_per_s = timed ? global_tokens * double(timed) / time_sum : 0;
+
+  std::vector<double> rss(size_t(P), 0.0);
+  rss[size_t(rank)] = double(peak_rss_bytes()) / (1024.0 * 1024.0);
+  world.all_reduce_sum(rss.data(), P);
+  res.peak_rss_mib = *std::max_element(rss.begin(), rss.end());
+  if (rank == 0) {
+    metrics.close();
+    progress.message(
+        fmt::format("done: {} steps, mean {:.0f} tokens/s, peak memory per rank {:.1f} MiB",
+                    cfg.steps - start, res.tokens_per_s, res.peak_rss_mib));
+    std::string why;
+    if (plot_losses(opt.out_dir, why)) {
+      progress.message(fmt::format("loss plot: {}/loss.png", opt.out_dir));
+    } else {
+      progress.message(fmt::format("warning: no loss plot: {}", why));
+    }
+  }
+  return res;
+}
+
+}  // namespace wallfacer::train

@@ -1,0 +1,31 @@
+#pragma once
+// The training loop: mesh world = dp x sp (sp groups of consecutive ranks), the GPT model with
+// attention through seqpar::DistAttention, AdamW with warm-up and cosine decay, clipping by global
+// norm, evaluation, metrics, checkpoints and resume.
+
+#include <string>
+#include <vector>
+
+#include "wallfacer/comm/communicator.h"
+#include "wallfacer/train/config.h"
+
+namespace wallfacer::train {
+
+struct TrainOptions {
+  TrainConfig cfg;
+  std::string out_dir = "runs/gpt";
+  bool resume = false;
+  std::string progress = "auto";  // auto | bar | plain | none
+};
+
+struct TrainResult {
+  std::vector<double> losses;  // of the steps this run executed
+  double tokens_per_s = 0;     // mean over the steps this run executed (without the first)
+  double peak_rss_mib = 0;     // largest over the ranks
+  int64_t first_step = 0;      // 0-based step this run started from
+};
+
+// Collective over `world`; rank 0 writes the logs, metrics and plot.
+TrainResult run_training(comm::Communicator& world, const TrainOptions& opt);
+
+}  // namespace wallfacer::train

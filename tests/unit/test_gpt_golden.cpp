@@ -1,0 +1,148 @@
+// The GPT model against a fixture computed independently in PyTorch (float64) by
+// tests/golden/gen_gpt_golden.py: logits, loss, every parameter gradient and the losses of three
+// AdamW steps, with and without activation checkpointing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/model/gpt.h"
+#include "wallfacer/model/local_attention.h"
+#include "wallfacer/train/optimizer.h"
+
+namespace wallfacer::model {
+namespace {
+
+struct Golden {
+  nlohmann::json meta;
+  std::map<std::string, std::vector<double>> arrays;
+};
+
+Golden load_golden() {
+  const std::string dir = std::string(WALLFACER_SOURCE_DIR) + "/tests/golden/";
+  Golden g;
+  std::ifstream js(dir + "gpt_golden.json");
+  EXPECT_TRUE(js.good()) << "missing " << dir << "gpt_golden.json";
+  g.meta = nlohmann::json::parse(js);
+  std::ifstream bin(dir + "gpt_golden.bin", std::ios::binary);
+  std::vector<double> all;
+  for (const auto& a : g.meta["arrays"]) {
+    std::vector<double> v(a["size"].get<size_t>());
+    bin.seekg(std::streamoff(a["offset"].get<int64_t>() * 8));
+    bin.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 8));
+    EXPECT_TRUE(bin.good()) << "short read of " << a["name"];
+    g.arrays[a["name"].get<std::string>()] = std::move(v);
+  }
+  return g;
+}
+
+// |got - want| <= atol + rtol * max|want| over the tensor.
+void expect_tensor_close(const float* got, const std::vector<double>& want, double rtol,
+                         const std::string& what) {
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  EXPECT_LE(worst, 1e-6 + rtol * scale) << what << ": max error " << worst << ", scale " << scale;
+}
+
+class GptGolden : public ::testing::TestWithParam<Checkpointing> {};
+
+TEST_P(GptGolden, MatchesPyTorch) {
+  const Golden g = load_golden();
+  const auto& c = g.meta["config"];
+  GptConfig cfg;
+  cfg.vocab = c["vocab"];
+  cfg.layers = c["layers"];
+  cfg.dim = c["dim"];
+  cfg.heads = c["heads"];
+  cfg.kv_heads = c["kv_heads"];
+  cfg.mlp_ratio = c["mlp_ratio"];
+  cfg.rope_theta = c["rope_theta"];
+  const int B = c["batch"], T = c["seq"];
+  ASSERT_LT(cfg.kv_heads, cfg.heads) << "the fixture should exercise GQA";
+
+  LocalAttention attn(B, T, cfg.heads, cfg.kv_heads, cfg.head_dim());
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), 0);
+  Gpt model(cfg, B, pos, GetParam(), attn);
+  ASSERT_EQ(model.num_params(), gpt_num_params(cfg));
+  int64_t total = 0;
+  for (const auto& t : model.tensors()) {
+    const auto& w = g.arrays.at(t.name);
+    ASSERT_EQ(int64_t(w.size()), t.size) << t.name;
+    for (int64_t i = 0; i < t.size; ++i) model.params()[t.offset + i] = float(w[size_t(i)]);
+    total += t.size;
+  }
+  ASSERT_EQ(total, model.num_params());
+
+  std::vector<int32_t> tokens, targets;
+  for (double x : g.arrays.at("tokens")) tokens.push_back(int32_t(x));
+  for (double x : g.arrays.at("targets")) targets.push_back(int32_t(x));
+  const double N = double(B) * T;
+
+  const double loss = model.forward(tokens.data(), targets.data()) / N;
+  EXPECT_NEAR(loss, g.arrays.at("loss")[0], 1e-5);
+  expect_tensor_close(model.logits(), g.arrays.at("logits"), 1e-5, "logits");
+  model.zero_grads();
+  model.backward(float(1.0 / N));
+  for (const auto& t : model.tensors()) {
+    expect_tensor_close(model.grads() + t.offset, g.arrays.at("grad." + t.name), 1e-4,
+                        "grad " + t.name);
+  }
+
+  train::AdamWConfig oc;
+  oc.beta1 = c["beta1"];
+  oc.beta2 = c["beta2"];
+  oc.eps = c["eps"];
+  oc.weight_decay = c["weight_decay"];
+  train::AdamW opt(model.tensors(), model.num_params(), oc);
+  const auto& want = g.meta["adam_losses"];
+  for (size_t s = 0; s < want.size(); ++s) {
+    const double l = model.forward(tokens.data(), targets.data()) / N;
+    EXPECT_NEAR(l, want[s].get<double>(), 2e-5) << "AdamW step " << s + 1;
+    model.zero_grads();
+    model.backward(float(1.0 / N));
+    opt.update(model.params(), model.grads(), float(c["lr"].get<double>()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpointing, GptGolden,
+                         ::testing::Values(Checkpointing::None, Checkpointing::Attention),
+                         [](const auto& p) {
+                           return p.param == Checkpointing::None ? "none" : "attention";
+                         });
+
+TEST(Gpt, ParamCountClosedForm) {
+  GptConfig cfg;
+  cfg.vocab = 257;
+  cfg.layers = 4;
+  cfg.dim = 256;
+  cfg.heads = 4;
+  cfg.kv_heads = 2;
+  // V C + L (4 C + (H + 2 Hkv) D C + C^2 + 8 C^2) + 2 C with D = 64
+  const int64_t want =
+      257 * 256 + 4 * (4 * 256 + 8 * 64 * 256 + 256 * 256 + 8 * 256 * 256) + 2 * 256;
+  EXPECT_EQ(gpt_num_params(cfg), want);
+  int64_t sum = 0;
+  for (const auto& t : gpt_param_tensors(cfg)) sum += t.size;
+  EXPECT_EQ(sum, want);
+}
+
+TEST(Gpt, ConfigErrorsAreUsageErrors) {
+  GptConfig cfg;
+  cfg.heads = 3;  // 64 % 3 != 0
+  EXPECT_THROW(cfg.validate(), UsageError);
+  cfg.heads = 4;
+  cfg.kv_heads = 3;
+  EXPECT_THROW(cfg.validate(), UsageError);
+  EXPECT_THROW(parse_checkpointing("full"), UsageError);
+}
+
+}  // namespace
+}  // namespace wallfacer::model
