@@ -26,8 +26,14 @@ test: build build-asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(CTEST) -L unit
 
+# The main job: the King James Bible as byte tokens (prepared once into data/kjv), a small GPT
+# trained with 4 ranks of WallFacer-C (configs/gpt-kjv.toml), the loss plot, and a sample.
+DEMO_OUT ?= runs/gpt-kjv
 demo: build
-	build/wallfacer bench kernel
+	@scripts/prepare-kjv data/kjv build/wallfacer
+	@scripts/wallfacer-mpirun 4 train --config configs/gpt-kjv.toml --out $(DEMO_OUT)
+	@echo "--- sample from $(DEMO_OUT) ---"
+	@build/wallfacer sample --ckpt $(DEMO_OUT) --prompt "And God said" --tokens 300
 
 bench: build
 	build/wallfacer bench kernel

@@ -13,6 +13,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/model/gpt.h"
 #include "wallfacer/model/local_attention.h"
+#include "wallfacer/model/sampler.h"
 #include "wallfacer/train/optimizer.h"
 
 namespace wallfacer::model {
@@ -119,12 +120,7 @@ INSTANTIATE_TEST_SUITE_P(Checkpointing, GptGolden,
                          });
 
 TEST(Gpt, ParamCountClosedForm) {
-  GptConfig cfg;
-  cfg.vocab = 257;
-  cfg.layers = 4;
-  cfg.dim = 256;
-  cfg.heads = 4;
-  cfg.kv_heads = 2;
+  const GptConfig cfg{.vocab = 257, .layers = 4, .dim = 256, .heads = 4, .kv_heads = 2};
   // V C + L (4 C + (H + 2 Hkv) D C + C^2 + 8 C^2) + 2 C with D = 64
   const int64_t want =
       257 * 256 + 4 * (4 * 256 + 8 * 64 * 256 + 256 * 256 + 8 * 256 * 256) + 2 * 256;
@@ -142,6 +138,49 @@ TEST(Gpt, ConfigErrorsAreUsageErrors) {
   cfg.kv_heads = 3;
   EXPECT_THROW(cfg.validate(), UsageError);
   EXPECT_THROW(parse_checkpointing("full"), UsageError);
+}
+
+}  // namespace
+}  // namespace wallfacer::model
+
+namespace wallfacer::model {
+namespace {
+
+// The KV-cache decoder gives, token by token, the logits the full forward gives for the sequence.
+TEST(GptDecoder, MatchesFullForward) {
+  const GptConfig cfg{.vocab = 257, .layers = 2, .dim = 32, .heads = 4, .kv_heads = 2};
+  const int T = 19;
+  LocalAttention attn(1, T, cfg.heads, cfg.kv_heads, cfg.head_dim());
+  std::vector<int64_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), 0);
+  Gpt model(cfg, 1, pos, Checkpointing::None, attn);
+  gpt_init_params(cfg, model.params(), 5);
+  // Larger weights than the initialisation, so attention is far from uniform.
+  for (int64_t i = 0; i < model.num_params(); ++i) model.params()[i] *= 8.0f;
+  std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T), 0);
+  for (int t = 0; t < T; ++t) tokens[size_t(t)] = (t * 37 + 11) % 257;
+  model.forward(tokens.data(), targets.data());
+  GptDecoder dec(cfg, model.params(), T);
+  double worst = 0, scale = 0;
+  for (int t = 0; t < T; ++t) {
+    const float* got = dec.step(tokens[size_t(t)]);
+    for (int v = 0; v < cfg.vocab; ++v) {
+      const float want = model.logits()[size_t(t) * 257 + size_t(v)];
+      worst = std::max(worst, double(std::abs(got[v] - want)));
+      scale = std::max(scale, double(std::abs(want)));
+    }
+  }
+  EXPECT_GT(scale, 0.1);
+  EXPECT_LE(worst, 1e-4 * scale) << "max logit error " << worst << " of " << scale;
+  EXPECT_EQ(dec.position(), T);
+  EXPECT_THROW(dec.step(1), Error);  // cache full
+}
+
+TEST(GptDecoder, SampleToken) {
+  const std::vector<float> logits = {0.0f, 3.0f, 1.0f};
+  EXPECT_EQ(sample_token(logits.data(), 3, 0.0, 0.5), 1);    // greedy
+  EXPECT_EQ(sample_token(logits.data(), 3, 1.0, 0.0), 0);    // lowest draw: first token
+  EXPECT_EQ(sample_token(logits.data(), 3, 1.0, 0.999), 2);  // highest draw: last token
 }
 
 }  // namespace

@@ -149,7 +149,11 @@ void TrainConfig::set(const std::string& assignment) {
 
 seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   seqpar::AttnConfig a;
-  a.strategy = seqpar::parse_strategy(strategy);
+  try {
+    a.strategy = seqpar::parse_strategy(strategy);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("parallel.strategy: {}", e.what()));
+  }
   a.teams = teams;
   a.batch = batch / dp(P);
   a.seq = seq;

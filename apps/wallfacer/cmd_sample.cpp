@@ -1,0 +1,79 @@
+// wallfacer sample: generate text from a training checkpoint (one process, KV cache).
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "command.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/model/sampler.h"
+#include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/config.h"
+#include "wallfacer/train/data.h"
+
+namespace wallfacer::cli {
+namespace {
+
+struct SampleArgs {
+  std::string ckpt;
+  std::string prompt = "In the beginning";
+  int tokens = 200;
+  double temperature = 0.8;
+  int64_t seed = 1;
+};
+
+// DIR may be a checkpoint (step-N), a checkpoint folder (ckpt/) or a training output folder.
+std::string resolve_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (fs::exists(dir + "/manifest.json")) return dir;
+  std::string c = train::latest_checkpoint(dir + "/ckpt");
+  if (c.empty()) c = train::latest_checkpoint(dir);
+  WF_USAGE_CHECK(!c.empty(), "no complete checkpoint in '{}' (train with train.ckpt_every > 0)",
+                 dir);
+  return c;
+}
+
+int run_sample(const SampleArgs& a) {
+  WF_USAGE_CHECK(!a.ckpt.empty(), "--ckpt DIR is required");
+  WF_USAGE_CHECK(a.tokens >= 0, "--tokens must be >= 0");
+  const std::string dir = resolve_checkpoint(a.ckpt);
+  const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
+  const auto n = model::gpt_num_params(cfg.model);
+  const auto st = train::load_checkpoint(dir, 0, 0, n);
+  std::vector<uint16_t> prompt = train::tokenize_bytes(a.prompt);
+  prompt.pop_back();  // no end-of-text after the prompt
+  WF_USAGE_CHECK(!prompt.empty(), "--prompt must not be empty");
+  model::GptDecoder dec(cfg.model, st.params.data(), int(prompt.size()) + a.tokens);
+  Rng rng(uint64_t(a.seed));
+  const float* logits = nullptr;
+  for (uint16_t t : prompt) logits = dec.step(t);
+  std::vector<int32_t> out;
+  for (int i = 0; i < a.tokens; ++i) {
+    const int32_t t = model::sample_token(logits, cfg.model.vocab, a.temperature, rng.uniform());
+    if (t == train::kEndOfText) break;
+    out.push_back(t);
+    if (i + 1 < a.tokens) logits = dec.step(t);
+  }
+  fmt::print("{}{}\n", a.prompt, train::detokenize(out));
+  return 0;
+}
+
+Action setup(CLI::App& root) {
+  auto args = std::make_shared<SampleArgs>();
+  auto* cmd = root.add_subcommand("sample", "Generate text from a checkpoint (KV cache)");
+  cmd->add_option("--ckpt", args->ckpt,
+                  "Checkpoint dir: step-N, ckpt/ or a training --out dir (required)");
+  cmd->add_option("--prompt", args->prompt, "Text to continue")->capture_default_str();
+  cmd->add_option("--tokens", args->tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+  return [args]() { return run_sample(*args); };
+}
+
+WALLFACER_COMMAND(40, "sample", setup);
+
+}  // namespace
+}  // namespace wallfacer::cli

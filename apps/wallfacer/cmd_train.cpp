@@ -1,0 +1,73 @@
+// wallfacer train: GPT training with sequence parallelism (run under mpirun for P > 1).
+
+#include <cstdlib>
+#include <memory>
+
+#include "command.h"
+#include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/train/trainer.h"
+
+namespace wallfacer::cli {
+namespace {
+
+struct TrainArgs {
+  std::string config;
+  int64_t steps = 0;
+  std::string out = "runs/gpt";
+  std::vector<std::string> sets;
+  bool resume = false;
+  std::string progress = "auto";
+};
+
+// Rank in the MPI world before MPI starts (0 outside mpirun).
+int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  }
+  return 0;
+}
+
+int run_train(const TrainArgs& a) {
+  try {
+    WF_USAGE_CHECK(!a.config.empty(), "--config FILE is required");
+    train::TrainOptions opt;
+    opt.cfg = train::TrainConfig::from_file(a.config);
+    for (const auto& s : a.sets) opt.cfg.set(s);
+    if (a.steps > 0) opt.cfg.steps = a.steps;
+    opt.out_dir = a.out;
+    opt.resume = a.resume;
+    opt.progress = a.progress;
+    int argc = 0;
+    char** argv = nullptr;
+    comm::MpiSession mpi(&argc, &argv);
+    auto world = comm::Communicator::world();
+    opt.cfg.validate(world.size());  // before any work: every rank reaches the same verdict
+    train::run_training(world, opt);
+    return 0;
+  } catch (const UsageError&) {
+    if (launcher_rank() != 0) return 2;  // rank 0 reports it: one line, not one per rank
+    throw;
+  }
+}
+
+Action setup(CLI::App& root) {
+  auto args = std::make_shared<TrainArgs>();
+  auto* cmd = root.add_subcommand(
+      "train", "Train a GPT with sequence parallelism: mpirun -np P wallfacer train --config FILE");
+  cmd->add_option("--config", args->config, "TOML config, e.g. configs/gpt-kjv.toml (required)");
+  cmd->add_option("--steps", args->steps, "Override train.steps");
+  cmd->add_option("--out", args->out, "Output directory (metrics, checkpoints, plot)")
+      ->capture_default_str();
+  cmd->add_option("--set", args->sets, "Override a config key: --set section.key=value");
+  cmd->add_flag("--resume", args->resume, "Continue from the newest complete checkpoint in --out");
+  cmd->add_option("--progress", args->progress, "auto | bar | plain | none")
+      ->check(CLI::IsMember({"auto", "bar", "plain", "none"}))
+      ->capture_default_str();
+  return [args]() { return run_train(*args); };
+}
+
+WALLFACER_COMMAND(30, "train", setup);
+
+}  // namespace
+}  // namespace wallfacer::cli

@@ -1,0 +1,45 @@
+# Shared by the GPT CLI tests: a tiny corpus, a tiny config, and loss extraction.
+wf=$1
+mpirun_bin=$2
+work=$3
+rm -rf "$work"
+mkdir -p "$work"
+fail=0
+err() { echo "FAIL: $*"; fail=1; }
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi() { local np=$1; shift; "$mpirun_bin" --oversubscribe --bind-to none -np "$np" "$wf" "$@"; }
+
+# A small deterministic corpus.
+for i in $(seq 1 400); do
+  echo "Verse $i: and the $((i % 7)) lamps were lit, and the $((i % 11)) doors were opened."
+done > "$work/corpus.txt"
+"$wf" prepare --input "$work/corpus.txt" --out "$work/data" --val-fraction 0.05 >/dev/null ||
+  err "prepare failed"
+
+cat > "$work/tiny.toml" <<TOML
+[model]
+layers = 2
+dim = 32
+heads = 4
+kv_heads = 4
+
+[train]
+seq = 64
+batch = 2
+steps = 5
+lr = 3e-3
+warmup = 2
+seed = 7
+eval_every = 5
+
+[data]
+dir = "$work/data"
+
+[parallel]
+sp = 1
+strategy = "ring"
+TOML
+
+# The "loss" values of metrics.jsonl, one per line, as written (full precision).
+losses() { sed -E 's/.*"loss":([^,}]*).*/\1/' "$1/metrics.jsonl"; }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Bad configs stop before any work with a one-line error and exit code 2.
+set -u
+source "$(dirname "$0")/common.sh"
+
+expect2() {  # expect2 WHAT PATTERN command...
+  local what=$1 pat=$2
+  shift 2
+  out=$("$@" 2>&1); rc=$?
+  [ $rc -eq 2 ] || err "$what: exit $rc, expected 2 ($out)"
+  n=$(echo "$out" | grep -c "wallfacer train: error")
+  [ "$n" -eq 1 ] || err "$what: expected exactly one error line, got $n: $out"
+  echo "$out" | grep -q -- "$pat" || err "$what: message does not mention '$pat': $out"
+  [ -e "$work/out/metrics.jsonl" ] && err "$what: work started (metrics written)"
+}
+t=(train --config "$work/tiny.toml" --out "$work/out" --progress none)
+expect2 "unknown key" "unknown config key 'train.sequence'" "$wf" "${t[@]}" --set train.sequence=5
+printf '[model]\nlayerz = 2\n' > "$work/bad.toml"
+expect2 "unknown key in file" "model.layerz" "$wf" train --config "$work/bad.toml" --out "$work/out"
+expect2 "wrong type" "train.seq expects an integer" "$wf" "${t[@]}" --set train.seq=abc
+expect2 "bad strategy" "parallel.strategy" "$wf" "${t[@]}" --set parallel.strategy=spiral
+expect2 "bad checkpointing" "parallel.checkpointing" "$wf" "${t[@]}" --set parallel.checkpointing=full
+expect2 "heads" "model.kv_heads" "$wf" "${t[@]}" --set model.kv_heads=3
+expect2 "sp does not divide P" "parallel.sp = 3" mpi 2 "${t[@]}" --set parallel.sp=3
+expect2 "seq not divisible" "train.seq = 63" mpi 2 "${t[@]}" --set parallel.sp=2 --set train.seq=63
+expect2 "teams" "team" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.strategy=wallfacer --set parallel.teams=3
+expect2 "missing data" "run \`wallfacer prepare\` first" "$wf" "${t[@]}" --set data.dir="$work/nothing"
+[ $fail -eq 0 ] && echo "ok: config errors exit 2 with one line"
+exit $fail

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# P = 1 and P = 4 (every strategy, dp x sp, GQA, attention checkpointing) give the same losses over
+# 5 steps: the loss is the mean over the global batch and the gradients are summed over sp and
+# averaged over dp, so the result does not depend on the layout.
+set -u
+source "$(dirname "$0")/common.sh"
+
+# close A B: every loss of run B within 1e-4 (relative) of run A.
+close() {
+  paste <(losses "$work/$1") <(losses "$work/$2") | awk -v a="$1" -v b="$2" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * ($1 < 0 ? -$1 : $1)) bad++ }
+    END { if (n != 5 || bad) { printf "FAIL: %s vs %s: %d steps, %d differ\n", a, b, n, bad; exit 1 }
+          printf "ok: %s matches %s over %d steps\n", b, a, n }' || fail=1
+}
+
+run() {  # run NAME NP overrides...
+  local name=$1 np=$2
+  shift 2
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  mpi "$np" train --config "$work/tiny.toml" --out "$work/$name" --progress none "${sets[@]}" \
+    >"$work/$name.log" 2>&1 || { err "$name exited $?"; cat "$work/$name.log"; }
+}
+
+run p1 1
+run p4_ring 4 parallel.sp=4 parallel.strategy=ring
+run p4_zigzag 4 parallel.sp=4 parallel.strategy=zigzag parallel.checkpointing=attention
+run p4_ulysses 4 parallel.sp=4 parallel.strategy=ulysses
+run p4_wallfacer 4 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
+run p4_dp2_sp2 4 parallel.sp=2 parallel.strategy=zigzag
+for r in p4_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2; do close p1 $r; done
+
+run p1_gqa 1 model.kv_heads=2
+run p4_gqa 4 model.kv_heads=2 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
+close p1_gqa p4_gqa
+
+# Training moves: the loss of step 5 is below that of step 1.
+losses "$work/p1" | awk 'NR==1{a=$1} NR==5{b=$1} END{exit !(b < a)}' || err "loss did not drop"
+grep -q '"val_loss"' "$work/p1/metrics.jsonl" || err "no val_loss in metrics"
+for k in step loss lr grad_norm tokens_per_s; do
+  grep -q "\"$k\"" "$work/p1/metrics.jsonl" || err "metrics.jsonl lacks $k"
+done
+exit $fail
