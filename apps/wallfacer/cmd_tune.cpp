@@ -1,0 +1,422 @@
+// wallfacer tune: runs the best predicted configurations on this machine and compares the
+// measurement with the prediction; `--calibrate` measures this machine's kernel and link rates
+// into a cluster file.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "command.h"
+#include "wallfacer/comm/communicator.h"
+#include "wallfacer/comm/topology.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/threads.h"
+#include "wallfacer/core/timer.h"
+#include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/ops.h"
+#include "wallfacer/plan/calibrate.h"
+#include "wallfacer/plan/planner.h"
+#include "wallfacer/plan/report.h"
+#include "wallfacer/seqpar/attention.h"
+
+namespace wallfacer::cli {
+namespace {
+
+struct TuneOptions {
+  std::string model, cluster = "configs/clusters/local.toml", seq, out;
+  int top = 3, iters = 3;
+  bool calibrate = false, json = false, topology = false;
+};
+
+// Largest value over the ranks (as float: times in ms, rates in GFLOP/s).
+double max_over(comm::Communicator& c, double x) {
+  std::vector<float> all(c.size());
+  const float mine = static_cast<float>(x);
+  c.all_gather(&mine, 1, all.data());
+  return *std::max_element(all.begin(), all.end());
+}
+
+double mean_over(comm::Communicator& c, double x) {
+  c.all_reduce_sum(&x, 1);
+  return x / c.size();
+}
+
+// Seconds per call of f, repeated until `min_s` has passed (after one warm-up call).
+template <class F>
+double time_per_call(F&& f, double min_s) {
+  f();
+  int calls = 0;
+  Timer t;
+  do {
+    f();
+    ++calls;
+  } while (t.seconds() < min_s);
+  return t.seconds() / calls;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calibration
+
+int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
+  const int P = world.size(), rank = world.rank();
+  WF_USAGE_CHECK(P >= 2,
+                 "tune --calibrate measures links between ranks: run it under "
+                 "`mpirun -np 2` (or more)");
+  const comm::Topology topo = comm::discover_topology();
+  const std::string out = o.out.empty() ? "configs/clusters/local.toml" : o.out;
+  BlasSingleThreaded blas1;
+
+  // Dense products, every rank at once (the rate one rank sees when all of them compute).
+  const int64_t N = 512;
+  const int Cm = 512, OC = 512;
+  std::vector<float> a(size_t(N * Cm)), w(size_t(OC) * Cm), y(size_t(N * OC));
+  std::mt19937 rng(1234 + rank);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto* v : {&a, &w})
+    for (auto& x : *v) x = u(rng);
+  world.barrier();
+  const double t_mm = time_per_call(
+      [&] { kernels::matmul_fwd(y.data(), a.data(), w.data(), nullptr, N, Cm, OC); }, 0.5);
+  const double gemm = mean_over(world, 2.0 * N * Cm * OC / t_mm);
+
+  // Flash attention forward + backward on one block pair of 1024 x 1024 rows, 4 heads of 64:
+  // 4 FLOPs per (query, key) pair, head and head dim forward, 10 backward (as the schedules count).
+  kernels::AttnDims d{1, 1024, 1024, 4, 4, 64};
+  const size_t rows = size_t(d.seq_q) * d.heads * d.head_dim;
+  std::vector<float> q(rows), k(rows), v(rows), o_(rows), dout(rows), dq(rows), dk(rows), dv(rows);
+  std::vector<float> lse(size_t(d.heads) * d.seq_q), delta(lse.size());
+  for (auto* t : {&q, &k, &v, &dout})
+    for (auto& x : *t) x = u(rng);
+  const auto s3 = kernels::Strides3::contiguous(d.seq_q, d.heads, d.head_dim);
+  const auto s2 = kernels::Strides2::contiguous(d.heads, d.seq_q);
+  kernels::AttnFwdParams fp;
+  fp.dims = d;
+  fp.q = q.data(), fp.k = k.data(), fp.v = v.data(), fp.o = o_.data(), fp.lse = lse.data();
+  fp.q_stride = fp.k_stride = fp.v_stride = fp.o_stride = s3;
+  fp.lse_stride = s2;
+  fp.scale = 0.125f;
+  kernels::AttnBwdParams bp;
+  bp.dims = d;
+  bp.q = q.data(), bp.k = k.data(), bp.v = v.data(), bp.dout = dout.data(), bp.lse = lse.data();
+  bp.delta = delta.data(), bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
+  bp.q_stride = bp.k_stride = bp.v_stride = bp.dout_stride = bp.dq_stride = bp.dk_stride =
+      bp.dv_stride = s3;
+  bp.lse_stride = bp.delta_stride = s2;
+  bp.scale = 0.125f;
+  world.barrier();
+  const double t_f = time_per_call([&] { kernels::attn_fwd(fp); }, 0.5);
+  kernels::attn_bwd_preprocess(d, o_.data(), s3, dout.data(), s3, delta.data(), s2);
+  const double t_b = time_per_call([&] { kernels::attn_bwd(bp); }, 0.5);
+  const double pairs_hd = double(d.seq_q) * d.seq_k * d.heads * d.head_dim;
+  const double attn = mean_over(world, 14.0 * pairs_hd / (t_f + t_b));
+
+  // Ping-pong between ranks 0 and 1 while the others wait.
+  std::vector<double> sizes, times;
+  std::vector<float> buf(size_t(1) << 22);
+  for (int64_t count = 1; count <= int64_t(1) << 22; count *= 4) {
+    world.barrier();
+    double t = 0;
+    if (rank <= 1) {
+      const int peer = 1 - rank;
+      auto pingpong = [&] {
+        if (rank == 0) {
+          world.isend(buf.data(), count, peer, 7).wait();
+          world.irecv(buf.data(), count, peer, 8).wait();
+        } else {
+          world.irecv(buf.data(), count, peer, 7).wait();
+          world.isend(buf.data(), count, peer, 8).wait();
+        }
+      };
+      // Both ranks run the same number of round trips: fixed by the size.
+      const int reps = int(std::clamp<int64_t>((int64_t(1) << 24) / (count * 4), 4, 2000));
+      pingpong();
+      std::vector<double> one;
+      for (int i = 0; i < reps; ++i) {
+        Timer tt;
+        pingpong();
+        one.push_back(tt.seconds() / 2);
+      }
+      t = plan::median(one);
+    }
+    sizes.push_back(double(count) * sizeof(float));
+    times.push_back(t);
+  }
+  world.barrier();
+
+  // All-gather of 1 MB per rank, to compare with what the fitted link predicts.
+  const int64_t ag = 1 << 18;
+  std::vector<float> ag_in(static_cast<size_t>(ag)), ag_out(static_cast<size_t>(ag) * P);
+  world.barrier();
+  const double t_ag = max_over(
+      world, time_per_call([&] { world.all_gather(ag_in.data(), ag, ag_out.data()); }, 0.3));
+
+  if (rank == 0) {
+    plan::Link link = plan::fit_link(sizes, times);
+    plan::Cluster c;
+    c.name = "local";
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    std::time_t now = std::time(nullptr);
+    char date[64];
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+    c.description = fmt::format(
+        "{}: {} cores, OpenBLAS {}; calibrated by wallfacer tune --calibrate with {} ranks of {} "
+        "thread(s), {}",
+        host, cores, blas_core_name(), P, num_threads(), date);
+    c.nodes = std::max(1, topo.nodes());
+    c.devices_per_node = int(std::max<long>(1, cores / std::max(1, num_threads())));
+    c.device = "CPU core";
+    c.gemm_flops = gemm;
+    c.attention_flops = attn;
+    const double mem = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    c.memory = mem / c.devices_per_node;
+    c.memory_reserved = 0.1 * c.memory;
+    c.dtype_bytes = 4;
+    c.intra = link;
+    c.inter = link;  // one machine: ranks talk through shared memory
+    c.devices_per_nic = c.devices_per_node;
+    plan::Cluster check = c;
+    // The all-gather the fitted link predicts: a ring of P ranks, P-1 steps of 1 MB.
+    const double predicted_ag = (P - 1) * link.time(double(ag) * sizeof(float));
+    fmt::print("calibration ({} ranks, {} thread(s) each):\n", P, num_threads());
+    fmt::print("  sgemm {}x{}x{}: {:.2f} GFLOP/s per rank\n", N, Cm, OC, gemm / 1e9);
+    fmt::print(
+        "  flash attention fwd+bwd 1024x1024, 4 heads x 64: {:.2f} GFLOP/s per rank "
+        "(fwd {:.1f} ms, bwd {:.1f} ms)\n",
+        attn / 1e9, t_f * 1e3, t_b * 1e3);
+    fmt::print("  ping-pong rank 0 <-> 1: latency {:.2f} us, bandwidth {:.2f} GB/s\n",
+               link.latency * 1e6, link.bandwidth / 1e9);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      fmt::print("    {:>10.0f} B  {:>10.2f} us  (fit {:>10.2f} us)\n", sizes[i], times[i] * 1e6,
+                 link.time(sizes[i]) * 1e6);
+    fmt::print(
+        "  all-gather 1 MB per rank over {} ranks: {:.3f} ms measured, {:.3f} ms "
+        "predicted\n",
+        P, t_ag * 1e3, predicted_ag * 1e3);
+    std::ofstream f(out);
+    WF_USAGE_CHECK(f.good(), "cannot write '{}' (check the directory)", out);
+    f << "# This machine, as measured by `mpirun -np " << P
+      << " wallfacer tune --calibrate`. Units: FLOP/s, bytes, bytes/s, seconds.\n"
+      << plan::cluster_to_toml(check);
+    fmt::print("wrote {}\n", out);
+  }
+  world.barrier();
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tuning
+
+struct Measured {
+  plan::Prediction pred;
+  plan::AttentionPrediction attn;
+  double fwd_ms = 0, bwd_ms = 0, exposed_fwd_ms = 0, exposed_bwd_ms = 0;
+};
+
+Measured measure(const plan::Prediction& p, const plan::Cluster& cl, const plan::ModelSpec& m,
+                 int64_t seq, int iters, comm::Communicator& world) {
+  const int P = world.size();
+  const seqpar::AttnConfig cfg = plan::attention_config(m, seq, p.cand);
+  const std::vector<int> device_of = plan::candidate_devices(p.cand, P);
+  const int layout_rank = plan::inverse_order(device_of)[world.rank()];
+  comm::Communicator group = world.split(0, layout_rank);  // rank in group = layout rank
+  Measured r;
+  r.pred = p;
+  r.attn = plan::predict_attention(cl, cfg, P, 1, device_of);
+
+  const int64_t n = int64_t(m.batch) * seq / P, D = cfg.head_dim;
+  std::vector<float> q(size_t(n * cfg.heads * D)), k(size_t(n * cfg.kv_heads * D)), v(k.size());
+  std::vector<float> dout(q.size()), o(q.size()), lse(size_t(n * cfg.heads)), dq(q.size()),
+      dk(k.size()), dv(k.size());
+  std::mt19937 rng(99 + layout_rank);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto* t : {&q, &k, &v, &dout})
+    for (auto& x : *t) x = u(rng);
+  seqpar::DistAttention attn(cfg, group);
+  std::vector<double> f, b, ef, eb;
+  for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
+    group.barrier();
+    attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
+    attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                  dk.data(), dv.data());
+    if (it == 0) continue;
+    const auto& st = attn.stats();
+    f.push_back(st.fwd_ms);
+    b.push_back(st.bwd_ms);
+    ef.push_back(st.exposed_comm_fwd_ms);
+    eb.push_back(st.exposed_comm_bwd_ms);
+  }
+  r.fwd_ms = max_over(world, plan::median(f));
+  r.bwd_ms = max_over(world, plan::median(b));
+  r.exposed_fwd_ms = max_over(world, plan::median(ef));
+  r.exposed_bwd_ms = max_over(world, plan::median(eb));
+  return r;
+}
+
+int run_tune(const TuneOptions& o, comm::Communicator& world) {
+  const int P = world.size(), rank = world.rank();
+  WF_USAGE_CHECK(!o.model.empty() && !o.seq.empty(),
+                 "tune needs --model FILE and --seq N (or --calibrate)");
+  WF_USAGE_CHECK(o.top >= 1 && o.iters >= 1, "--top and --iters must be at least 1");
+  plan::PlanInput in;
+  in.cluster = plan::load_cluster(o.cluster);
+  in.model = plan::load_model(o.model);
+  in.seq = plan::parse_tokens(o.seq);
+  in.gpus = P;
+  // The machine as this job sees it: its nodes and ranks per node; ranks beyond the cluster's
+  // devices of a node share them, so each rank computes proportionally slower.
+  const comm::Topology topo = comm::discover_topology();
+  plan::Cluster& cl = in.cluster;
+  const int per_node = topo.max_ranks_per_node();
+  if (per_node > cl.devices_per_node) {
+    const double share = double(cl.devices_per_node) / per_node;
+    cl.gemm_flops *= share;
+    cl.attention_flops *= share;
+    cl.memory *= share;
+    cl.memory_reserved *= share;
+  }
+  cl.nodes = topo.nodes();
+  cl.devices_per_node = per_node;
+  cl.devices_per_nic = per_node;
+
+  std::vector<plan::Prediction> runnable;
+  for (auto& p : plan::plan_all(in))
+    if (p.feasible && p.cand.ulysses == 1) runnable.push_back(p);  // DistAttention runs these
+  WF_USAGE_CHECK(!runnable.empty(),
+                 "no configuration of {} can run on {} ranks at seq {} (see wallfacer plan)",
+                 in.model.name, P, in.seq);
+  if (int(runnable.size()) > o.top) runnable.resize(o.top);
+
+  std::vector<Measured> results;
+  for (const auto& p : runnable)
+    results.push_back(measure(p, cl, in.model, in.seq, o.iters, world));
+  if (rank != 0) {
+    world.barrier();
+    return 0;
+  }
+
+  auto total_pred = [](const Measured& r) { return (r.attn.fwd_s + r.attn.bwd_s) * 1e3; };
+  auto total_meas = [](const Measured& r) { return r.fwd_ms + r.bwd_ms; };
+  const Measured* best = &results.front();
+  for (const auto& r : results)
+    if (total_meas(r) < total_meas(*best)) best = &r;
+
+  nlohmann::json j;
+  j["model"] = in.model.name;
+  j["cluster"] = in.cluster.name;
+  j["seq"] = in.seq;
+  j["P"] = P;
+  j["nodes"] = topo.nodes();
+  j["measured"] = "attention forward + backward of one layer (seqpar::DistAttention)";
+  j["configs"] = nlohmann::json::array();
+  for (const auto& r : results) {
+    nlohmann::json c = plan::prediction_json(r.pred);
+    c["predicted_ms"] = {{"fwd", r.attn.fwd_s * 1e3}, {"bwd", r.attn.bwd_s * 1e3}};
+    c["measured_ms"] = {{"fwd", r.fwd_ms}, {"bwd", r.bwd_ms}};
+    c["measured_exposed_comm_ms"] = {{"fwd", r.exposed_fwd_ms}, {"bwd", r.exposed_bwd_ms}};
+    c["predicted_exposed_comm_ms"] = {{"fwd", r.attn.exposed_fwd_s * 1e3},
+                                      {"bwd", r.attn.exposed_bwd_s * 1e3}};
+    c["error"] = total_pred(r) / total_meas(r) - 1;
+    j["configs"].push_back(c);
+  }
+  j["winner"] = best->pred.cand.label();
+
+  const std::string out = o.out.empty() ? "tuned.toml" : o.out;
+  {
+    const auto& c = best->pred.cand;
+    std::ofstream f(out);
+    WF_USAGE_CHECK(f.good(), "cannot write '{}' (check the directory)", out);
+    f << fmt::format(
+        "# wallfacer tune: {} at seq {} on {} ranks ({}): fastest measured attention\n"
+        "# {:.2f} ms forward + backward per layer (predicted {:.2f} ms). Rank order: {}.\n"
+        "[parallel]\nsp = {}\nstrategy = \"{}\"\nteams = {}\n",
+        in.model.name, in.seq, P, in.cluster.name, total_meas(*best), total_pred(*best),
+        plan::placement_name(c.placement), P, seqpar::strategy_name(c.strategy), c.teams);
+  }
+  j["snippet"] = out;
+
+  if (o.json) {
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print(
+        "{} at seq {} on {} ranks ({} node(s)), cluster '{}'; measured: attention forward + "
+        "backward of one layer (seqpar::DistAttention), median of {} iterations\n",
+        in.model.name, in.seq, P, topo.nodes(), in.cluster.name, o.iters);
+    fmt::print("{:<26} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}\n", "configuration",
+               "pred fwd", "meas fwd", "pred bwd", "meas bwd", "pred ms", "meas ms", "error");
+    for (const auto& r : results)
+      fmt::print("{:<26} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>+7.1f}%\n",
+                 r.pred.cand.label(), r.attn.fwd_s * 1e3, r.fwd_ms, r.attn.bwd_s * 1e3, r.bwd_ms,
+                 total_pred(r), total_meas(r), 100 * (total_pred(r) / total_meas(r) - 1));
+    fmt::print("winner: {} -> {}\n", best->pred.cand.label(), out);
+  }
+  std::fflush(stdout);
+  world.barrier();
+  return 0;
+}
+
+int run_topology(comm::Communicator& world) {
+  const comm::Topology t = comm::discover_topology();
+  if (world.rank() == 0) {
+    nlohmann::json j;
+    j["ranks"] = world.size();
+    j["nodes"] = t.nodes();
+    j["node_of"] = t.node_of;
+    j["pretended"] = t.pretended;
+    fmt::print("{}\n", j.dump());
+    std::fflush(stdout);
+  }
+  world.barrier();
+  return 0;
+}
+
+int run(const TuneOptions& o) {
+  comm::MpiSession session(nullptr, nullptr);
+  auto world = comm::Communicator::world();
+  try {
+    if (o.topology) return run_topology(world);
+    return o.calibrate ? run_calibrate(o, world) : run_tune(o, world);
+  } catch (const UsageError& e) {
+    // Every rank reaches the same verdict; rank 0 prints the one line before anyone leaves.
+    if (world.rank() == 0) {
+      std::fprintf(stderr, "wallfacer tune: error: %s\n", e.what());
+      std::fflush(stderr);
+    }
+    world.barrier();
+    return 2;
+  }
+}
+
+Action setup(CLI::App& root) {
+  auto o = std::make_shared<TuneOptions>();
+  CLI::App* app = root.add_subcommand(
+      "tune",
+      "Run the best predicted configurations here and compare with the prediction "
+      "(under mpirun); --calibrate measures this machine into a cluster file");
+  app->add_option("--model", o->model, "Model description (configs/models/*.toml)");
+  app->add_option("--seq", o->seq, "Tokens per sequence (e.g. 8192, 8K)");
+  app->add_option("--top", o->top, "How many of the best predicted configurations to run")
+      ->capture_default_str();
+  app->add_option("--iters", o->iters, "Timed iterations per configuration")->capture_default_str();
+  app->add_option("--cluster", o->cluster, "Cluster file of this machine")->capture_default_str();
+  app->add_option("--out", o->out,
+                  "Where to write: the winner's config snippet (default tuned.toml), or with "
+                  "--calibrate the cluster file (default configs/clusters/local.toml)");
+  app->add_flag("--calibrate", o->calibrate, "Measure kernel and link rates into a cluster file");
+  app->add_flag("--json", o->json, "Print the comparison as JSON");
+  app->add_flag("--topology", o->topology, "Print the node of every rank as JSON and exit");
+  return [o] { return run(*o); };
+}
+
+WALLFACER_COMMAND(70, "tune", setup);
+
+}  // namespace
+}  // namespace wallfacer::cli

@@ -1,0 +1,324 @@
+#include "wallfacer/plan/planner.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/seqpar/schedule.h"
+
+namespace wallfacer::plan {
+
+using seqpar::Strategy;
+
+std::string Candidate::strategy_label() const {
+  if (ulysses > 1) return fmt::format("ulysses x {}", seqpar::strategy_name(strategy));
+  return fmt::format("{}", seqpar::strategy_name(strategy));
+}
+
+std::string Candidate::label() const {
+  std::string s;
+  if (ulysses > 1) {
+    s = fmt::format("ulysses{} x {}", ulysses, seqpar::strategy_name(strategy));
+  } else if (strategy == Strategy::WallFacer) {
+    s = fmt::format("wallfacer C={}", teams);
+  } else {
+    s = std::string(seqpar::strategy_name(strategy));
+  }
+  if (placement == Placement::Default) return s;
+  return fmt::format("{} {}", s, placement_name(placement));
+}
+
+seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c) {
+  seqpar::AttnConfig cfg;
+  cfg.strategy = c.strategy;
+  cfg.teams = c.strategy == Strategy::WallFacer ? c.teams : 1;
+  cfg.batch = m.batch;
+  cfg.seq = seq;
+  cfg.heads = m.heads;
+  cfg.kv_heads = m.kv_heads;
+  cfg.head_dim = m.head_dim();
+  cfg.causal = m.causal;
+  return cfg;
+}
+
+std::vector<int> candidate_devices(const Candidate& c, int P) {
+  TeamLayout l{P, 1, P};
+  if (c.ulysses > 1) {
+    l = {P, c.ulysses, P / c.ulysses};
+  } else if (c.strategy == Strategy::WallFacer && c.teams > 1) {
+    l = {P, c.teams, P / (c.teams * c.teams)};
+  }
+  return device_order(l, c.placement);
+}
+
+namespace {
+
+double scratch_of(const seqpar::Schedule& s) {
+  double e = 0;
+  for (size_t b = seqpar::kNumUserBuffers; b < s.buffers.size(); ++b)
+    e += double(s.buffers[b].blocks) *
+         double(seqpar::block_elements(s.buffers[b], s.cfg.batch, s.cfg.head_dim));
+  return e;
+}
+
+// Appends one schedule's ops of one rank to `prog`. `map` turns the schedule's ranks into layout
+// ranks; `world` is the schedule's World group in layout ranks. `at_compute`, when given, replaces
+// the first compute op (and drops the others): a hybrid runs its ring there.
+void emit(Program& prog, int self, const seqpar::Schedule& s, const std::vector<seqpar::Op>& ops,
+          const std::function<int(int)>& map, const std::vector<int>& world, int req_base,
+          double eb, const std::function<void()>& at_compute) {
+  const int layout_rank = map(self);
+  auto& out = prog.ops[layout_rank];
+  bool computed = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const seqpar::Op& o = ops[i];
+    const int req = req_base + static_cast<int>(i);
+    switch (o.kind) {
+      case seqpar::OpKind::Local:
+        break;
+      case seqpar::OpKind::Send:
+        out.push_back(Op::send(map(o.peer), double(o.elements) * eb, req, o.tag));
+        break;
+      case seqpar::OpKind::Recv:
+        out.push_back(Op::recv(map(o.peer), double(o.elements) * eb, req, o.tag));
+        break;
+      case seqpar::OpKind::Wait:
+        for (int w : o.waits) out.push_back(Op::wait(req_base + w));
+        break;
+      case seqpar::OpKind::Collective: {
+        std::vector<int> members;
+        if (o.group == seqpar::Group::World) {
+          members = world;
+        } else {
+          const int C = s.teams, t0 = self / C * C;
+          for (int a = 0; a < C; ++a) members.push_back(map(t0 + a));
+        }
+        WF_CHECK(int(members.size()) == o.group_size, "collective of {} ranks on a group of {}",
+                 o.group_size, members.size());
+        Coll c = Coll::AllGather;
+        switch (o.coll) {
+          case seqpar::CollKind::AllGather:
+            c = Coll::AllGather;
+            break;
+          case seqpar::CollKind::ReduceScatterSum:
+          case seqpar::CollKind::ReduceScatterLse:
+            c = Coll::ReduceScatter;
+            break;
+          case seqpar::CollKind::AllToAll:
+            c = Coll::AllToAll;
+            break;
+        }
+        out.push_back(Op::collective(c, prog.group(members), double(o.elements) * eb));
+        break;
+      }
+      case seqpar::OpKind::Compute:
+        if (at_compute) {
+          if (!computed) at_compute();
+          computed = true;
+        } else {
+          out.push_back(Op::compute(Work::Attention, o.flops));
+        }
+        break;
+    }
+  }
+}
+
+constexpr int kRingRequestBase = 1 << 24;
+
+}  // namespace
+
+Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, bool backward,
+                          double elem_bytes, double* scratch_elements) {
+  Program prog(P);
+  double scratch = 0;
+  auto phase = [&](const seqpar::Schedule& s) -> const std::vector<seqpar::Op>& {
+    return backward ? s.bwd : s.fwd;
+  };
+  if (ulysses <= 1) {
+    std::vector<int> world(P);
+    std::iota(world.begin(), world.end(), 0);
+    for (int r = 0; r < P; ++r) {
+      seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
+      scratch = std::max(scratch, scratch_of(s));
+      emit(
+          prog, r, s, phase(s), [](int q) { return q; }, world, 0, elem_bytes, nullptr);
+    }
+  } else {
+    const int u = ulysses;
+    WF_USAGE_CHECK(P % u == 0, "Ulysses degree {} does not divide P = {}", u, P);
+    const int rr = P / u;
+    WF_USAGE_CHECK(cfg.heads % u == 0 && cfg.kv_heads % u == 0,
+                   "Ulysses degree {} must divide heads = {} and kv_heads = {}", u, cfg.heads,
+                   cfg.kv_heads);
+    WF_USAGE_CHECK(cfg.seq % P == 0, "sequence {} is not divisible by P = {}", cfg.seq, P);
+    seqpar::AttnConfig cu = cfg, cr = cfg;
+    cu.strategy = Strategy::Ulysses;
+    cu.teams = 1;
+    cu.seq = cfg.seq / rr;
+    cr.teams = 1;
+    cr.heads = cfg.heads / u;
+    cr.kv_heads = cfg.kv_heads / u;
+    for (int j = 0; j < rr; ++j)
+      for (int a = 0; a < u; ++a) {
+        seqpar::Schedule su = seqpar::make_schedule(cu, u, a);
+        seqpar::Schedule sr = seqpar::make_schedule(cr, rr, j);
+        scratch = std::max(scratch, scratch_of(su) + scratch_of(sr));
+        std::vector<int> team(u), ring(rr);
+        for (int b = 0; b < u; ++b) team[b] = j * u + b;
+        for (int k = 0; k < rr; ++k) ring[k] = k * u + a;
+        auto run_ring = [&] {
+          emit(
+              prog, j, sr, phase(sr), [&](int k) { return k * u + a; }, ring, kRingRequestBase,
+              elem_bytes, nullptr);
+        };
+        emit(
+            prog, a, su, phase(su), [&](int b) { return j * u + b; }, team, 0, elem_bytes,
+            run_ring);
+      }
+  }
+  if (scratch_elements) *scratch_elements = scratch;
+  return prog;
+}
+
+AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
+                                      int ulysses, const std::vector<int>& device_of) {
+  AttentionPrediction a;
+  const Machine m = Machine::from(cl, device_of);
+  double scratch = 0;
+  for (bool bwd : {false, true}) {
+    Program prog = attention_program(cfg, P, ulysses, bwd, cl.dtype_bytes, &scratch);
+    SimResult r = simulate(prog, m);
+    (bwd ? a.bwd_s : a.fwd_s) = r.time;
+    (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
+    double p2p = 0, coll = 0, inter = 0;
+    for (const auto& rt : r.ranks) {
+      p2p = std::max(p2p, rt.p2p_bytes);
+      coll = std::max(coll, rt.coll_bytes);
+      inter = std::max(inter, rt.inter_bytes);
+    }
+    a.p2p_bytes += p2p;
+    a.coll_bytes += coll;
+    a.inter_bytes += inter;
+  }
+  a.scratch_elements = scratch;
+  return a;
+}
+
+namespace {
+
+// Bytes of one layer's activations (all of them: what the backward of one layer works on).
+double layer_activation_bytes(const ModelSpec& m, double tokens, double e) {
+  const double h = m.dim, hk = m.kv_dim(), f = double(m.mlp_ratio) * m.dim;
+  // x, ln1, q k v, o, x after attention, ln2, MLP hidden before and after GELU; fp32 LSE.
+  return tokens * (e * (6 * h + 2 * hk + 2 * f) + 4.0 * m.heads);
+}
+
+double memory_bytes(const PlanInput& in, const AttentionPrediction& a) {
+  const Cluster& cl = in.cluster;
+  const ModelSpec& m = in.model;
+  const double P = in.gpus, e = cl.dtype_bytes, Np = double(param_count(m));
+  const double tokens = double(m.batch) * double(in.seq) / P;
+  const double params = Np * e / (cl.zero >= 3 ? P : 1);
+  const double grads = Np * e / (cl.zero >= 2 ? P : 1);
+  const double optim = Np * (8 + (e < 4 ? 4 : 0)) / (cl.zero >= 1 ? P : 1);  // m, v (+ fp32 master)
+  const double kept = m.checkpoint_attention
+                          ? tokens * (2 * e * m.dim + 4.0 * m.heads)  // layer input, O, LSE
+                          : layer_activation_bytes(m, tokens, e);
+  const double working = 2 * layer_activation_bytes(m, tokens, e);  // a layer and its gradients
+  const double logits = m.kind == ModelKind::Gpt ? 2 * tokens * m.vocab * 4.0 : 0;
+  return params + grads + optim + m.layers * kept + working + a.scratch_elements * e + logits;
+}
+
+}  // namespace
+
+Prediction predict(const PlanInput& in, const Candidate& c) {
+  Prediction p;
+  p.cand = c;
+  p.P = in.gpus;
+  const Cluster& cl = in.cluster;
+  const ModelSpec& m = in.model;
+  const int P = in.gpus;
+  AttentionPrediction a;
+  try {
+    const seqpar::AttnConfig cfg = attention_config(m, in.seq, c);
+    if (c.ulysses <= 1) seqpar::validate(cfg, P);
+    a = predict_attention(cl, cfg, P, c.ulysses, candidate_devices(c, P));
+  } catch (const UsageError& e) {
+    p.reason = e.what();
+    return p;
+  }
+  p.attn_fwd_s = a.fwd_s;
+  p.attn_bwd_s = a.bwd_s;
+  p.p2p_bytes = a.p2p_bytes;
+  p.coll_bytes = a.coll_bytes;
+  p.inter_bytes = a.inter_bytes;
+
+  const double tokens = double(m.batch) * double(in.seq) / P;
+  const double layer_fwd = tokens * layer_dense_flops_per_token(m) / cl.gemm_flops;
+  const double passes = 3.0 + (m.checkpoint_attention ? 1.0 : 0.0);  // fwd, bwd = 2 fwd, recompute
+  const double head = 3.0 * tokens * head_flops_per_token(m) / cl.gemm_flops;
+  p.dense_s = m.layers * passes * layer_fwd + head;
+
+  // Gradient all-reduce over the group, a ring in device order.
+  if (P > 1) {
+    Program g(P);
+    std::vector<int> devices = candidate_devices(c, P), ring = inverse_order(devices);
+    const int gid = g.group(ring);
+    const double bytes = double(param_count(m)) * cl.dtype_bytes;
+    for (int r = 0; r < P; ++r) g.ops[r].push_back(Op::collective(Coll::AllReduce, gid, bytes));
+    p.grad_sync_s = simulate(g, Machine::from(cl, devices)).time;
+  }
+  const double layer_bwd = 2 * layer_fwd + a.bwd_s;
+  p.grad_sync_exposed_s = cl.grad_sync_overlap
+                              ? std::max(0.0, p.grad_sync_s - (m.layers - 1) * layer_bwd)
+                              : p.grad_sync_s;
+
+  p.step_s = p.dense_s + m.layers * (a.fwd_s + a.bwd_s) + p.grad_sync_exposed_s;
+  p.tokens_per_s = double(m.batch) * double(in.seq) / p.step_s;
+  p.exposed_comm_s = m.layers * (a.exposed_fwd_s + a.exposed_bwd_s) + p.grad_sync_exposed_s;
+  p.memory_bytes = memory_bytes(in, a);
+  const double avail = cl.memory - cl.memory_reserved;
+  p.feasible = p.memory_bytes <= avail;
+  if (!p.feasible)
+    p.reason = fmt::format("memory: needs {:.1f} GiB per device, {:.1f} GiB available",
+                           p.memory_bytes / (1 << 30), avail / (1 << 30));
+  return p;
+}
+
+std::vector<Candidate> candidates(const PlanInput& in) {
+  const int P = in.gpus;
+  std::vector<Candidate> out;
+  out.push_back({Strategy::Ring, 1, 1, Placement::Default});
+  if (in.model.causal) out.push_back({Strategy::Zigzag, 1, 1, Placement::Default});
+  out.push_back({Strategy::Ulysses, 1, 1, Placement::Default});
+  for (int C = 2; C * C <= P; ++C) {
+    out.push_back({Strategy::WallFacer, C, 1, Placement::TeamIntra});
+    // With one team per team group's sub-ring position (G = 1) both orders coincide.
+    if (P % (C * C) != 0 || P / (C * C) > 1)
+      out.push_back({Strategy::WallFacer, C, 1, Placement::RingIntra});
+  }
+  const Strategy ring = in.model.causal ? Strategy::Zigzag : Strategy::Ring;
+  for (int u = 2; u < P; ++u) {
+    if (P % u != 0 || u > in.model.heads) continue;
+    out.push_back({ring, 1, u, Placement::TeamIntra});
+    out.push_back({ring, 1, u, Placement::RingIntra});
+  }
+  return out;
+}
+
+std::vector<Prediction> plan_all(const PlanInput& in) {
+  WF_USAGE_CHECK(in.gpus >= 1 && in.gpus <= in.cluster.devices(),
+                 "--gpus {} is outside 1..{} (the devices of cluster '{}')", in.gpus,
+                 in.cluster.devices(), in.cluster.name);
+  WF_USAGE_CHECK(in.seq >= 1, "--seq must be positive, got {}", in.seq);
+  std::vector<Prediction> out;
+  for (const Candidate& c : candidates(in)) out.push_back(predict(in, c));
+  std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.feasible != b.feasible) return a.feasible;
+    return a.feasible && a.tokens_per_s > b.tokens_per_s;
+  });
+  return out;
+}
+
+}  // namespace wallfacer::plan

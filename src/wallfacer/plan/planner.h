@@ -1,0 +1,90 @@
+#pragma once
+// The planner: predicts one training step of a model on a cluster for every sequence-parallel
+// configuration, by replaying the seqpar schedules (the ones the executor runs) in the simulator,
+// and ranks them by tokens/s.
+//
+// Step time = layers x (dense compute of the layer: forward, backward, recompute when checkpointed
+//             + attention forward + attention backward, both simulated from the schedules)
+//           + LM head compute + the exposed part of the gradient all-reduce.
+// Memory per device = parameters, gradients and optimizer state (ZeRO stage of the cluster file)
+//           + activations kept for the backward + one layer's working set
+//           + the attention schedule's scratch buffers (gathered team Q, K, V, double buffers, ...)
+//           + logits, and must fit in memory - memory_reserved.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wallfacer/plan/cluster.h"
+#include "wallfacer/plan/model.h"
+#include "wallfacer/plan/placement.h"
+#include "wallfacer/plan/simulator.h"
+#include "wallfacer/seqpar/config.h"
+
+namespace wallfacer::plan {
+
+// One sequence-parallel configuration. Hybrids: Ulysses of degree `ulysses` inside teams of
+// consecutive ranks times a ring (zigzag when causal) over the P / ulysses teams.
+struct Candidate {
+  seqpar::Strategy strategy = seqpar::Strategy::Ring;
+  int teams = 1;    // C for WallFacer
+  int ulysses = 1;  // > 1 and < P: a Ulysses x ring hybrid (strategy is then Ring or Zigzag)
+  Placement placement = Placement::Default;
+  std::string strategy_label() const;  // ring, zigzag, ulysses, wallfacer, ulysses x ring
+  std::string label() const;           // e.g. "wallfacer C=2 ring-intra", "ulysses4 x zigzag8"
+};
+
+struct Prediction {
+  Candidate cand;
+  int P = 0;
+  bool feasible = false;
+  std::string reason;  // why not feasible (empty when feasible)
+  double step_s = 0, tokens_per_s = 0;
+  double exposed_comm_s = 0;              // communication not hidden behind compute, whole step
+  double attn_fwd_s = 0, attn_bwd_s = 0;  // one layer, slowest rank
+  double dense_s = 0;                     // dense compute of the whole step
+  double grad_sync_s = 0;                 // gradient all-reduce (whole), and its exposed part:
+  double grad_sync_exposed_s = 0;
+  double memory_bytes = 0;
+  double p2p_bytes = 0, coll_bytes = 0, inter_bytes = 0;  // per layer fwd+bwd, busiest rank
+};
+
+struct PlanInput {
+  Cluster cluster;
+  ModelSpec model;
+  int64_t seq = 0;  // tokens per sequence
+  int gpus = 0;     // devices in the sequence-parallel group (the first gpus of the cluster)
+};
+
+// Every configuration worth listing for P = input.gpus (each WallFacer C with C^2 | P, its two
+// placements, hybrids whose degrees divide the heads).
+std::vector<Candidate> candidates(const PlanInput& in);
+
+Prediction predict(const PlanInput& in, const Candidate& c);
+
+// Feasible ones first by tokens/s (descending), then the infeasible ones.
+std::vector<Prediction> plan_all(const PlanInput& in);
+
+// The attention of one layer alone, as the simulator sees it (used by tune and the validation).
+struct AttentionPrediction {
+  double fwd_s = 0, bwd_s = 0;
+  double exposed_fwd_s = 0, exposed_bwd_s = 0;
+  double p2p_bytes = 0, coll_bytes = 0, inter_bytes = 0;  // fwd + bwd, busiest rank
+  double scratch_elements = 0;  // largest scratch buffers of one rank (elements)
+};
+// `device_of`: layout rank -> device of the cluster. Throws UsageError when cfg cannot run.
+AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
+                                      int ulysses, const std::vector<int>& device_of);
+
+// The AttnConfig the candidate runs for this model and sequence (for hybrids, of the whole group).
+seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c);
+
+// The rank order of the candidate's layout under its placement (layout rank -> device).
+std::vector<int> candidate_devices(const Candidate& c, int P);
+
+// Programs of the attention (forward or backward) of every rank, built from the seqpar schedules;
+// element counts become bytes with `elem_bytes`.
+Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, bool backward,
+                          double elem_bytes, double* scratch_elements = nullptr);
+
+}  // namespace wallfacer::plan

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# wallfacer tune under mpirun: node topology (real and pretended), --calibrate writes a cluster file
+# that plan reads, tuning prints predicted against measured and writes the winner's snippet, bad
+# input exits 2 with one line.
+set -u
+wf=$1
+mpirun=$2
+src=$3
+fail=0
+err() { echo "FAIL: $*"; fail=1; }
+run() { OMP_NUM_THREADS=1 "$mpirun" -q --oversubscribe --bind-to none -x WALLFACER_NODE_SIZE -np "$@"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+unset WALLFACER_NODE_SIZE
+export WALLFACER_NODE_SIZE=
+out=$(run 4 "$wf" tune --topology 2>&1) || err "tune --topology exited $?: $out"
+echo "$out" | grep -qF '"node_of":[0,0,0,0]' || err "one machine should be one node: $out"
+export WALLFACER_NODE_SIZE=2
+out=$(run 4 "$wf" tune --topology 2>&1) || err "tune --topology exited $?: $out"
+echo "$out" | grep -qF '"node_of":[0,0,1,1]' || err "WALLFACER_NODE_SIZE=2 should pretend 2 nodes: $out"
+echo "$out" | grep -qF '"pretended":true' || err "pretended topology not flagged: $out"
+export WALLFACER_NODE_SIZE=
+
+out=$(run 2 "$wf" tune --calibrate --out "$tmp/local.toml" 2>&1) || err "calibrate exited $?: $out"
+for key in "sgemm" "flash attention" "ping-pong" "wrote"; do
+  echo "$out" | grep -qF "$key" || err "calibration output lacks '$key': $out"
+done
+"$wf" plan --cluster "$tmp/local.toml" --model "$src/tests/plan/tiny.toml" --seq 1024 --gpus 2 \
+  >/dev/null || err "plan cannot read the calibrated cluster file"
+
+export WALLFACER_NODE_SIZE=2
+out=$(run 4 "$wf" tune --cluster "$tmp/local.toml" --model "$src/tests/plan/tiny.toml" --seq 512 \
+  --top 10 --iters 1 --json --out "$tmp/tuned.toml" 2>&1) || err "tune exited $?: $out"
+export WALLFACER_NODE_SIZE=
+python3 - "$out" <<'PY' || err "tune --json: $out"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["P"] == 4 and j["nodes"] == 2, (j["P"], j["nodes"])
+labels = [c["label"] for c in j["configs"]]
+for want in ["ring", "ulysses", "wallfacer C=2 team-intra"]:
+    assert want in labels, labels
+for c in j["configs"]:
+    for k in ["predicted_ms", "measured_ms", "error", "tokens_per_s", "placement"]:
+        assert k in c, k
+    assert c["measured_ms"]["fwd"] > 0 and c["predicted_ms"]["bwd"] > 0
+assert j["winner"] in labels
+PY
+grep -q '^strategy = "' "$tmp/tuned.toml" || err "no snippet: $(cat "$tmp/tuned.toml")"
+grep -q '^sp = 4' "$tmp/tuned.toml" || err "snippet lacks sp = 4"
+
+out=$(run 2 "$wf" tune --seq 512 2>&1); rc=$?
+[ $rc -eq 2 ] || err "tune without --model exited $rc, expected 2: $out"
+[ "$(echo "$out" | wc -l)" -eq 1 ] || err "tune without --model: more than one line: $out"
+out=$(run 1 "$wf" tune --calibrate 2>&1); rc=$?
+[ $rc -eq 2 ] || err "calibrate on 1 rank exited $rc, expected 2: $out"
+
+[ $fail -eq 0 ] && echo "tune mpi: ok"
+exit $fail

@@ -1,0 +1,219 @@
+// The planner against closed forms: α–β times of the double-buffered ring written out by hand,
+// the schedule volumes of seqpar's formulas, and a single-rank training step computed by hand.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/plan/planner.h"
+#include "wallfacer/plan/report.h"
+#include "wallfacer/seqpar/schedule.h"
+
+namespace wallfacer::plan {
+namespace {
+
+Cluster toy_cluster(int nodes, int per_node, int per_nic) {
+  Cluster c;
+  c.name = "toy";
+  c.nodes = nodes;
+  c.devices_per_node = per_node;
+  c.devices_per_nic = per_nic;
+  c.gemm_flops = 2e12;
+  c.attention_flops = 1e12;
+  c.memory = 64e9;
+  c.dtype_bytes = 4;
+  c.intra = {2e10, 3e-6};
+  c.inter = {1e9, 2e-5};
+  return c;
+}
+
+PlanInput input(Cluster cl, const char* model_toml, int64_t seq, int gpus) {
+  PlanInput in;
+  in.cluster = std::move(cl);
+  in.model = parse_model(model_toml, "m");
+  in.seq = seq;
+  in.gpus = gpus;
+  return in;
+}
+
+std::vector<int> identity(int P) {
+  std::vector<int> d(P);
+  for (int i = 0; i < P; ++i) d[i] = i;
+  return d;
+}
+
+seqpar::AttnConfig attn(seqpar::Strategy s, int teams, int64_t seq, bool causal) {
+  seqpar::AttnConfig c;
+  c.strategy = s;
+  c.teams = teams;
+  c.batch = 1;
+  c.seq = seq;
+  c.heads = 4;
+  c.kv_heads = 4;
+  c.head_dim = 32;
+  c.causal = causal;
+  return c;
+}
+
+// Ring forward on P ranks of one node, full mask: P steps of n x n blocks, each of the first P-1
+// hidden behind the transfer of the next K,V block or not: (P-1) max(F/R, t_kv) + F/R.
+TEST(PlanPlanner, RingForwardIsMaxOfComputeAndTransferPerStep) {
+  for (int P : {2, 4}) {
+    for (int64_t seq : {int64_t(512), int64_t(4096)}) {
+      Cluster cl = toy_cluster(1, P, P);
+      auto a =
+          predict_attention(cl, attn(seqpar::Strategy::Ring, 1, seq, false), P, 1, identity(P));
+      const double n = double(seq) / P, H = 4, D = 32;
+      const double F = 4 * n * n * H * D / cl.attention_flops;
+      const double t_kv = 3e-6 + n * 2 * H * D * 4 / 2e10;
+      EXPECT_NEAR(a.fwd_s, (P - 1) * std::max(F, t_kv) + F, 1e-12) << P << " " << seq;
+      EXPECT_NEAR(a.exposed_fwd_s, (P - 1) * std::max(0.0, t_kv - F), 1e-12);
+      EXPECT_DOUBLE_EQ(a.p2p_bytes > 0, true);
+    }
+  }
+}
+
+// Across two nodes (one rank each) the same ring is bound by the network link.
+TEST(PlanPlanner, RingForwardAcrossNodesUsesTheNetworkLink) {
+  Cluster cl = toy_cluster(2, 1, 1);
+  auto a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 4096, false), 2, 1, identity(2));
+  const double n = 2048, H = 4, D = 32;
+  const double F = 4 * n * n * H * D / 1e12, t_kv = 2e-5 + n * 2 * H * D * 4 / 1e9;
+  EXPECT_NEAR(a.fwd_s, std::max(F, t_kv) + F, 1e-12);
+  EXPECT_DOUBLE_EQ(a.inter_bytes, a.p2p_bytes + a.coll_bytes);
+}
+
+// The bytes the simulator sees each rank send equal seqpar's closed-form volumes (4-byte elements).
+TEST(PlanPlanner, ProgramVolumesEqualTheScheduleFormulas) {
+  struct Case {
+    seqpar::Strategy s;
+    int C, P;
+    bool causal;
+  };
+  for (Case k :
+       {Case{seqpar::Strategy::Ring, 1, 4, false}, Case{seqpar::Strategy::Zigzag, 1, 4, true},
+        Case{seqpar::Strategy::WallFacer, 2, 8, true},
+        Case{seqpar::Strategy::WallFacer, 2, 16, false},
+        Case{seqpar::Strategy::Ulysses, 1, 4, true}}) {
+    auto cfg = attn(k.s, k.C, 64 * k.P, k.causal);
+    Cluster cl = toy_cluster(1, k.P, k.P);
+    Machine m = Machine::from(cl, identity(k.P));
+    for (bool bwd : {false, true}) {
+      SimResult r = simulate(attention_program(cfg, k.P, 1, bwd, 4.0), m);
+      for (int rank = 0; rank < k.P; ++rank) {
+        auto f = seqpar::formula_totals(cfg, k.P, rank);
+        EXPECT_DOUBLE_EQ(r.ranks[rank].p2p_bytes, double(bwd ? f.p2p_bytes_bwd : f.p2p_bytes_fwd))
+            << int(k.s) << " C=" << k.C << " P=" << k.P << " rank " << rank << " bwd " << bwd;
+        EXPECT_DOUBLE_EQ(r.ranks[rank].coll_bytes,
+                         double(bwd ? f.coll_bytes_bwd : f.coll_bytes_fwd));
+      }
+    }
+  }
+}
+
+// WallFacer-2 on 4 nodes of 2 (P = 8): teams inside a node; compare the bytes leaving a node with
+// ring's. Ring, full mask, rank 1 -> 2 carries P-1 K,V blocks forward.
+TEST(PlanPlanner, InterNodeBytesOfRingAndHybrid) {
+  Cluster cl = toy_cluster(4, 2, 2);
+  const int P = 8;
+  auto cfg = attn(seqpar::Strategy::Ring, 1, 1024, false);
+  auto ring = predict_attention(cl, cfg, P, 1, identity(P));
+  const double kv = 128.0 * 2 * 4 * 32 * 4;  // one rank's K,V block in bytes
+  Program fwd = attention_program(cfg, P, 1, false, 4.0);
+  SimResult r = simulate(fwd, Machine::from(cl, identity(P)));
+  EXPECT_DOUBLE_EQ(r.ranks[1].inter_bytes, (P - 1) * kv);
+  EXPECT_DOUBLE_EQ(r.ranks[0].inter_bytes, 0);
+  EXPECT_GT(ring.inter_bytes, 0);
+  // Ulysses 2 x ring 4, all-to-all pairs inside a node: only the ring of 4 crosses nodes, with
+  // half the heads: each crossing rank sends 3 blocks of half the K,V of 256 rows.
+  SimResult h = simulate(attention_program(cfg, P, 2, false, 4.0), Machine::from(cl, identity(P)));
+  double most = 0;
+  for (const auto& rt : h.ranks) most = std::max(most, rt.inter_bytes);
+  EXPECT_DOUBLE_EQ(most, 3 * 256.0 * 2 * 2 * 32 * 4);
+}
+
+// One rank: nothing to communicate; the step is compute written out by hand.
+TEST(PlanPlanner, SingleRankStepByHand) {
+  PlanInput in = input(toy_cluster(1, 1, 1),
+                       "[model]\nlayers = 3\ndim = 128\nheads = 4\ncausal = false\n", 1024, 1);
+  Prediction p = predict(in, {seqpar::Strategy::Ring, 1, 1, Placement::Default});
+  ASSERT_TRUE(p.feasible) << p.reason;
+  const double N = 1024, h = 128, L = 3;
+  const double attn_f = 4 * N * N * h / 1e12, attn_b = 10 * N * N * h / 1e12;
+  const double dense = N * 24 * h * h / 2e12;  // forward of one layer
+  const double head = 3 * N * 2 * h * 257 / 2e12;
+  const double step = L * (4 * dense + attn_f + attn_b) + head;
+  EXPECT_NEAR(p.step_s, step, 1e-12);
+  EXPECT_NEAR(p.tokens_per_s, N / step, 1e-6);
+  EXPECT_NEAR(p.exposed_comm_s, 0, 1e-15);
+  EXPECT_DOUBLE_EQ(p.grad_sync_s, 0);
+  // Memory: fp32 params + grads + Adam m, v (16 bytes per parameter), per layer the checkpoint
+  // (input, O: 2 h floats, LSE: 4 floats per token), working set of one layer and its gradients
+  // (2 x (6h + 2h + 8h) floats + 4 LSE floats per token), logits and their gradient, and the
+  // schedule's scratch at P = 1: packed K,V (2h per token), the query package (2h + 2 * heads),
+  // the dK,dV accumulator (2h).
+  const double Np = double(param_count(in.model));
+  const double mem = 16 * Np + L * N * (2 * h * 4 + 4 * 4) + 2 * N * ((16 * h) * 4 + 4 * 4) +
+                     2 * N * 257 * 4 + N * (2 * h + 2 * h + 2 * 4 + 2 * h) * 4;
+  EXPECT_NEAR(p.memory_bytes, mem, 1e-3);
+}
+
+TEST(PlanPlanner, RanksFeasibleFirstAndExplainsTheRest) {
+  PlanInput in =
+      input(toy_cluster(2, 4, 4), "[model]\nlayers = 2\ndim = 192\nheads = 6\n", 2048, 8);
+  auto preds = plan_all(in);
+  ASSERT_GE(preds.size(), 4u);
+  bool seen_infeasible = false;
+  double last = 1e300;
+  for (const auto& p : preds) {
+    if (!p.feasible) {
+      seen_infeasible = true;
+      EXPECT_FALSE(p.reason.empty());
+      continue;
+    }
+    EXPECT_FALSE(seen_infeasible) << "feasible after infeasible: " << p.cand.label();
+    EXPECT_LE(p.tokens_per_s, last);
+    last = p.tokens_per_s;
+  }
+  auto find = [&](const std::string& label) -> Prediction {
+    auto it = std::find_if(preds.begin(), preds.end(),
+                           [&](const Prediction& p) { return p.cand.label() == label; });
+    EXPECT_NE(it, preds.end()) << label;
+    return *it;
+  };
+  EXPECT_FALSE(find("ulysses").feasible);  // 6 heads over 8 ranks
+  EXPECT_NE(find("ulysses").reason.find("head"), std::string::npos) << find("ulysses").reason;
+  EXPECT_TRUE(find("wallfacer C=2 team-intra").feasible);
+  EXPECT_TRUE(find("ulysses2 x zigzag team-intra").feasible);
+  EXPECT_FALSE(find("ulysses4 x zigzag team-intra").feasible);  // 4 does not divide 6 heads
+  // A device too small for the model.
+  in.cluster.memory = 1e6;
+  preds = plan_all(in);
+  for (const auto& p : preds) EXPECT_FALSE(p.feasible) << p.cand.label();
+  EXPECT_NE(find("ring").reason.find("memory"), std::string::npos) << find("ring").reason;
+  auto j = plan_json(in, preds);
+  EXPECT_TRUE(j["best"].is_null());
+}
+
+TEST(PlanPlanner, JsonCarriesTheDocumentedKeys) {
+  PlanInput in =
+      input(toy_cluster(1, 4, 4), "[model]\nlayers = 1\ndim = 128\nheads = 4\n", 1024, 4);
+  auto j = plan_json(in, plan_all(in));
+  ASSERT_TRUE(j["configs"].is_array());
+  for (const char* key : {"strategy", "teams", "placement", "tokens_per_s", "step_s", "memory_gib",
+                          "feasible", "reason"})
+    EXPECT_TRUE(j["configs"][0].contains(key)) << key;
+  EXPECT_EQ(j["best"]["label"], j["configs"][0]["label"]);
+}
+
+TEST(PlanPlanner, TokenCounts) {
+  EXPECT_EQ(parse_tokens("131072"), 131072);
+  EXPECT_EQ(parse_tokens("128K"), 131072);
+  EXPECT_EQ(parse_tokens("64k"), 65536);
+  EXPECT_EQ(parse_tokens("1M"), 1048576);
+  for (const char* bad : {"", "K", "12x", "-5", "0"}) EXPECT_THROW(parse_tokens(bad), UsageError);
+}
+
+}  // namespace
+}  // namespace wallfacer::plan
