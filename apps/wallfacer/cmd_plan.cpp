@@ -21,6 +21,8 @@ struct PlanOptions {
 };
 
 int run_plan(const PlanOptions& o) {
+  WF_USAGE_CHECK(!o.cluster.empty() && !o.model.empty() && !o.seq.empty(),
+                 "plan needs --cluster FILE, --model FILE and --seq N");
   plan::PlanInput in;
   in.cluster = plan::load_cluster(o.cluster);
   in.model = plan::load_model(o.model);
@@ -39,10 +41,9 @@ Action setup(CLI::App& root) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* app = root.add_subcommand(
       "plan", "Predict and rank every sequence-parallel configuration of a model on a cluster");
-  app->add_option("--cluster", o->cluster, "Cluster description (configs/clusters/*.toml)")
-      ->required();
-  app->add_option("--model", o->model, "Model description (configs/models/*.toml)")->required();
-  app->add_option("--seq", o->seq, "Tokens per sequence (e.g. 131072, 128K)")->required();
+  app->add_option("--cluster", o->cluster, "Cluster description (configs/clusters/*.toml)");
+  app->add_option("--model", o->model, "Model description (configs/models/*.toml)");
+  app->add_option("--seq", o->seq, "Tokens per sequence (e.g. 131072, 128K)");
   app->add_option("--gpus", o->gpus, "Devices in the sequence-parallel group (default: all)");
   app->add_flag("--json", o->json, "Print a JSON object with `configs` and `best`");
   return [o] { return run_plan(*o); };

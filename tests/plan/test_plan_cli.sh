@@ -56,6 +56,7 @@ expect2() {  # expect2 WHAT ARGS...: exit 2 and one line naming WHAT
 }
 C="$src/configs/clusters/a100-40gb-8x4-eth100.toml"
 M="$src/configs/models/gpt-3b.toml"
+expect2 "--seq N" --cluster "$C" --model "$M"
 expect2 "no/such.toml" --cluster no/such.toml --model "$M" --seq 64K
 expect2 "--seq" --cluster "$C" --model "$M" --seq 64Q
 expect2 "--gpus" --cluster "$C" --model "$M" --seq 64K --gpus 33
