@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Trains the same small GPT for a few steps with wallfacer (one rank) and with PyTorch (Debian's
+# python3-torch, CPU), both with THREADS threads, and prints both tokens/s and their ratio.
+# Usage: bench/gpt_vs_torch.sh [LAYERS DIM HEADS SEQ STEPS THREADS]   (defaults 4 256 4 4096 3 2)
+set -euo pipefail
+layers=${1:-4} dim=${2:-256} heads=${3:-4} seq=${4:-4096} steps=${5:-3} threads=${6:-2}
+wf=${WALLFACER:-build/wallfacer}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+data=data/kjv
+if [[ ! -f $data/train.bin ]]; then  # any text will do for timing
+  data=$work/data
+  for i in $(seq 1 2000); do echo "line $i: and the lamps were lit and the doors were opened"; done > "$work/text.txt"
+  "$wf" prepare --input "$work/text.txt" --out "$data" >/dev/null
+fi
+cat > "$work/bench.toml" <<TOML
+[model]
+layers = $layers
+dim = $dim
+heads = $heads
+kv_heads = $heads
+[train]
+seq = $seq
+batch = 1
+steps = $((steps + 1))
+lr = 1e-3
+[data]
+dir = "$data"
+TOML
+echo "model: $layers layers, dim $dim, $heads heads, seq $seq, batch 1, $threads threads"
+OMP_NUM_THREADS=$threads "$wf" train --config "$work/bench.toml" --out "$work/run" --progress plain | grep -E "^step|done"
+# tokens/s of the steps after the first (the first warms up)
+wf_tps=$(sed -E 's/.*"tokens_per_s":([^,}]*).*/\1/' "$work/run/metrics.jsonl" | tail -n +2 |
+  awk '{ s += 1 / $1; n++ } END { printf "%.1f", n / s }')
+echo "wallfacer tokens/s $wf_tps"
+torch_tps=$(/usr/bin/python3 "$(dirname "$0")/gpt_torch.py" --layers "$layers" --dim "$dim" \
+  --heads "$heads" --seq "$seq" --steps "$steps" --threads "$threads" | tee /dev/stderr |
+  awk '/^torch tokens\/s/ { print $3 }')
+echo "torch tokens/s $torch_tps"
+awk -v a="$wf_tps" -v b="$torch_tps" 'BEGIN { printf "ratio wallfacer/torch %.2fx\n", a / b }'
