@@ -172,7 +172,9 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
         "thread(s), {}",
         host, cores, blas_core_name(), P, num_threads(), date);
     c.nodes = std::max(1, topo.nodes());
-    c.devices_per_node = int(std::max<long>(1, cores / std::max(1, num_threads())));
+    // A device is a rank at the rate measured: with more ranks than cores, each got a share.
+    c.devices_per_node = std::max(int(std::max<long>(1, cores / std::max(1, num_threads()))),
+                                  topo.max_ranks_per_node());
     c.device = "CPU core";
     c.gemm_flops = gemm;
     c.attention_flops = attn;
