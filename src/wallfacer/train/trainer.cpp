@@ -56,8 +56,11 @@ class Progress {
  public:
   Progress(std::string mode, int64_t total) : total_(total) {
     if (mode == "auto") {
+      // Under mpirun a rank's stdout may be a pseudo-terminal even when mpirun's is not:
+      // scripts/wallfacer-mpirun says what mpirun's own stdout is in WALLFACER_TTY.
       const char* tty = std::getenv("WALLFACER_TTY");
-      mode = (isatty(STDOUT_FILENO) || (tty && std::string(tty) == "1")) ? "bar" : "plain";
+      const bool terminal = tty ? std::string(tty) == "1" : bool(isatty(STDOUT_FILENO));
+      mode = terminal ? "bar" : "plain";
     }
     mode_ = mode;
   }
