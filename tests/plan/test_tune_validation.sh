@@ -20,7 +20,7 @@ for P in 2 4; do
   for attempt in 1 2 3; do
     run $P "$wf" tune --calibrate --out "$tmp/local.toml" >/dev/null 2>&1 || { echo "calibrate P=$P failed"; exit 1; }
     out=$(run $P "$wf" tune --cluster "$tmp/local.toml" --model "$src/tests/plan/tiny.toml" \
-      --seq 1024 --top 10 --iters 3 --json --out "$tmp/tuned.toml" 2>&1) || { echo "tune P=$P failed: $out"; exit 1; }
+      --seq 512 --top 10 --iters 3 --json --out "$tmp/tuned.toml" 2>&1) || { echo "tune P=$P failed: $out"; exit 1; }
     if python3 - "$out" "$P" "$attempt" <<'PY'; then ok=1; break; fi
 import json, sys
 j = json.loads(sys.argv[1])
