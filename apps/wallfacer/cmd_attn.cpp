@@ -36,6 +36,7 @@ struct AttnOptions {
   std::string dump;
   uint64_t seed = 1;
   int count = 0;  // > 0: count the schedule of this many ranks, run nothing
+  int64_t progress_rows = 64;
 };
 
 double median(std::vector<double> v) {
@@ -151,6 +152,7 @@ int run_attn(const AttnOptions& o) {
       dv(v.size());
 
   seqpar::DistAttention attn(cfg, world);
+  attn.set_progress_rows(o.progress_rows);
   std::vector<double> fwd_ms, bwd_ms, fwd_exp, bwd_exp;
   for (int it = 0; it < o.iters; ++it) {
     world.barrier();
@@ -282,6 +284,8 @@ Action setup(CLI::App& root) {
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--dump", o->dump, "write inputs and gathered results as .npy files to DIR");
   cmd->add_option("--seed", o->seed, "input seed");
+  cmd->add_option("--progress-rows", o->progress_rows,
+                  "query rows per kernel call while transfers are pending (0: whole blocks)");
   cmd->add_option("--count", o->count,
                   "print the bytes and steps per rank of the schedules for this many ranks, "
                   "without running (no MPI)");

@@ -7,12 +7,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/error.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
@@ -83,6 +85,104 @@ int64_t max_over_ranks(comm::Communicator& world, int64_t x) {
   return int64_t(*std::max_element(v.begin(), v.end()));
 }
 
+// The Communicator's collectives and point-to-point calls: values and counted bytes (ring
+// algorithm) on `P` ranks.
+int test_comm(comm::Communicator& world) {
+  const int P = world.size(), me = world.rank();
+  int failures = 0;
+  auto check = [&](bool ok, const char* what) {
+    if (!ok) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: FAIL comm %s\n", me, what);
+    }
+  };
+  auto& ctr = world.counters();
+  ctr.reset();
+  const int64_t n = 3;
+  {
+    std::vector<float> send(n), recv(size_t(P * n));
+    for (int64_t i = 0; i < n; ++i) send[size_t(i)] = float(me * 10 + i);
+    world.all_gather(send.data(), n, recv.data());
+    bool ok = true;
+    for (int r = 0; r < P; ++r)
+      for (int64_t i = 0; i < n; ++i) ok = ok && recv[size_t(r * n + i)] == float(r * 10 + i);
+    check(ok && ctr.coll_bytes == (P - 1) * n * 4, "all_gather");
+  }
+  {
+    ctr.reset();
+    std::vector<float> send(size_t(P * n)), recv(n);
+    for (int j = 0; j < P; ++j)
+      for (int64_t i = 0; i < n; ++i) send[size_t(j * n + i)] = float(me + j + i);
+    world.reduce_scatter_sum(send.data(), recv.data(), n);
+    bool ok = true;
+    for (int64_t i = 0; i < n; ++i)
+      ok = ok && recv[size_t(i)] == float(P * (P - 1) / 2 + P * (me + i));
+    check(ok && ctr.coll_bytes == (P - 1) * n * 4, "reduce_scatter_sum");
+  }
+  {
+    ctr.reset();
+    std::vector<float> send(size_t(P * n)), recv(size_t(P * n));
+    for (int j = 0; j < P; ++j)
+      for (int64_t i = 0; i < n; ++i) send[size_t(j * n + i)] = float(me * 100 + j * 10 + i);
+    world.all_to_all(send.data(), recv.data(), n);
+    bool ok = true;
+    for (int r = 0; r < P; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        ok = ok && recv[size_t(r * n + i)] == float(r * 100 + me * 10 + i);
+    check(ok && ctr.coll_bytes == (P - 1) * n * 4, "all_to_all");
+  }
+  {
+    ctr.reset();
+    double x[4] = {double(me), 1, 2, 3};
+    world.all_reduce_sum(x, 4);
+    check(x[0] == P * (P - 1) / 2.0 && x[3] == 3.0 * P && ctr.coll_bytes == 2 * (P - 1) * 4 * 8 / P,
+          "all_reduce_sum");
+  }
+  {
+    // Rank s holds, for every block, o = s + 1 and lse = log(s + 1): merged, lse = log(sum) and
+    // o = sum (s+1)^2 / sum (s+1).
+    ctr.reset();
+    const int B = 2, rows = 3, H = 2, D = 4;
+    const int64_t ob = int64_t(B) * rows * H * D, lb = int64_t(B) * H * rows;
+    std::vector<float> o(size_t(P * ob), float(me + 1)), l(size_t(P * lb), std::log(float(me + 1)));
+    std::vector<float> oo(static_cast<size_t>(ob)), lo(static_cast<size_t>(lb));
+    world.reduce_scatter_lse(o.data(), l.data(), oo.data(), lo.data(), B, rows, H, D);
+    double s1 = 0, s2 = 0;
+    for (int s = 1; s <= P; ++s) {
+      s1 += s;
+      s2 += double(s) * s;
+    }
+    bool ok = true;
+    for (float v : oo) ok = ok && std::abs(v - s2 / s1) <= 1e-5 * s2 / s1;
+    for (float v : lo) ok = ok && std::abs(v - std::log(s1)) <= 1e-6 * std::log(s1) + 1e-6;
+    check(ok && ctr.coll_bytes == (P - 1) * (ob + lb) * 4, "reduce_scatter_lse");
+  }
+  {
+    ctr.reset();
+    std::vector<float> send(5, float(me)), recv(5, -1.0f);
+    auto r = world.irecv(recv.data(), 5, (me + P - 1) % P, 7);
+    auto s = world.isend(send.data(), 5, (me + 1) % P, 7);
+    s.wait();
+    while (!r.test()) {
+    }
+    check(recv[4] == float((me + P - 1) % P) && ctr.p2p_bytes == 20 && ctr.p2p_sends == 1,
+          "isend/irecv");
+  }
+  if (P % 2 == 0) {
+    auto team = world.split(me / 2, me);
+    check(team.size() == 2 && team.rank() == me % 2, "split");
+  }
+  bool threw = false;
+  try {
+    world.isend(nullptr, 1, P, 0);
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("destination") != std::string::npos;
+  }
+  check(threw, "isend to a rank outside the group raises a clear error");
+  ctr.reset();
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,7 +190,7 @@ int main(int argc, char** argv) {
   auto world = comm::Communicator::world();
   const int P = world.size(), rank = world.rank();
   const bool wallfacer_only = argc > 1 && std::string(argv[1]) == "ring-wallfacer";
-  int failures = 0, configs = 0;
+  int failures = test_comm(world), configs = 0;
   auto check = [&](bool ok, const std::string& what) {
     if (!ok) {
       ++failures;

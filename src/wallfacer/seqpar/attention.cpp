@@ -61,4 +61,6 @@ void DistAttention::backward(const float* q, const float* k, const float* v, con
 
 const AttnStats& DistAttention::stats() const { return impl_->stats; }
 
+void DistAttention::set_progress_rows(int64_t rows) { impl_->exec.set_progress_rows(rows); }
+
 }  // namespace wallfacer::seqpar

@@ -154,7 +154,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   // Sub-blocks of query rows: between them the pending transfers get MPI progress.
   bool pending = false;
   for (auto& r : reqs) pending = pending || !r.test();
-  const int64_t chunk = pending ? std::max<int64_t>(progress_rows_, 1) : op.qseg.rows;
+  const int64_t chunk = pending && progress_rows_ > 0 ? progress_rows_ : op.qseg.rows;
   for (int64_t r0 = 0; r0 < op.qseg.rows; r0 += chunk) {
     const int64_t rows = std::min(chunk, op.qseg.rows - r0);
     const int64_t row = op.qseg.row0 + r0;

@@ -31,7 +31,8 @@ class Executor {
 
   const Schedule& schedule() const { return s_; }
 
-  // Rows per kernel call while transfers are pending (more calls = more MPI progress).
+  // Rows per kernel call while transfers are pending (more calls = more MPI progress); 0: whole
+  // blocks.
   void set_progress_rows(int64_t rows) { progress_rows_ = rows; }
 
  private:
