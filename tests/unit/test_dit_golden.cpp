@@ -9,63 +9,11 @@
 #include <numeric>
 #include <vector>
 
-#include "wallfacer/kernels/attention.h"
 #include "wallfacer/model/dit.h"
+#include "wallfacer/model/local_attention.h"
 
 namespace wallfacer::model {
 namespace {
-
-namespace kk = wallfacer::kernels;
-
-// Non-causal attention over whole sequences in one process (the flash kernel).
-class FullAttention : public AttentionOp {
- public:
-  FullAttention(int batch, int seq, int heads, int head_dim)
-      : dims_{batch, seq, seq, heads, heads, head_dim}, delta_(size_t(batch) * heads * seq) {}
-  void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
-    kk::AttnFwdParams p;
-    common(p, q, k, v);
-    p.o = o;
-    p.o_stride = p.q_stride;
-    p.lse = lse;
-    kk::attn_fwd(p);
-  }
-  void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
-                const float* dout, float* dq, float* dk, float* dv) override {
-    kk::AttnBwdParams p;
-    common(p, q, k, v);
-    p.lse = lse;
-    kk::attn_bwd_preprocess(dims_, o, p.q_stride, dout, p.q_stride, delta_.data(), p.lse_stride);
-    p.dout = dout;
-    p.dout_stride = p.q_stride;
-    p.delta = delta_.data();
-    p.delta_stride = p.lse_stride;
-    p.dq = dq;
-    p.dq_stride = p.q_stride;
-    p.dk = dk;
-    p.dk_stride = p.q_stride;
-    p.dv = dv;
-    p.dv_stride = p.q_stride;
-    kk::attn_bwd(p);
-  }
-
- private:
-  template <typename P>
-  void common(P& p, const float* q, const float* k, const float* v) {
-    p.dims = dims_;
-    p.q = q;
-    p.k = k;
-    p.v = v;
-    p.q_stride = kk::Strides3::contiguous(dims_.seq_q, dims_.heads, dims_.head_dim);
-    p.k_stride = p.q_stride;
-    p.v_stride = p.q_stride;
-    p.lse_stride = kk::Strides2::contiguous(dims_.heads, dims_.seq_q);
-    p.scale = 1.0f / std::sqrt(float(dims_.head_dim));
-    p.causal = false;
-  }
-  kk::AttnDims dims_;
-  std::vector<float> delta_;
-};
 
 struct Golden {
   nlohmann::json meta;
@@ -124,7 +72,7 @@ TEST(DitGolden, MatchesPyTorch) {
   const int64_t T = cfg.tokens(), PD = cfg.patch_dim();
   std::vector<int64_t> pos(static_cast<size_t>(T));
   std::iota(pos.begin(), pos.end(), 0);
-  FullAttention attn(B, int(T), cfg.heads, cfg.head_dim());
+  LocalAttention attn(B, int(T), cfg.heads, cfg.heads, cfg.head_dim(), false);
   Dit model(cfg, B, pos, attn);
 
   // The arena layout is the fixture's parameter order, name by name.
@@ -201,7 +149,7 @@ TEST(Dit, ZeroInitIsIdentityAndPredictsZero) {
   const int64_t T = cfg.tokens();
   std::vector<int64_t> pos(static_cast<size_t>(T));
   std::iota(pos.begin(), pos.end(), 0);
-  FullAttention attn(B, int(T), cfg.heads, cfg.head_dim());
+  LocalAttention attn(B, int(T), cfg.heads, cfg.heads, cfg.head_dim(), false);
   Dit model(cfg, B, pos, attn);
   dit_init_params(cfg, model.params(), 7);
   std::vector<float> xt(size_t(T * cfg.patch_dim()), 0.5f);

@@ -27,9 +27,9 @@ void DitConfig::validate() const {
   WF_USAGE_CHECK(classes >= 0, "model.classes must be >= 0 (got {})", classes);
 }
 
-std::vector<DitTensor> dit_param_tensors(const DitConfig& cfg) {
+std::vector<ParamTensor> dit_param_tensors(const DitConfig& cfg) {
   const int64_t C = cfg.dim, PD = cfg.patch_dim(), F = cfg.freq_dim, M = int64_t(cfg.mlp_ratio) * C;
-  std::vector<DitTensor> t;
+  std::vector<ParamTensor> t;
   int64_t off = 0;
   auto add = [&](std::string name, int64_t size, bool decay) {
     t.push_back({std::move(name), off, size, decay});

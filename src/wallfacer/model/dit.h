@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "wallfacer/model/attention_op.h"
+#include "wallfacer/model/parts.h"
 
 namespace wallfacer::model {
 
@@ -42,13 +42,6 @@ struct DitConfig {
   int64_t clip_values() const { return int64_t(frames) * size * size * channels; }
   // Throws UsageError when the shapes do not fit together.
   void validate() const;
-};
-
-struct DitTensor {
-  std::string name;
-  int64_t offset = 0;  // in floats, from the start of the arena
-  int64_t size = 0;
-  bool decay = false;  // weight decay applies (weight matrices)
 };
 
 struct DitLayerParams {
@@ -80,7 +73,7 @@ struct DitParams {
 };
 
 // The parameter tensors in arena order (the order of DitParams above).
-std::vector<DitTensor> dit_param_tensors(const DitConfig& cfg);
+std::vector<ParamTensor> dit_param_tensors(const DitConfig& cfg);
 int64_t dit_num_params(const DitConfig& cfg);
 DitParams dit_param_view(const DitConfig& cfg, float* arena);
 // DiT initialisation from a seed: Xavier-uniform linear weights, zero biases, N(0, 0.02) for the
@@ -113,7 +106,7 @@ class Dit {
   int64_t num_params() const { return num_params_; }
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
-  const std::vector<DitTensor>& tensors() const { return tensors_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
   int64_t activation_floats() const { return act_floats_; }
 
   // xt: (B, T, PD) noisy patches, t: (B) times in [0, 1], labels: (B) or null.
@@ -137,7 +130,7 @@ class Dit {
   std::vector<int64_t> positions_;
   AttentionOp& attn_;
   int64_t num_params_;
-  std::vector<DitTensor> tensors_;
+  std::vector<ParamTensor> tensors_;
   std::vector<float> params_, grads_;
   DitParams p_, g_;
   std::vector<float> pos_;  // (T, C)

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "wallfacer/model/attention_op.h"
+#include "wallfacer/model/parts.h"
 
 namespace wallfacer::model {
 
@@ -39,14 +39,6 @@ struct GptConfig {
 
 enum class Checkpointing { None, Attention };
 Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
-
-// One named parameter tensor inside the arena.
-struct ParamTensor {
-  std::string name;
-  int64_t offset = 0;  // in floats, from the start of the arena
-  int64_t size = 0;
-  bool decay = false;  // weight decay applies (matrices, not norms)
-};
 
 struct LayerParams {
   float* ln1_w;     // (C)

@@ -8,17 +8,19 @@ namespace wallfacer::model {
 
 namespace k = wallfacer::kernels;
 
-LocalAttention::LocalAttention(int batch, int seq, int heads, int kv_heads, int head_dim)
+LocalAttention::LocalAttention(int batch, int seq, int heads, int kv_heads, int head_dim,
+                               bool causal)
     : batch_(batch),
       seq_(seq),
       heads_(heads),
       kv_heads_(kv_heads),
       head_dim_(head_dim),
+      causal_(causal),
       delta_(size_t(batch) * heads * seq) {}
 
-// Fills the fields the forward and backward parameters share (contiguous tensors, causal).
+// Fills the fields the forward and backward parameters share (contiguous tensors).
 template <typename Params>
-void set_common(Params& p, int batch, int seq, int heads, int kv_heads, int head_dim,
+void set_common(Params& p, int batch, int seq, int heads, int kv_heads, int head_dim, bool causal,
                 const float* q, const float* k, const float* v) {
   p.dims = {batch, seq, seq, heads, kv_heads, head_dim};
   p.q = q;
@@ -29,12 +31,12 @@ void set_common(Params& p, int batch, int seq, int heads, int kv_heads, int head
   p.v_stride = p.k_stride;
   p.lse_stride = k::Strides2::contiguous(heads, seq);
   p.scale = 1.0f / std::sqrt(float(head_dim));
-  p.causal = true;
+  p.causal = causal;
 }
 
 void LocalAttention::forward(const float* q, const float* k, const float* v, float* o, float* lse) {
   k::AttnFwdParams p;
-  set_common(p, batch_, seq_, heads_, kv_heads_, head_dim_, q, k, v);
+  set_common(p, batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
   p.lse = lse;
   p.o = o;
   p.o_stride = p.q_stride;
@@ -45,7 +47,7 @@ void LocalAttention::backward(const float* q, const float* k, const float* v, co
                               const float* lse, const float* dout, float* dq, float* dk,
                               float* dv) {
   k::AttnBwdParams p;
-  set_common(p, batch_, seq_, heads_, kv_heads_, head_dim_, q, k, v);
+  set_common(p, batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
   p.lse = lse;
   k::attn_bwd_preprocess(p.dims, o, p.q_stride, dout, p.q_stride, delta_.data(), p.lse_stride);
   p.dout = dout;

@@ -1,0 +1,28 @@
+#pragma once
+// What every model family (GPT, DiT) shares: the attention a model calls over the rows its rank
+// holds (the contract of seqpar::DistAttention: q (B, T, H, D), k, v (B, T, Hkv, D) -> o (B, T, H,
+// D), lse (B, H, T); training passes the DistAttention, single-process tools LocalAttention), and
+// the named parameter tensors of an arena.
+
+#include <cstdint>
+#include <string>
+
+namespace wallfacer::model {
+
+class AttentionOp {
+ public:
+  virtual ~AttentionOp() = default;
+  virtual void forward(const float* q, const float* k, const float* v, float* o, float* lse) = 0;
+  virtual void backward(const float* q, const float* k, const float* v, const float* o,
+                        const float* lse, const float* dout, float* dq, float* dk, float* dv) = 0;
+};
+
+// One named parameter tensor inside the arena.
+struct ParamTensor {
+  std::string name;
+  int64_t offset = 0;  // in floats, from the start of the arena
+  int64_t size = 0;
+  bool decay = false;  // weight decay applies (matrices, not norms or biases)
+};
+
+}  // namespace wallfacer::model
