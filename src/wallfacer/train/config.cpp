@@ -21,6 +21,7 @@ struct Field {
 
 std::vector<Field> fields(TrainConfig& c) {
   return {
+      {"model.kind", &c.kind},
       {"model.layers", &c.model.layers},
       {"model.dim", &c.model.dim},
       {"model.heads", &c.model.heads},
@@ -28,6 +29,9 @@ std::vector<Field> fields(TrainConfig& c) {
       {"model.mlp_ratio", &c.model.mlp_ratio},
       {"model.vocab", &c.model.vocab},
       {"model.rope_theta", &c.model.rope_theta},
+      {"model.patch", &c.patch},
+      {"model.freq_dim", &c.freq_dim},
+      {"model.classes", &c.classes},
       {"train.seq", &c.seq},
       {"train.batch", &c.batch},
       {"train.steps", &c.steps},
@@ -42,7 +46,12 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.ckpt_every", &c.ckpt_every},
       {"train.eval_every", &c.eval_every},
       {"train.eval_batches", &c.eval_batches},
+      {"train.time_sampling", &c.time_sampling},
       {"data.dir", &c.data_dir},
+      {"data.frames", &c.frames},
+      {"data.size", &c.size},
+      {"data.channels", &c.channels},
+      {"data.clips", &c.clips},
       {"parallel.sp", &c.sp},
       {"parallel.strategy", &c.strategy},
       {"parallel.teams", &c.teams},
@@ -121,6 +130,7 @@ TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& n
       assign(*find_field(fs, full), value);
     }
   }
+  c.derive();
   return c;
 }
 
@@ -145,6 +155,35 @@ void TrainConfig::set(const std::string& assignment) {
   } else {
     store_int(f, parse_int(key, value));
   }
+  derive();
+}
+
+model::DitConfig TrainConfig::dit_model() const {
+  model::DitConfig d;
+  d.channels = channels;
+  d.patch = patch;
+  d.frames = frames;
+  d.size = size;
+  d.layers = model.layers;
+  d.dim = model.dim;
+  d.heads = model.heads;
+  d.mlp_ratio = model.mlp_ratio;
+  d.freq_dim = freq_dim;
+  d.classes = classes;
+  return d;
+}
+
+VideoSpec TrainConfig::video_spec() const {
+  VideoSpec v;
+  v.frames = frames;
+  v.size = size;
+  v.channels = channels;
+  v.classes = classes > 0 ? classes : kVideoShapeKinds;
+  return v;
+}
+
+void TrainConfig::derive() {
+  if (kind == "dit" && patch >= 1 && size % patch == 0) seq = dit_model().tokens();
 }
 
 seqpar::AttnConfig TrainConfig::attn_config(int P) const {
@@ -158,14 +197,31 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   a.batch = batch / dp(P);
   a.seq = seq;
   a.heads = model.heads;
-  a.kv_heads = model.kv_heads;
+  a.kv_heads = kind == "dit" ? model.heads : model.kv_heads;
   a.head_dim = model.head_dim();
-  a.causal = true;
+  a.causal = kind != "dit";
   return a;
 }
 
 void TrainConfig::validate(int P) const {
-  model.validate();
+  WF_USAGE_CHECK(kind == "gpt" || kind == "dit", "model.kind must be 'gpt' or 'dit' (got '{}')",
+                 kind);
+  if (kind == "dit") {
+    dit_model().validate();
+    WF_USAGE_CHECK(classes >= 0 && classes <= kVideoShapeKinds,
+                   "model.classes must be in [0, {}] (the shape kinds of the videos), got {}",
+                   kVideoShapeKinds, classes);
+    WF_USAGE_CHECK(channels == 1 || channels == 3, "data.channels must be 1 or 3 (got {})",
+                   channels);
+    WF_USAGE_CHECK(clips >= 1, "data.clips must be >= 1 (got {})", clips);
+    WF_USAGE_CHECK(
+        checkpointing == "none",
+        "parallel.checkpointing = '{}' is not supported for model.kind = 'dit': use 'none'",
+        checkpointing);
+    parse_time_sampling(time_sampling.c_str());
+  } else {
+    model.validate();
+  }
   WF_USAGE_CHECK(sp >= 1 && P % sp == 0,
                  "parallel.sp = {} must divide the number of ranks {} (world = dp x sp)", sp, P);
   WF_USAGE_CHECK(batch >= 1 && batch % dp(P) == 0,

@@ -7,13 +7,29 @@
 #include <string>
 #include <vector>
 
+#include "wallfacer/model/dit.h"
 #include "wallfacer/model/gpt.h"
 #include "wallfacer/seqpar/attention.h"
+#include "wallfacer/train/video.h"
 
 namespace wallfacer::train {
 
 struct TrainConfig {
+  // model.kind: "gpt" (text, causal) or "dit" (video diffusion, full attention). Both share
+  // model.layers, model.dim, model.heads and model.mlp_ratio.
+  std::string kind = "gpt";
   model::GptConfig model;
+  // DiT only: model.patch, model.freq_dim, model.classes (0: unconditional, at most 4 shape kinds)
+  int patch = 4;
+  int freq_dim = 64;
+  int classes = 4;
+  // DiT data: data.frames x data.size x data.size x data.channels clips, data.clips of them for
+  // training (held-out clips follow). train.seq is derived: frames * (size / patch)^2.
+  int frames = 16;
+  int size = 64;
+  int channels = 3;
+  int64_t clips = 256;
+  std::string time_sampling = "logit_normal";  // train.time_sampling: logit_normal | uniform
   // train.*
   int64_t seq = 1024;
   int batch = 1;  // sequences per step, over all data-parallel replicas
@@ -48,6 +64,10 @@ struct TrainConfig {
   std::string to_toml() const;
 
   int dp(int P) const { return P / sp; }
+  model::DitConfig dit_model() const;
+  VideoSpec video_spec() const;
+  // For the DiT, sets train.seq to the tokens of a clip (after reading or overriding keys).
+  void derive();
   seqpar::AttnConfig attn_config(int P) const;
 };
 

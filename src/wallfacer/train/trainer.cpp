@@ -16,11 +16,10 @@
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/ops.h"
-#include "wallfacer/model/gpt.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
-#include "wallfacer/train/data.h"
 #include "wallfacer/train/optimizer.h"
+#include "wallfacer/train/task.h"
 
 namespace wallfacer::train {
 
@@ -131,7 +130,7 @@ bool plot_losses(const std::string& dir, std::string& why) {
   std::ofstream gp(script);
   gp << "set terminal png size 900,540\n"
      << "set output '" << dir << "/loss.png'\n"
-     << "set title 'wallfacer GPT training'\nset xlabel 'step'\nset ylabel 'loss (nats/token)'\n"
+     << "set title 'wallfacer training'\nset xlabel 'step'\nset ylabel 'loss'\n"
      << "set grid\nset key top right\n"
      << "plot '" << dir << "/loss_train.dat' using 1:2 with lines lw 2 title 'train'";
   if (any_val) gp << ", '" << dir << "/loss_val.dat' using 1:2 with linespoints lw 2 title 'val'";
@@ -158,22 +157,14 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const int Bl = cfg.batch / dp;
   const int64_t T = int64_t(positions.size());
 
-  TokenShard train_shard(cfg.data_dir + "/train.bin");
-  TokenShard val_shard(cfg.data_dir + "/val.bin");
-  WF_USAGE_CHECK(train_shard.vocab() <= cfg.model.vocab,
-                 "the data's vocabulary ({}) is larger than model.vocab ({})", train_shard.vocab(),
-                 cfg.model.vocab);
-  const SequenceLoader train_loader(train_shard, cfg.seq, uint64_t(cfg.seed));
-  const SequenceLoader val_loader(val_shard, cfg.seq, uint64_t(cfg.seed));
-
   DistAttentionOp attn(acfg, group);
-  model::Gpt model(cfg.model, Bl, positions, model::parse_checkpointing(cfg.checkpointing), attn);
-  const int64_t n = model.num_params();
+  std::unique_ptr<Task> task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn);
+  const int64_t n = task->num_params();
   AdamWConfig oc;
   oc.beta1 = float(cfg.beta1);
   oc.beta2 = float(cfg.beta2);
   oc.weight_decay = float(cfg.weight_decay);
-  AdamW optim(model.tensors(), n, oc);
+  AdamW optim(task->tensors(), n, oc);
   Rng rng(uint64_t(cfg.seed));
 
   const std::string ckpt_dir = opt.out_dir + "/ckpt";
@@ -186,7 +177,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     const std::string dir = latest_checkpoint(ckpt_dir);
     WF_USAGE_CHECK(!dir.empty(), "--resume: no complete checkpoint under '{}'", ckpt_dir);
     CheckpointState st = load_checkpoint(dir, rank, P, n);
-    std::copy(st.params.begin(), st.params.end(), model.params());
+    std::copy(st.params.begin(), st.params.end(), task->params());
     optim.m() = std::move(st.m);
     optim.v() = std::move(st.v);
     optim.set_step(st.step);
@@ -194,7 +185,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     start = st.step;
     progress.message(fmt::format("resumed from {} (step {})", dir, start));
   } else {
-    model::gpt_init_params(cfg.model, model.params(), uint64_t(cfg.seed));
+    task->init_params(uint64_t(cfg.seed));
   }
   if (rank == 0) trim_metrics(metrics_path, start);
   world.barrier();
@@ -210,24 +201,19 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       {"local_batch", Bl}}.dump();
   if (rank == 0) {
     progress.message(fmt::format(
-        "wallfacer train: {} params, {} ranks (dp {} x sp {}, {} C={}), seq {}, batch {}, "
+        "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={}), seq {}, batch {}, "
         "checkpointing {}, {} threads/rank",
-        n, P, dp, sp, cfg.strategy, cfg.teams, cfg.seq, cfg.batch, cfg.checkpointing,
+        cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.seq, cfg.batch, cfg.checkpointing,
         num_threads()));
   }
 
-  std::vector<int32_t> tokens(size_t(Bl * T)), targets(size_t(Bl * T));
   const double global_tokens = double(cfg.batch) * double(cfg.seq);
+  const double loss_terms = task->loss_terms();
   auto evaluate = [&]() {
-    const int64_t num_eval = int64_t(cfg.eval_batches) * cfg.batch;
     double sum = 0;
-    for (int e = 0; e < cfg.eval_batches; ++e) {
-      val_loader.load_eval(int64_t(e) * cfg.batch + int64_t(dp_rank) * Bl, Bl, positions,
-                           tokens.data(), targets.data(), num_eval);
-      sum += model.forward(tokens.data(), targets.data());
-    }
+    for (int e = 0; e < cfg.eval_batches; ++e) sum += task->eval_forward(e);
     world.all_reduce_sum(&sum, 1);
-    return sum / (double(num_eval) * double(cfg.seq));
+    return sum / (double(cfg.eval_batches) * loss_terms);
   };
 
   TrainResult res;
@@ -240,20 +226,19 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   for (int64_t s = start; s < cfg.steps; ++s) {
     Timer t;
     const double lr = lr_schedule(s, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr);
-    train_loader.load(s, int64_t(dp_rank) * Bl, Bl, positions, tokens.data(), targets.data());
-    double loss = model.forward(tokens.data(), targets.data());
-    model.zero_grads();
-    model.backward(float(1.0 / global_tokens));
-    // Sum over sp and dp of gradients already scaled by 1 / (global tokens): the gradient of the
-    // mean loss of the global batch.
-    world.all_reduce_sum(model.grads(), n);
+    double loss = task->train_forward(s);
+    task->zero_grads();
+    task->backward(float(1.0 / loss_terms));
+    // Sum over sp and dp of gradients already scaled by 1 / (loss terms of the global batch): the
+    // gradient of the mean loss of the global batch.
+    world.all_reduce_sum(task->grads(), n);
     world.all_reduce_sum(&loss, 1);
-    loss /= global_tokens;
-    const double norm = std::sqrt(kernels::sum_squares(model.grads(), n));
+    loss /= loss_terms;
+    const double norm = std::sqrt(kernels::sum_squares(task->grads(), n));
     if (cfg.grad_clip > 0 && norm > cfg.grad_clip) {
-      kernels::scale(model.grads(), n, float(cfg.grad_clip / norm));
+      kernels::scale(task->grads(), n, float(cfg.grad_clip / norm));
     }
-    optim.update(model.params(), model.grads(), float(lr));
+    optim.update(task->params(), task->grads(), float(lr));
     rng.next_u64();  // one draw per step keeps the stream position tied to the step
     const double dt = t.seconds();
     const double tok_s = global_tokens / dt;
@@ -284,7 +269,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       CheckpointState st;
       st.step = s + 1;
       st.rng_state = rng.state();
-      st.params.assign(model.params(), model.params() + n);
+      st.params.assign(task->params(), task->params() + n);
       st.m = optim.m();
       st.v = optim.v();
       save_checkpoint(world, ckpt_dir, st, cfg.to_toml(), layout);
