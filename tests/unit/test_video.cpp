@@ -2,12 +2,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <vector>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/gif.h"
+#include "wallfacer/model/dit_sampler.h"
 #include "wallfacer/train/video.h"
 
 namespace wallfacer::train {
@@ -141,6 +145,35 @@ TEST(Gif, DecodesToTheQuantisedFrames) {
       ASSERT_EQ(d.frames[size_t(f)][size_t(p)], want) << "frame " << f << " pixel " << p;
     }
   }
+}
+
+TEST(DitSample, GifHasTheConfiguredFramesAndSize) {
+  model::DitConfig cfg;
+  cfg.frames = 5;
+  cfg.size = 8;
+  cfg.patch = 2;
+  cfg.dim = 24;
+  cfg.heads = 2;
+  cfg.layers = 1;
+  cfg.freq_dim = 8;
+  cfg.classes = 4;
+  std::vector<float> params(size_t(model::dit_num_params(cfg)));
+  model::dit_init_params(cfg, params.data(), 3);
+  const auto clip = model::dit_sample_clip(cfg, params.data(), 3, 2, 9);
+  ASSERT_EQ(int64_t(clip.size()), cfg.clip_values());
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "wallfacer_dit_sample_test.gif").string();
+  model::write_clip_gif(path, cfg, clip.data(), 3, 10);
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  const Decoded d = decode_gif(bytes);
+  EXPECT_EQ(d.width, 24);
+  EXPECT_EQ(d.height, 24);
+  EXPECT_EQ(d.frames.size(), size_t(cfg.frames));
+  for (const auto& f : d.frames) EXPECT_EQ(f.size(), size_t(24 * 24));
+  EXPECT_THROW(model::dit_sample_clip(cfg, params.data(), 3, 4, 9), UsageError);
 }
 
 }  // namespace
