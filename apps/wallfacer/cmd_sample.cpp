@@ -1,4 +1,6 @@
-// wallfacer sample: generate text from a training checkpoint (one process, KV cache).
+// wallfacer sample: generate from a training checkpoint in one process, by its model kind: text
+// from a GPT (KV cache), a video clip written as an animated GIF from a DiT (Euler steps of the
+// learned flow).
 
 #include <fmt/format.h>
 
@@ -8,6 +10,7 @@
 #include "command.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
+#include "wallfacer/model/dit_sampler.h"
 #include "wallfacer/model/sampler.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/config.h"
@@ -22,6 +25,11 @@ struct SampleArgs {
   int tokens = 200;
   double temperature = 0.8;
   int64_t seed = 1;
+  // DiT
+  std::string out;
+  int steps = 50;
+  int label = 0;
+  int scale = 2;
 };
 
 // DIR may be a checkpoint (step-N), a checkpoint folder (ckpt/) or a training output folder.
@@ -35,11 +43,24 @@ std::string resolve_checkpoint(const std::string& dir) {
   return c;
 }
 
+int sample_dit(const SampleArgs& a, const train::TrainConfig& cfg, const std::string& dir) {
+  WF_USAGE_CHECK(!a.out.empty(), "--out FILE.gif is required for a DiT checkpoint");
+  const model::DitConfig dcfg = cfg.dit_model();
+  const auto st = train::load_checkpoint(dir, 0, 0, model::dit_num_params(dcfg));
+  const auto clip =
+      model::dit_sample_clip(dcfg, st.params.data(), a.steps, a.label, uint64_t(a.seed));
+  model::write_clip_gif(a.out, dcfg, clip.data(), a.scale, 10);
+  fmt::print("wrote {}: {} frames of {}x{} pixels (shown x{}), class {}, {} Euler steps\n", a.out,
+             dcfg.frames, dcfg.size, dcfg.size, a.scale, dcfg.classes > 0 ? a.label : -1, a.steps);
+  return 0;
+}
+
 int run_sample(const SampleArgs& a) {
   WF_USAGE_CHECK(!a.ckpt.empty(), "--ckpt DIR is required");
   WF_USAGE_CHECK(a.tokens >= 0, "--tokens must be >= 0");
   const std::string dir = resolve_checkpoint(a.ckpt);
   const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
+  if (cfg.kind == "dit") return sample_dit(a, cfg, dir);
   const auto n = model::gpt_num_params(cfg.model);
   const auto st = train::load_checkpoint(dir, 0, 0, n);
   std::vector<uint16_t> prompt = train::tokenize_bytes(a.prompt);
@@ -62,7 +83,8 @@ int run_sample(const SampleArgs& a) {
 
 Action setup(CLI::App& root) {
   auto args = std::make_shared<SampleArgs>();
-  auto* cmd = root.add_subcommand("sample", "Generate text from a checkpoint (KV cache)");
+  auto* cmd = root.add_subcommand(
+      "sample", "Generate text (GPT checkpoint) or a video clip as a GIF (DiT checkpoint)");
   cmd->add_option("--ckpt", args->ckpt,
                   "Checkpoint dir: step-N, ckpt/ or a training --out dir (required)");
   cmd->add_option("--prompt", args->prompt, "Text to continue")->capture_default_str();
@@ -70,6 +92,13 @@ Action setup(CLI::App& root) {
   cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--out", args->out, "DiT: output animated GIF (required for a DiT)");
+  cmd->add_option("--steps", args->steps, "DiT: Euler steps from noise")->capture_default_str();
+  cmd->add_option("--class", args->label,
+                  "DiT: class label (shape kind: 0 square, 1 disc, "
+                  "2 triangle, 3 diamond)")
+      ->capture_default_str();
+  cmd->add_option("--scale", args->scale, "DiT: pixel scale of the GIF")->capture_default_str();
   return [args]() { return run_sample(*args); };
 }
 
