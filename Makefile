@@ -3,7 +3,7 @@
 MAKEFLAGS += --no-print-directory
 JOBS ?= $(shell nproc)
 PRESET ?= release
-CTEST = ctest --output-on-failure -j $(JOBS)
+CTEST = ctest --output-on-failure -j $(JOBS) --repeat until-pass:2
 
 .PHONY: all deps build build-asan test test-asan demo bench format clean
 
