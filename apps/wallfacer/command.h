@@ -3,7 +3,6 @@
 // registration, so adding a subcommand touches no other file.
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 
@@ -21,5 +20,6 @@ bool register_command(int order, std::string name, Setup setup);
 
 }  // namespace wallfacer::cli
 
-#define WALLFACER_COMMAND(order, name, setup) \
-  static const bool wallfacer_command_registered_ = ::wallfacer::cli::register_command(order, name, setup)
+#define WALLFACER_COMMAND(order, name, setup)       \
+  static const bool wallfacer_command_registered_ = \
+      ::wallfacer::cli::register_command(order, name, setup)

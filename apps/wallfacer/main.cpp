@@ -33,8 +33,9 @@ bool register_command(int order, std::string name, Setup setup) {
 
 int main(int argc, char** argv) {
   using namespace wallfacer::cli;
-  CLI::App app{"wallfacer: long-sequence Transformer training with multi-dimensional ring "
-               "sequence parallelism"};
+  CLI::App app{
+      "wallfacer: long-sequence Transformer training with multi-dimensional ring "
+      "sequence parallelism"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "wallfacer 0.1.0");
 

@@ -25,13 +25,13 @@ class UsageError : public Error {
 }  // namespace wallfacer
 
 // WF_CHECK(cond, "format {}", args...): throws wallfacer::Error with file:line when cond is false.
-#define WF_CHECK(cond, ...)                                                           \
-  do {                                                                                \
+#define WF_CHECK(cond, ...)                                                              \
+  do {                                                                                   \
     if (!(cond)) ::wallfacer::raise_error(__FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // WF_USAGE_CHECK(cond, ...): throws wallfacer::UsageError (no file:line: it is the user's input).
-#define WF_USAGE_CHECK(cond, ...)                                     \
-  do {                                                                \
+#define WF_USAGE_CHECK(cond, ...)                                         \
+  do {                                                                    \
     if (!(cond)) throw ::wallfacer::UsageError(fmt::format(__VA_ARGS__)); \
   } while (0)
