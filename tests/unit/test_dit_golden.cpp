@@ -9,38 +9,16 @@
 #include <numeric>
 #include <vector>
 
+#include "golden_fixture.h"
 #include "wallfacer/model/dit.h"
 #include "wallfacer/model/local_attention.h"
 
 namespace wallfacer::model {
 namespace {
 
-struct Golden {
-  nlohmann::json meta;
-  std::map<std::string, std::vector<double>> arrays;
-  std::vector<float> f32(const std::string& name) const {
-    const auto& a = arrays.at(name);
-    return std::vector<float>(a.begin(), a.end());
-  }
-};
+using Golden = ::wallfacer::golden::GoldenFixture;
 
-Golden load_golden() {
-  const std::string dir = std::string(WALLFACER_SOURCE_DIR) + "/tests/golden/";
-  Golden g;
-  std::ifstream js(dir + "dit_golden.json");
-  EXPECT_TRUE(js.good()) << "missing " << dir << "dit_golden.json";
-  g.meta = nlohmann::json::parse(js);
-  std::ifstream bin(dir + "dit_golden.bin", std::ios::binary);
-  for (const auto& a : g.meta["arrays"]) {
-    std::vector<double> v(a["size"].get<size_t>());
-    bin.seekg(std::streamoff(a["offset"].get<int64_t>() * 8));
-    bin.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 8));
-    EXPECT_TRUE(bin.good()) << "short read of " << a["name"];
-    g.arrays[a["name"].get<std::string>()] = std::move(v);
-  }
-  return g;
-}
-
+Golden load_golden() { return ::wallfacer::golden::load_golden_fixture("dit_golden"); }
 // |got - want| <= 1e-6 + rtol * max|want| over the tensor.
 void expect_close(const float* got, const std::vector<double>& want, double rtol,
                   const std::string& what) {

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "golden_fixture.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/model/gpt.h"
 #include "wallfacer/model/local_attention.h"
@@ -19,29 +20,9 @@
 namespace wallfacer::model {
 namespace {
 
-struct Golden {
-  nlohmann::json meta;
-  std::map<std::string, std::vector<double>> arrays;
-};
+using Golden = ::wallfacer::golden::GoldenFixture;
 
-Golden load_golden() {
-  const std::string dir = std::string(WALLFACER_SOURCE_DIR) + "/tests/golden/";
-  Golden g;
-  std::ifstream js(dir + "gpt_golden.json");
-  EXPECT_TRUE(js.good()) << "missing " << dir << "gpt_golden.json";
-  g.meta = nlohmann::json::parse(js);
-  std::ifstream bin(dir + "gpt_golden.bin", std::ios::binary);
-  std::vector<double> all;
-  for (const auto& a : g.meta["arrays"]) {
-    std::vector<double> v(a["size"].get<size_t>());
-    bin.seekg(std::streamoff(a["offset"].get<int64_t>() * 8));
-    bin.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 8));
-    EXPECT_TRUE(bin.good()) << "short read of " << a["name"];
-    g.arrays[a["name"].get<std::string>()] = std::move(v);
-  }
-  return g;
-}
-
+Golden load_golden() { return ::wallfacer::golden::load_golden_fixture("gpt_golden"); }
 // |got - want| <= atol + rtol * max|want| over the tensor.
 void expect_tensor_close(const float* got, const std::vector<double>& want, double rtol,
                          const std::string& what) {
