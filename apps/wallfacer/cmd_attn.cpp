@@ -36,7 +36,7 @@ struct AttnOptions {
   std::string dump;
   uint64_t seed = 1;
   int count = 0;  // > 0: count the schedule of this many ranks, run nothing
-  int64_t progress_rows = 64;
+  int64_t progress_rows = 256;
 };
 
 double median(std::vector<double> v) {

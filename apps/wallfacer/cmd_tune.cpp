@@ -116,6 +116,8 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   const double t_b = time_per_call([&] { kernels::attn_bwd(bp); }, 0.5);
   const double pairs_hd = double(d.seq_q) * d.seq_k * d.heads * d.head_dim;
   const double attn = mean_over(world, 14.0 * pairs_hd / (t_f + t_b));
+  const double attn_fwd = mean_over(world, 4.0 * pairs_hd / t_f);
+  const double attn_bwd = mean_over(world, 10.0 * pairs_hd / t_b);
 
   // Ping-pong between ranks 0 and 1 while the others wait.
   std::vector<double> sizes, times;
@@ -178,6 +180,11 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
     c.device = "CPU core";
     c.gemm_flops = gemm;
     c.attention_flops = attn;
+    c.attention_fwd_flops = attn_fwd;
+    c.attention_bwd_flops = attn_bwd;
+    const kernels::AttnTiling tile = kernels::attn_fwd_tiling(d);
+    c.attention_tile_q = tile.block_q;
+    c.attention_tile_k = tile.block_k;
     const double mem = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     c.memory = mem / c.devices_per_node;
     c.memory_reserved = 0.1 * c.memory;
@@ -192,8 +199,9 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
     fmt::print("  sgemm {}x{}x{}: {:.2f} GFLOP/s per rank\n", N, Cm, OC, gemm / 1e9);
     fmt::print(
         "  flash attention fwd+bwd 1024x1024, 4 heads x 64: {:.2f} GFLOP/s per rank "
-        "(fwd {:.1f} ms, bwd {:.1f} ms)\n",
-        attn / 1e9, t_f * 1e3, t_b * 1e3);
+        "(fwd {:.1f} ms = {:.2f} GFLOP/s, bwd {:.1f} ms = {:.2f} GFLOP/s; tile {}x{})\n",
+        attn / 1e9, t_f * 1e3, attn_fwd / 1e9, t_b * 1e3, attn_bwd / 1e9, tile.block_q,
+        tile.block_k);
     fmt::print("  ping-pong rank 0 <-> 1: latency {:.2f} us, bandwidth {:.2f} GB/s\n",
                link.latency * 1e6, link.bandwidth / 1e9);
     for (size_t i = 0; i < sizes.size(); ++i)
@@ -282,6 +290,8 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
     const double share = double(cl.devices_per_node) / per_node;
     cl.gemm_flops *= share;
     cl.attention_flops *= share;
+    cl.attention_fwd_flops *= share;
+    cl.attention_bwd_flops *= share;
     cl.memory *= share;
     cl.memory_reserved *= share;
   }

@@ -43,6 +43,19 @@ TEST(PlanConfig, ClusterRoundTripsThroughToml) {
   EXPECT_DOUBLE_EQ(b.intra.bandwidth, a.intra.bandwidth);
   EXPECT_EQ(b.zero, a.zero);
   EXPECT_EQ(b.grad_sync_overlap, a.grad_sync_overlap);
+  // The measured-apart attention rates and the kernel tile survive the trip; unset they read as
+  // the one attention rate and no tile.
+  EXPECT_DOUBLE_EQ(b.fwd_rate(), a.attention_flops);
+  EXPECT_EQ(b.attention_tile_q, 0);
+  a.attention_fwd_flops = 3e11;
+  a.attention_bwd_flops = 4e11;
+  a.attention_tile_q = 128;
+  a.attention_tile_k = 256;
+  Cluster c = parse_cluster(cluster_to_toml(a), "roundtrip");
+  EXPECT_DOUBLE_EQ(c.fwd_rate(), 3e11);
+  EXPECT_DOUBLE_EQ(c.bwd_rate(), 4e11);
+  EXPECT_EQ(c.attention_tile_q, 128);
+  EXPECT_EQ(c.attention_tile_k, 256);
 }
 
 const char* kCluster = R"(name = "x"
@@ -83,6 +96,9 @@ TEST(PlanConfig, BadClustersAreUsageErrors) {
   expect_usage(std::string(s).replace(s.find("gemm_flops = 1e12"), 17, "gemm_flops = \"x\""),
                "device.gemm_flops");
   expect_usage("name = ", "c.toml:1");
+  expect_usage(
+      std::string(s).replace(s.find("memory = 1e10"), 13, "memory = 1e10\nattention_tile_q = 64"),
+      "attention_tile_k");
 }
 
 TEST(PlanConfig, ShippedModelsAndParameterCounts) {

@@ -74,6 +74,28 @@ TEST(PlanPlanner, RingForwardIsMaxOfComputeAndTransferPerStep) {
   }
 }
 
+// Causal work is charged by the kernel's tiles when the cluster names them: one rank, causal
+// n x n: forward 4 H D flops per computed pair at the forward rate, backward 10 at the backward
+// rate. With 128 x 256 tiles and n = 512: query tiles 0,1 compute one key tile, 2,3 two:
+// 2 * 128 * 256 + 2 * 128 * 512 = 196608 pairs (131328 kept).
+TEST(PlanPlanner, CausalWorkCountsWholeTilesAndSeparateRates) {
+  Cluster cl = toy_cluster(1, 1, 1);
+  cl.attention_fwd_flops = 1e12;
+  cl.attention_bwd_flops = 0.5e12;
+  const double H = 4, D = 32;
+  auto a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, true), 1, 1, identity(1));
+  EXPECT_NEAR(a.fwd_s, 4 * 131328.0 * H * D / 1e12, 1e-15);
+  EXPECT_NEAR(a.bwd_s, 10 * 131328.0 * H * D / 0.5e12, 1e-15);
+  cl.attention_tile_q = 128;
+  cl.attention_tile_k = 256;
+  a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, true), 1, 1, identity(1));
+  EXPECT_NEAR(a.fwd_s, 4 * 196608.0 * H * D / 1e12, 1e-15);
+  EXPECT_NEAR(a.bwd_s, 10 * 196608.0 * H * D / 0.5e12, 1e-15);
+  // Full attention has no partial tiles.
+  a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, false), 1, 1, identity(1));
+  EXPECT_NEAR(a.fwd_s, 4 * 512.0 * 512 * H * D / 1e12, 1e-15);
+}
+
 // Across two nodes (one rank each) the same ring is bound by the network link.
 TEST(PlanPlanner, RingForwardAcrossNodesUsesTheNetworkLink) {
   Cluster cl = toy_cluster(2, 1, 1);

@@ -16,7 +16,8 @@ Machine machine(int P, int per_node, int per_nic) {
   m.devices_per_node = per_node;
   m.devices_per_nic = per_nic;
   m.gemm_flops = 1e12;
-  m.attention_flops = 5e11;
+  m.attention_fwd_flops = 5e11;
+  m.attention_bwd_flops = 2.5e11;
   for (int r = 0; r < P; ++r) m.device_of.push_back(r);
   return m;
 }
@@ -57,10 +58,11 @@ TEST(PlanSim, DoubleBufferedTransferHidesBehindCompute) {
   }
 }
 
-TEST(PlanSim, AttentionUsesItsOwnRate) {
+TEST(PlanSim, AttentionForwardAndBackwardUseTheirOwnRates) {
   Program p(1);
-  p.ops[0] = {Op::compute(Work::Attention, 1e9), Op::compute(Work::Gemm, 1e9)};
-  EXPECT_NEAR(simulate(p, machine(1, 1, 1)).time, 1e9 / 5e11 + 1e9 / 1e12, kTol);
+  p.ops[0] = {Op::compute(Work::AttentionFwd, 1e9), Op::compute(Work::Gemm, 1e9),
+              Op::compute(Work::AttentionBwd, 1e9)};
+  EXPECT_NEAR(simulate(p, machine(1, 1, 1)).time, 1e9 / 5e11 + 1e9 / 1e12 + 1e9 / 2.5e11, kTol);
 }
 
 // Ranks 0,1 on node 0 and 2,3 on node 1; 0->2 and 1->3 at the same time.

@@ -121,6 +121,33 @@ TEST(SeqparLayout, AttentionPairsCountsTheCausalMask) {
   }
 }
 
+// Whole tiles of a tiled kernel, counted tile by tile: a tile is computed unless the mask removes
+// all of its pairs, i.e. unless its first key comes after its last query.
+TEST(SeqparLayout, AttentionTilePairsCountsWholeTiles) {
+  for (int64_t qp : {0, 3, 10, 17}) {
+    for (int64_t kp : {0, 5, 12}) {
+      for (int64_t qr : {1, 4, 9}) {
+        for (int64_t kr : {1, 6, 11}) {
+          for (auto [tq, tk] : {std::pair{2, 3}, std::pair{4, 4}, std::pair{1, 1}}) {
+            int64_t naive = 0;
+            for (int64_t i0 = 0; i0 < qr; i0 += tq)
+              for (int64_t j0 = 0; j0 < kr; j0 += tk) {
+                const int64_t nq = std::min<int64_t>(tq, qr - i0);
+                const int64_t nk = std::min<int64_t>(tk, kr - j0);
+                if (kp + j0 <= qp + i0 + nq - 1) naive += nq * nk;
+              }
+            EXPECT_EQ(attention_tile_pairs(qp, qr, kp, kr, true, tq, tk), naive)
+                << qp << " " << qr << " " << kp << " " << kr << " " << tq << "x" << tk;
+            EXPECT_EQ(attention_tile_pairs(qp, qr, kp, kr, false, tq, tk), qr * kr);
+          }
+          EXPECT_EQ(attention_tile_pairs(qp, qr, kp, kr, true, 0, 0),
+                    attention_pairs(qp, qr, kp, kr, true));
+        }
+      }
+    }
+  }
+}
+
 TEST(SeqparSchedule, ValidateRejectsWhatCannotRun) {
   auto bad = [](AttnConfig c, int P) { EXPECT_THROW(validate(c, P), UsageError); };
   bad(config(Strategy::Ring, 100, 4, 4, 8, false), 8);         // S % P

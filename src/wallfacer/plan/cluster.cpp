@@ -41,6 +41,13 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   c.device = dev.string_or("name", "");
   c.gemm_flops = dev.number("gemm_flops", 1e6, 1e18);
   c.attention_flops = dev.number("attention_flops", 1e6, 1e18);
+  c.attention_fwd_flops = dev.number_or("attention_fwd_flops", 0, 1e6, 1e18);
+  c.attention_bwd_flops = dev.number_or("attention_bwd_flops", 0, 1e6, 1e18);
+  c.attention_tile_q = dev.integer_or("attention_tile_q", 0, 1, 1 << 16);
+  c.attention_tile_k = dev.integer_or("attention_tile_k", 0, 1, 1 << 16);
+  WF_USAGE_CHECK((c.attention_tile_q > 0) == (c.attention_tile_k > 0),
+                 "{}: give both device.attention_tile_q and device.attention_tile_k, or neither",
+                 source);
   c.memory = dev.number("memory", 1e6, 1e15);
   c.memory_reserved = dev.number_or("memory_reserved", 0, 0, 1e15);
   WF_USAGE_CHECK(c.memory_reserved < c.memory,
@@ -83,18 +90,26 @@ std::string cluster_to_toml(const Cluster& c) {
     return out + "\"";
   };
   const char* dtype = c.dtype_bytes == 2 ? "bf16" : "fp32";
+  std::string attention_extra;
+  if (c.attention_fwd_flops > 0)
+    attention_extra += fmt::format("attention_fwd_flops = {:.6e}\n", c.attention_fwd_flops);
+  if (c.attention_bwd_flops > 0)
+    attention_extra += fmt::format("attention_bwd_flops = {:.6e}\n", c.attention_bwd_flops);
+  if (c.attention_tile_q > 0)
+    attention_extra += fmt::format("attention_tile_q = {}\nattention_tile_k = {}\n",
+                                   c.attention_tile_q, c.attention_tile_k);
   return fmt::format(
       "name = {}\n"
       "description = {}\n\n"
       "[nodes]\ncount = {}\ndevices_per_node = {}\n\n"
-      "[device]\nname = {}\ngemm_flops = {:.6e}\nattention_flops = {:.6e}\nmemory = {:.6e}\n"
+      "[device]\nname = {}\ngemm_flops = {:.6e}\nattention_flops = {:.6e}\n{}memory = {:.6e}\n"
       "memory_reserved = {:.6e}\ndtype = \"{}\"\n\n"
       "[links.intra]\nbandwidth = {:.6e}\nlatency = {:.6e}\n\n"
       "[links.inter]\nbandwidth = {:.6e}\nlatency = {:.6e}\ndevices_per_nic = {}\n\n"
       "[software]\nzero = {}\ngrad_sync_overlap = {}\n",
       q(c.name), q(c.description), c.nodes, c.devices_per_node, q(c.device), c.gemm_flops,
-      c.attention_flops, c.memory, c.memory_reserved, dtype, c.intra.bandwidth, c.intra.latency,
-      c.inter.bandwidth, c.inter.latency, c.devices_per_nic, c.zero,
+      c.attention_flops, attention_extra, c.memory, c.memory_reserved, dtype, c.intra.bandwidth,
+      c.intra.latency, c.inter.bandwidth, c.inter.latency, c.devices_per_nic, c.zero,
       c.grad_sync_overlap ? "true" : "false");
 }
 

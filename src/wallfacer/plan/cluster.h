@@ -27,6 +27,11 @@ struct Cluster {
   std::string device;          // free text, e.g. "A100 40GB"
   double gemm_flops = 0;       // sustained FLOP/s of dense matrix products
   double attention_flops = 0;  // sustained FLOP/s of the flash-attention kernels (fwd and bwd)
+  // When measured apart (tune --calibrate): forward and backward rates; 0 = attention_flops.
+  double attention_fwd_flops = 0, attention_bwd_flops = 0;
+  // The kernels' tile (query rows x key rows): under a causal mask, partly masked tiles cost whole
+  // tiles. 0: work is counted by kept (query, key) pairs only.
+  int attention_tile_q = 0, attention_tile_k = 0;
   double memory = 0;           // bytes per device
   double memory_reserved = 0;  // bytes per device not available to training (runtime, allocator)
   int dtype_bytes = 4;         // bytes per activation / gradient element (bf16: 2, fp32: 4)
@@ -39,6 +44,12 @@ struct Cluster {
   bool grad_sync_overlap = false;  // gradient reduction overlaps the backward of earlier layers
 
   int devices() const { return nodes * devices_per_node; }
+  double fwd_rate() const {
+    return attention_fwd_flops > 0 ? attention_fwd_flops : attention_flops;
+  }
+  double bwd_rate() const {
+    return attention_bwd_flops > 0 ? attention_bwd_flops : attention_flops;
+  }
 };
 
 // Parses a cluster description; `source` names it in error messages. Throws UsageError with a

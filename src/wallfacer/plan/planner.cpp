@@ -67,7 +67,7 @@ double scratch_of(const seqpar::Schedule& s) {
 // the first compute op (and drops the others): a hybrid runs its ring there.
 void emit(Program& prog, int self, const seqpar::Schedule& s, const std::vector<seqpar::Op>& ops,
           const std::function<int(int)>& map, const std::vector<int>& world, int req_base,
-          double eb, const std::function<void()>& at_compute) {
+          double eb, int tile_q, int tile_k, const std::function<void()>& at_compute) {
   const int layout_rank = map(self);
   auto& out = prog.ops[layout_rank];
   bool computed = false;
@@ -117,7 +117,15 @@ void emit(Program& prog, int self, const seqpar::Schedule& s, const std::vector<
           if (!computed) at_compute();
           computed = true;
         } else {
-          out.push_back(Op::compute(Work::Attention, o.flops));
+          // The kernel's work: kept pairs, or whole tiles where the mask cuts them.
+          const double work =
+              o.pairs > 0
+                  ? double(seqpar::attention_tile_pairs(o.qseg.pos0, o.qseg.rows, o.kseg.pos0,
+                                                        o.kseg.rows, o.masked, tile_q, tile_k)) /
+                        double(o.pairs)
+                  : 1.0;
+          out.push_back(
+              Op::compute(o.backward ? Work::AttentionBwd : Work::AttentionFwd, o.flops * work));
         }
         break;
     }
@@ -129,7 +137,7 @@ constexpr int kRingRequestBase = 1 << 24;
 }  // namespace
 
 Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, bool backward,
-                          double elem_bytes, double* scratch_elements) {
+                          double elem_bytes, int tile_q, int tile_k, double* scratch_elements) {
   Program prog(P);
   double scratch = 0;
   auto phase = [&](const seqpar::Schedule& s) -> const std::vector<seqpar::Op>& {
@@ -142,7 +150,8 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
       seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
       scratch = std::max(scratch, scratch_of(s));
       emit(
-          prog, r, s, phase(s), [](int q) { return q; }, world, 0, elem_bytes, nullptr);
+          prog, r, s, phase(s), [](int q) { return q; }, world, 0, elem_bytes, tile_q, tile_k,
+          nullptr);
     }
   } else {
     const int u = ulysses;
@@ -170,11 +179,11 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
         auto run_ring = [&] {
           emit(
               prog, j, sr, phase(sr), [&](int k) { return k * u + a; }, ring, kRingRequestBase,
-              elem_bytes, nullptr);
+              elem_bytes, tile_q, tile_k, nullptr);
         };
         emit(
-            prog, a, su, phase(su), [&](int b) { return j * u + b; }, team, 0, elem_bytes,
-            run_ring);
+            prog, a, su, phase(su), [&](int b) { return j * u + b; }, team, 0, elem_bytes, tile_q,
+            tile_k, run_ring);
       }
   }
   if (scratch_elements) *scratch_elements = scratch;
@@ -187,7 +196,8 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   const Machine m = Machine::from(cl, device_of);
   double scratch = 0;
   for (bool bwd : {false, true}) {
-    Program prog = attention_program(cfg, P, ulysses, bwd, cl.dtype_bytes, &scratch);
+    Program prog = attention_program(cfg, P, ulysses, bwd, cl.dtype_bytes, cl.attention_tile_q,
+                                     cl.attention_tile_k, &scratch);
     SimResult r = simulate(prog, m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;

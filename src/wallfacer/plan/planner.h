@@ -84,7 +84,9 @@ std::vector<int> candidate_devices(const Candidate& c, int P);
 
 // Programs of the attention (forward or backward) of every rank, built from the seqpar schedules;
 // element counts become bytes with `elem_bytes`.
+// tile_q, tile_k: the kernel tile (Cluster::attention_tile_*) by which causal work is counted.
 Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, bool backward,
-                          double elem_bytes, double* scratch_elements = nullptr);
+                          double elem_bytes, int tile_q = 0, int tile_k = 0,
+                          double* scratch_elements = nullptr);
 
 }  // namespace wallfacer::plan

@@ -75,7 +75,8 @@ Machine Machine::from(const Cluster& c, std::vector<int> device_of) {
   m.devices_per_node = c.devices_per_node;
   m.devices_per_nic = c.devices_per_nic;
   m.gemm_flops = c.gemm_flops;
-  m.attention_flops = c.attention_flops;
+  m.attention_fwd_flops = c.fwd_rate();
+  m.attention_bwd_flops = c.bwd_rate();
   m.device_of = std::move(device_of);
   return m;
 }
@@ -289,7 +290,9 @@ SimResult simulate(const Program& prog, const Machine& m) {
     while (s.pc < ops.size()) {
       const Op& o = ops[s.pc];
       if (o.kind == Op::Kind::Compute) {
-        const double rate = o.work == Work::Attention ? m.attention_flops : m.gemm_flops;
+        const double rate = o.work == Work::AttentionFwd   ? m.attention_fwd_flops
+                            : o.work == Work::AttentionBwd ? m.attention_bwd_flops
+                                                           : m.gemm_flops;
         res.ranks[r].compute += o.flops / rate;
         ++s.pc;
         ready.push({now + o.flops / rate, r});

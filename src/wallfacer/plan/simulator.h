@@ -14,7 +14,9 @@
 //   steps of 1/n of the buffer; all-to-all as n−1 pairwise exchange steps of one chunk. Each step
 //   takes the time of its slowest link, with card sharing counted over every group running its
 //   k-th collective at the same time;
-// - compute takes flops / rate, with one rate for attention kernels and one for dense products.
+// - compute takes flops / rate, with one rate each for the attention forward, the attention
+// backward
+//   and dense products.
 
 #include <cstdint>
 #include <string>
@@ -24,7 +26,7 @@
 
 namespace wallfacer::plan {
 
-enum class Work { Attention, Gemm };
+enum class Work { AttentionFwd, AttentionBwd, Gemm };
 enum class Coll { AllGather, ReduceScatter, AllReduce, AllToAll };
 
 struct Op {
@@ -66,7 +68,7 @@ struct Machine {
   Link intra, inter;
   int devices_per_node = 1;
   int devices_per_nic = 1;
-  double gemm_flops = 1, attention_flops = 1;
+  double gemm_flops = 1, attention_fwd_flops = 1, attention_bwd_flops = 1;
   std::vector<int> device_of;  // layout rank -> device
 
   static Machine from(const Cluster& c, std::vector<int> device_of);

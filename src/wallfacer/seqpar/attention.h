@@ -39,7 +39,7 @@ class DistAttention {
   const AttnStats& stats() const;
 
   // While transfers are pending, the kernels run on sub-blocks of this many query rows and MPI is
-  // driven between them (default 64; 0: whole blocks, MPI progresses only in the waits).
+  // driven between them (default 256; 0: whole blocks, MPI progresses only in the waits).
   void set_progress_rows(int64_t rows);
 
   struct Impl;

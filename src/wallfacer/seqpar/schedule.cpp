@@ -431,6 +431,23 @@ int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t kro
   return total;
 }
 
+int64_t attention_tile_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows,
+                             bool causal, int tile_q, int tile_k) {
+  if (tile_q <= 0 || tile_k <= 0) return attention_pairs(qpos0, qrows, kpos0, krows, causal);
+  if (!causal) return qrows * krows;
+  int64_t total = 0;
+  for (int64_t i0 = 0; i0 < qrows; i0 += tile_q) {
+    const int64_t nq = std::min<int64_t>(tile_q, qrows - i0);
+    const int64_t last = qpos0 + i0 + nq - 1;  // the tile's last query position
+    if (last < kpos0) continue;
+    // Key tiles starting at or before `last` are computed.
+    const int64_t tiles = std::min((last - kpos0) / tile_k + 1, (krows + tile_k - 1) / tile_k);
+    const int64_t keys = std::min(tiles * tile_k, krows);
+    total += nq * keys;
+  }
+  return total;
+}
+
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
   const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;

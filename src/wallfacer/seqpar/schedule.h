@@ -167,4 +167,10 @@ struct TeamLayout {
 // [kpos0, kpos0+krows) (all pairs when !causal).
 int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows, bool causal);
 
+// The (query, key) pairs a tiled kernel computes for the same runs: tiles of tile_q query rows x
+// tile_k key rows (from the first row of each run), every tile that the mask does not cut away
+// entirely counted whole. Tile sizes <= 0: the kept pairs (attention_pairs).
+int64_t attention_tile_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows,
+                             bool causal, int tile_q, int tile_k);
+
 }  // namespace wallfacer::seqpar
