@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -25,13 +27,15 @@
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/plan/report.h"
 #include "wallfacer/seqpar/attention.h"
+#include "wallfacer/train/data.h"
+#include "wallfacer/train/trainer.h"
 
 namespace wallfacer::cli {
 namespace {
 
 struct TuneOptions {
   std::string model, cluster = "configs/clusters/local.toml", seq, out;
-  int top = 3, iters = 3;
+  int top = 3, iters = 3, steps = 3;
   bool calibrate = false, json = false, topology = false;
 };
 
@@ -58,6 +62,20 @@ double time_per_call(F&& f, double min_s) {
     f();
     ++calls;
   } while (t.seconds() < min_s);
+  return t.seconds() / calls;
+}
+
+// Seconds per call of a collective f: every rank must make the same number of calls, so the count
+// is agreed on (the largest any rank wants for ~0.3 s) instead of each rank watching its own clock.
+template <class F>
+double collective_time_per_call(comm::Communicator& c, F&& f) {
+  f();
+  Timer one;
+  f();
+  const double t1 = max_over(c, one.seconds());
+  const int calls = int(std::clamp(0.3 / std::max(t1, 1e-6), 1.0, 1000.0));
+  Timer t;
+  for (int i = 0; i < calls; ++i) f();
   return t.seconds() / calls;
 }
 
@@ -156,8 +174,9 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   const int64_t ag = 1 << 18;
   std::vector<float> ag_in(static_cast<size_t>(ag)), ag_out(static_cast<size_t>(ag) * P);
   world.barrier();
-  const double t_ag = max_over(
-      world, time_per_call([&] { world.all_gather(ag_in.data(), ag, ag_out.data()); }, 0.3));
+  const double t_ag = max_over(world, collective_time_per_call(world, [&] {
+                                 world.all_gather(ag_in.data(), ag, ag_out.data());
+                               }));
 
   if (rank == 0) {
     plan::Link link = plan::fit_link(sizes, times);
@@ -229,7 +248,63 @@ struct Measured {
   plan::Prediction pred;
   plan::AttentionPrediction attn;
   double fwd_ms = 0, bwd_ms = 0, exposed_fwd_ms = 0, exposed_bwd_ms = 0;
+  double step_ms = 0;  // measured training step (0: not run)
 };
+
+// Training steps run for causal GPT models (what `wallfacer train` trains with a text corpus).
+bool trains_steps(const plan::ModelSpec& m) { return m.kind == plan::ModelKind::Gpt && m.causal; }
+
+// Mean seconds of the training steps after the first of a `steps`-step GPT run of configuration
+// `c` on random tokens: the trainer of `wallfacer train` with the model's shapes, no evaluation,
+// no checkpoints, nothing printed. Every rank writes its own token files under a temporary folder
+// of $TMPDIR (or /tmp), removed afterwards.
+double measure_training(const plan::Candidate& c, const plan::ModelSpec& m, int64_t seq, int steps,
+                        comm::Communicator& world) {
+  train::TrainOptions opt;
+  train::TrainConfig& cfg = opt.cfg;
+  cfg.kind = "gpt";
+  cfg.model.vocab = m.vocab;
+  cfg.model.layers = m.layers;
+  cfg.model.dim = m.dim;
+  cfg.model.heads = m.heads;
+  cfg.model.kv_heads = m.kv_heads;
+  cfg.model.mlp_ratio = m.mlp_ratio;
+  cfg.seq = seq;
+  cfg.batch = m.batch;
+  cfg.steps = steps + 1;  // the first step warms up and is not timed
+  cfg.warmup = 0;
+  cfg.sp = world.size();
+  cfg.strategy = std::string(seqpar::strategy_name(c.strategy));
+  cfg.teams = c.teams;
+  cfg.checkpointing = m.checkpoint_attention ? "attention" : "none";
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string base = tmp && *tmp ? tmp : "/tmp";
+  std::string dir_name = base + "/wallfacer-tune-XXXXXX";
+  char* dir = dir_name.data();
+  WF_USAGE_CHECK(mkdtemp(dir) != nullptr,
+                 "cannot create a temporary folder under {} (set TMPDIR to a writable folder)",
+                 base);
+  cfg.data_dir = dir;
+  opt.out_dir = std::string(dir) + "/run";
+  opt.progress = "none";
+  opt.report = false;
+  // Random byte-level tokens: a few sequences' worth, the same on every rank.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> tok(0, std::min(m.vocab, train::kByteVocab) - 1);
+  std::vector<uint16_t> tokens(size_t(4 * seq * m.batch + 1));
+  for (auto& t : tokens) t = uint16_t(tok(rng));
+  train::write_shard(cfg.data_dir + "/train.bin", tokens, train::kByteVocab);
+  train::write_shard(cfg.data_dir + "/val.bin", tokens, train::kByteVocab);
+  double step_s = 0;
+  try {
+    step_s = train::run_training(world, opt).step_s;
+  } catch (...) {
+    std::filesystem::remove_all(dir);
+    throw;
+  }
+  std::filesystem::remove_all(dir);
+  return max_over(world, step_s);
+}
 
 Measured measure(const plan::Prediction& p, const plan::Cluster& cl, const plan::ModelSpec& m,
                  int64_t seq, int iters, comm::Communicator& world) {
@@ -276,6 +351,7 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
   WF_USAGE_CHECK(!o.model.empty() && !o.seq.empty(),
                  "tune needs --model FILE and --seq N (or --calibrate)");
   WF_USAGE_CHECK(o.top >= 1 && o.iters >= 1, "--top and --iters must be at least 1");
+  WF_USAGE_CHECK(o.steps >= 0, "--steps must be 0 (attention only) or more");
   plan::PlanInput in;
   in.cluster = plan::load_cluster(o.cluster);
   in.model = plan::load_model(o.model);
@@ -307,9 +383,13 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
                  in.model.name, P, in.seq);
   if (int(runnable.size()) > o.top) runnable.resize(o.top);
 
+  const bool steps = o.steps > 0 && trains_steps(in.model);
   std::vector<Measured> results;
-  for (const auto& p : runnable)
+  for (const auto& p : runnable) {
     results.push_back(measure(p, cl, in.model, in.seq, o.iters, world));
+    if (steps)
+      results.back().step_ms = 1e3 * measure_training(p.cand, in.model, in.seq, o.steps, world);
+  }
   if (rank != 0) {
     world.barrier();
     return 0;
@@ -317,9 +397,11 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
 
   auto total_pred = [](const Measured& r) { return (r.attn.fwd_s + r.attn.bwd_s) * 1e3; };
   auto total_meas = [](const Measured& r) { return r.fwd_ms + r.bwd_ms; };
+  // The winner: the fastest measured training step, or attention when no steps ran.
+  auto cost = [&](const Measured& r) { return steps ? r.step_ms : total_meas(r); };
   const Measured* best = &results.front();
   for (const auto& r : results)
-    if (total_meas(r) < total_meas(*best)) best = &r;
+    if (cost(r) < cost(*best)) best = &r;
 
   nlohmann::json j;
   j["model"] = in.model.name;
@@ -328,6 +410,7 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
   j["P"] = P;
   j["nodes"] = topo.nodes();
   j["measured"] = "attention forward + backward of one layer (seqpar::DistAttention)";
+  j["training_steps"] = steps ? o.steps : 0;
   j["configs"] = nlohmann::json::array();
   for (const auto& r : results) {
     nlohmann::json c = plan::prediction_json(r.pred);
@@ -337,6 +420,11 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
     c["predicted_exposed_comm_ms"] = {{"fwd", r.attn.exposed_fwd_s * 1e3},
                                       {"bwd", r.attn.exposed_bwd_s * 1e3}};
     c["error"] = total_pred(r) / total_meas(r) - 1;
+    if (r.step_ms > 0) {
+      c["predicted_step_ms"] = r.pred.step_s * 1e3;
+      c["measured_step_ms"] = r.step_ms;
+      c["step_error"] = r.pred.step_s * 1e3 / r.step_ms - 1;
+    }
     j["configs"].push_back(c);
   }
   j["winner"] = best->pred.cand.label();
@@ -346,12 +434,18 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
     const auto& c = best->pred.cand;
     std::ofstream f(out);
     WF_USAGE_CHECK(f.good(), "cannot write '{}' (check the directory)", out);
+    const std::string measured =
+        steps
+            ? fmt::format("training step {:.1f} ms (predicted {:.1f} ms)", best->step_ms,
+                          best->pred.step_s * 1e3)
+            : fmt::format("attention {:.2f} ms forward + backward per layer (predicted {:.2f} ms)",
+                          total_meas(*best), total_pred(*best));
     f << fmt::format(
-        "# wallfacer tune: {} at seq {} on {} ranks ({}): fastest measured attention\n"
-        "# {:.2f} ms forward + backward per layer (predicted {:.2f} ms). Rank order: {}.\n"
+        "# wallfacer tune: {} at seq {} on {} ranks ({}): fastest measured\n"
+        "# {}. Rank order: {}.\n"
         "[parallel]\nsp = {}\nstrategy = \"{}\"\nteams = {}\n",
-        in.model.name, in.seq, P, in.cluster.name, total_meas(*best), total_pred(*best),
-        plan::placement_name(c.placement), P, seqpar::strategy_name(c.strategy), c.teams);
+        in.model.name, in.seq, P, in.cluster.name, measured, plan::placement_name(c.placement), P,
+        seqpar::strategy_name(c.strategy), c.teams);
   }
   j["snippet"] = out;
 
@@ -368,6 +462,19 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
       fmt::print("{:<26} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>+7.1f}%\n",
                  r.pred.cand.label(), r.attn.fwd_s * 1e3, r.fwd_ms, r.attn.bwd_s * 1e3, r.bwd_ms,
                  total_pred(r), total_meas(r), 100 * (total_pred(r) / total_meas(r) - 1));
+    if (steps) {
+      fmt::print("training step ({} steps after one warm-up, random tokens, no evaluation):\n",
+                 o.steps);
+      fmt::print("{:<26} {:>12} {:>12} {:>8} {:>14}\n", "configuration", "pred step ms",
+                 "meas step ms", "error", "meas tokens/s");
+      for (const auto& r : results)
+        fmt::print("{:<26} {:>12.1f} {:>12.1f} {:>+7.1f}% {:>14.0f}\n", r.pred.cand.label(),
+                   r.pred.step_s * 1e3, r.step_ms, 100 * (r.pred.step_s * 1e3 / r.step_ms - 1),
+                   double(in.model.batch) * double(in.seq) / (r.step_ms / 1e3));
+    } else if (o.steps > 0) {
+      fmt::print("training steps: not run (tune trains causal GPT models; this model is {})\n",
+                 in.model.kind == plan::ModelKind::Dit ? "a DiT" : "not causal");
+    }
     fmt::print("winner: {} -> {}\n", best->pred.cand.label(), out);
   }
   std::fflush(stdout);
@@ -418,6 +525,10 @@ Action setup(CLI::App& root) {
   app->add_option("--top", o->top, "How many of the best predicted configurations to run")
       ->capture_default_str();
   app->add_option("--iters", o->iters, "Timed iterations per configuration")->capture_default_str();
+  app->add_option("--steps", o->steps,
+                  "Training steps per configuration, timed after one warm-up step (causal GPT "
+                  "models; 0: attention only)")
+      ->capture_default_str();
   app->add_option("--cluster", o->cluster, "Cluster file of this machine")->capture_default_str();
   app->add_option("--out", o->out,
                   "Where to write: the winner's config snippet (default tuned.toml), or with "

@@ -49,6 +49,27 @@ PY
 grep -q '^strategy = "' "$tmp/tuned.toml" || err "no snippet: $(cat "$tmp/tuned.toml")"
 grep -q '^sp = 4' "$tmp/tuned.toml" || err "snippet lacks sp = 4"
 
+# Training steps of a causal GPT per configuration: predicted and measured step times, the winner
+# by the measured step.
+mkdir -p "$tmp/scratch"
+out=$(TMPDIR="$tmp/scratch" run 2 "$wf" tune --cluster "$tmp/local.toml" --model "$src/tests/plan/tiny-gpt.toml" --seq 512 \
+  --top 2 --iters 1 --steps 2 --json --out "$tmp/tuned-gpt.toml" 2>&1) || err "tune --steps exited $?: $out"
+python3 - "$out" <<'PY' || err "tune --steps --json: $out"
+import json, sys
+j = json.loads(sys.argv[1])
+assert j["training_steps"] == 2, j["training_steps"]
+assert len(j["configs"]) == 2
+for c in j["configs"]:
+    assert c["measured_step_ms"] > 0 and c["predicted_step_ms"] > 0, c
+    assert abs(c["step_error"] - (c["predicted_step_ms"] / c["measured_step_ms"] - 1)) < 1e-9
+best = min(j["configs"], key=lambda c: c["measured_step_ms"])
+assert j["winner"] == best["label"], (j["winner"], best["label"])
+PY
+grep -q "training step" "$tmp/tuned-gpt.toml" || err "snippet does not say what was measured"
+[ -z "$(ls -A "$tmp/scratch")" ] || err "tune --steps left its temporary files: $(ls "$tmp/scratch")"
+out=$(run 2 "$wf" tune --model "$src/tests/plan/tiny-gpt.toml" --seq 512 --steps -1 2>&1); rc=$?
+[ $rc -eq 2 ] || err "tune --steps -1 exited $rc, expected 2: $out"
+
 out=$(run 2 "$wf" tune --seq 512 2>&1); rc=$?
 [ $rc -eq 2 ] || err "tune without --model exited $rc, expected 2: $out"
 [ "$(echo "$out" | wc -l)" -eq 1 ] || err "tune without --model: more than one line: $out"

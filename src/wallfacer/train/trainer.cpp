@@ -53,7 +53,7 @@ std::string format_duration(double s) {
 // Progress on rank 0: a redrawn bar on a terminal, plain lines otherwise.
 class Progress {
  public:
-  Progress(std::string mode, int64_t total) : total_(total) {
+  Progress(std::string mode, int64_t total, bool messages) : total_(total), messages_(messages) {
     if (mode == "auto") {
       // Under mpirun a rank's stdout may be a pseudo-terminal even when mpirun's is not:
       // scripts/wallfacer-mpirun says what mpirun's own stdout is in WALLFACER_TTY.
@@ -81,6 +81,7 @@ class Progress {
     std::fflush(stdout);
   }
   void message(const std::string& s) {
+    if (!messages_) return;
     if (mode_ == "bar") std::printf("\r\033[K");
     std::printf("%s\n", s.c_str());
     std::fflush(stdout);
@@ -89,6 +90,7 @@ class Progress {
  private:
   std::string mode_;
   int64_t total_;
+  bool messages_;
 };
 
 // Keeps the metrics lines of steps <= last_step (after a resume), or none.
@@ -170,7 +172,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const std::string ckpt_dir = opt.out_dir + "/ckpt";
   const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
   if (rank == 0) fs::create_directories(ckpt_dir);
-  Progress progress(rank == 0 ? opt.progress : "none", cfg.steps);
+  Progress progress(rank == 0 ? opt.progress : "none", cfg.steps, rank == 0 && opt.report);
 
   int64_t start = 0;
   if (opt.resume) {
@@ -276,12 +278,13 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     }
   }
   res.tokens_per_s = timed ? global_tokens * double(timed) / time_sum : 0;
+  res.step_s = timed ? time_sum / double(timed) : 0;
 
   std::vector<double> rss(size_t(P), 0.0);
   rss[size_t(rank)] = double(peak_rss_bytes()) / (1024.0 * 1024.0);
   world.all_reduce_sum(rss.data(), P);
   res.peak_rss_mib = *std::max_element(rss.begin(), rss.end());
-  if (rank == 0) {
+  if (rank == 0 && opt.report) {
     metrics.close();
     progress.message(
         fmt::format("done: {} steps, mean {:.0f} tokens/s, peak memory per rank {:.1f} MiB",

@@ -16,11 +16,14 @@ struct TrainOptions {
   std::string out_dir = "runs/gpt";
   bool resume = false;
   std::string progress = "auto";  // auto | bar | plain | none
+  // false: rank 0 prints no messages and draws no loss plot (callers that only time steps).
+  bool report = true;
 };
 
 struct TrainResult {
   std::vector<double> losses;  // of the steps this run executed
   double tokens_per_s = 0;     // mean over the steps this run executed (without the first)
+  double step_s = 0;           // mean seconds per step over the same steps
   double peak_rss_mib = 0;     // largest over the ranks
   int64_t first_step = 0;      // 0-based step this run started from
 };
