@@ -1,5 +1,6 @@
 // wallfacer attn: distributed exact attention, forward and backward, on seeded random inputs.
-//   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C] --seq N
+//   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C]
+//     [--ulysses U] --seq N
 //     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--check] [--iters K]
 //     [--json] [--dump DIR]
 
@@ -24,6 +25,7 @@ namespace {
 struct AttnOptions {
   std::string strategy = "ring";
   int teams = 1;
+  int ulysses = 1;
   int64_t seq = 0;
   int batch = 1;
   int heads = 0;
@@ -55,11 +57,18 @@ std::vector<double> all_ranks(comm::Communicator& world, double x) {
 
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
+// "ring", or "ulysses2 x zigzag" for a hybrid.
+std::string label(const seqpar::AttnConfig& cfg) {
+  const std::string s(seqpar::strategy_name(cfg.strategy));
+  return cfg.ulysses > 1 ? "ulysses" + std::to_string(cfg.ulysses) + " x " + s : s;
+}
+
 // The configuration part of the JSON report.
 nlohmann::json describe(const seqpar::AttnConfig& cfg, int P) {
   return {{"strategy", seqpar::strategy_name(cfg.strategy)},
           {"P", P},
           {"C", cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1},
+          {"ulysses", cfg.ulysses},
           {"seq", cfg.seq},
           {"batch", cfg.batch},
           {"heads", cfg.heads},
@@ -74,7 +83,8 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
   seqpar::ScheduleTotals worst;
   double fmax = 0, fsum = 0;
   for (int r = 0; r < P; ++r) {
-    const auto t = seqpar::schedule_totals(seqpar::make_schedule(cfg, P, r));
+    const auto t = cfg.ulysses > 1 ? seqpar::hybrid_totals(cfg, P, r)
+                                   : seqpar::schedule_totals(seqpar::make_schedule(cfg, P, r));
     for (auto m : {&seqpar::ScheduleTotals::p2p_bytes_fwd, &seqpar::ScheduleTotals::p2p_bytes_bwd,
                    &seqpar::ScheduleTotals::coll_bytes_fwd, &seqpar::ScheduleTotals::coll_bytes_bwd,
                    &seqpar::ScheduleTotals::p2p_steps_fwd, &seqpar::ScheduleTotals::p2p_steps_bwd})
@@ -95,11 +105,10 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
     std::printf(
         "%s P=%d C=%d: bytes/rank p2p fwd %lld bwd %lld, collective fwd %lld bwd %lld; "
         "p2p steps fwd %lld bwd %lld; work imbalance %.4f\n",
-        std::string(seqpar::strategy_name(cfg.strategy)).c_str(), P, cfg.teams,
-        (long long)worst.p2p_bytes_fwd, (long long)worst.p2p_bytes_bwd,
-        (long long)worst.coll_bytes_fwd, (long long)worst.coll_bytes_bwd,
-        (long long)worst.p2p_steps_fwd, (long long)worst.p2p_steps_bwd,
-        double(j["work_imbalance"]));
+        label(cfg).c_str(), P, cfg.teams, (long long)worst.p2p_bytes_fwd,
+        (long long)worst.p2p_bytes_bwd, (long long)worst.coll_bytes_fwd,
+        (long long)worst.coll_bytes_bwd, (long long)worst.p2p_steps_fwd,
+        (long long)worst.p2p_steps_bwd, double(j["work_imbalance"]));
   }
   return 0;
 }
@@ -110,6 +119,7 @@ int run_attn(const AttnOptions& o) {
   seqpar::AttnConfig cfg;
   cfg.strategy = seqpar::parse_strategy(o.strategy);
   cfg.teams = o.teams;
+  cfg.ulysses = o.ulysses;
   cfg.batch = o.batch;
   cfg.seq = o.seq;
   cfg.heads = o.heads;
@@ -239,7 +249,7 @@ int run_attn(const AttnOptions& o) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d%s\n",
-                  o.strategy.c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads,
+                  label(cfg).c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads,
                   cfg.kv_heads, cfg.head_dim, cfg.causal ? " causal" : "");
       std::printf("  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld\n",
                   (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
@@ -271,6 +281,9 @@ Action setup(CLI::App& root) {
   cmd->add_option("--strategy", o->strategy, "ring | zigzag | ulysses | wallfacer")
       ->check(CLI::IsMember({"ring", "zigzag", "ulysses", "wallfacer"}));
   cmd->add_option("--teams", o->teams, "WallFacer team size C (C^2 must divide P)");
+  cmd->add_option("--ulysses", o->ulysses,
+                  "Ulysses degree U of a Ulysses x ring hybrid (with --strategy ring or zigzag; "
+                  "U must divide P and the heads)");
   cmd->add_option("--seq", o->seq, "global sequence length N (required)");
   cmd->add_option("--batch", o->batch, "batch size B");
   cmd->add_option("--heads", o->heads, "query heads H (required)");

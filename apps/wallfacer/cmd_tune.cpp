@@ -276,6 +276,7 @@ double measure_training(const plan::Candidate& c, const plan::ModelSpec& m, int6
   cfg.sp = world.size();
   cfg.strategy = std::string(seqpar::strategy_name(c.strategy));
   cfg.teams = c.teams;
+  cfg.ulysses = c.ulysses;
   cfg.checkpointing = m.checkpoint_attention ? "attention" : "none";
   const char* tmp = std::getenv("TMPDIR");
   const std::string base = tmp && *tmp ? tmp : "/tmp";
@@ -377,7 +378,7 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
 
   std::vector<plan::Prediction> runnable;
   for (auto& p : plan::plan_all(in))
-    if (p.feasible && p.cand.ulysses == 1) runnable.push_back(p);  // DistAttention runs these
+    if (p.feasible) runnable.push_back(p);
   WF_USAGE_CHECK(!runnable.empty(),
                  "no configuration of {} can run on {} ranks at seq {} (see wallfacer plan)",
                  in.model.name, P, in.seq);
@@ -443,9 +444,9 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
     f << fmt::format(
         "# wallfacer tune: {} at seq {} on {} ranks ({}): fastest measured\n"
         "# {}. Rank order: {}.\n"
-        "[parallel]\nsp = {}\nstrategy = \"{}\"\nteams = {}\n",
+        "[parallel]\nsp = {}\nstrategy = \"{}\"\nteams = {}\nulysses = {}\n",
         in.model.name, in.seq, P, in.cluster.name, measured, plan::placement_name(c.placement), P,
-        seqpar::strategy_name(c.strategy), c.teams);
+        seqpar::strategy_name(c.strategy), c.teams, c.ulysses);
   }
   j["snippet"] = out;
 

@@ -1,5 +1,6 @@
 // DiT training on P ranks gives the losses of one rank: the reference runs alone on rank 0, then
-// every strategy runs on the whole world (sp = P) and with dp = 2. Exit code 1 on a mismatch.
+// every strategy runs on the whole world (sp = P; also Ulysses 2 x ring) and with dp = 2. Exit code
+// 1 on a mismatch.
 #include <unistd.h>
 
 #include <cmath>
@@ -57,22 +58,27 @@ int main(int argc, char** argv) {
 
   struct Case {
     std::string strategy;
-    int sp, teams;
+    int sp, teams, ulysses;
   };
-  const std::vector<Case> cases = {
-      {"wallfacer", P, 2}, {"ulysses", P, 1}, {"zigzag", P, 1}, {"ring", P / 2, 1}};
+  const std::vector<Case> cases = {{"wallfacer", P, 2, 1},
+                                   {"ulysses", P, 1, 1},
+                                   {"zigzag", P, 1, 1},
+                                   {"ring", P / 2, 1, 1},
+                                   {"ring", P, 1, 2}};  // Ulysses 2 x ring P/2
   int bad = 0;
   for (const auto& k : cases) {
-    auto o = options(base + "/" + k.strategy);
+    auto o =
+        options(base + "/" + k.strategy + std::to_string(k.sp) + "u" + std::to_string(k.ulysses));
     o.cfg.strategy = k.strategy;
     o.cfg.sp = k.sp;
     o.cfg.teams = k.teams;
+    o.cfg.ulysses = k.ulysses;
     const auto got = train::run_training(world, o).losses;
     if (rank != 0) continue;
     for (size_t i = 0; i < ref.size(); ++i) {
       const double err = std::abs(got[i] - ref[i]) / std::abs(ref[i]);
-      std::printf("%-9s sp %d step %zu: loss %.6f  single rank %.6f  rel err %.1e\n",
-                  k.strategy.c_str(), k.sp, i + 1, got[i], ref[i], err);
+      std::printf("%-9s sp %d ulysses %d step %zu: loss %.6f  single rank %.6f  rel err %.1e\n",
+                  k.strategy.c_str(), k.sp, k.ulysses, i + 1, got[i], ref[i], err);
       if (!(err <= 1e-4)) ++bad;
     }
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# P = 1 and P = 4 (every strategy, dp x sp, GQA, attention checkpointing) give the same losses over
+# P = 1 and P = 4 (every strategy, Ulysses 2 x zigzag 2, dp x sp, GQA, attention checkpointing) give the same losses over
 # 5 steps: the loss is the mean over the global batch and the gradients are summed over sp and
 # averaged over dp, so the result does not depend on the layout.
 set -u
@@ -28,7 +28,8 @@ run p4_zigzag 4 parallel.sp=4 parallel.strategy=zigzag parallel.checkpointing=at
 run p4_ulysses 4 parallel.sp=4 parallel.strategy=ulysses
 run p4_wallfacer 4 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
 run p4_dp2_sp2 4 parallel.sp=2 parallel.strategy=zigzag
-for r in p4_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2; do close p1 $r; done
+run p4_hybrid 4 parallel.sp=4 parallel.strategy=zigzag parallel.ulysses=2
+for r in p4_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2 p4_hybrid; do close p1 $r; done
 
 run p1_gqa 1 model.kv_heads=2
 run p4_gqa 4 model.kv_heads=2 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2

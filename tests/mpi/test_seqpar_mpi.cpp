@@ -1,7 +1,9 @@
 // Distributed attention on the ranks of one mpirun launch: every strategy, causal and full, with
 // and without GQA, against the naive fp64 reference of the whole sequence; counted bytes and steps
 // against the schedule counter and the closed-form formulas; work balance; WallFacer-C volume
-// against ring; reuse of one DistAttention across calls.
+// against ring; reuse of one DistAttention across calls. Ulysses x ring hybrids (every degree u
+// with 1 < u < P dividing P and the heads): results, and bytes against the sum of their two
+// schedules, the closed form and the planner's simulated program.
 // Usage: mpirun -np P test_seqpar_mpi [ring-wallfacer]   (only ring and WallFacer with C >= 2)
 
 #include <fmt/format.h>
@@ -15,6 +17,8 @@
 
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/plan/planner.h"
+#include "wallfacer/plan/simulator.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
@@ -183,6 +187,69 @@ int test_comm(comm::Communicator& world) {
   return failures;
 }
 
+// Bytes the planner's attention program of a hybrid sends from `rank` (simulated on one node):
+// p2p and collective, forward and backward.
+std::vector<int64_t> planned_bytes(const AttnConfig& c, int P, int rank) {
+  plan::Machine m;
+  m.intra = m.inter = {1e9, 1e-6};
+  m.devices_per_node = P;
+  for (int r = 0; r < P; ++r) m.device_of.push_back(r);
+  std::vector<int64_t> out;
+  for (bool bwd : {false, true}) {
+    const auto res = plan::simulate(plan::attention_program(c, P, c.ulysses, bwd, 4.0), m);
+    out.push_back(int64_t(res.ranks[size_t(rank)].p2p_bytes));
+    out.push_back(int64_t(res.ranks[size_t(rank)].coll_bytes));
+  }
+  return out;
+}
+
+// Bad hybrid configurations are refused with a UsageError.
+int test_bad_hybrids() {
+  int failures = 0;
+  auto refused = [&](AttnConfig c, int ranks, const char* what) {
+    try {
+      validate(c, ranks);
+    } catch (const UsageError&) {
+      return;
+    }
+    ++failures;
+    std::fprintf(stderr, "FAIL: %s is accepted\n", what);
+  };
+  AttnConfig c;
+  c.seq = 64;
+  c.heads = 8;
+  c.kv_heads = 8;
+  c.head_dim = 8;
+  c.strategy = Strategy::Ring;
+  c.ulysses = 3;
+  refused(c, 6, "ulysses 3 with 8 heads");
+  c.ulysses = 2;
+  c.kv_heads = 1;
+  refused(c, 4, "ulysses 2 with 1 kv head");
+  c.kv_heads = 8;
+  c.ulysses = 4;
+  refused(c, 2, "ulysses 4 on 2 ranks");
+  c.ulysses = 4;
+  refused(c, 12, "ulysses 4 not dividing P = 12");
+  c.ulysses = 0;
+  refused(c, 4, "ulysses 0");
+  c.ulysses = 2;
+  for (Strategy s : {Strategy::Ulysses, Strategy::WallFacer}) {
+    c.strategy = s;
+    refused(c, 4, "ulysses 2 with strategy ulysses or wallfacer");
+  }
+  // Ulysses 3 x zigzag 2 on 6 ranks: 18 tokens split over the ranks but not into the 4
+  // half-chunks of the zigzag ring; 24 do both.
+  c.strategy = Strategy::Zigzag;
+  c.heads = c.kv_heads = 6;
+  c.ulysses = 3;
+  c.seq = 18;
+  refused(c, 6, "zigzag hybrid with seq 18 on 6 ranks");
+  c.seq = 24;
+  validate(c, 6);
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,7 +257,7 @@ int main(int argc, char** argv) {
   auto world = comm::Communicator::world();
   const int P = world.size(), rank = world.rank();
   const bool wallfacer_only = argc > 1 && std::string(argv[1]) == "ring-wallfacer";
-  int failures = test_comm(world), configs = 0;
+  int failures = test_comm(world) + (rank == 0 ? test_bad_hybrids() : 0), configs = 0;
   auto check = [&](bool ok, const std::string& what) {
     if (!ok) {
       ++failures;
@@ -201,32 +268,41 @@ int main(int argc, char** argv) {
   const int H = 8, D = 8;
   const int64_t S = std::max(64, 16 * P);
   for (bool causal : {false, true}) {
-    for (int kv_div : {1, 4}) {
+    for (int kv_div : {1, 2, 4}) {
+      if (kv_div == 2 && (wallfacer_only || P < 4)) continue;  // GQA of the hybrids only
       AttnConfig base;
       base.seq = S;
       base.heads = H;
       base.kv_heads = H / kv_div;
       base.head_dim = D;
       base.causal = causal;
-      base.batch = kv_div == 4 ? 2 : 1;
+      base.batch = kv_div > 1 ? 2 : 1;
       const auto in = make_inputs(base, 1234 + kv_div);
       AttnTensors ref;
       if (rank == 0) ref = reference_attention(base, in, /*fp64=*/true);
 
       std::vector<AttnConfig> cfgs;
-      auto add = [&](Strategy s, int C) {
+      auto add = [&](Strategy s, int C, int u = 1) {
         AttnConfig c = base;
         c.strategy = s;
         c.teams = C;
+        c.ulysses = u;
         cfgs.push_back(c);
       };
-      add(Strategy::Ring, 1);
-      if (!wallfacer_only) {
-        add(Strategy::Zigzag, 1);
-        if (H % P == 0 && base.kv_heads % P == 0) add(Strategy::Ulysses, 1);
+      if (kv_div != 2) {
+        add(Strategy::Ring, 1);
+        if (!wallfacer_only) {
+          add(Strategy::Zigzag, 1);
+          if (H % P == 0 && base.kv_heads % P == 0) add(Strategy::Ulysses, 1);
+        }
+        for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C)
+          if (P % (C * C) == 0) add(Strategy::WallFacer, C);
       }
-      for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C)
-        if (P % (C * C) == 0) add(Strategy::WallFacer, C);
+      for (int u = 2; u < P && !wallfacer_only; ++u) {
+        if (P % u != 0 || H % u != 0 || base.kv_heads % u != 0) continue;
+        add(Strategy::Ring, 1, u);
+        if (causal) add(Strategy::Zigzag, 1, u);
+      }
 
       int64_t ring_fwd = -1;
       std::vector<float> ring_o;
@@ -234,10 +310,13 @@ int main(int argc, char** argv) {
         ++configs;
         const auto r = run(world, c, in, failures);
         const std::string name =
-            fmt::format("{} C={} causal={} Hkv={} B={} P={}", strategy_name(c.strategy), c.teams,
-                        c.causal, c.kv_heads, c.batch, P);
-        // Bytes and steps: measured == schedule counter == closed form, on every rank.
-        const auto sched = schedule_totals(make_schedule(c, P, rank));
+            fmt::format("{}{} C={} causal={} Hkv={} B={} P={}",
+                        c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
+                        strategy_name(c.strategy), c.teams, c.causal, c.kv_heads, c.batch, P);
+        // Bytes and steps: measured == schedule counter == closed form, on every rank (hybrids:
+        // their Ulysses and ring schedules summed, and the planner's program of the two).
+        const auto sched =
+            c.ulysses > 1 ? hybrid_totals(c, P, rank) : schedule_totals(make_schedule(c, P, rank));
         const auto form = formula_totals(c, P, rank);
         const auto& st = r.stats;
         const int64_t measured[] = {st.p2p_bytes_fwd,  st.p2p_bytes_bwd, st.coll_bytes_fwd,
@@ -251,6 +330,14 @@ int main(int argc, char** argv) {
                 fmt::format("{}: counter {} measured {} schedule {} formula {}", name, i,
                             measured[i], counted[i], closed[i]));
         check(st.attn_flops == sched.flops_fwd, name + ": flops differ from the schedule");
+        if (c.ulysses > 1) {
+          const auto planned = planned_bytes(c, P, rank);
+          const int64_t got[] = {st.p2p_bytes_fwd, st.coll_bytes_fwd, st.p2p_bytes_bwd,
+                                 st.coll_bytes_bwd};
+          for (int i = 0; i < 4; ++i)
+            check(got[i] == planned[size_t(i)], fmt::format("{}: bytes {} measured {} planner {}",
+                                                            name, i, got[i], planned[size_t(i)]));
+        }
         // Work balance.
         double mx = 0, sum = 0;
         for (double f : r.flops) {
@@ -263,7 +350,7 @@ int main(int argc, char** argv) {
         // WallFacer-C sends 1/C of ring's point-to-point volume, up to the placement hop.
         const int64_t p2p_fwd = max_over_ranks(world, st.p2p_bytes_fwd);
         const int64_t hop = 2 * c.batch * (c.seq / P) * c.kv_heads * c.head_dim * 4;
-        if (c.strategy == Strategy::Ring) ring_fwd = p2p_fwd;
+        if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_fwd = p2p_fwd;
         // (C = 1 is ring; C > 1: C times the volume, placement included, is ring's plus one hop.)
         if (c.strategy == Strategy::WallFacer && ring_fwd >= 0 && P > 1)
           check(c.teams == 1 ? p2p_fwd == ring_fwd : c.teams * p2p_fwd == ring_fwd + hop,
@@ -286,7 +373,7 @@ int main(int argc, char** argv) {
               (long long)st.p2p_steps_bwd, imbalance);
           check(e.within(tol), name + ": error above tolerance");
           // WallFacer-1 on the contiguous layout is ring, bit for bit.
-          if (c.strategy == Strategy::Ring) ring_o = r.got.o;
+          if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_o = r.got.o;
           if (c.strategy == Strategy::WallFacer && c.teams == 1 && !c.causal && !ring_o.empty())
             check(r.got.o == ring_o, name + ": differs from ring");
         }

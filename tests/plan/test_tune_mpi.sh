@@ -38,7 +38,8 @@ import json, sys
 j = json.loads(sys.argv[1])
 assert j["P"] == 4 and j["nodes"] == 2, (j["P"], j["nodes"])
 labels = [c["label"] for c in j["configs"]]
-for want in ["ring", "ulysses", "wallfacer C=2 team-intra"]:
+for want in ["ring", "ulysses", "wallfacer C=2 team-intra", "ulysses2 x ring team-intra",
+             "ulysses2 x ring ring-intra"]:
     assert want in labels, labels
 for c in j["configs"]:
     for k in ["predicted_ms", "measured_ms", "error", "tokens_per_s", "placement"]:
@@ -48,6 +49,7 @@ assert j["winner"] in labels
 PY
 grep -q '^strategy = "' "$tmp/tuned.toml" || err "no snippet: $(cat "$tmp/tuned.toml")"
 grep -q '^sp = 4' "$tmp/tuned.toml" || err "snippet lacks sp = 4"
+grep -q '^ulysses = [12]$' "$tmp/tuned.toml" || err "snippet lacks ulysses = U"
 
 # Training steps of a causal GPT per configuration: predicted and measured step times, the winner
 # by the measured step.

@@ -105,6 +105,81 @@ TEST(SeqparLayout, PositionsPartitionTheSequence) {
   EXPECT_EQ(pos.back(), 7 * 8 - 1);
 }
 
+AttnConfig hybrid(Strategy s, int64_t seq, int H, int K, int u, bool causal, int B = 1) {
+  auto c = config(s, seq, H, K, 8, causal, 1, B);
+  c.ulysses = u;
+  return c;
+}
+
+// Ulysses x ring: rank j*u + a holds rows [a*n, (a+1)*n) of ring rank j's rows.
+TEST(SeqparLayout, HybridPositions) {
+  using Runs = std::vector<std::vector<int64_t>>;
+  auto positions = [](const AttnConfig& c, int P) {
+    Runs out;
+    for (int r = 0; r < P; ++r) out.push_back(local_positions(c, P, r));
+    return out;
+  };
+  // Ulysses 2 x ring 2, 8 tokens: ring rank 0 holds 0..3, rank 1 4..7.
+  EXPECT_EQ(positions(hybrid(Strategy::Ring, 8, 2, 2, 2, false), 4),
+            (Runs{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  // Ulysses 2 x zigzag 2, 16 tokens: ring rank 0 holds half-chunks 0..3 and 12..15.
+  EXPECT_EQ(positions(hybrid(Strategy::Zigzag, 16, 2, 2, 2, true), 4),
+            (Runs{{0, 1, 2, 3}, {12, 13, 14, 15}, {4, 5, 6, 7}, {8, 9, 10, 11}}));
+  // Ulysses 3 x zigzag 2 on 6 ranks, 24 tokens: ring rank 0 holds 0..5 and 18..23; the middle
+  // member's rows straddle both half-chunks.
+  const auto c = hybrid(Strategy::Zigzag, 24, 3, 3, 3, true);
+  EXPECT_EQ(positions(c, 6), (Runs{{0, 1, 2, 3},
+                                   {4, 5, 18, 19},
+                                   {20, 21, 22, 23},
+                                   {6, 7, 8, 9},
+                                   {10, 11, 12, 13},
+                                   {14, 15, 16, 17}}));
+  const auto runs = local_runs(c, 6, 1);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[1].row0, 2);
+  EXPECT_EQ(runs[1].pos0, 18);
+}
+
+TEST(SeqparSchedule, HybridValidate) {
+  auto bad = [](AttnConfig c, int P, const char* what) {
+    try {
+      validate(c, P);
+      ADD_FAILURE() << "accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  bad(hybrid(Strategy::Ulysses, 64, 4, 4, 2, false), 4, "ring or zigzag");
+  bad(hybrid(Strategy::WallFacer, 64, 4, 4, 2, false), 4, "ring or zigzag");
+  bad(hybrid(Strategy::Ring, 64, 4, 4, 3, false), 6, "must divide heads");
+  bad(hybrid(Strategy::Ring, 64, 4, 2, 4, false), 8, "must divide heads");  // kv heads
+  bad(hybrid(Strategy::Ring, 64, 4, 4, 4, false), 6, "must divide the 6 ranks");
+  bad(hybrid(Strategy::Ring, 64, 4, 4, 0, false), 4, "at least 1");
+  bad(hybrid(Strategy::Ring, 60, 4, 4, 2, false), 8, "divisible by 8");
+  bad(hybrid(Strategy::Zigzag, 18, 3, 3, 3, true), 6, "divisible by 12");
+  EXPECT_NO_THROW(validate(hybrid(Strategy::Zigzag, 24, 3, 3, 3, true), 6));
+}
+
+// A hybrid's two schedules sum to its closed form; the Ulysses part only moves data.
+TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
+  for (auto [P, u] : std::vector<std::pair<int, int>>{{4, 2}, {8, 2}, {8, 4}, {16, 4}, {6, 3}}) {
+    for (bool causal : {false, true}) {
+      for (int K : {12, 4}) {
+        if (K % u) continue;
+        auto c = hybrid(causal ? Strategy::Zigzag : Strategy::Ring, 48 * P, 12, K, u, causal, 2);
+        for (int r = 0; r < P; ++r) {
+          auto got = hybrid_totals(c, P, r);
+          EXPECT_GT(got.p2p_bytes_fwd, 0);
+          EXPECT_GT(got.coll_bytes_bwd, 0);
+          got.flops_fwd = got.flops_bwd = 0;
+          EXPECT_EQ(got, formula_totals(c, P, r)) << "P=" << P << " u=" << u << " rank " << r;
+        }
+        EXPECT_THROW(make_schedule(c, P, 0), Error);  // no single schedule
+      }
+    }
+  }
+}
+
 TEST(SeqparLayout, AttentionPairsCountsTheCausalMask) {
   for (int64_t qp : {0, 3, 10, 17}) {
     for (int64_t kp : {0, 5, 12}) {

@@ -39,6 +39,7 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
   cfg.kv_heads = m.kv_heads;
   cfg.head_dim = m.head_dim();
   cfg.causal = m.causal;
+  cfg.ulysses = c.ulysses;
   return cfg;
 }
 
@@ -143,7 +144,9 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
   auto phase = [&](const seqpar::Schedule& s) -> const std::vector<seqpar::Op>& {
     return backward ? s.bwd : s.fwd;
   };
-  if (ulysses <= 1) {
+  seqpar::AttnConfig hybrid = cfg;
+  hybrid.ulysses = std::max(ulysses, cfg.ulysses);  // either names the hybrid's degree
+  if (hybrid.ulysses <= 1) {
     std::vector<int> world(P);
     std::iota(world.begin(), world.end(), 0);
     for (int r = 0; r < P; ++r) {
@@ -154,20 +157,10 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
           nullptr);
     }
   } else {
-    const int u = ulysses;
-    WF_USAGE_CHECK(P % u == 0, "Ulysses degree {} does not divide P = {}", u, P);
-    const int rr = P / u;
-    WF_USAGE_CHECK(cfg.heads % u == 0 && cfg.kv_heads % u == 0,
-                   "Ulysses degree {} must divide heads = {} and kv_heads = {}", u, cfg.heads,
-                   cfg.kv_heads);
-    WF_USAGE_CHECK(cfg.seq % P == 0, "sequence {} is not divisible by P = {}", cfg.seq, P);
-    seqpar::AttnConfig cu = cfg, cr = cfg;
-    cu.strategy = Strategy::Ulysses;
-    cu.teams = 1;
-    cu.seq = cfg.seq / rr;
-    cr.teams = 1;
-    cr.heads = cfg.heads / u;
-    cr.kv_heads = cfg.kv_heads / u;
+    seqpar::validate(hybrid, P);
+    const auto hc = seqpar::hybrid_configs(hybrid, P);
+    const int u = hc.u, rr = hc.rings;
+    const seqpar::AttnConfig &cu = hc.outer, &cr = hc.inner;
     for (int j = 0; j < rr; ++j)
       for (int a = 0; a < u; ++a) {
         seqpar::Schedule su = seqpar::make_schedule(cu, u, a);
@@ -252,7 +245,7 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   AttentionPrediction a;
   try {
     const seqpar::AttnConfig cfg = attention_config(m, in.seq, c);
-    if (c.ulysses <= 1) seqpar::validate(cfg, P);
+    seqpar::validate(cfg, P);
     a = predict_attention(cl, cfg, P, c.ulysses, candidate_devices(c, P));
   } catch (const UsageError& e) {
     p.reason = e.what();

@@ -1,6 +1,8 @@
 #include "wallfacer/seqpar/config.h"
 
+#include <algorithm>
 #include <climits>
+#include <numeric>
 
 #include "wallfacer/core/error.h"
 
@@ -33,6 +35,51 @@ bool uses_zigzag_layout(const AttnConfig& cfg) {
   return cfg.strategy == Strategy::Zigzag || (cfg.strategy == Strategy::WallFacer && cfg.causal);
 }
 
+namespace {
+
+// The hybrid's own rules (validate() checks the rest: heads, teams, ...).
+void validate_hybrid(const AttnConfig& cfg, int P) {
+  const int u = cfg.ulysses;
+  const auto name = strategy_name(cfg.strategy);
+  WF_USAGE_CHECK(cfg.strategy == Strategy::Ring || cfg.strategy == Strategy::Zigzag,
+                 "ulysses degree {} needs strategy ring or zigzag (the ring over the Ulysses "
+                 "teams), not {}; use ulysses = 1 for {}",
+                 u, name, name);
+  WF_USAGE_CHECK(P % u == 0, "ulysses degree {} must divide the {} ranks; choose a divisor of {}",
+                 u, P, P);
+  WF_USAGE_CHECK(cfg.heads % u == 0 && cfg.kv_heads % u == 0,
+                 "ulysses degree {} must divide heads ({}) and kv heads ({}); choose a common "
+                 "divisor",
+                 u, cfg.heads, cfg.kv_heads);
+  const int64_t rings = P / u;
+  const int64_t parts =
+      cfg.strategy == Strategy::Zigzag ? std::lcm(int64_t(P), 2 * rings) : int64_t(P);
+  WF_USAGE_CHECK(cfg.seq % parts == 0,
+                 "sequence length {} must be divisible by {} for ulysses {} x {} on {} ranks",
+                 cfg.seq, parts, u, name, P);
+}
+
+}  // namespace
+
+HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
+  WF_CHECK(cfg.ulysses >= 1 && P % cfg.ulysses == 0, "ulysses degree {} on {} ranks", cfg.ulysses,
+           P);
+  HybridConfigs h;
+  h.u = cfg.ulysses;
+  h.rings = P / h.u;
+  h.outer = cfg;
+  h.outer.strategy = Strategy::Ulysses;
+  h.outer.teams = 1;
+  h.outer.ulysses = 1;
+  h.outer.seq = cfg.seq / h.rings;
+  h.inner = cfg;
+  h.inner.teams = 1;
+  h.inner.ulysses = 1;
+  h.inner.heads = cfg.heads / h.u;
+  h.inner.kv_heads = cfg.kv_heads / h.u;
+  return h;
+}
+
 void validate(const AttnConfig& cfg, int P) {
   WF_USAGE_CHECK(P >= 1, "the group has {} ranks; it needs at least 1", P);
   WF_USAGE_CHECK(cfg.batch >= 1, "batch is {}; it must be at least 1", cfg.batch);
@@ -44,6 +91,7 @@ void validate(const AttnConfig& cfg, int P) {
                  "heads ({}) must be a multiple of kv heads ({}) for grouped-query attention",
                  cfg.heads, cfg.kv_heads);
   const auto name = strategy_name(cfg.strategy);
+  WF_USAGE_CHECK(cfg.ulysses >= 1, "ulysses degree is {}; it must be at least 1", cfg.ulysses);
   if (cfg.strategy == Strategy::WallFacer) {
     const int C = cfg.teams;
     WF_USAGE_CHECK(C >= 1, "--teams is {}; it must be at least 1", C);
@@ -54,6 +102,14 @@ void validate(const AttnConfig& cfg, int P) {
   } else {
     WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy wallfacer, not {}",
                    cfg.teams, name);
+  }
+  if (cfg.ulysses > 1) {
+    validate_hybrid(cfg, P);
+    WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.ulysses) <= INT_MAX,
+                   "sequence length {} is too long: a ring block of {} rows exceeds the kernel's "
+                   "limit",
+                   cfg.seq, cfg.seq / P * cfg.ulysses);
+    return;
   }
   const int64_t parts = uses_zigzag_layout(cfg) ? 2 * int64_t(P) : P;
   WF_USAGE_CHECK(cfg.seq % parts == 0,
@@ -75,6 +131,17 @@ void validate(const AttnConfig& cfg, int P) {
 std::vector<PositionRun> local_runs(const AttnConfig& cfg, int P, int rank) {
   WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
   const int64_t n = cfg.seq / P;
+  if (cfg.ulysses > 1) {
+    // Rows [a*n, (a+1)*n) of ring rank j's rows.
+    const auto h = hybrid_configs(cfg, P);
+    const int64_t lo = (rank % h.u) * n, hi = lo + n;
+    std::vector<PositionRun> runs;
+    for (const auto& run : local_runs(h.inner, h.rings, rank / h.u)) {
+      const int64_t a = std::max(lo, run.row0), b = std::min(hi, run.row0 + run.rows);
+      if (a < b) runs.push_back({a - lo, b - a, run.pos0 + (a - run.row0)});
+    }
+    return runs;
+  }
   if (uses_zigzag_layout(cfg)) {
     const int64_t h = n / 2;
     return {{0, h, rank * h}, {h, h, (2 * int64_t(P) - 1 - rank) * h}};

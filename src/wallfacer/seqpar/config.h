@@ -24,7 +24,21 @@ struct AttnConfig {
   int kv_heads = 1;
   int head_dim = 0;
   bool causal = false;
+  // > 1: a Ulysses x ring hybrid (strategy ring or zigzag). Rank r = j*ulysses + a is member a of
+  // team j (ulysses consecutive ranks); Ulysses all-to-alls run inside the team and a ring (zigzag
+  // ring) over the P/ulysses ranks with the same member index a computes on the gathered heads.
+  int ulysses = 1;
 };
+
+// The two configs a Ulysses x ring hybrid composes: `inner` runs on the P/u ranks with the same
+// member index (the ring over the teams: heads/u and kv_heads/u, strategy of cfg), `outer` on the u
+// ranks of a team (Ulysses on seq/(P/u) tokens: the team's rows). Rank j*u + a holds rows
+// [a*n, (a+1)*n) (n = seq/P) of the rows that rank j of `inner` holds. Both have ulysses = 1.
+struct HybridConfigs {
+  AttnConfig outer, inner;
+  int u = 1, rings = 1;  // team size (Ulysses degree) and ring length P/u
+};
+HybridConfigs hybrid_configs(const AttnConfig& cfg, int P);
 
 // Throws UsageError with a one-line message when cfg cannot run on P ranks.
 void validate(const AttnConfig& cfg, int P);

@@ -87,6 +87,10 @@ void Executor::local(const Op& op) {
         copy_heads(ptr(kInQ), H, j * hs, dst, hs, 0, hs, rows, D);
         copy_heads(ptr(kInDout), H, j * hs, dst + qpart, hs, 0, hs, rows, D);
         copy_stat_heads(ptr(kInLse), H, j * hs, dst + 2 * qpart, hs, 0, hs, B, n);
+        if (user_[kInDelta] != nullptr) {
+          copy_stat_heads(ptr(kInDelta), H, j * hs, dst + 2 * qpart + spart, hs, 0, hs, B, n);
+          continue;
+        }
         kernels::AttnDims dims{B, int(n), int(n), hs, hs, D};
         const auto full = Strides3::contiguous(int(n), H, D);
         kernels::attn_bwd_preprocess(dims, ptr(kInO) + int64_t(j) * hs * D, full,
@@ -245,6 +249,7 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   const auto t0 = team_.counters();
   std::vector<comm::Request> reqs(ops.size());
   std::set<int> rounds;
+  bool hooked = false;
   Timer total;
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
@@ -272,8 +277,13 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
         break;
       }
       case OpKind::Compute:
-        compute(op, reqs);
-        st.flops += op.flops;
+        if (!hook_) {
+          compute(op, reqs);
+          st.flops += op.flops;
+        } else if (!hooked) {
+          hook_(op, ptr(op.src), ptr(op.src2), ptr(op.dst), ptr(op.dst2));
+          hooked = true;
+        }
         break;
     }
   }

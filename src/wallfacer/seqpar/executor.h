@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
@@ -36,6 +37,14 @@ class Executor {
   // slow the backward kernel (about 1.3x at 64 rows).
   void set_progress_rows(int64_t rows) { progress_rows_ = rows; }
 
+  // When set, a phase's Compute ops are not run: the hook is called once, at the first of them,
+  // with that op and its four buffers (src, src2, dst, dst2; every block) and must leave in dst,
+  // dst2 what the ops would have accumulated there. A Ulysses x ring hybrid computes the heads
+  // its Ulysses schedule gathered with a ring over the teams this way.
+  using ComputeHook = std::function<void(const Op& op, const float* src, const float* src2,
+                                         float* dst, float* dst2)>;
+  void set_compute_hook(ComputeHook hook) { hook_ = std::move(hook); }
+
  private:
   float* ptr(int buf, int block = 0);
   void local(const Op& op);
@@ -47,6 +56,7 @@ class Executor {
   std::vector<std::vector<float>> scratch_;
   UserTensors user_{};
   int64_t progress_rows_ = 256;
+  ComputeHook hook_;
 };
 
 }  // namespace wallfacer::seqpar

@@ -460,6 +460,7 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
 
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   validate(cfg, P);
+  WF_CHECK(cfg.ulysses == 1, "a Ulysses x ring hybrid runs the two schedules of hybrid_configs");
   WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
   Schedule s;
   s.cfg = cfg;
@@ -475,7 +476,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
       {"lse_in", Fmt::Stat, 1, s.n, H}, {"dout", Fmt::Rows, 1, s.n, H},
       {"o", Fmt::Rows, 1, s.n, H},      {"lse", Fmt::Stat, 1, s.n, H},
       {"dq", Fmt::Rows, 1, s.n, H},     {"dk", Fmt::Rows, 1, s.n, K},
-      {"dv", Fmt::Rows, 1, s.n, K},
+      {"dv", Fmt::Rows, 1, s.n, K},     {"delta_in", Fmt::Stat, 1, s.n, H},
   };
   Builder b(s);
   if (cfg.strategy == Strategy::Ulysses) {
@@ -509,8 +510,36 @@ ScheduleTotals schedule_totals(const Schedule& s) {
   return t;
 }
 
+ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b) {
+  ScheduleTotals t;
+  t.p2p_bytes_fwd = a.p2p_bytes_fwd + b.p2p_bytes_fwd;
+  t.p2p_bytes_bwd = a.p2p_bytes_bwd + b.p2p_bytes_bwd;
+  t.coll_bytes_fwd = a.coll_bytes_fwd + b.coll_bytes_fwd;
+  t.coll_bytes_bwd = a.coll_bytes_bwd + b.coll_bytes_bwd;
+  t.p2p_steps_fwd = a.p2p_steps_fwd + b.p2p_steps_fwd;
+  t.p2p_steps_bwd = a.p2p_steps_bwd + b.p2p_steps_bwd;
+  t.p2p_sends_fwd = a.p2p_sends_fwd + b.p2p_sends_fwd;
+  t.p2p_sends_bwd = a.p2p_sends_bwd + b.p2p_sends_bwd;
+  t.flops_fwd = a.flops_fwd + b.flops_fwd;
+  t.flops_bwd = a.flops_bwd + b.flops_bwd;
+  return t;
+}
+
+ScheduleTotals hybrid_totals(const AttnConfig& cfg, int P, int rank) {
+  validate(cfg, P);
+  const auto h = hybrid_configs(cfg, P);
+  // The Ulysses schedule's compute ops are not run (the ring computes): only its transfers count.
+  auto outer = schedule_totals(make_schedule(h.outer, h.u, rank % h.u));
+  outer.flops_fwd = outer.flops_bwd = 0;
+  return outer + schedule_totals(make_schedule(h.inner, h.rings, rank / h.u));
+}
+
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   validate(cfg, P);
+  if (cfg.ulysses > 1) {
+    const auto h = hybrid_configs(cfg, P);
+    return formula_totals(h.outer, h.u, rank % h.u) + formula_totals(h.inner, h.rings, rank / h.u);
+  }
   ScheduleTotals t;
   const int64_t B = cfg.batch, n = cfg.seq / P, H = cfg.heads, K = cfg.kv_heads, D = cfg.head_dim,
                 f = sizeof(float);

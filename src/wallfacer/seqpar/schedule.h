@@ -41,6 +41,7 @@ enum UserBuffer : int {
   kOutDq,    // (B, n, H, D)
   kOutDk,    // (B, n, Hkv, D)
   kOutDv,    // (B, n, Hkv, D)
+  kInDelta,  // (B, H, n)       backward, optional: rowsum(dout * o) given instead of o
   kNumUserBuffers
 };
 
@@ -132,7 +133,9 @@ struct Schedule {
 // H/Hkv >= 2, the query packages otherwise.
 bool backward_moves_kv(const AttnConfig& cfg, int P);
 
-// The schedule of `rank` (validates cfg first: UsageError when it cannot run on P ranks).
+// The schedule of `rank` (validates cfg first: UsageError when it cannot run on P ranks). A Ulysses
+// x ring hybrid (cfg.ulysses > 1) has no schedule of its own: it runs the schedules of the two
+// configs of hybrid_configs (see hybrid_totals).
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank);
 
 // What a schedule sends, summed without running it (bytes = elements * 4).
@@ -145,10 +148,14 @@ struct ScheduleTotals {
   bool operator==(const ScheduleTotals&) const = default;
 };
 ScheduleTotals schedule_totals(const Schedule& s);
+ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b);
+
+// A hybrid's totals of `rank`: its Ulysses schedule in the team plus its ring schedule.
+ScheduleTotals hybrid_totals(const AttnConfig& cfg, int P, int rank);
 
 // Closed-form volumes of one rank (docs/wallfacer-algorithm.md section 6, extended to the
-// backward, GQA, and the LSE and delta rows that travel with O and the query packages). flops
-// fields are left 0.
+// backward, GQA, and the LSE and delta rows that travel with O and the query packages); hybrids:
+// the sum of their Ulysses and ring volumes. flops fields are left 0.
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank);
 
 // WallFacer-C geometry (C = 1: ring). Ranks are in the sequence-parallel group.

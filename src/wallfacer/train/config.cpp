@@ -55,6 +55,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.sp", &c.sp},
       {"parallel.strategy", &c.strategy},
       {"parallel.teams", &c.teams},
+      {"parallel.ulysses", &c.ulysses},
       {"parallel.checkpointing", &c.checkpointing},
   };
 }
@@ -194,6 +195,7 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
     throw UsageError(fmt::format("parallel.strategy: {}", e.what()));
   }
   a.teams = teams;
+  a.ulysses = ulysses;
   a.batch = batch / dp(P);
   a.seq = seq;
   a.heads = model.heads;
@@ -241,6 +243,18 @@ void TrainConfig::validate(int P) const {
                  "train.ckpt_every and train.eval_every must be >= 0, train.eval_batches >= 1");
   WF_USAGE_CHECK(!data_dir.empty(), "data.dir must not be empty");
   model::parse_checkpointing(checkpointing);
+  WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
+                 "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
+  if (ulysses > 1) {
+    WF_USAGE_CHECK(strategy == "ring" || strategy == "zigzag",
+                   "parallel.ulysses = {} needs parallel.strategy = 'ring' or 'zigzag' (the ring "
+                   "over the Ulysses teams), got '{}'",
+                   ulysses, strategy);
+    const int kv = kind == "dit" ? model.heads : model.kv_heads;
+    WF_USAGE_CHECK(model.heads % ulysses == 0 && kv % ulysses == 0,
+                   "parallel.ulysses = {} must divide model.heads = {} and the kv heads ({})",
+                   ulysses, model.heads, kv);
+  }
   seqpar::validate(attn_config(P), sp);
 }
 

@@ -51,6 +51,7 @@ struct TrainConfig {
   int sp = 1;
   std::string strategy = "ring";
   int teams = 1;
+  int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag over sp / ulysses teams
   std::string checkpointing = "none";
 
   // Fills the config from TOML text (name is the file name, for messages).
