@@ -165,7 +165,8 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
       for (int a = 0; a < u; ++a) {
         seqpar::Schedule su = seqpar::make_schedule(cu, u, a);
         seqpar::Schedule sr = seqpar::make_schedule(cr, rr, j);
-        scratch = std::max(scratch, scratch_of(su) + scratch_of(sr));
+        scratch = std::max(scratch, scratch_of(su) + scratch_of(sr) +
+                                        double(seqpar::hybrid_staging_elements(hybrid, P)));
         std::vector<int> team(u), ring(rr);
         for (int b = 0; b < u; ++b) team[b] = j * u + b;
         for (int k = 0; k < rr; ++k) ring[k] = k * u + a;

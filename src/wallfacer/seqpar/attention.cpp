@@ -1,7 +1,9 @@
 #include "wallfacer/seqpar/attention.h"
 
 #include <cstring>
+#include <utility>
 
+#include "wallfacer/core/error.h"
 #include "wallfacer/seqpar/executor.h"
 #include "wallfacer/seqpar/schedule.h"
 
@@ -55,7 +57,9 @@ struct DistAttention::Impl {
   // Hybrids: the ring over the teams, run by the Ulysses schedule's compute hook on the rows of
   // the team's heads (held here in its (B, u*n, heads/u, D) layout).
   std::unique_ptr<Impl> inner;
-  std::vector<float> q, k, v, o, lse, dout, delta, dq, dk, dv;
+  std::vector<float> staging;
+  float *q = nullptr, *dout = nullptr, *o = nullptr, *k = nullptr, *v = nullptr, *dk = nullptr,
+        *dv = nullptr, *lse = nullptr, *delta = nullptr;  // o also holds dq
 
   Impl(const AttnConfig& cfg, comm::Communicator& group) : exec(make_executor(cfg, group)) {
     if (cfg.ulysses <= 1) return;
@@ -64,18 +68,21 @@ struct DistAttention::Impl {
     inner = std::make_unique<Impl>(h.inner, ring);
     const int64_t B = cfg.batch, n = cfg.seq / group.size(), D = cfg.head_dim,
                   hd = int64_t(h.inner.heads) * D, kd = int64_t(h.inner.kv_heads) * D;
-    const int64_t rows = B * h.u * n;
-    q.resize(size_t(rows * hd));
-    o.resize(q.size());
-    dout.resize(q.size());
-    dq.resize(q.size());
-    k.resize(size_t(rows * kd));
-    v.resize(k.size());
-    dk.resize(k.size());
-    dv.resize(k.size());
-    lse.resize(size_t(rows * h.inner.heads));
-    delta.resize(lse.size());
     const int u = h.u, H = h.inner.heads;
+    const int64_t rows = B * u * n;
+    staging.assign(size_t(hybrid_staging_elements(cfg, group.size())), 0.0f);
+    float* next = staging.data();
+    auto take = [&](int64_t elements) { return std::exchange(next, next + elements); };
+    q = take(rows * hd);
+    dout = take(rows * hd);
+    o = take(rows * hd);
+    k = take(rows * kd);
+    v = take(rows * kd);
+    dk = take(rows * kd);
+    dv = take(rows * kd);
+    lse = take(rows * H);
+    delta = take(rows * H);
+    WF_CHECK(next == staging.data() + staging.size(), "hybrid staging miscounted");
     // Ulysses buffers (u blocks of n rows): Rows of H heads, KV of kv heads, Stat, QPack.
     const Blocks rows_g{u, B * n * hd, B, n, hd, hd};
     const Blocks kv_g{u, B * n * 2 * kd, B, n, kd, 2 * kd};
@@ -85,35 +92,35 @@ struct DistAttention::Impl {
     const Blocks qp_stat{u, qpack, B * H, n, 1, 1};
     exec.set_compute_hook(
         [=, this](const Op& op, const float* src, const float* src2, float* dst, float* dst2) {
-          blocks_to_rows(kv_g, src2, k.data());
-          blocks_to_rows(kv_g, src2 + kd, v.data());
+          blocks_to_rows(kv_g, src2, k);
+          blocks_to_rows(kv_g, src2 + kd, v);
           UserTensors t{};
-          t[kInK] = k.data();
-          t[kInV] = v.data();
-          t[kInQ] = q.data();
+          t[kInK] = k;
+          t[kInV] = v;
+          t[kInQ] = q;
           if (!op.backward) {
-            blocks_to_rows(rows_g, src, q.data());
-            t[kOutO] = o.data();
-            t[kOutLse] = lse.data();
+            blocks_to_rows(rows_g, src, q);
+            t[kOutO] = o;
+            t[kOutLse] = lse;
             inner->run(false, t);
-            rows_to_blocks(rows_g, o.data(), dst);
-            rows_to_blocks(stat_g, lse.data(), dst2);
+            rows_to_blocks(rows_g, o, dst);
+            rows_to_blocks(stat_g, lse, dst2);
           } else {
             // QPack blocks: q | dout | lse | delta.
-            blocks_to_rows(qp_rows, src, q.data());
-            blocks_to_rows(qp_rows, src + B * n * hd, dout.data());
-            blocks_to_rows(qp_stat, src + 2 * B * n * hd, lse.data());
-            blocks_to_rows(qp_stat, src + 2 * B * n * hd + B * H * n, delta.data());
-            t[kInDout] = dout.data();
-            t[kInLse] = lse.data();
-            t[kInDelta] = delta.data();
-            t[kOutDq] = dq.data();
-            t[kOutDk] = dk.data();
-            t[kOutDv] = dv.data();
+            blocks_to_rows(qp_rows, src, q);
+            blocks_to_rows(qp_rows, src + B * n * hd, dout);
+            blocks_to_rows(qp_stat, src + 2 * B * n * hd, lse);
+            blocks_to_rows(qp_stat, src + 2 * B * n * hd + B * H * n, delta);
+            t[kInDout] = dout;
+            t[kInLse] = lse;
+            t[kInDelta] = delta;
+            t[kOutDq] = o;
+            t[kOutDk] = dk;
+            t[kOutDv] = dv;
             inner->run(true, t);
-            rows_to_blocks(rows_g, dq.data(), dst);
-            rows_to_blocks(kv_g, dk.data(), dst2);
-            rows_to_blocks(kv_g, dv.data(), dst2 + kd);
+            rows_to_blocks(rows_g, o, dst);
+            rows_to_blocks(kv_g, dk, dst2);
+            rows_to_blocks(kv_g, dv, dst2 + kd);
           }
         });
   }

@@ -40,6 +40,11 @@ struct HybridConfigs {
 };
 HybridConfigs hybrid_configs(const AttnConfig& cfg, int P);
 
+// Elements a hybrid's DistAttention holds besides its two schedules' buffers: the gathered rows in
+// the inner ring's layout, (B, u*n) rows of heads/u heads: q, dout, o (dq), k, v, dk, dv, lse,
+// delta.
+int64_t hybrid_staging_elements(const AttnConfig& cfg, int P);
+
 // Throws UsageError with a one-line message when cfg cannot run on P ranks.
 void validate(const AttnConfig& cfg, int P);
 
