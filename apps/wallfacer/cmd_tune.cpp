@@ -47,10 +47,8 @@ double max_over(comm::Communicator& c, double x) {
   return *std::max_element(all.begin(), all.end());
 }
 
-double mean_over(comm::Communicator& c, double x) {
-  c.all_reduce_sum(&x, 1);
-  return x / c.size();
-}
+// The smallest value over the ranks: for rates, the slowest rank, which every step waits for.
+double min_over(comm::Communicator& c, double x) { return -max_over(c, -x); }
 
 // Seconds per call of f, repeated until `min_s` has passed (after one warm-up call).
 template <class F>
@@ -102,7 +100,7 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   world.barrier();
   const double t_mm = time_per_call(
       [&] { kernels::matmul_fwd(y.data(), a.data(), w.data(), nullptr, N, Cm, OC); }, 0.5);
-  const double gemm = mean_over(world, 2.0 * N * Cm * OC / t_mm);
+  const double gemm = min_over(world, 2.0 * N * Cm * OC / t_mm);
 
   // Flash attention forward + backward on one block pair of 1024 x 1024 rows, 4 heads of 64:
   // 4 FLOPs per (query, key) pair, head and head dim forward, 10 backward (as the schedules count).
@@ -133,9 +131,9 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   kernels::attn_bwd_preprocess(d, o_.data(), s3, dout.data(), s3, delta.data(), s2);
   const double t_b = time_per_call([&] { kernels::attn_bwd(bp); }, 0.5);
   const double pairs_hd = double(d.seq_q) * d.seq_k * d.heads * d.head_dim;
-  const double attn = mean_over(world, 14.0 * pairs_hd / (t_f + t_b));
-  const double attn_fwd = mean_over(world, 4.0 * pairs_hd / t_f);
-  const double attn_bwd = mean_over(world, 10.0 * pairs_hd / t_b);
+  const double attn = min_over(world, 14.0 * pairs_hd / (t_f + t_b));
+  const double attn_fwd = min_over(world, 4.0 * pairs_hd / t_f);
+  const double attn_bwd = min_over(world, 10.0 * pairs_hd / t_b);
 
   // Ping-pong between ranks 0 and 1 while the others wait.
   std::vector<double> sizes, times;
@@ -215,9 +213,10 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
     // The all-gather the fitted link predicts: a ring of P ranks, P-1 steps of 1 MB.
     const double predicted_ag = (P - 1) * link.time(double(ag) * sizeof(float));
     fmt::print("calibration ({} ranks, {} thread(s) each):\n", P, num_threads());
-    fmt::print("  sgemm {}x{}x{}: {:.2f} GFLOP/s per rank\n", N, Cm, OC, gemm / 1e9);
+    fmt::print("  sgemm {}x{}x{}: {:.2f} GFLOP/s per rank (the slowest rank)\n", N, Cm, OC,
+               gemm / 1e9);
     fmt::print(
-        "  flash attention fwd+bwd 1024x1024, 4 heads x 64: {:.2f} GFLOP/s per rank "
+        "  flash attention fwd+bwd 1024x1024, 4 heads x 64: {:.2f} GFLOP/s per rank (the slowest) "
         "(fwd {:.1f} ms = {:.2f} GFLOP/s, bwd {:.1f} ms = {:.2f} GFLOP/s; tile {}x{})\n",
         attn / 1e9, t_f * 1e3, attn_fwd / 1e9, t_b * 1e3, attn_bwd / 1e9, tile.block_q,
         tile.block_k);

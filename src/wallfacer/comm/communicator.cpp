@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
@@ -300,6 +302,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int init = 0;
   MPI_Initialized(&init);
   WF_CHECK(!init, "MPI is already initialised: create one comm::MpiSession per process");
+  // More ranks on this machine than cores (mpirun --oversubscribe): a rank that waits for a message
+  // gives its core away instead of spinning on it, so that the rank it waits for can run. OpenMPI
+  // reads the setting in MPI_Init; one given by the user is kept.
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local_size && std::atol(local_size) > long(std::thread::hardware_concurrency()))
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
   int provided = 0;
   const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   if (rc != MPI_SUCCESS) fail(rc, "MPI_Init_thread", -1, kNoPeer);
