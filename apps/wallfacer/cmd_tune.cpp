@@ -127,9 +127,11 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   bp.lse_stride = bp.delta_stride = s2;
   bp.scale = 0.125f;
   world.barrier();
-  const double t_f = time_per_call([&] { kernels::attn_fwd(fp); }, 0.5);
+  // 1.5 s each: with more ranks than cores the scheduler's share per rank evens out only over
+  // longer windows (0.5 s gave rates 16-25 GFLOP/s apart at 4 ranks on 2 cores, 1.5 s 18-21).
+  const double t_f = time_per_call([&] { kernels::attn_fwd(fp); }, 1.5);
   kernels::attn_bwd_preprocess(d, o_.data(), s3, dout.data(), s3, delta.data(), s2);
-  const double t_b = time_per_call([&] { kernels::attn_bwd(bp); }, 0.5);
+  const double t_b = time_per_call([&] { kernels::attn_bwd(bp); }, 1.5);
   const double pairs_hd = double(d.seq_q) * d.seq_k * d.heads * d.head_dim;
   const double attn = min_over(world, 14.0 * pairs_hd / (t_f + t_b));
   const double attn_fwd = min_over(world, 4.0 * pairs_hd / t_f);
