@@ -9,6 +9,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/kernels/reference/ops_ref.h"
+#include "wallfacer/kernels/vec_math.h"
 
 namespace wallfacer::kernels {
 namespace {
@@ -107,6 +108,34 @@ TEST(Ops, Gelu) {
     const double fd = (ref::gelu(x[i] + 1e-6) - ref::gelu(x[i] - 1e-6)) / 2e-6;
     EXPECT_NEAR(ref::gelu_grad(x[i]), fd, 1e-6);
   }
+}
+
+// GELU far into both tails (where tanh saturates) and the vectorised tanh against std::tanh over
+// its whole range, infinities and signed zero included.
+TEST(Ops, GeluTailsAndTanh) {
+  std::vector<float> x = {-1e30f, -200.0f, -50.0f, -9.0f, -1e-3f, -0.0f,
+                          0.0f,   1e-3f,   9.0f,   50.0f, 200.0f, 1e30f};
+  std::vector<float> y(x.size()), dx(x.size()), dy(x.size(), 1.0f);
+  gelu_fwd(y.data(), x.data(), int64_t(x.size()));
+  gelu_bwd(dx.data(), x.data(), dy.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::fabs(x[i]) < 1e6f) {
+      EXPECT_NEAR(y[i], ref::gelu(x[i]), 1e-6 * std::max(1.0, std::fabs(double(x[i])))) << x[i];
+      EXPECT_NEAR(dx[i], ref::gelu_grad(x[i]), 1e-6) << x[i];
+    } else {
+      EXPECT_TRUE(std::isfinite(y[i]) || x[i] > 0) << x[i];
+    }
+  }
+  double worst = 0;
+  for (int i = -400000; i <= 400000; ++i) {
+    const float u = float(i) * 5e-5f;  // [-20, 20]
+    worst = std::max(worst, std::fabs(double(detail::tanh_approx(u)) - std::tanh(double(u))));
+  }
+  EXPECT_LT(worst, 2e-7);
+  EXPECT_EQ(detail::tanh_approx(INFINITY), 1.0f);
+  EXPECT_EQ(detail::tanh_approx(-INFINITY), -1.0f);
+  EXPECT_EQ(detail::tanh_approx(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(detail::tanh_approx(-0.0f)));
 }
 
 TEST(Ops, RopeByGlobalPosition) {

@@ -12,44 +12,16 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threads.h"
+#include "wallfacer/kernels/vec_math.h"
 
 namespace wallfacer::kernels {
 namespace {
 
+using detail::exp_approx;
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
 constexpr int kBwdBlockQ = 128, kBwdBlockK = 256;
-
-// exp(x) for a vector of floats, written so that g++ -O3 -march=native turns the loop into SIMD
-// code without -ffast-math: no float comparisons and no float-to-int conversion, which the
-// default -ftrapping-math keeps the vectoriser away from. x = n ln2 + r with |r| <= ln2 / 2
-// (ln2 split in two parts), e^r by its Taylor polynomial of degree 7 (truncation below 5e-9
-// relative), 2^n from the exponent bits. The clamp at -88 is an unsigned min on the bit patterns
-// (for x <= 0 and -inf, a larger pattern is a more negative number; positive x pass unchanged);
-// there n = -127 gives exponent bits 0, so exp(-inf) and anything below about -87.7 is exactly 0
-// (results that would be subnormal are flushed). n is read from the low bits of the rounding sum.
-inline float exp_approx(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;  // 12 significant bits: n * kLn2Hi is exact
-  constexpr float kLn2Lo = 1.42860682030941723e-6f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to the nearest integer
-  constexpr float kMin = -88.0f;
-  const float xc =
-      std::bit_cast<float>(std::min(std::bit_cast<uint32_t>(x), std::bit_cast<uint32_t>(kMin)));
-  const float t = xc * kLog2e + kRound;
-  const float n = t - kRound;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t n_int = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
-  return p * std::bit_cast<float>((n_int + 127) << 23);
-}
 
 // p[j] = exp(s[j] - shift) for j < n; returns the sum of the p[j]. Kept out of line so that it is
 // vectorised on its own rather than inside the (unvectorisable) tile loops it is called from.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/kernels/vec_math.h"
 
 namespace wallfacer::kernels {
 
@@ -118,7 +119,7 @@ void gelu_fwd(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+    out[i] = 0.5f * x * (1.0f + detail::tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)));
   }
 }
 
@@ -127,7 +128,7 @@ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
-    const float t = std::tanh(u);
+    const float t = detail::tanh_approx(u);
     const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
     const float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
     dinp[i] = dout[i] * g;
