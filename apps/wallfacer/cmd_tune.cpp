@@ -80,6 +80,54 @@ double collective_time_per_call(comm::Communicator& c, F&& f) {
 // ---------------------------------------------------------------------------------------------
 // Calibration
 
+struct AttnRates {
+  int head_dim = 0;
+  double fwd_s = 0, bwd_s = 0;        // this rank's seconds per call
+  double fwd = 0, bwd = 0, both = 0;  // FLOP/s of the slowest rank
+};
+
+// Times attn_fwd and attn_bwd on every rank at once on a 1024 x 1024 block of 4 heads of
+// head_dim, for 1.5 s each: with more ranks than cores the scheduler's share per rank evens out
+// only over longer windows (0.5 s gave rates 16-25 GFLOP/s apart at 4 ranks on 2 cores, 1.5 s
+// 18-21).
+AttnRates time_attention(comm::Communicator& world, int head_dim, std::mt19937& rng) {
+  kernels::AttnDims d{1, 1024, 1024, 4, 4, head_dim};
+  const size_t rows = size_t(d.seq_q) * d.heads * d.head_dim;
+  std::vector<float> q(rows), k(rows), v(rows), o(rows), dout(rows), dq(rows), dk(rows), dv(rows);
+  std::vector<float> lse(size_t(d.heads) * d.seq_q), delta(lse.size());
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto* t : {&q, &k, &v, &dout})
+    for (auto& x : *t) x = u(rng);
+  const auto s3 = kernels::Strides3::contiguous(d.seq_q, d.heads, d.head_dim);
+  const auto s2 = kernels::Strides2::contiguous(d.heads, d.seq_q);
+  const float scale = 1.0f / std::sqrt(float(head_dim));
+  kernels::AttnFwdParams fp;
+  fp.dims = d;
+  fp.q = q.data(), fp.k = k.data(), fp.v = v.data(), fp.o = o.data(), fp.lse = lse.data();
+  fp.q_stride = fp.k_stride = fp.v_stride = fp.o_stride = s3;
+  fp.lse_stride = s2;
+  fp.scale = scale;
+  kernels::AttnBwdParams bp;
+  bp.dims = d;
+  bp.q = q.data(), bp.k = k.data(), bp.v = v.data(), bp.dout = dout.data(), bp.lse = lse.data();
+  bp.delta = delta.data(), bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
+  bp.q_stride = bp.k_stride = bp.v_stride = bp.dout_stride = bp.dq_stride = bp.dk_stride =
+      bp.dv_stride = s3;
+  bp.lse_stride = bp.delta_stride = s2;
+  bp.scale = scale;
+  world.barrier();
+  AttnRates r;
+  r.head_dim = head_dim;
+  r.fwd_s = time_per_call([&] { kernels::attn_fwd(fp); }, 1.5);
+  kernels::attn_bwd_preprocess(d, o.data(), s3, dout.data(), s3, delta.data(), s2);
+  r.bwd_s = time_per_call([&] { kernels::attn_bwd(bp); }, 1.5);
+  const double pairs_hd = double(d.seq_q) * d.seq_k * d.heads * d.head_dim;
+  r.both = min_over(world, 14.0 * pairs_hd / (r.fwd_s + r.bwd_s));
+  r.fwd = min_over(world, 4.0 * pairs_hd / r.fwd_s);
+  r.bwd = min_over(world, 10.0 * pairs_hd / r.bwd_s);
+  return r;
+}
+
 int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   const int P = world.size(), rank = world.rank();
   WF_USAGE_CHECK(P >= 2,
@@ -102,40 +150,12 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
       [&] { kernels::matmul_fwd(y.data(), a.data(), w.data(), nullptr, N, Cm, OC); }, 0.5);
   const double gemm = min_over(world, 2.0 * N * Cm * OC / t_mm);
 
-  // Flash attention forward + backward on one block pair of 1024 x 1024 rows, 4 heads of 64:
-  // 4 FLOPs per (query, key) pair, head and head dim forward, 10 backward (as the schedules count).
-  kernels::AttnDims d{1, 1024, 1024, 4, 4, 64};
-  const size_t rows = size_t(d.seq_q) * d.heads * d.head_dim;
-  std::vector<float> q(rows), k(rows), v(rows), o_(rows), dout(rows), dq(rows), dk(rows), dv(rows);
-  std::vector<float> lse(size_t(d.heads) * d.seq_q), delta(lse.size());
-  for (auto* t : {&q, &k, &v, &dout})
-    for (auto& x : *t) x = u(rng);
-  const auto s3 = kernels::Strides3::contiguous(d.seq_q, d.heads, d.head_dim);
-  const auto s2 = kernels::Strides2::contiguous(d.heads, d.seq_q);
-  kernels::AttnFwdParams fp;
-  fp.dims = d;
-  fp.q = q.data(), fp.k = k.data(), fp.v = v.data(), fp.o = o_.data(), fp.lse = lse.data();
-  fp.q_stride = fp.k_stride = fp.v_stride = fp.o_stride = s3;
-  fp.lse_stride = s2;
-  fp.scale = 0.125f;
-  kernels::AttnBwdParams bp;
-  bp.dims = d;
-  bp.q = q.data(), bp.k = k.data(), bp.v = v.data(), bp.dout = dout.data(), bp.lse = lse.data();
-  bp.delta = delta.data(), bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
-  bp.q_stride = bp.k_stride = bp.v_stride = bp.dout_stride = bp.dq_stride = bp.dk_stride =
-      bp.dv_stride = s3;
-  bp.lse_stride = bp.delta_stride = s2;
-  bp.scale = 0.125f;
-  world.barrier();
-  // 1.5 s each: with more ranks than cores the scheduler's share per rank evens out only over
-  // longer windows (0.5 s gave rates 16-25 GFLOP/s apart at 4 ranks on 2 cores, 1.5 s 18-21).
-  const double t_f = time_per_call([&] { kernels::attn_fwd(fp); }, 1.5);
-  kernels::attn_bwd_preprocess(d, o_.data(), s3, dout.data(), s3, delta.data(), s2);
-  const double t_b = time_per_call([&] { kernels::attn_bwd(bp); }, 1.5);
-  const double pairs_hd = double(d.seq_q) * d.seq_k * d.heads * d.head_dim;
-  const double attn = min_over(world, 14.0 * pairs_hd / (t_f + t_b));
-  const double attn_fwd = min_over(world, 4.0 * pairs_hd / t_f);
-  const double attn_bwd = min_over(world, 10.0 * pairs_hd / t_b);
+  // Flash attention forward + backward on one block pair of 1024 x 1024 rows, 4 heads, for head
+  // dims 32, 64 and 128 (64 gives the device's own rates): 4 FLOPs per (query, key) pair, head
+  // and head dim forward, 10 backward (as the schedules count).
+  std::vector<AttnRates> by_dim;
+  for (int D : {32, 64, 128}) by_dim.push_back(time_attention(world, D, rng));
+  const AttnRates& a64 = by_dim[1];
 
   // Ping-pong between ranks 0 and 1 while the others wait.
   std::vector<double> sizes, times;
@@ -198,10 +218,16 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
                                   topo.max_ranks_per_node());
     c.device = "CPU core";
     c.gemm_flops = gemm;
-    c.attention_flops = attn;
-    c.attention_fwd_flops = attn_fwd;
-    c.attention_bwd_flops = attn_bwd;
-    const kernels::AttnTiling tile = kernels::attn_fwd_tiling(d);
+    c.attention_flops = a64.both;
+    c.attention_fwd_flops = a64.fwd;
+    c.attention_bwd_flops = a64.bwd;
+    for (const AttnRates& r : by_dim) {
+      c.attention_head_dims.push_back(r.head_dim);
+      c.attention_fwd_by_head_dim.push_back(r.fwd);
+      c.attention_bwd_by_head_dim.push_back(r.bwd);
+    }
+    const kernels::AttnTiling tile =
+        kernels::attn_fwd_tiling(kernels::AttnDims{1, 1024, 1024, 4, 4, 64});
     c.attention_tile_q = tile.block_q;
     c.attention_tile_k = tile.block_k;
     const double mem = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
@@ -217,11 +243,13 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
     fmt::print("calibration ({} ranks, {} thread(s) each):\n", P, num_threads());
     fmt::print("  sgemm {}x{}x{}: {:.2f} GFLOP/s per rank (the slowest rank)\n", N, Cm, OC,
                gemm / 1e9);
-    fmt::print(
-        "  flash attention fwd+bwd 1024x1024, 4 heads x 64: {:.2f} GFLOP/s per rank (the slowest) "
-        "(fwd {:.1f} ms = {:.2f} GFLOP/s, bwd {:.1f} ms = {:.2f} GFLOP/s; tile {}x{})\n",
-        attn / 1e9, t_f * 1e3, attn_fwd / 1e9, t_b * 1e3, attn_bwd / 1e9, tile.block_q,
-        tile.block_k);
+    for (const AttnRates& r : by_dim)
+      fmt::print(
+          "  flash attention 1024x1024, 4 heads x {:>3}: fwd {:6.1f} ms = {:6.2f}, bwd {:6.1f} ms "
+          "= "
+          "{:6.2f}, fwd+bwd {:6.2f} GFLOP/s per rank (the slowest)\n",
+          r.head_dim, r.fwd_s * 1e3, r.fwd / 1e9, r.bwd_s * 1e3, r.bwd / 1e9, r.both / 1e9);
+    fmt::print("  kernel tile {}x{} (query x key rows)\n", tile.block_q, tile.block_k);
     fmt::print("  ping-pong rank 0 <-> 1: latency {:.2f} us, bandwidth {:.2f} GB/s\n",
                link.latency * 1e6, link.bandwidth / 1e9);
     for (size_t i = 0; i < sizes.size(); ++i)

@@ -2,6 +2,7 @@
 // usage errors; parameter and FLOP counts against closed forms.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "wallfacer/core/error.h"
@@ -58,6 +59,26 @@ TEST(PlanConfig, ClusterRoundTripsThroughToml) {
   EXPECT_EQ(c.attention_tile_k, 256);
 }
 
+// Rates by head dim: exact at the measured dims, interpolated in log(head_dim) between them (96
+// lies log2(1.5) of the way from 64 to 128), held beyond the ends; without a table every head dim
+// gets the device's own rates.
+TEST(PlanConfig, AttentionRatesByHeadDim) {
+  Cluster a = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
+  EXPECT_DOUBLE_EQ(a.fwd_rate(96), a.attention_flops);
+  a.attention_fwd_flops = 3e11;
+  a.attention_head_dims = {32, 64, 128};
+  a.attention_fwd_by_head_dim = {1e11, 2e11, 4e11};
+  a.attention_bwd_by_head_dim = {1.5e11, 3e11, 6e11};
+  Cluster c = parse_cluster(cluster_to_toml(a), "roundtrip");
+  EXPECT_EQ(c.attention_head_dims, a.attention_head_dims);
+  EXPECT_DOUBLE_EQ(c.fwd_rate(64), 2e11);
+  EXPECT_DOUBLE_EQ(c.bwd_rate(32), 1.5e11);
+  EXPECT_NEAR(c.fwd_rate(96), 2e11 + std::log2(1.5) * 2e11, 1e3);
+  EXPECT_DOUBLE_EQ(c.fwd_rate(16), 1e11);
+  EXPECT_DOUBLE_EQ(c.bwd_rate(256), 6e11);
+  EXPECT_DOUBLE_EQ(c.fwd_rate(0), 3e11);  // unknown head dim: the device's own rate
+}
+
 const char* kCluster = R"(name = "x"
 [nodes]
 count = 2
@@ -96,6 +117,15 @@ TEST(PlanConfig, BadClustersAreUsageErrors) {
   expect_usage(std::string(s).replace(s.find("gemm_flops = 1e12"), 17, "gemm_flops = \"x\""),
                "device.gemm_flops");
   expect_usage("name = ", "c.toml:1");
+  const std::string dims = "memory = 1e10\nattention_bwd_flops_by_head_dim = [1e9, 2e9]\n";
+  expect_usage(std::string(s).replace(s.find("memory = 1e10"), 13,
+                                      dims + "attention_head_dims = [32, 64]\n"
+                                             "attention_fwd_flops_by_head_dim = [1e9]"),
+               "same length");
+  expect_usage(std::string(s).replace(s.find("memory = 1e10"), 13,
+                                      dims + "attention_head_dims = [64, 32]\n"
+                                             "attention_fwd_flops_by_head_dim = [1e9, 1e9]"),
+               "increasing");
   expect_usage(
       std::string(s).replace(s.find("memory = 1e10"), 13, "memory = 1e10\nattention_tile_q = 64"),
       "attention_tile_k");

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
 #include "wallfacer/core/error.h"
 #include "wallfacer/plan/toml_util.h"
 
@@ -45,6 +49,17 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   c.attention_bwd_flops = dev.number_or("attention_bwd_flops", 0, 1e6, 1e18);
   c.attention_tile_q = dev.integer_or("attention_tile_q", 0, 1, 1 << 16);
   c.attention_tile_k = dev.integer_or("attention_tile_k", 0, 1, 1 << 16);
+  c.attention_head_dims = dev.numbers_or_empty("attention_head_dims", 1, 1 << 16);
+  c.attention_fwd_by_head_dim = dev.numbers_or_empty("attention_fwd_flops_by_head_dim", 1e6, 1e18);
+  c.attention_bwd_by_head_dim = dev.numbers_or_empty("attention_bwd_flops_by_head_dim", 1e6, 1e18);
+  WF_USAGE_CHECK(c.attention_fwd_by_head_dim.size() == c.attention_head_dims.size() &&
+                     c.attention_bwd_by_head_dim.size() == c.attention_head_dims.size(),
+                 "{}: device.attention_head_dims, attention_fwd_flops_by_head_dim and "
+                 "attention_bwd_flops_by_head_dim must have the same length",
+                 source);
+  WF_USAGE_CHECK(std::adjacent_find(c.attention_head_dims.begin(), c.attention_head_dims.end(),
+                                    std::greater_equal<>()) == c.attention_head_dims.end(),
+                 "{}: device.attention_head_dims must be increasing", source);
   WF_USAGE_CHECK((c.attention_tile_q > 0) == (c.attention_tile_k > 0),
                  "{}: give both device.attention_tile_q and device.attention_tile_k, or neither",
                  source);
@@ -76,6 +91,32 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   return c;
 }
 
+namespace {
+
+// Rate at head dim d from a table by head dim: interpolated in log d, the ends held beyond.
+double rate_at(const std::vector<double>& dims, const std::vector<double>& rates, int d,
+               double fallback) {
+  if (dims.empty() || d <= 0) return fallback;
+  if (d <= dims.front()) return rates.front();
+  if (d >= dims.back()) return rates.back();
+  size_t i = 1;
+  while (dims[i] < d) ++i;
+  const double w = std::log(d / dims[i - 1]) / std::log(dims[i] / dims[i - 1]);
+  return rates[i - 1] + w * (rates[i] - rates[i - 1]);
+}
+
+}  // namespace
+
+double Cluster::fwd_rate(int head_dim) const {
+  const double own = attention_fwd_flops > 0 ? attention_fwd_flops : attention_flops;
+  return rate_at(attention_head_dims, attention_fwd_by_head_dim, head_dim, own);
+}
+
+double Cluster::bwd_rate(int head_dim) const {
+  const double own = attention_bwd_flops > 0 ? attention_bwd_flops : attention_flops;
+  return rate_at(attention_head_dims, attention_bwd_by_head_dim, head_dim, own);
+}
+
 Cluster load_cluster(const std::string& path) {
   return parse_cluster(detail::read_text_file(path, "cluster"), path);
 }
@@ -95,6 +136,17 @@ std::string cluster_to_toml(const Cluster& c) {
     attention_extra += fmt::format("attention_fwd_flops = {:.6e}\n", c.attention_fwd_flops);
   if (c.attention_bwd_flops > 0)
     attention_extra += fmt::format("attention_bwd_flops = {:.6e}\n", c.attention_bwd_flops);
+  auto list = [](const std::vector<double>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{:.6g}", i ? ", " : "", v[i]);
+    return out + "]";
+  };
+  if (!c.attention_head_dims.empty())
+    attention_extra += fmt::format(
+        "attention_head_dims = {}\nattention_fwd_flops_by_head_dim = {}\n"
+        "attention_bwd_flops_by_head_dim = {}\n",
+        list(c.attention_head_dims), list(c.attention_fwd_by_head_dim),
+        list(c.attention_bwd_by_head_dim));
   if (c.attention_tile_q > 0)
     attention_extra += fmt::format("attention_tile_q = {}\nattention_tile_k = {}\n",
                                    c.attention_tile_q, c.attention_tile_k);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace wallfacer::plan {
 
@@ -32,6 +33,10 @@ struct Cluster {
   // The kernels' tile (query rows x key rows): under a causal mask, partly masked tiles cost whole
   // tiles. 0: work is counted by kept (query, key) pairs only.
   int attention_tile_q = 0, attention_tile_k = 0;
+  // Rates measured per head dim (ascending head dims, one forward and one backward rate each):
+  // between two head dims the rate is interpolated in log(head_dim), beyond the ends the nearest
+  // one holds. Empty: the rates above for every head dim.
+  std::vector<double> attention_head_dims, attention_fwd_by_head_dim, attention_bwd_by_head_dim;
   double memory = 0;           // bytes per device
   double memory_reserved = 0;  // bytes per device not available to training (runtime, allocator)
   int dtype_bytes = 4;         // bytes per activation / gradient element (bf16: 2, fp32: 4)
@@ -44,12 +49,9 @@ struct Cluster {
   bool grad_sync_overlap = false;  // gradient reduction overlaps the backward of earlier layers
 
   int devices() const { return nodes * devices_per_node; }
-  double fwd_rate() const {
-    return attention_fwd_flops > 0 ? attention_fwd_flops : attention_flops;
-  }
-  double bwd_rate() const {
-    return attention_bwd_flops > 0 ? attention_bwd_flops : attention_flops;
-  }
+  // The attention rates for heads of `head_dim` (0: the device's own rates, as for unknown dims).
+  double fwd_rate(int head_dim = 0) const;
+  double bwd_rate(int head_dim = 0) const;
 };
 
 // Parses a cluster description; `source` names it in error messages. Throws UsageError with a

@@ -187,7 +187,7 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       int ulysses, const std::vector<int>& device_of) {
   AttentionPrediction a;
-  const Machine m = Machine::from(cl, device_of);
+  const Machine m = Machine::from(cl, device_of, cfg.head_dim);
   double scratch = 0;
   for (bool bwd : {false, true}) {
     Program prog = attention_program(cfg, P, ulysses, bwd, cl.dtype_bytes, cl.attention_tile_q,

@@ -68,15 +68,15 @@ void Program::append(const Program& other) {
   }
 }
 
-Machine Machine::from(const Cluster& c, std::vector<int> device_of) {
+Machine Machine::from(const Cluster& c, std::vector<int> device_of, int head_dim) {
   Machine m;
   m.intra = c.intra;
   m.inter = c.inter;
   m.devices_per_node = c.devices_per_node;
   m.devices_per_nic = c.devices_per_nic;
   m.gemm_flops = c.gemm_flops;
-  m.attention_fwd_flops = c.fwd_rate();
-  m.attention_bwd_flops = c.bwd_rate();
+  m.attention_fwd_flops = c.fwd_rate(head_dim);
+  m.attention_bwd_flops = c.bwd_rate(head_dim);
   m.device_of = std::move(device_of);
   return m;
 }

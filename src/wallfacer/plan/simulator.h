@@ -71,7 +71,8 @@ struct Machine {
   double gemm_flops = 1, attention_fwd_flops = 1, attention_bwd_flops = 1;
   std::vector<int> device_of;  // layout rank -> device
 
-  static Machine from(const Cluster& c, std::vector<int> device_of);
+  // head_dim: the attention rates for heads of that size (0: the cluster's own rates).
+  static Machine from(const Cluster& c, std::vector<int> device_of, int head_dim = 0);
   int node(int rank) const { return device_of[rank] / devices_per_node; }
   int nic(int rank) const { return device_of[rank] / devices_per_nic; }
   bool same_node(int a, int b) const { return node(a) == node(b); }

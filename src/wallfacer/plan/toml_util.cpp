@@ -74,6 +74,25 @@ int Table::integer_or(std::string_view key, int fallback, int lo, int hi) {
   return has(key) ? integer(key, lo, hi) : (read_.insert(std::string(key)), fallback);
 }
 
+std::vector<double> Table::numbers_or_empty(std::string_view key, double lo, double hi) {
+  std::vector<double> out;
+  if (!has(key)) {
+    read_.insert(std::string(key));
+    return out;
+  }
+  const toml::node* n = get(key);
+  WF_USAGE_CHECK(n->is_array(), "{}: '{}' must be an array of numbers", source_, name(key));
+  for (const toml::node& e : *n->as_array()) {
+    auto v = e.value<double>();
+    WF_USAGE_CHECK(v && (e.is_integer() || e.is_floating_point()),
+                   "{}: '{}' must be an array of numbers", source_, name(key));
+    WF_USAGE_CHECK(*v >= lo && *v <= hi, "{}: '{}' has {}, out of range [{}, {}]", source_,
+                   name(key), *v, lo, hi);
+    out.push_back(*v);
+  }
+  return out;
+}
+
 std::string Table::string(std::string_view key) {
   const toml::node* n = get(key);
   WF_USAGE_CHECK(n, "{}: missing key '{}'", source_, name(key));

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace wallfacer::plan::detail {
 
@@ -26,6 +27,8 @@ class Table {
   double number_or(std::string_view key, double fallback, double lo, double hi);
   int integer(std::string_view key, int lo, int hi);
   int integer_or(std::string_view key, int fallback, int lo, int hi);
+  // An array of numbers in [lo, hi]; empty when the key is absent.
+  std::vector<double> numbers_or_empty(std::string_view key, double lo, double hi);
   std::string string(std::string_view key);
   std::string string_or(std::string_view key, std::string fallback);
   bool boolean_or(std::string_view key, bool fallback);
