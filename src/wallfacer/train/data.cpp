@@ -68,7 +68,7 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, i
   write_file_atomic(path, bytes);
 }
 
-TokenShard::TokenShard(const std::string& path) {
+TokenShard::TokenShard(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   WF_USAGE_CHECK(fd >= 0, "cannot open token shard '{}': {} (run `wallfacer prepare` first)", path,
                  std::strerror(errno));
@@ -127,8 +127,9 @@ PrepareStats prepare(const std::vector<std::string>& inputs, const std::string& 
 SequenceLoader::SequenceLoader(const TokenShard& shard, int64_t seq, uint64_t seed)
     : shard_(shard), seq_(seq), seed_(seed) {
   WF_USAGE_CHECK(shard.size() > seq,
-                 "the token shard holds {} tokens, fewer than train.seq + 1 = {}", shard.size(),
-                 seq + 1);
+                 "token shard '{}' holds {} tokens, fewer than train.seq + 1 = {} (prepare more "
+                 "text or lower train.seq)",
+                 shard.path(), shard.size(), seq + 1);
 }
 
 int64_t SequenceLoader::start(int64_t step, int64_t j) const {

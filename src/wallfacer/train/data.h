@@ -42,6 +42,7 @@ class TokenShard {
   TokenShard& operator=(const TokenShard&) = delete;
   int64_t size() const { return n_; }
   int vocab() const { return vocab_; }
+  const std::string& path() const { return path_; }
   int32_t operator[](int64_t i) const { return tokens_[i]; }
 
  private:
@@ -50,6 +51,7 @@ class TokenShard {
   const uint16_t* tokens_ = nullptr;
   int64_t n_ = 0;
   int vocab_ = 0;
+  std::string path_;
 };
 
 struct PrepareStats {
