@@ -245,9 +245,8 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
                gemm / 1e9);
     for (const AttnRates& r : by_dim)
       fmt::print(
-          "  flash attention 1024x1024, 4 heads x {:>3}: fwd {:6.1f} ms = {:6.2f}, bwd {:6.1f} ms "
-          "= "
-          "{:6.2f}, fwd+bwd {:6.2f} GFLOP/s per rank (the slowest)\n",
+          "  flash attention 1024x1024, 4 heads x {:>3}: fwd {:6.1f} ms = {:6.2f}, "
+          "bwd {:6.1f} ms = {:6.2f}, fwd+bwd {:6.2f} GFLOP/s per rank (the slowest)\n",
           r.head_dim, r.fwd_s * 1e3, r.fwd / 1e9, r.bwd_s * 1e3, r.bwd / 1e9, r.both / 1e9);
     fmt::print("  kernel tile {}x{} (query x key rows)\n", tile.block_q, tile.block_k);
     fmt::print("  ping-pong rank 0 <-> 1: latency {:.2f} us, bandwidth {:.2f} GB/s\n",
