@@ -344,7 +344,7 @@ Measured measure(const plan::Prediction& p, const plan::Cluster& cl, const plan:
   comm::Communicator group = world.split(0, layout_rank);  // rank in group = layout rank
   Measured r;
   r.pred = p;
-  r.attn = plan::predict_attention(cl, cfg, P, 1, device_of);
+  r.attn = plan::predict_attention(cl, cfg, P, device_of);
 
   const int64_t n = int64_t(m.batch) * seq / P, D = cfg.head_dim;
   std::vector<float> q(size_t(n * cfg.heads * D)), k(size_t(n * cfg.kv_heads * D)), v(k.size());

@@ -196,7 +196,7 @@ std::vector<int64_t> planned_bytes(const AttnConfig& c, int P, int rank) {
   for (int r = 0; r < P; ++r) m.device_of.push_back(r);
   std::vector<int64_t> out;
   for (bool bwd : {false, true}) {
-    const auto res = plan::simulate(plan::attention_program(c, P, c.ulysses, bwd, 4.0), m);
+    const auto res = plan::simulate(plan::attention_program(c, P, bwd, 4.0), m);
     out.push_back(int64_t(res.ranks[size_t(rank)].p2p_bytes));
     out.push_back(int64_t(res.ranks[size_t(rank)].coll_bytes));
   }

@@ -62,8 +62,7 @@ TEST(PlanPlanner, RingForwardIsMaxOfComputeAndTransferPerStep) {
   for (int P : {2, 4}) {
     for (int64_t seq : {int64_t(512), int64_t(4096)}) {
       Cluster cl = toy_cluster(1, P, P);
-      auto a =
-          predict_attention(cl, attn(seqpar::Strategy::Ring, 1, seq, false), P, 1, identity(P));
+      auto a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, seq, false), P, identity(P));
       const double n = double(seq) / P, H = 4, D = 32;
       const double F = 4 * n * n * H * D / cl.attention_flops;
       const double t_kv = 3e-6 + n * 2 * H * D * 4 / 2e10;
@@ -83,23 +82,23 @@ TEST(PlanPlanner, CausalWorkCountsWholeTilesAndSeparateRates) {
   cl.attention_fwd_flops = 1e12;
   cl.attention_bwd_flops = 0.5e12;
   const double H = 4, D = 32;
-  auto a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, true), 1, 1, identity(1));
+  auto a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, true), 1, identity(1));
   EXPECT_NEAR(a.fwd_s, 4 * 131328.0 * H * D / 1e12, 1e-15);
   EXPECT_NEAR(a.bwd_s, 10 * 131328.0 * H * D / 0.5e12, 1e-15);
   cl.attention_tile_q = 128;
   cl.attention_tile_k = 256;
-  a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, true), 1, 1, identity(1));
+  a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, true), 1, identity(1));
   EXPECT_NEAR(a.fwd_s, 4 * 196608.0 * H * D / 1e12, 1e-15);
   EXPECT_NEAR(a.bwd_s, 10 * 196608.0 * H * D / 0.5e12, 1e-15);
   // Full attention has no partial tiles.
-  a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, false), 1, 1, identity(1));
+  a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 512, false), 1, identity(1));
   EXPECT_NEAR(a.fwd_s, 4 * 512.0 * 512 * H * D / 1e12, 1e-15);
 }
 
 // Across two nodes (one rank each) the same ring is bound by the network link.
 TEST(PlanPlanner, RingForwardAcrossNodesUsesTheNetworkLink) {
   Cluster cl = toy_cluster(2, 1, 1);
-  auto a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 4096, false), 2, 1, identity(2));
+  auto a = predict_attention(cl, attn(seqpar::Strategy::Ring, 1, 4096, false), 2, identity(2));
   const double n = 2048, H = 4, D = 32;
   const double F = 4 * n * n * H * D / 1e12, t_kv = 2e-5 + n * 2 * H * D * 4 / 1e9;
   EXPECT_NEAR(a.fwd_s, std::max(F, t_kv) + F, 1e-12);
@@ -122,7 +121,7 @@ TEST(PlanPlanner, ProgramVolumesEqualTheScheduleFormulas) {
     Cluster cl = toy_cluster(1, k.P, k.P);
     Machine m = Machine::from(cl, identity(k.P));
     for (bool bwd : {false, true}) {
-      SimResult r = simulate(attention_program(cfg, k.P, 1, bwd, 4.0), m);
+      SimResult r = simulate(attention_program(cfg, k.P, bwd, 4.0), m);
       for (int rank = 0; rank < k.P; ++rank) {
         auto f = seqpar::formula_totals(cfg, k.P, rank);
         EXPECT_DOUBLE_EQ(r.ranks[rank].p2p_bytes, double(bwd ? f.p2p_bytes_bwd : f.p2p_bytes_fwd))
@@ -140,16 +139,18 @@ TEST(PlanPlanner, InterNodeBytesOfRingAndHybrid) {
   Cluster cl = toy_cluster(4, 2, 2);
   const int P = 8;
   auto cfg = attn(seqpar::Strategy::Ring, 1, 1024, false);
-  auto ring = predict_attention(cl, cfg, P, 1, identity(P));
+  auto ring = predict_attention(cl, cfg, P, identity(P));
   const double kv = 128.0 * 2 * 4 * 32 * 4;  // one rank's K,V block in bytes
-  Program fwd = attention_program(cfg, P, 1, false, 4.0);
+  Program fwd = attention_program(cfg, P, false, 4.0);
   SimResult r = simulate(fwd, Machine::from(cl, identity(P)));
   EXPECT_DOUBLE_EQ(r.ranks[1].inter_bytes, (P - 1) * kv);
   EXPECT_DOUBLE_EQ(r.ranks[0].inter_bytes, 0);
   EXPECT_GT(ring.inter_bytes, 0);
   // Ulysses 2 x ring 4, all-to-all pairs inside a node: only the ring of 4 crosses nodes, with
   // half the heads: each crossing rank sends 3 blocks of half the K,V of 256 rows.
-  SimResult h = simulate(attention_program(cfg, P, 2, false, 4.0), Machine::from(cl, identity(P)));
+  auto hybrid = cfg;
+  hybrid.ulysses = 2;
+  SimResult h = simulate(attention_program(hybrid, P, false, 4.0), Machine::from(cl, identity(P)));
   double most = 0;
   for (const auto& rt : h.ranks) most = std::max(most, rt.inter_bytes);
   EXPECT_DOUBLE_EQ(most, 3 * 256.0 * 2 * 2 * 32 * 4);

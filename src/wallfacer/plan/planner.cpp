@@ -137,16 +137,14 @@ constexpr int kRingRequestBase = 1 << 24;
 
 }  // namespace
 
-Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, bool backward,
-                          double elem_bytes, int tile_q, int tile_k, double* scratch_elements) {
+Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, double elem_bytes,
+                          int tile_q, int tile_k, double* scratch_elements) {
   Program prog(P);
   double scratch = 0;
   auto phase = [&](const seqpar::Schedule& s) -> const std::vector<seqpar::Op>& {
     return backward ? s.bwd : s.fwd;
   };
-  seqpar::AttnConfig hybrid = cfg;
-  hybrid.ulysses = std::max(ulysses, cfg.ulysses);  // either names the hybrid's degree
-  if (hybrid.ulysses <= 1) {
+  if (cfg.ulysses <= 1) {
     std::vector<int> world(P);
     std::iota(world.begin(), world.end(), 0);
     for (int r = 0; r < P; ++r) {
@@ -157,8 +155,8 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
           nullptr);
     }
   } else {
-    seqpar::validate(hybrid, P);
-    const auto hc = seqpar::hybrid_configs(hybrid, P);
+    seqpar::validate(cfg, P);
+    const auto hc = seqpar::hybrid_configs(cfg, P);
     const int u = hc.u, rr = hc.rings;
     const seqpar::AttnConfig &cu = hc.outer, &cr = hc.inner;
     for (int j = 0; j < rr; ++j)
@@ -166,7 +164,7 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
         seqpar::Schedule su = seqpar::make_schedule(cu, u, a);
         seqpar::Schedule sr = seqpar::make_schedule(cr, rr, j);
         scratch = std::max(scratch, scratch_of(su) + scratch_of(sr) +
-                                        double(seqpar::hybrid_staging_elements(hybrid, P)));
+                                        double(seqpar::hybrid_staging_elements(cfg, P)));
         std::vector<int> team(u), ring(rr);
         for (int b = 0; b < u; ++b) team[b] = j * u + b;
         for (int k = 0; k < rr; ++k) ring[k] = k * u + a;
@@ -185,12 +183,12 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, boo
 }
 
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
-                                      int ulysses, const std::vector<int>& device_of) {
+                                      const std::vector<int>& device_of) {
   AttentionPrediction a;
   const Machine m = Machine::from(cl, device_of, cfg.head_dim);
   double scratch = 0;
   for (bool bwd : {false, true}) {
-    Program prog = attention_program(cfg, P, ulysses, bwd, cl.dtype_bytes, cl.attention_tile_q,
+    Program prog = attention_program(cfg, P, bwd, cl.dtype_bytes, cl.attention_tile_q,
                                      cl.attention_tile_k, &scratch);
     SimResult r = simulate(prog, m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
@@ -247,7 +245,7 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   try {
     const seqpar::AttnConfig cfg = attention_config(m, in.seq, c);
     seqpar::validate(cfg, P);
-    a = predict_attention(cl, cfg, P, c.ulysses, candidate_devices(c, P));
+    a = predict_attention(cl, cfg, P, candidate_devices(c, P));
   } catch (const UsageError& e) {
     p.reason = e.what();
     return p;

@@ -73,8 +73,9 @@ struct AttentionPrediction {
   double scratch_elements = 0;  // largest scratch buffers of one rank (elements)
 };
 // `device_of`: layout rank -> device of the cluster. Throws UsageError when cfg cannot run.
+// A hybrid is cfg.ulysses > 1.
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
-                                      int ulysses, const std::vector<int>& device_of);
+                                      const std::vector<int>& device_of);
 
 // The AttnConfig the candidate runs for this model and sequence (for hybrids, of the whole group).
 seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c);
@@ -85,8 +86,7 @@ std::vector<int> candidate_devices(const Candidate& c, int P);
 // Programs of the attention (forward or backward) of every rank, built from the seqpar schedules;
 // element counts become bytes with `elem_bytes`.
 // tile_q, tile_k: the kernel tile (Cluster::attention_tile_*) by which causal work is counted.
-Program attention_program(const seqpar::AttnConfig& cfg, int P, int ulysses, bool backward,
-                          double elem_bytes, int tile_q = 0, int tile_k = 0,
-                          double* scratch_elements = nullptr);
+Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, double elem_bytes,
+                          int tile_q = 0, int tile_k = 0, double* scratch_elements = nullptr);
 
 }  // namespace wallfacer::plan
