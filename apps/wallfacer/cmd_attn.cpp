@@ -29,7 +29,8 @@ struct AttnOptions {
   int teams = 1;
   int ulysses = 1;
   std::string placement = "team-intra";
-  int node_size = 0;  // with --count: ranks per node, for the inter-node bytes
+  int node_size = 0;    // with --count: ranks per node, for the inter-node bytes
+  std::string cluster;  // a cluster file: the planner's prediction beside the measurement
   int64_t seq = 0;
   int batch = 1;
   int heads = 0;
@@ -165,6 +166,8 @@ int run_attn(const AttnOptions& o) {
   cfg.causal = o.causal;
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
   const plan::Placement placement = plan::parse_placement(o.placement);
+  plan::Cluster cl;
+  if (!o.cluster.empty()) cl = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
   if (o.count > 0) return count_schedule(cfg, o.count, placement, o.node_size, o.json);
 
@@ -226,6 +229,13 @@ int run_attn(const AttnOptions& o) {
   nlohmann::json j = describe(cfg, P, placement);
   j["iters"] = o.iters;
   j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
+  if (!o.cluster.empty()) {
+    // Devices are world ranks, nodes of the cluster's devices_per_node consecutive ones.
+    const plan::AttentionPrediction pr = plan::predict_attention(cl, cfg, P, device_of);
+    j["predicted_ms"] = {{"fwd", pr.fwd_s * 1e3}, {"bwd", pr.bwd_s * 1e3}};
+    j["predicted_exposed_comm_ms"] = {{"fwd", pr.exposed_fwd_s * 1e3},
+                                      {"bwd", pr.exposed_bwd_s * 1e3}};
+  }
   auto mx = [&](double x) { return max_of(all_ranks(world, x)); };
   j["bytes"] = {{"p2p_fwd", int64_t(mx(double(st.p2p_bytes_fwd)))},
                 {"p2p_bwd", int64_t(mx(double(st.p2p_bytes_bwd)))},
@@ -309,6 +319,10 @@ int run_attn(const AttnOptions& o) {
       std::printf("  time        fwd %.2f ms (exposed comm %.2f) bwd %.2f ms (exposed comm %.2f)\n",
                   double(j["time_ms"]["fwd"]), double(j["exposed_comm_ms"]["fwd"]),
                   double(j["time_ms"]["bwd"]), double(j["exposed_comm_ms"]["bwd"]));
+      if (j.contains("predicted_ms"))
+        std::printf("  predicted   fwd %.2f ms bwd %.2f ms (%s)\n",
+                    double(j["predicted_ms"]["fwd"]), double(j["predicted_ms"]["bwd"]),
+                    o.cluster.c_str());
       std::printf("  work imbalance %.4f\n", double(j["work_imbalance"]));
       if (o.check)
         std::printf(
@@ -342,6 +356,9 @@ Action setup(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--node-size", o->node_size,
                   "with --count: ranks per node, to count the bytes that cross nodes");
+  cmd->add_option("--cluster", o->cluster,
+                  "a cluster file (e.g. from tune --calibrate): print the planner's predicted "
+                  "times beside the measured ones; world rank i is device i");
   cmd->add_option("--seq", o->seq, "global sequence length N (required)");
   cmd->add_option("--batch", o->batch, "batch size B");
   cmd->add_option("--heads", o->heads, "query heads H (required)");
