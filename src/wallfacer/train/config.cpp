@@ -16,7 +16,7 @@ namespace {
 // One key of the schema, bound to its field in a TrainConfig.
 struct Field {
   const char* key;
-  std::variant<int*, int64_t*, double*, std::string*> ptr;
+  std::variant<int*, int64_t*, double*, std::string*, bool*> ptr;
 };
 
 std::vector<Field> fields(TrainConfig& c) {
@@ -56,6 +56,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.strategy", &c.strategy},
       {"parallel.teams", &c.teams},
       {"parallel.ulysses", &c.ulysses},
+      {"parallel.keep_kv", &c.keep_kv},
       {"parallel.checkpointing", &c.checkpointing},
   };
 }
@@ -104,6 +105,9 @@ void assign(const Field& f, const toml::node& n) {
   } else if (std::holds_alternative<double*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_number(), "{} expects a number", f.key);
     *std::get<double*>(f.ptr) = n.value<double>().value();
+  } else if (std::holds_alternative<bool*>(f.ptr)) {
+    WF_USAGE_CHECK(n.is_boolean(), "{} expects true or false", f.key);
+    *std::get<bool*>(f.ptr) = n.value<bool>().value();
   } else {
     WF_USAGE_CHECK(n.is_integer(), "{} expects an integer", f.key);
     store_int(f, n.value<int64_t>().value());
@@ -153,6 +157,10 @@ void TrainConfig::set(const std::string& assignment) {
     **p = value;
   } else if (auto d = std::get_if<double*>(&f.ptr)) {
     **d = parse_double(key, value);
+  } else if (auto b = std::get_if<bool*>(&f.ptr)) {
+    WF_USAGE_CHECK(value == "true" || value == "false", "{} expects true or false, got '{}'", key,
+                   value);
+    **b = value == "true";
   } else {
     store_int(f, parse_int(key, value));
   }
@@ -196,6 +204,7 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   }
   a.teams = teams;
   a.ulysses = ulysses;
+  a.keep_kv = keep_kv;
   a.batch = batch / dp(P);
   a.seq = seq;
   a.heads = model.heads;
