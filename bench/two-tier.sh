@@ -11,7 +11,8 @@
 # `attn --iters K --json --cluster DIR/cluster-NxR.toml` (causal unless --full). Each row: forward
 # and backward time (median of K), exposed communication, the bytes the nodes' cards carried (read
 # from the veths, per iteration) beside the schedule's count of inter-node bytes, and the
-# planner's prediction. Writes DIR/results.jsonl (one JSON object per run) and DIR/table.md.
+# planner's prediction; and the planner's best configuration (`wallfacer plan`, DIR/plan-NxR.json)
+# beside the fastest measured. Writes DIR/results.jsonl (one JSON object per run) and DIR/table.md.
 # Needs root (network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +61,12 @@ for nr in $clusters; do
                 "wallfacer --teams $c --placement ring-intra --keep-kv")
     fi
   done
+  # The planner's ranking for the same attention shape (a one-layer causal GPT of it).
+  printf '[model]\nname = "two-tier"\nlayers = 1\ndim = %d\nheads = %d\nkv_heads = %d\ncausal = %s\n' \
+    $((heads * head_dim)) "$heads" "$heads" "$([[ -n "$mask" ]] && echo true || echo false)" \
+    >"$out/model.toml"
+  build/wallfacer plan --cluster "$cl" --model "$out/model.toml" --seq "$seq" --gpus "$p" --json \
+    >"$out/plan-$nr.json"
   for cfg in "${configs[@]}"; do
     echo "-- $nr: $cfg" >&2
     # shellcheck disable=SC2086
@@ -82,5 +89,5 @@ PY
 done
 rm -f "$out/cards.json"
 
-python3 bench/two_tier_table.py "$out/results.jsonl" >"$out/table.md"
+python3 bench/two_tier_table.py "$out/results.jsonl" "$out" >"$out/table.md"
 cat "$out/table.md"

@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Markdown tables of bench/two-tier.sh results: two_tier_table.py RESULTS.jsonl"""
+"""Markdown tables of bench/two-tier.sh results: two_tier_table.py RESULTS.jsonl [DIR]
+
+DIR: where plan-NxR.json (the planner's ranking) lies; its best is set beside the fastest measured."""
+import os
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def label(r):
@@ -32,3 +35,12 @@ for c in clusters:
               f"{r['exposed_comm_ms']['fwd']:.0f} / {r['exposed_comm_ms']['bwd']:.0f} | "
               f"{btot / t:.2f}x | {r['card_bytes_per_iter'] / 1e6:.2f} / {sched / 1e6:.2f} | "
               f"{p:.0f} | {t:.0f} | {100 * (p / t - 1):+.0f}% |")
+    plan_file = os.path.join(sys.argv[2], f"plan-{c}.json") if len(sys.argv) > 2 else ""
+    fastest = min(rs, key=lambda r: r["time_ms"]["fwd"] + r["time_ms"]["bwd"])
+    line = f"\nFastest measured: {label(fastest)}."
+    if plan_file and os.path.exists(plan_file):
+        best = json.load(open(plan_file))["best"]
+        kv = " keep-kv" if best.get("keep_kv") else ""
+        name = best["label"].replace(f"C={best['teams']}", f"C={best['teams']}{kv}") if kv else best["label"]
+        line += f" The planner's best: {name}."
+    print(line)
