@@ -47,14 +47,16 @@ cards = json.load(open(sys.argv[2]))
 tol = float(sys.argv[3])
 inter = run["inter_node_bytes"]
 expected = run["iters"] * (inter["fwd"] + inter["bwd"])
-sent = sum(cards["sent_bytes"])
+# What the nodes' cards delivered: a packet that a full queue dropped on its way into a node
+# leaves the sender twice (it is sent again), but arrives once.
 recv = sum(cards["received_bytes"])
-ratio = sent / expected if expected else float("inf")
-ok = inter["nodes"] == cards["nodes"] and 0.99 <= ratio <= 1 + tol and abs(recv - sent) <= 0.01 * sent
-print(f"{'ok' if ok else 'bad'} {sent} expected {expected} ratio {ratio:.4f} received {recv}")
+sent = sum(cards["sent_bytes"])
+ratio = recv / expected if expected else float("inf")
+ok = inter["nodes"] == cards["nodes"] and 0.99 <= ratio <= 1 + tol
+print(f"{'ok' if ok else 'bad'} {recv} expected {expected} ratio {ratio:.4f} (sent {sent})")
 PY
 )
-  echo "$c: cards sent ${verdict#* }"
+  echo "$c: cards delivered ${verdict#* }"
   [[ "$verdict" == ok* ]] || err "$c: bytes on the cards do not match the schedule: $verdict"
   measured[$c]=$(echo "$verdict" | awk '{print $2}')
 done
