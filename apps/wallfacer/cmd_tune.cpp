@@ -222,6 +222,45 @@ CardShare card_share(comm::Communicator& world, const comm::Topology& topo) {
   return c;
 }
 
+// Whether the traffic between two nodes is capped below the card (a per-flow limit): rank 0
+// streams 4 MB to the first rank of node 1 alone, then 4 MB to the first rank of every other node
+// at once. Needs three nodes or more.
+struct PairCap {
+  double alone = 0, spread = 0;  // bytes/s: to one node, to all others together
+  int peers = 0;
+  bool capped() const { return peers >= 2 && spread > 1.3 * alone; }
+};
+PairCap pair_cap(comm::Communicator& world, const comm::Topology& topo) {
+  std::vector<int> first(size_t(topo.nodes()), -1);
+  for (int r = int(topo.node_of.size()) - 1; r >= 0; --r) first[size_t(topo.node_of[r])] = r;
+  const int rank = world.rank();
+  const int64_t count = int64_t(1) << 20;
+  std::vector<float> buf(static_cast<size_t>(count));
+  auto round = [&](int peers) {
+    world.barrier();
+    Timer t;
+    std::vector<comm::Request> reqs;
+    for (int k = 1; k <= peers; ++k) {
+      if (rank == first[0]) reqs.push_back(world.isend(buf.data(), count, first[size_t(k)], 10));
+      if (rank == first[size_t(k)]) reqs.push_back(world.irecv(buf.data(), count, first[0], 10));
+    }
+    for (auto& r : reqs) r.wait();
+    std::vector<double> took(size_t(world.size()), 0.0);
+    took[size_t(rank)] = t.seconds();
+    world.all_reduce_sum(took.data(), int64_t(took.size()));
+    double last = 0;
+    for (int k = 1; k <= peers; ++k) last = std::max(last, took[size_t(first[size_t(k)])]);
+    return last;
+  };
+  PairCap p;
+  p.peers = topo.nodes() - 1;
+  round(p.peers);  // connections set up
+  const double bytes = double(count) * sizeof(float);
+  p.alone = bytes / round(1);
+  p.spread = p.peers * bytes / round(p.peers);
+  return p;
+}
+
 void print_link(const std::string& what, const plan::Link& link, const LinkSamples& s) {
   fmt::print("  {}: latency {:.2f} us, bandwidth {:.3f} GB/s\n", what, link.latency * 1e6,
              link.bandwidth / 1e9);
@@ -272,6 +311,8 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   // them alone and then all at once.
   CardShare share;
   if (other_node < P) share = card_share(world, topo);
+  PairCap pair;
+  if (topo.nodes() >= 3) pair = pair_cap(world, topo);
   world.barrier();
 
   // All-gather of 1 MB per rank, to compare with what the fitted link predicts.
@@ -331,6 +372,14 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
       c.memory = mem / per_node;
       c.memory_reserved = 0.1 * c.memory;
       c.devices_per_nic = share.devices_per_nic(per_node);
+      if (pair.capped()) {
+        // The ping-pong and the card test ran between two nodes: they saw the pair's cap. The
+        // card carries at least what rank 0 sent to all nodes at once; which ranks share it
+        // cannot be told apart from the cap, so the node's ranks share one card.
+        c.inter_pair_bandwidth = inter.bandwidth;
+        c.inter.bandwidth = pair.spread;
+        c.devices_per_nic = per_node;
+      }
     }
     plan::Cluster check = c;
     // The all-gather the fitted link predicts: a ring of P ranks, P-1 steps of 1 MB.
@@ -354,6 +403,15 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
           share.alone / 1e6, share.senders, share.together / 1e6, c.devices_per_nic,
           has_intra ? intra.bandwidth / inter.bandwidth : 1.0);
     }
+    if (pair.peers >= 2)
+      fmt::print(
+          "  pairs of nodes: rank 0 sends {:.2f} MB/s to node 1 alone, {:.2f} MB/s to {} nodes at "
+          "once: {}\n",
+          pair.alone / 1e6, pair.spread / 1e6, pair.peers,
+          pair.capped() ? fmt::format("traffic between two nodes is capped at {:.2f} MB/s, the "
+                                      "card carries at least {:.2f}",
+                                      c.inter_pair_bandwidth / 1e6, c.inter.bandwidth / 1e6)
+                        : std::string("no cap below the card's"));
     fmt::print(
         "  all-gather 1 MB per rank over {} ranks: {:.3f} ms measured, {:.3f} ms "
         "predicted\n",

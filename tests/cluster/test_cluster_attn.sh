@@ -7,7 +7,9 @@
 set -u
 wf=$1
 src=$2
-emu=$src/scripts/emulate-cluster
+log=$(mktemp)
+# scripts/emulate-cluster, its stderr also kept in $log (each run names its namespaces there).
+emu() { "$src/scripts/emulate-cluster" "$@" 2> >(tee -a "$log" >&2); }
 fail=0
 err() { echo "FAIL: $*"; fail=1; }
 if [[ $(id -u) -ne 0 ]]; then
@@ -15,9 +17,8 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 77
 fi
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "$log"' EXIT
 export WALLFACER=$wf
-before=$(ip netns list | awk '{print $1}' | grep -c '^wfc' || true)
 # The card counters also carry MPI's start-up, barriers and TCP/IP headers: the measured bytes
 # may exceed the count by this fraction, and may not fall short of it by more than 1%.
 tolerance=0.03
@@ -33,12 +34,12 @@ for c in "${configs[@]}" "4x1 wallfacer --teams 2" "4x1 zigzag --ulysses 2"; do
     c=${c#4x1 }
   fi
   # shellcheck disable=SC2086
-  out=$("$emu" "${cluster[@]}" -- attn --strategy $c --seq 512 --heads 2 --head-dim 16 --causal \
+  out=$(emu "${cluster[@]}" -- attn --strategy $c --seq 512 --heads 2 --head-dim 16 --causal \
         --check 2>&1) || err "$c: attn --check on the emulated cluster exited $?: $out"
   echo "$out" | grep -q ": pass$" || err "$c: not exact on the emulated cluster: $out"
 
   # shellcheck disable=SC2086
-  out=$("$emu" "${cluster[@]}" --counters "$tmp/cards.json" -- attn --strategy $c "${shape[@]}" \
+  out=$(emu "${cluster[@]}" --counters "$tmp/cards.json" -- attn --strategy $c "${shape[@]}" \
         --iters 2 --json 2>"$tmp/err") || err "$c: attn --json exited $?: $out $(cat "$tmp/err")"
   verdict=$(python3 - "$out" "$tmp/cards.json" "$tolerance" <<'PY'
 import json, sys
@@ -68,15 +69,18 @@ k=${measured[wallfacer --teams 2 --keep-kv]:-0}
 
 cluster=(--nodes 2 --ranks-per-node 2 --rate 200mbit)
 # A failing program: its exit code comes back and the namespaces go.
-"$emu" "${cluster[@]}" -- bash -c 'exit 3' >/dev/null 2>&1
+emu "${cluster[@]}" -- bash -c 'exit 3' >/dev/null 2>&1
 rc=$?
 [[ $rc -eq 3 ]] || err "a program that exits 3 should make emulate-cluster exit 3, got $rc"
 # Bad input: one line, exit 2.
-out=$("$emu" --nodes 2 --ranks-per-node 2 --rate fast -- true 2>&1)
+out=$(emu --nodes 2 --ranks-per-node 2 --rate fast -- true 2>&1)
 rc=$?
 [[ $rc -eq 2 && $(echo "$out" | wc -l) -eq 1 ]] || err "--rate fast: want exit 2 and one line, got $rc: $out"
-after=$(ip netns list | awk '{print $1}' | grep -c '^wfc' || true)
-[[ $after -le $before ]] || err "namespaces left behind: $(ip netns list)"
+# Every run named its namespaces (wfcPID-*) on stderr: none of them may be left.
+for id in $(grep -ho 'namespaces wfc[0-9]*' "$log" | awk '{print $2}' | sort -u); do
+  left=$(ip netns list | awk '{print $1}' | grep "^$id-" || true)
+  [[ -z "$left" ]] || err "namespaces left behind: $left"
+done
 
 [[ $fail -eq 0 ]] && echo "cluster_attn: all checks passed"
 exit $fail

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tune --calibrate on 2 emulated nodes of 2 ranks with 100 Mbit/s cards: the cluster file has 2
 # nodes of 2 devices sharing one card, the card's rate within 20% of the shaped 12.5 MB/s, and
-# inside a node at least 10x that; plan reads the file back.
+# inside a node at least 10x that; plan reads the file back. On 3 nodes whose pairs are capped
+# (--flow-rate), the cap is found.
 set -u
 wf=$1
 src=$2
@@ -12,10 +13,12 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 77
 fi
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+log=$(mktemp)
+trap 'rm -rf "$tmp" "$log"' EXIT
+# scripts/emulate-cluster, its stderr also kept in $log (each run names its namespaces there).
+emu() { "$src/scripts/emulate-cluster" "$@" 2> >(tee -a "$log" >&2); }
 export WALLFACER=$wf
-before=$(ip netns list | awk '{print $1}' | grep -c '^wfc' || true)
-out=$("$src/scripts/emulate-cluster" --nodes 2 --ranks-per-node 2 --rate 100mbit -- \
+out=$(emu --nodes 2 --ranks-per-node 2 --rate 100mbit -- \
   tune --calibrate --out "$tmp/cluster.toml" 2>&1) || err "calibration exited $?: $out"
 echo "$out" | grep -E "node|card|bandwidth"
 python3 - "$tmp/cluster.toml" <<'PY' || err "calibrated file: $(cat "$tmp/cluster.toml")"
@@ -31,9 +34,26 @@ assert c["links"]["inter"]["devices_per_nic"] == 2, c["links"]["inter"]
 assert abs(inter / card - 1) <= 0.20, f"card rate {inter} not within 20% of {card}"
 assert intra >= 10 * inter, f"inside a node {intra} is not 10x the card's {inter}"
 PY
+# 3 nodes of 1 rank, 100 Mbit/s cards, 40 Mbit/s between any two nodes: the cap on a pair of
+# nodes within 20% of 5 MB/s, the card above it.
+out=$(emu --nodes 3 --ranks-per-node 1 --rate 100mbit --flow-rate 40mbit \
+  -- tune --calibrate --out "$tmp/capped.toml" 2>&1) || err "capped calibration exited $?: $out"
+echo "$out" | grep -E "pairs of nodes"
+python3 - "$tmp/capped.toml" <<'PY' || err "capped file: $(cat "$tmp/capped.toml")"
+import sys, tomllib
+inter = tomllib.load(open(sys.argv[1], "rb"))["links"]["inter"]
+pair = 40e6 / 8
+print(f"pair cap {inter.get('pair_bandwidth', 0) / 1e6:.2f} MB/s (shaped {pair / 1e6:.2f}), "
+      f"card {inter['bandwidth'] / 1e6:.2f} MB/s")
+assert abs(inter.get("pair_bandwidth", 0) / pair - 1) <= 0.20, inter
+assert inter["bandwidth"] > 1.3 * inter["pair_bandwidth"], inter
+PY
 "$wf" plan --cluster "$tmp/cluster.toml" --model "$src/tests/plan/tiny-causal.toml" --seq 4096 \
   --gpus 4 >/dev/null || err "plan cannot read the calibrated two-node file"
-after=$(ip netns list | awk '{print $1}' | grep -c '^wfc' || true)
-[[ $after -le $before ]] || err "namespaces left behind: $(ip netns list)"
+# Every run named its namespaces (wfcPID-*) on stderr: none of them may be left.
+for id in $(grep -ho 'namespaces wfc[0-9]*' "$log" | awk '{print $2}' | sort -u); do
+  left=$(ip netns list | awk '{print $1}' | grep "^$id-" || true)
+  [[ -z "$left" ]] || err "namespaces left behind: $left"
+done
 [[ $fail -eq 0 ]] && echo "cluster_calibrate: all checks passed"
 exit $fail

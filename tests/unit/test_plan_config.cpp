@@ -57,6 +57,10 @@ TEST(PlanConfig, ClusterRoundTripsThroughToml) {
   EXPECT_DOUBLE_EQ(c.bwd_rate(), 4e11);
   EXPECT_EQ(c.attention_tile_q, 128);
   EXPECT_EQ(c.attention_tile_k, 256);
+  // A cap on the traffic between two nodes: absent by default, kept when set.
+  EXPECT_EQ(c.inter_pair_bandwidth, 0);
+  a.inter_pair_bandwidth = 6.25e8;
+  EXPECT_DOUBLE_EQ(parse_cluster(cluster_to_toml(a), "roundtrip").inter_pair_bandwidth, 6.25e8);
 }
 
 // Rates by head dim: exact at the measured dims, interpolated in log(head_dim) between them (96

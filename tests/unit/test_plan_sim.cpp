@@ -76,6 +76,33 @@ TEST(PlanSim, NetworkCardSharedByTheDevicesOfANode) {
   EXPECT_NEAR(simulate(p, machine(4, 2, 1)).time, 2e-5 + 1e6 / 1e9, kTol);      // a card each
 }
 
+// A cap on the traffic between two nodes (pair_bandwidth): two messages from node 0 to node 1
+// share it even with a card each; one to another node does not; collectives are capped alike.
+TEST(PlanSim, PairOfNodesCapsItsTraffic) {
+  Program p(6);  // nodes of 2: {0, 1}, {2, 3}, {4, 5}
+  p.ops[0] = {Op::send(2, 1e6, 0), Op::wait(0)};
+  p.ops[1] = {Op::send(3, 1e6, 0), Op::wait(0)};
+  p.ops[2] = {Op::recv(0, 1e6, 0), Op::wait(0)};
+  p.ops[3] = {Op::recv(1, 1e6, 0), Op::wait(0)};
+  Machine m = machine(6, 2, 1);
+  m.pair_bandwidth = 4e8;
+  EXPECT_NEAR(simulate(p, m).time, 2e-5 + 2 * 1e6 / 4e8, kTol);  // 2 messages on one pair
+  p.ops[1] = {Op::send(4, 1e6, 0), Op::wait(0)};
+  p.ops[3] = {};
+  p.ops[4] = {Op::recv(1, 1e6, 0), Op::wait(0)};
+  EXPECT_NEAR(simulate(p, m).time, 2e-5 + 1e6 / 4e8, kTol);  // two pairs: each at the cap
+  m.pair_bandwidth = 0;
+  EXPECT_NEAR(simulate(p, m).time, 2e-5 + 1e6 / 1e9, kTol);  // no cap: the cards' rate
+
+  Program c(4);
+  const int a = c.group({0, 2}), b = c.group({1, 3});
+  c.ops[0] = c.ops[2] = {Op::collective(Coll::AllGather, a, 1e6)};
+  c.ops[1] = c.ops[3] = {Op::collective(Coll::AllGather, b, 1e6)};
+  Machine m2 = machine(4, 2, 1);
+  m2.pair_bandwidth = 4e8;
+  EXPECT_NEAR(simulate(c, m2).time, 2e-5 + 2e6 / 4e8, kTol);
+}
+
 // A ring of 4 ranks, 3 steps: post send to r+1 and receive from r-1, compute, wait.
 TEST(PlanSim, RingStepsTakeMaxOfComputeAndTransfer) {
   const int P = 4;

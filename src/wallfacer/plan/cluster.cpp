@@ -77,6 +77,7 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   detail::Table inter = links.sub("inter");
   c.inter = read_link(inter);
   c.devices_per_nic = inter.integer_or("devices_per_nic", 1, 1, c.devices_per_node);
+  c.inter_pair_bandwidth = inter.number_or("pair_bandwidth", 0, 0, 1e15);
   WF_USAGE_CHECK(c.devices_per_node % c.devices_per_nic == 0,
                  "{}: links.inter.devices_per_nic = {} must divide nodes.devices_per_node = {}",
                  source, c.devices_per_nic, c.devices_per_node);
@@ -157,12 +158,14 @@ std::string cluster_to_toml(const Cluster& c) {
       "[device]\nname = {}\ngemm_flops = {:.6e}\nattention_flops = {:.6e}\n{}memory = {:.6e}\n"
       "memory_reserved = {:.6e}\ndtype = \"{}\"\n\n"
       "[links.intra]\nbandwidth = {:.6e}\nlatency = {:.6e}\n\n"
-      "[links.inter]\nbandwidth = {:.6e}\nlatency = {:.6e}\ndevices_per_nic = {}\n\n"
+      "[links.inter]\nbandwidth = {:.6e}\nlatency = {:.6e}\ndevices_per_nic = {}\n{}\n"
       "[software]\nzero = {}\ngrad_sync_overlap = {}\n",
       q(c.name), q(c.description), c.nodes, c.devices_per_node, q(c.device), c.gemm_flops,
       c.attention_flops, attention_extra, c.memory, c.memory_reserved, dtype, c.intra.bandwidth,
-      c.intra.latency, c.inter.bandwidth, c.inter.latency, c.devices_per_nic, c.zero,
-      c.grad_sync_overlap ? "true" : "false");
+      c.intra.latency, c.inter.bandwidth, c.inter.latency, c.devices_per_nic,
+      c.inter_pair_bandwidth > 0 ? fmt::format("pair_bandwidth = {:.6e}\n", c.inter_pair_bandwidth)
+                                 : std::string(),
+      c.zero, c.grad_sync_overlap ? "true" : "false");
 }
 
 }  // namespace wallfacer::plan

@@ -44,6 +44,10 @@ struct Cluster {
   Link intra;               // device to device inside a node
   Link inter;               // through one network card, between nodes
   int devices_per_nic = 1;  // devices of a node that share one network card
+  // The most that the traffic between one pair of nodes gets in each direction, whatever the cards
+  // could carry (bytes/s; 0: no such cap): a per-flow limit of the fabric or the transport, as
+  // the emulated cluster's --flow-rate or a cloud network's per-connection limit.
+  double inter_pair_bandwidth = 0;
   // Software.
   int zero = 0;                    // optimizer sharding stage over the data+sequence group (0..3)
   bool grad_sync_overlap = false;  // gradient reduction overlaps the backward of earlier layers

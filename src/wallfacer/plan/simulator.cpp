@@ -74,6 +74,7 @@ Machine Machine::from(const Cluster& c, std::vector<int> device_of, int head_dim
   m.inter = c.inter;
   m.devices_per_node = c.devices_per_node;
   m.devices_per_nic = c.devices_per_nic;
+  m.pair_bandwidth = c.inter_pair_bandwidth;
   m.gemm_flops = c.gemm_flops;
   m.attention_fwd_flops = c.fwd_rate(head_dim);
   m.attention_bwd_flops = c.bwd_rate(head_dim);
@@ -86,17 +87,22 @@ namespace {
 // Inter-node flows per network card, out of and into it.
 struct NicLoad {
   std::map<int, int> out, in;
+  std::map<std::pair<int, int>, int> pair;  // (source node, destination node)
   void add(const Machine& m, int src, int dst) {
     if (m.same_node(src, dst)) return;
     ++out[m.nic(src)];
     ++in[m.nic(dst)];
+    ++pair[{m.node(src), m.node(dst)}];
   }
   // Time of one message of `bytes` on the link src -> dst under this load.
   double time(const Machine& m, int src, int dst, double bytes) const {
     if (src == dst) return 0;
     if (m.same_node(src, dst)) return m.intra.time(bytes);
     const int share = std::max(out.at(m.nic(src)), in.at(m.nic(dst)));
-    return m.inter.latency + bytes * share / m.inter.bandwidth;
+    double rate = m.inter.bandwidth / share;
+    if (m.pair_bandwidth > 0)
+      rate = std::min(rate, m.pair_bandwidth / pair.at({m.node(src), m.node(dst)}));
+    return m.inter.latency + bytes / rate;
   }
 };
 
@@ -168,6 +174,8 @@ std::vector<double> concurrent_collective_times(const std::vector<CollInstance>&
   return t;
 }
 
+constexpr int kNoPair = -1;
+
 // A point-to-point transfer in flight. It waits out the latency, then streams its bytes at the
 // rate its most shared resource allows: the sending and the receiving device port for a message
 // inside a node, the two network cards for one between nodes.
@@ -179,10 +187,13 @@ struct Flow {
   bool active = false;
   double rate = 0;  // bytes/s while active
   int res[2] = {0, 0};
+  int pair = kNoPair;  // between nodes: the (source, destination) node pair's resource
 };
 
-// Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress.
+// Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress;
+// node pairs after all of them (negative ids).
 int port(int index, int kind) { return 4 * index + kind; }
+int node_pair(int src_node, int dst_node, int nodes) { return -2 - (src_node * nodes + dst_node); }
 
 }  // namespace
 
@@ -252,11 +263,13 @@ SimResult simulate(const Program& prog, const Machine& m) {
   auto rerate = [&] {
     load.clear();
     for (const Flow& f : flows)
-      if (f.active) ++load[f.res[0]], ++load[f.res[1]];
+      if (f.active) ++load[f.res[0]], ++load[f.res[1]], ++load[f.pair];  // kNoPair: unused
     for (Flow& f : flows) {
       if (!f.active) continue;
       const double bw = m.same_node(f.src, f.dst) ? m.intra.bandwidth : m.inter.bandwidth;
       f.rate = bw / std::max(load[f.res[0]], load[f.res[1]]);
+      if (f.pair != kNoPair && m.pair_bandwidth > 0)
+        f.rate = std::min(f.rate, m.pair_bandwidth / load[f.pair]);
     }
   };
   auto complete = [&](int rank, int request, double t) {
@@ -278,6 +291,7 @@ SimResult simulate(const Program& prog, const Machine& m) {
       f.res[0] = port(m.device_of[src], 0), f.res[1] = port(m.device_of[dst], 1);
     } else {
       f.res[0] = port(m.nic(src), 2), f.res[1] = port(m.nic(dst), 3);
+      f.pair = node_pair(m.node(src), m.node(dst), int(m.device_of.size()));
     }
     if (src == dst) f.left = 0;
     flows.push_back(f);

@@ -6,7 +6,9 @@
 //   between nodes) and then streams its bytes; its rate is the link bandwidth divided by the number
 //   of transfers in flight on its busiest resource: the sending and the receiving device port for a
 //   message inside a node, the sending and the receiving network card (shared by devices_per_nic
-//   devices) for one between nodes. Alone on its link, b bytes take latency + b / bandwidth;
+//   devices) for one between nodes, and between nodes also the pair of nodes (pair_bandwidth
+//   divided by the transfers from the one node to the other, when the cluster caps a pair).
+//   Alone on its link, b bytes take latency + b / bandwidth;
 // - a transfer starts when both its send and its receive are posted and proceeds independently of
 //   compute: a Wait blocks only for what is still in flight (double buffering hides the rest);
 // - collectives run by their algorithm on the group in its rank order once every member arrived:
@@ -68,6 +70,7 @@ struct Machine {
   Link intra, inter;
   int devices_per_node = 1;
   int devices_per_nic = 1;
+  double pair_bandwidth = 0;  // cap on the traffic between two nodes, each way (0: none)
   double gemm_flops = 1, attention_fwd_flops = 1, attention_bwd_flops = 1;
   std::vector<int> device_of;  // layout rank -> device
 
