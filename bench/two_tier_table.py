@@ -39,8 +39,13 @@ for c in clusters:
     fastest = min(rs, key=lambda r: r["time_ms"]["fwd"] + r["time_ms"]["bwd"])
     line = f"\nFastest measured: {label(fastest)}."
     if plan_file and os.path.exists(plan_file):
-        best = json.load(open(plan_file))["best"]
-        kv = " keep-kv" if best.get("keep_kv") else ""
-        name = best["label"].replace(f"C={best['teams']}", f"C={best['teams']}{kv}") if kv else best["label"]
-        line += f" The planner's best: {name}."
+        plan = json.load(open(plan_file))
+        def name(b):
+            kv = " keep-kv" if b.get("keep_kv") else ""
+            return b["label"].replace(f"C={b['teams']}", f"C={b['teams']}{kv}") if kv else b["label"]
+        best = plan["best"]
+        ties = [name(c) for c in plan["configs"] if c["feasible"] and c is not best and
+                c["label"] != best["label"] and c["tokens_per_s"] >= 0.995 * best["tokens_per_s"]]
+        line += f" The planner's best: {name(best)}"
+        line += f" (predicted equal: {', '.join(ties)})." if ties else "."
     print(line)
