@@ -108,9 +108,21 @@ nlohmann::json inter_node_json(const seqpar::AttnConfig& cfg, int P, plan::Place
           {"per_node", per_node}};
 }
 
-// Bytes and steps per rank (maximum over ranks) of the schedules, summed without running them.
+// The planner's forward and backward times of cfg on `cl`, world rank i on device i (nodes of the
+// cluster's devices_per_node consecutive devices).
+nlohmann::json predicted_json(const plan::Cluster& cl, const seqpar::AttnConfig& cfg, int P,
+                              plan::Placement placement) {
+  const plan::AttentionPrediction pr =
+      plan::predict_attention(cl, cfg, P, plan::candidate_devices(candidate(cfg, placement), P));
+  return {{"predicted_ms", {{"fwd", pr.fwd_s * 1e3}, {"bwd", pr.bwd_s * 1e3}}},
+          {"predicted_exposed_comm_ms",
+           {{"fwd", pr.exposed_fwd_s * 1e3}, {"bwd", pr.exposed_bwd_s * 1e3}}}};
+}
+
+// Bytes and steps per rank (maximum over ranks) of the schedules, summed without running them;
+// with a cluster file, the planner's times too.
 int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placement, int node_size,
-                   bool json) {
+                   const plan::Cluster* cl, bool json) {
   seqpar::validate(cfg, P);
   seqpar::ScheduleTotals worst;
   double fmax = 0, fsum = 0;
@@ -130,6 +142,7 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
     for (int r = 0; r < P; ++r) node_of.push_back(r / node_size);
     j["inter_node_bytes"] = inter_node_json(cfg, P, placement, node_of);
   }
+  if (cl) j.update(predicted_json(*cl, cfg, P, placement));
   j["bytes"] = {{"p2p_fwd", worst.p2p_bytes_fwd},
                 {"p2p_bwd", worst.p2p_bytes_bwd},
                 {"coll_fwd", worst.coll_bytes_fwd},
@@ -173,7 +186,9 @@ int run_attn(const AttnOptions& o) {
   plan::Cluster cl;
   if (!o.cluster.empty()) cl = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
-  if (o.count > 0) return count_schedule(cfg, o.count, placement, o.node_size, o.json);
+  if (o.count > 0)
+    return count_schedule(cfg, o.count, placement, o.node_size, o.cluster.empty() ? nullptr : &cl,
+                          o.json);
 
   comm::MpiSession session(nullptr, nullptr);
   auto everyone = comm::Communicator::world();
@@ -233,13 +248,7 @@ int run_attn(const AttnOptions& o) {
   nlohmann::json j = describe(cfg, P, placement);
   j["iters"] = o.iters;
   j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
-  if (!o.cluster.empty()) {
-    // Devices are world ranks, nodes of the cluster's devices_per_node consecutive ones.
-    const plan::AttentionPrediction pr = plan::predict_attention(cl, cfg, P, device_of);
-    j["predicted_ms"] = {{"fwd", pr.fwd_s * 1e3}, {"bwd", pr.bwd_s * 1e3}};
-    j["predicted_exposed_comm_ms"] = {{"fwd", pr.exposed_fwd_s * 1e3},
-                                      {"bwd", pr.exposed_bwd_s * 1e3}};
-  }
+  if (!o.cluster.empty()) j.update(predicted_json(cl, cfg, P, placement));
   auto mx = [&](double x) { return max_of(all_ranks(world, x)); };
   j["bytes"] = {{"p2p_fwd", int64_t(mx(double(st.p2p_bytes_fwd)))},
                 {"p2p_bwd", int64_t(mx(double(st.p2p_bytes_bwd)))},
@@ -359,7 +368,8 @@ Action setup(CLI::App& root) {
       ->check(CLI::IsMember({"team-intra", "ring-intra"}))
       ->capture_default_str();
   cmd->add_option("--node-size", o->node_size,
-                  "with --count: ranks per node, to count the bytes that cross nodes");
+                  "with --count: ranks per node, to count the bytes that cross nodes (and with "
+                  "--cluster the prediction, without running)");
   cmd->add_option("--cluster", o->cluster,
                   "a cluster file (e.g. from tune --calibrate): print the planner's predicted "
                   "times beside the measured ones; world rank i is device i");

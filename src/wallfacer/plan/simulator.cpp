@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <queue>
@@ -84,28 +85,6 @@ Machine Machine::from(const Cluster& c, std::vector<int> device_of, int head_dim
 
 namespace {
 
-// Inter-node flows per network card, out of and into it.
-struct NicLoad {
-  std::map<int, int> out, in;
-  std::map<std::pair<int, int>, int> pair;  // (source node, destination node)
-  void add(const Machine& m, int src, int dst) {
-    if (m.same_node(src, dst)) return;
-    ++out[m.nic(src)];
-    ++in[m.nic(dst)];
-    ++pair[{m.node(src), m.node(dst)}];
-  }
-  // Time of one message of `bytes` on the link src -> dst under this load.
-  double time(const Machine& m, int src, int dst, double bytes) const {
-    if (src == dst) return 0;
-    if (m.same_node(src, dst)) return m.intra.time(bytes);
-    const int share = std::max(out.at(m.nic(src)), in.at(m.nic(dst)));
-    double rate = m.inter.bandwidth / share;
-    if (m.pair_bandwidth > 0)
-      rate = std::min(rate, m.pair_bandwidth / pair.at({m.node(src), m.node(dst)}));
-    return m.inter.latency + bytes / rate;
-  }
-};
-
 // Edges (src, dst) of step `step` of a collective's algorithm on group `g` (n members).
 void step_edges(Coll c, const std::vector<int>& g, int step,
                 std::vector<std::pair<int, int>>& edges) {
@@ -137,43 +116,6 @@ std::pair<double, double> coll_sent_bytes(Coll c, const std::vector<int>& g, int
   return {steps * chunk, inter};
 }
 
-struct CollInstance {
-  int group;
-  Coll coll;
-  double bytes;
-};
-
-// Durations of concurrent collectives: all instances run at once and share the cards.
-std::vector<double> concurrent_collective_times(const std::vector<CollInstance>& inst,
-                                                const Program& prog, const Machine& m) {
-  std::vector<double> t(inst.size(), 0.0);
-  int max_steps = 0;
-  for (const auto& c : inst)
-    max_steps = std::max(max_steps, algorithm_steps(c.coll, int(prog.groups[c.group].size())));
-  std::vector<std::pair<int, int>> edges;
-  for (int s = 0; s < max_steps; ++s) {
-    // Ring steps all look alike; all-to-all steps differ by peer shift.
-    NicLoad load;
-    for (const auto& c : inst) {
-      const auto& g = prog.groups[c.group];
-      if (s >= algorithm_steps(c.coll, int(g.size()))) continue;
-      step_edges(c.coll, g, 1 + s % (int(g.size()) - 1), edges);
-      for (auto [a, b] : edges) load.add(m, a, b);
-    }
-    for (size_t i = 0; i < inst.size(); ++i) {
-      const auto& g = prog.groups[inst[i].group];
-      const int n = static_cast<int>(g.size());
-      if (s >= algorithm_steps(inst[i].coll, n)) continue;
-      step_edges(inst[i].coll, g, 1 + s % (n - 1), edges);
-      double worst = 0;
-      for (auto [a, b] : edges)
-        worst = std::max(worst, load.time(m, a, b, chunk_bytes(inst[i].coll, inst[i].bytes, n)));
-      t[i] += worst;
-    }
-  }
-  return t;
-}
-
 constexpr int kNoPair = -1;
 
 // A point-to-point transfer in flight. It waits out the latency, then streams its bytes at the
@@ -188,6 +130,7 @@ struct Flow {
   double rate = 0;  // bytes/s while active
   int res[2] = {0, 0};
   int pair = kNoPair;  // between nodes: the (source, destination) node pair's resource
+  int coll = -1;       // a step of this running collective (its requests are then unused)
 };
 
 // Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress;
@@ -203,29 +146,6 @@ SimResult simulate(const Program& prog, const Machine& m) {
            P);
   for (const auto& g : prog.groups)
     for (int r : g) WF_CHECK(r >= 0 && r < P, "group member {} outside 0..{}", r, P - 1);
-
-  // Durations of the k-th collectives, all groups running theirs together.
-  std::map<std::pair<int, int>, double> coll_time;  // (group, k) -> s
-  {
-    std::vector<std::vector<CollInstance>> by_k;
-    std::vector<std::map<int, bool>> seen;
-    for (int r = 0; r < P; ++r) {
-      int k = 0;
-      for (const Op& o : prog.ops[r]) {
-        if (o.kind != Op::Kind::Collective) continue;
-        WF_CHECK(o.group >= 0 && o.group < int(prog.groups.size()), "rank {}: bad group {}", r,
-                 o.group);
-        if (int(by_k.size()) <= k) by_k.resize(k + 1), seen.resize(k + 1);
-        if (!seen[k][o.group]) by_k[k].push_back({o.group, o.coll, o.bytes});
-        seen[k][o.group] = true;
-        ++k;
-      }
-    }
-    for (size_t k = 0; k < by_k.size(); ++k) {
-      auto t = concurrent_collective_times(by_k[k], prog, m);
-      for (size_t i = 0; i < t.size(); ++i) coll_time[{by_k[k][i].group, int(k)}] = t[i];
-    }
-  }
 
   struct RankState {
     size_t pc = 0;
@@ -245,11 +165,7 @@ SimResult simulate(const Program& prog, const Machine& m) {
     double bytes;
   };
   std::map<std::tuple<int, int, int>, std::deque<Posted>> sends, recvs;  // (src, dst, tag)
-  struct Arrivals {
-    int count = 0;
-    double latest = 0;
-  };
-  std::map<std::pair<int, int>, Arrivals> arrivals;  // (group, k)
+  std::map<std::pair<int, int>, int> arrivals;  // (group, k) -> members arrived
 
   // Ranks ready to run, by time.
   using Ready = std::pair<double, int>;
@@ -279,12 +195,11 @@ SimResult simulate(const Program& prog, const Machine& m) {
       ready.push({t, rank});
     }
   };
-  auto start_flow = [&](int src, int dst, const Posted& s, const Posted& r) {
-    WF_CHECK(s.bytes == r.bytes, "rank {} sends {} bytes but rank {} receives {}", src, s.bytes,
-             dst, r.bytes);
+  // A transfer of `bytes` from src to dst, from now: the latency of its link, then its bytes.
+  auto add_flow = [&](int src, int dst, double bytes, int send_req, int recv_req, int coll) {
     Flow f;
-    f.src = src, f.dst = dst, f.send_req = s.request, f.recv_req = r.request;
-    f.total = f.left = s.bytes;
+    f.src = src, f.dst = dst, f.send_req = send_req, f.recv_req = recv_req, f.coll = coll;
+    f.total = f.left = bytes;
     const bool local = m.same_node(src, dst);
     f.active_at = now + (src == dst ? 0.0 : local ? m.intra.latency : m.inter.latency);
     if (local) {
@@ -295,6 +210,39 @@ SimResult simulate(const Program& prog, const Machine& m) {
     }
     if (src == dst) f.left = 0;
     flows.push_back(f);
+  };
+  auto start_flow = [&](int src, int dst, const Posted& s, const Posted& r) {
+    WF_CHECK(s.bytes == r.bytes, "rank {} sends {} bytes but rank {} receives {}", src, s.bytes,
+             dst, r.bytes);
+    add_flow(src, dst, s.bytes, s.request, r.request, -1);
+  };
+
+  // Running collectives: one step of the algorithm at a time, each step's transfers as flows that
+  // share the links with everything else in flight; the members go on when the last step ends.
+  struct CollRun {
+    int group = 0;
+    Coll coll = Coll::AllGather;
+    double chunk = 0;
+    int steps = 0, step = 0, pending = 0;
+  };
+  std::map<int, CollRun> colls;
+  int next_coll = 0;
+  std::vector<std::pair<int, int>> edges;
+  std::function<void(int)> coll_step = [&](int id) {
+    CollRun& c = colls.at(id);
+    const auto& g = prog.groups[c.group];
+    const int n = static_cast<int>(g.size());
+    if (c.step == c.steps) {
+      for (int member : g) ready.push({now, member});
+      colls.erase(id);
+      return;
+    }
+    step_edges(c.coll, g, 1 + c.step % (n - 1), edges);
+    ++c.step;
+    c.pending = 0;
+    for (auto [a, b] : edges)
+      if (a != b) add_flow(a, b, c.chunk, -1, -1, id), ++c.pending;
+    if (c.pending == 0) coll_step(id);
   };
 
   // Runs rank r from time `now` until it computes, blocks or ends.
@@ -346,17 +294,18 @@ SimResult simulate(const Program& prog, const Machine& m) {
         WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
                  "rank {} runs a collective on a group it is not in", r);
         auto key = std::make_pair(o.group, s.coll_k);
-        Arrivals& a = arrivals[key];
+        int& arrived = arrivals[key];
         auto [sent, inter] = coll_sent_bytes(o.coll, g, r, o.bytes, m);
         res.ranks[r].coll_bytes += sent;
         res.ranks[r].inter_bytes += inter;
         ++s.coll_k;
         ++s.pc;
-        ++a.count;
-        a.latest = std::max(a.latest, now);
-        if (a.count == int(g.size())) {
-          const double end = a.latest + coll_time.at(key);
-          for (int member : g) ready.push({end, member});
+        if (++arrived == int(g.size())) {
+          const int n = static_cast<int>(g.size());
+          const int id = next_coll++;
+          colls[id] = {o.group, o.coll, chunk_bytes(o.coll, o.bytes, n),
+                       algorithm_steps(o.coll, n)};
+          coll_step(id);
         }
         return;  // resumes when the whole group is done
       }
@@ -389,8 +338,12 @@ SimResult simulate(const Program& prog, const Machine& m) {
       } else {
         const Flow done = f;
         flows.erase(flows.begin() + next);
-        complete(done.src, done.send_req, now);
-        complete(done.dst, done.recv_req, now);
+        if (done.coll >= 0) {
+          if (--colls.at(done.coll).pending == 0) coll_step(done.coll);
+        } else {
+          complete(done.src, done.send_req, now);
+          complete(done.dst, done.recv_req, now);
+        }
       }
       rerate();
       continue;

@@ -13,12 +13,12 @@
 //   compute: a Wait blocks only for what is still in flight (double buffering hides the rest);
 // - collectives run by their algorithm on the group in its rank order once every member arrived:
 //   all-gather and reduce-scatter as a ring, n−1 steps of one chunk; all-reduce as a ring, 2(n−1)
-//   steps of 1/n of the buffer; all-to-all as n−1 pairwise exchange steps of one chunk. Each step
-//   takes the time of its slowest link, with card sharing counted over every group running its
-//   k-th collective at the same time;
+//   steps of 1/n of the buffer; all-to-all as n−1 pairwise exchange steps of one chunk. A step's
+//   transfers are flows like the point-to-point ones, sharing ports, cards and node pairs with
+//   everything else in flight (other collectives, double-buffered hops); the next step starts
+//   when the last of them ends;
 // - compute takes flops / rate, with one rate each for the attention forward, the attention
-// backward
-//   and dense products.
+//   backward and dense products.
 
 #include <cstdint>
 #include <string>
