@@ -18,6 +18,7 @@
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
+#include "wallfacer/train/io.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -132,18 +133,10 @@ int run_attn(const AttnOptions& o) {
   comm::MpiSession session(nullptr, nullptr);
   auto world = comm::Communicator::world();
   const int P = world.size(), rank = world.rank();
-  try {  // before any collective: every rank reaches the same verdict
-    seqpar::validate(cfg, P);
-  } catch (const UsageError& e) {
-    // Rank 0 prints the one line; nobody leaves before it is out (mpirun stops the job when the
-    // first rank exits with an error).
-    if (rank == 0) {
-      std::fprintf(stderr, "wallfacer attn: error: %s\n", e.what());
-      std::fflush(stderr);
-    }
-    world.barrier();
-    return 2;
-  }
+  seqpar::validate(cfg, P);  // before any collective: every rank reaches the same verdict
+  world.agree([&] {          // only rank 0 writes: a folder it cannot create stops every rank now
+    if (rank == 0 && !o.dump.empty()) train::make_directories(o.dump, "--dump");
+  });
 
   // This rank's rows of the seeded global inputs.
   const auto pos = seqpar::local_positions(cfg, P, rank);
@@ -222,7 +215,6 @@ int run_attn(const AttnOptions& o) {
         verdict = e.within(tol) ? 0 : 1;
       }
       if (!o.dump.empty()) {
-        std::filesystem::create_directories(o.dump);
         const std::vector<int64_t> qshape{B, cfg.seq, cfg.heads, D},
             kshape{B, cfg.seq, cfg.kv_heads, D}, lshape{B, cfg.heads, cfg.seq};
         auto put = [&](const char* name, const std::vector<float>& x,

@@ -1,6 +1,5 @@
 // wallfacer train: GPT training with sequence parallelism (run under mpirun for P > 1).
 
-#include <cstdlib>
 #include <memory>
 
 #include "command.h"
@@ -20,35 +19,25 @@ struct TrainArgs {
   std::string progress = "auto";
 };
 
-// Rank in the MPI world before MPI starts (0 outside mpirun).
-int launcher_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  }
-  return 0;
-}
-
 int run_train(const TrainArgs& a) {
-  try {
-    WF_USAGE_CHECK(!a.config.empty(), "--config FILE is required");
-    train::TrainOptions opt;
-    opt.cfg = train::TrainConfig::from_file(a.config);
-    for (const auto& s : a.sets) opt.cfg.set(s);
-    if (a.steps > 0) opt.cfg.steps = a.steps;
-    opt.out_dir = a.out;
-    opt.resume = a.resume;
-    opt.progress = a.progress;
-    int argc = 0;
-    char** argv = nullptr;
-    comm::MpiSession mpi(&argc, &argv);
-    auto world = comm::Communicator::world();
-    opt.cfg.validate(world.size());  // before any work: every rank reaches the same verdict
-    train::run_training(world, opt);
-    return 0;
-  } catch (const UsageError&) {
-    if (launcher_rank() != 0) return 2;  // rank 0 reports it: one line, not one per rank
-    throw;
-  }
+  // MPI first: an error anywhere below, on any rank, ends the job with its message (main).
+  int argc = 0;
+  char** argv = nullptr;
+  comm::MpiSession mpi(&argc, &argv);
+  auto world = comm::Communicator::world();
+  WF_USAGE_CHECK(!a.config.empty(), "--config FILE is required");
+  train::TrainOptions opt;
+  opt.cfg = train::TrainConfig::from_file(a.config);
+  for (const auto& s : a.sets) opt.cfg.set(s);
+  if (a.steps > 0) opt.cfg.steps = a.steps;
+  if (timeout_option()) opt.cfg.timeout = *timeout_option();
+  comm::set_timeout(opt.cfg.timeout);
+  opt.out_dir = a.out;
+  opt.resume = a.resume;
+  opt.progress = a.progress;
+  opt.cfg.validate(world.size());  // before any work: every rank reaches the same verdict
+  train::run_training(world, opt);
+  return 0;
 }
 
 Action setup(CLI::App& root) {

@@ -58,13 +58,13 @@ void save_checkpoint(comm::Communicator& world, const std::string& ckpt_dir,
   const int rank = world.rank(), P = world.size();
   const std::string final_dir = fmt::format("{}/step-{}", ckpt_dir, state.step);
   const std::string tmp_dir = final_dir + ".tmp";
-  if (rank == 0) {
+  world.agree([&] {
+    if (rank != 0) return;
     fs::remove_all(tmp_dir);
-    fs::create_directories(tmp_dir);
-  }
-  world.barrier();
+    make_directories(tmp_dir, "the checkpoint folder");
+  });
   const std::string bytes = encode(rank, P, state);
-  write_file_atomic(tmp_dir + "/" + shard_name(rank), bytes);
+  world.agree([&] { write_file_atomic(tmp_dir + "/" + shard_name(rank), bytes); });
   const uint64_t sum = fnv1a64(bytes.data(), bytes.size());
   // Gather every shard's checksum (as two exact 32-bit halves) and size on rank 0.
   std::vector<double> info(size_t(3 * P), 0.0);
@@ -72,7 +72,8 @@ void save_checkpoint(comm::Communicator& world, const std::string& ckpt_dir,
   info[size_t(3 * rank + 1)] = double(sum & 0xffffffffULL);
   info[size_t(3 * rank + 2)] = double(bytes.size());
   world.all_reduce_sum(info.data(), int64_t(info.size()));
-  if (rank == 0) {
+  world.agree([&] {
+    if (rank != 0) return;
     nlohmann::json m;
     m["format"] = "wallfacer-checkpoint";
     m["version"] = kVersion;
@@ -90,8 +91,7 @@ void save_checkpoint(comm::Communicator& world, const std::string& ckpt_dir,
     fs::remove_all(final_dir);
     fs::rename(tmp_dir, final_dir);
     fsync_dir(ckpt_dir);
-  }
-  world.barrier();
+  });
 }
 
 std::string latest_checkpoint(const std::string& ckpt_dir) {

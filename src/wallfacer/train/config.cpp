@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <variant>
@@ -47,6 +48,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.eval_every", &c.eval_every},
       {"train.eval_batches", &c.eval_batches},
       {"train.time_sampling", &c.time_sampling},
+      {"train.timeout", &c.timeout},
       {"data.dir", &c.data_dir},
       {"data.frames", &c.frames},
       {"data.size", &c.size},
@@ -136,6 +138,10 @@ TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& n
 }
 
 TrainConfig TrainConfig::from_file(const std::string& path) {
+  std::error_code ec;
+  WF_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
+                 "config file '{}' is a folder; give a TOML file such as configs/gpt-kjv.toml",
+                 path);
   std::ifstream in(path);
   WF_USAGE_CHECK(in.good(), "cannot read config file '{}'", path);
   std::stringstream ss;
@@ -241,6 +247,7 @@ void TrainConfig::validate(int P) const {
   WF_USAGE_CHECK(grad_clip >= 0, "train.grad_clip must be >= 0 (0 turns clipping off)");
   WF_USAGE_CHECK(ckpt_every >= 0 && eval_every >= 0 && eval_batches >= 1,
                  "train.ckpt_every and train.eval_every must be >= 0, train.eval_batches >= 1");
+  WF_USAGE_CHECK(timeout >= 0, "train.timeout must be >= 0 seconds (0: no limit), got {}", timeout);
   WF_USAGE_CHECK(!data_dir.empty(), "data.dir must not be empty");
   model::parse_checkpointing(checkpointing);
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,

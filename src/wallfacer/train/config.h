@@ -45,6 +45,7 @@ struct TrainConfig {
   int64_t ckpt_every = 0;  // 0: no checkpoints
   int64_t eval_every = 0;  // 0: no evaluation
   int eval_batches = 1;
+  double timeout = 600;  // train.timeout: seconds a wait for another rank may last (0: no limit)
   // data.*
   std::string data_dir = "data/kjv";
   // parallel.*

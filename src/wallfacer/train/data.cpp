@@ -117,7 +117,7 @@ PrepareStats prepare(const std::vector<std::string>& inputs, const std::string& 
   const auto n_val = int64_t(double(all.size()) * val_fraction);
   WF_USAGE_CHECK(n_val >= 2 && int64_t(all.size()) - n_val >= 2,
                  "inputs hold only {} tokens: too few to split", all.size());
-  std::filesystem::create_directories(out_dir);
+  make_directories(out_dir, "--out");
   const auto split = all.end() - n_val;
   write_shard(out_dir + "/train.bin", std::vector<uint16_t>(all.begin(), split), kByteVocab);
   write_shard(out_dir + "/val.bin", std::vector<uint16_t>(split, all.end()), kByteVocab);

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +20,7 @@
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/io.h"
 #include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/task.h"
 
@@ -106,7 +109,7 @@ void trim_metrics(const std::string& path, int64_t last_step) {
       }
     }
   }
-  std::ofstream(path, std::ios::trunc) << kept;
+  write_file_atomic(path, kept);
 }
 
 // DIR/loss.png from DIR/metrics.jsonl with gnuplot; returns false (and says why) if it cannot.
@@ -160,7 +163,8 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const int64_t T = int64_t(positions.size());
 
   DistAttentionOp attn(acfg, group);
-  std::unique_ptr<Task> task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn);
+  std::unique_ptr<Task> task;
+  world.agree([&] { task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn); });
   const int64_t n = task->num_params();
   AdamWConfig oc;
   oc.beta1 = float(cfg.beta1);
@@ -171,26 +175,37 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
 
   const std::string ckpt_dir = opt.out_dir + "/ckpt";
   const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
-  if (rank == 0) fs::create_directories(ckpt_dir);
+  world.agree([&] {
+    if (rank == 0) make_directories(ckpt_dir, "--out");
+  });
   Progress progress(rank == 0 ? opt.progress : "none", cfg.steps, rank == 0 && opt.report);
 
   int64_t start = 0;
   if (opt.resume) {
-    const std::string dir = latest_checkpoint(ckpt_dir);
-    WF_USAGE_CHECK(!dir.empty(), "--resume: no complete checkpoint under '{}'", ckpt_dir);
-    CheckpointState st = load_checkpoint(dir, rank, P, n);
-    std::copy(st.params.begin(), st.params.end(), task->params());
-    optim.m() = std::move(st.m);
-    optim.v() = std::move(st.v);
-    optim.set_step(st.step);
-    rng.set_state(st.rng_state);
-    start = st.step;
+    std::string dir;
+    world.agree([&] {
+      dir = latest_checkpoint(ckpt_dir);
+      WF_USAGE_CHECK(!dir.empty(), "--resume: no complete checkpoint under '{}'", ckpt_dir);
+      CheckpointState st = load_checkpoint(dir, rank, P, n);
+      std::copy(st.params.begin(), st.params.end(), task->params());
+      optim.m() = std::move(st.m);
+      optim.v() = std::move(st.v);
+      optim.set_step(st.step);
+      rng.set_state(st.rng_state);
+      start = st.step;
+    });
     progress.message(fmt::format("resumed from {} (step {})", dir, start));
   } else {
     task->init_params(uint64_t(cfg.seed));
   }
-  if (rank == 0) trim_metrics(metrics_path, start);
-  world.barrier();
+  std::ofstream metrics;
+  world.agree([&] {
+    if (rank != 0) return;
+    trim_metrics(metrics_path, start);
+    metrics.open(metrics_path, std::ios::app);
+    WF_CHECK(metrics.good(), "cannot open '{}' for writing: {}", metrics_path,
+             std::strerror(errno));
+  });
 
   const std::string layout = nlohmann::json{
       {"world", P},
@@ -221,13 +236,12 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
 
   TrainResult res;
   res.first_step = start;
-  std::ofstream metrics;
-  if (rank == 0) metrics.open(metrics_path, std::ios::app);
   double time_sum = 0;
   int64_t timed = 0;
   Timer run_timer;
   for (int64_t s = start; s < cfg.steps; ++s) {
     Timer t;
+    comm::set_phase(fmt::format("step {}", s + 1));
     const double lr = lr_schedule(s, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr);
     double loss = task->train_forward(s);
     task->zero_grads();
@@ -265,6 +279,8 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
       metrics << j.dump() << "\n";
       metrics.flush();
+      WF_CHECK(metrics.good(), "cannot write step {} to '{}': {} (the lines before it are kept)",
+               s + 1, metrics_path, std::strerror(errno));
       const double mean_dt = timed ? time_sum / double(timed) : dt;
       progress.update(s + 1, loss, tok_s, mean_dt * double(cfg.steps - s - 1), val_loss);
     }
@@ -278,6 +294,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       save_checkpoint(world, ckpt_dir, st, cfg.to_toml(), layout);
     }
   }
+  comm::set_phase("");
   res.tokens_per_s = timed ? global_tokens * double(timed) / time_sum : 0;
   res.step_s = timed ? time_sum / double(timed) : 0;
 
