@@ -128,6 +128,9 @@ int run_attn(const AttnOptions& o) {
   cfg.head_dim = o.head_dim;
   cfg.causal = o.causal;
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
+  WF_USAGE_CHECK(o.count >= 0, "--count is {}; give a number of ranks >= 1", o.count);
+  WF_USAGE_CHECK(o.progress_rows >= 0, "--progress-rows is {}; give 0 (whole blocks) or more",
+                 o.progress_rows);
   if (o.count > 0) return count_schedule(cfg, o.count, o.json);
 
   comm::MpiSession session(nullptr, nullptr);

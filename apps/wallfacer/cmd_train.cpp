@@ -1,6 +1,7 @@
 // wallfacer train: GPT training with sequence parallelism (run under mpirun for P > 1).
 
 #include <memory>
+#include <optional>
 
 #include "command.h"
 #include "wallfacer/comm/communicator.h"
@@ -12,10 +13,11 @@ namespace {
 
 struct TrainArgs {
   std::string config;
-  int64_t steps = 0;
+  std::optional<int64_t> steps;
   std::string out = "runs/gpt";
   std::vector<std::string> sets;
   bool resume = false;
+  bool overwrite = false;
   std::string progress = "auto";
 };
 
@@ -29,11 +31,15 @@ int run_train(const TrainArgs& a) {
   train::TrainOptions opt;
   opt.cfg = train::TrainConfig::from_file(a.config);
   for (const auto& s : a.sets) opt.cfg.set(s);
-  if (a.steps > 0) opt.cfg.steps = a.steps;
+  if (a.steps) {
+    WF_USAGE_CHECK(*a.steps >= 1, "--steps is {}; it must be at least 1", *a.steps);
+    opt.cfg.steps = *a.steps;
+  }
   if (timeout_option()) opt.cfg.timeout = *timeout_option();
   comm::set_timeout(opt.cfg.timeout);
   opt.out_dir = a.out;
   opt.resume = a.resume;
+  opt.overwrite = a.overwrite;
   opt.progress = a.progress;
   opt.cfg.validate(world.size());  // before any work: every rank reaches the same verdict
   train::run_training(world, opt);
@@ -49,7 +55,11 @@ Action setup(CLI::App& root) {
   cmd->add_option("--out", args->out, "Output directory (metrics, checkpoints, plot)")
       ->capture_default_str();
   cmd->add_option("--set", args->sets, "Override a config key: --set section.key=value");
-  cmd->add_flag("--resume", args->resume, "Continue from the newest complete checkpoint in --out");
+  cmd->add_flag("--resume", args->resume,
+                "Continue from the newest checkpoint in --out that verifies");
+  cmd->add_flag(
+      "--overwrite", args->overwrite,
+      "Start over in an --out that holds a run: remove its metrics, plot and checkpoints");
   cmd->add_option("--progress", args->progress, "auto | bar | plain | none")
       ->check(CLI::IsMember({"auto", "bar", "plain", "none"}))
       ->capture_default_str();

@@ -75,6 +75,7 @@ struct Faults {
   std::atomic<int64_t> since_ns{0};
   std::atomic<const char*> op{""};
   std::atomic<int> peer{kNoPeer};
+  std::atomic<const std::string*> group{nullptr};  // the collective's ranks, when not a peer
   std::atomic<double> limit_s{0.0};
   std::mutex mu;  // guards phase, stop
   std::condition_variable cv;
@@ -102,10 +103,11 @@ Faults& faults() {
 // Marks a blocking MPI call for the watchdog while it runs.
 class Watch {
  public:
-  Watch(const char* op, int peer, double limit_s = 0) {
+  Watch(const char* op, int peer, double limit_s = 0, const std::string* group = nullptr) {
     Faults& f = faults();
     f.op = op;
     f.peer = peer;
+    f.group = group;
     f.limit_s = limit_s;
     f.since_ns = now_ns();
   }
@@ -133,9 +135,16 @@ void watchdog_loop() {
     const double waited = double(now - since) * 1e-9;
     if (waited < limit) continue;
     const int peer = f.peer;
-    const std::string with = peer == kNoPeer ? "" : fmt::format(" with rank {}", peer);
+    const std::string* group = f.group;
+    std::string with, who = "another rank";
+    if (peer != kNoPeer) {
+      with = fmt::format(" with rank {}", peer);
+      who = fmt::format("rank {}", peer);
+    } else if (group) {
+      with = fmt::format(" among ranks {}", *group);
+      who = "one of them";
+    }
     const std::string during = f.phase.empty() ? "" : fmt::format(" during {}", f.phase);
-    const std::string who = peer == kNoPeer ? "another rank" : fmt::format("rank {}", peer);
     std::fprintf(stderr,
                  "wallfacer: error: rank %d: %s%s made no progress for %.0f s%s: %s is stuck or "
                  "gone (raise --timeout or train.timeout if the work is only slow)\n",
@@ -322,7 +331,20 @@ struct Communicator::Impl {
   std::vector<int> world_of;  // world rank of each rank of this group
   ByteCounters counters;
 
+  std::string members;  // the world ranks of this group, for the watchdog's message
+
   int to_world(int r) const { return world_of.empty() ? r : world_of[size_t(r)]; }
+  void describe_members() {
+    if (world_of.empty()) {
+      members = fmt::format("0..{}", size - 1);
+      return;
+    }
+    for (size_t i = 0; i < world_of.size() && i < 16; ++i)
+      members += fmt::format("{}{}", i ? ", " : "", world_of[i]);
+    if (world_of.size() > 16) members += fmt::format(", ... ({} ranks)", world_of.size());
+  }
+  // A watch on a collective of this group.
+  const std::string* group() const { return &members; }
 
   ~Impl() {
     if (owned && comm != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&comm);
@@ -346,13 +368,13 @@ struct Communicator::Impl {
               "MPI_Isend", wrank, to);
       }
     }
-    Watch w(what, kNoPeer);
+    Watch w(what, kNoPeer, 0, group());
     check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), what, wrank);
   }
 
   void all_to_all(const float* send, float* recv, int64_t count) {
     if (count <= INT_MAX) {
-      Watch w("MPI_Alltoall", kNoPeer);
+      Watch w("MPI_Alltoall", kNoPeer, 0, group());
       check(MPI_Alltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, comm),
             "MPI_Alltoall", wrank);
     } else {
@@ -369,6 +391,7 @@ Communicator Communicator::world() {
   c.impl_->wrank = world_rank();
   check(MPI_Comm_rank(MPI_COMM_WORLD, &c.impl_->rank), "MPI_Comm_rank", c.impl_->wrank);
   check(MPI_Comm_size(MPI_COMM_WORLD, &c.impl_->size), "MPI_Comm_size", c.impl_->wrank);
+  c.impl_->describe_members();
   return c;
 }
 
@@ -382,7 +405,7 @@ Communicator Communicator::split(int color, int key) const {
   c.impl_ = std::make_shared<Impl>();
   c.impl_->wrank = impl_->wrank;
   {
-    Watch w("MPI_Comm_split", kNoPeer);
+    Watch w("MPI_Comm_split", kNoPeer, 0, impl_->group());
     check(MPI_Comm_split(impl_->comm, color, key, &c.impl_->comm), "MPI_Comm_split", impl_->wrank);
   }
   c.impl_->owned = true;
@@ -401,6 +424,7 @@ Communicator Communicator::split(int color, int key) const {
         "MPI_Group_translate_ranks", impl_->wrank);
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
+  c.impl_->describe_members();
   return c;
 }
 
@@ -446,7 +470,7 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
   float* own = recv + int64_t(rank()) * count;
   if (count <= INT_MAX) {
     const void* src = send == own ? MPI_IN_PLACE : static_cast<const void*>(send);
-    Watch w("MPI_Allgather", kNoPeer);
+    Watch w("MPI_Allgather", kNoPeer, 0, impl_->group());
     check(MPI_Allgather(src, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, impl_->comm),
           "MPI_Allgather", impl_->wrank);
   } else {
@@ -461,7 +485,7 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
 void Communicator::reduce_scatter_sum(const float* send, float* recv, int64_t count) {
   const int n = size();
   if (count <= INT_MAX) {
-    Watch w("MPI_Reduce_scatter_block", kNoPeer);
+    Watch w("MPI_Reduce_scatter_block", kNoPeer, 0, impl_->group());
     check(MPI_Reduce_scatter_block(send, recv, int(count), MPI_FLOAT, MPI_SUM, impl_->comm),
           "MPI_Reduce_scatter_block", impl_->wrank);
   } else {
@@ -478,23 +502,24 @@ void Communicator::reduce_scatter_sum(const float* send, float* recv, int64_t co
 
 namespace {
 template <class T>
-void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Comm comm, int wrank) {
+void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Comm comm, int wrank,
+                        const std::string* group) {
   for (int64_t off = 0; off < count; off += kMaxCount) {
     const int c = int(std::min(kMaxCount, count - off));
-    Watch w("MPI_Allreduce", kNoPeer);
+    Watch w("MPI_Allreduce", kNoPeer, 0, group);
     check(MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, MPI_SUM, comm), "MPI_Allreduce", wrank);
   }
 }
 }  // namespace
 
 void Communicator::all_reduce_sum(float* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_FLOAT, impl_->comm, impl_->wrank);
+  all_reduce_chunked(buf, count, MPI_FLOAT, impl_->comm, impl_->wrank, impl_->group());
   const int64_t n = size();
   impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(float)) / n;
 }
 
 void Communicator::all_reduce_sum(double* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_DOUBLE, impl_->comm, impl_->wrank);
+  all_reduce_chunked(buf, count, MPI_DOUBLE, impl_->comm, impl_->wrank, impl_->group());
   const int64_t n = size();
   impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(double)) / n;
 }
@@ -518,7 +543,7 @@ void Communicator::agree(const std::function<void()>& f) {
   const int me = rank(), n = size();
   int lowest = code ? me : n;
   {
-    Watch w("MPI_Allreduce", kNoPeer);
+    Watch w("MPI_Allreduce", kNoPeer, 0, impl_->group());
     check(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, impl_->comm), "MPI_Allreduce",
           impl_->wrank);
   }
@@ -539,7 +564,7 @@ void Communicator::agree(const std::function<void()>& f) {
   }
   int alike = code == first_code && message == first ? 1 : 0;
   {
-    Watch w("MPI_Allreduce", kNoPeer);
+    Watch w("MPI_Allreduce", kNoPeer, 0, impl_->group());
     check(MPI_Allreduce(MPI_IN_PLACE, &alike, 1, MPI_INT, MPI_MIN, impl_->comm), "MPI_Allreduce",
           impl_->wrank);
   }
@@ -550,7 +575,7 @@ void Communicator::agree(const std::function<void()>& f) {
 }
 
 void Communicator::barrier() {
-  Watch w("MPI_Barrier", kNoPeer);
+  Watch w("MPI_Barrier", kNoPeer, 0, impl_->group());
   check(MPI_Barrier(impl_->comm), "MPI_Barrier", impl_->wrank);
 }
 
