@@ -21,6 +21,10 @@ expect2 "train --steps -3" "--steps is -3" "$wf" "${t[@]}" --out "$work/s0" --st
 expect2 "train --timeout -1" "timeout" "$wf" "${t[@]}" --out "$work/s0" --timeout -1
 expect2 "train.timeout nan" "train.timeout must be >= 0" "$wf" "${t[@]}" --out "$work/s0" \
   --set train.timeout=nan
+sed -e 's/^count = .*/count = 1048576/' -e 's/^devices_per_node = .*/devices_per_node = 4096/' \
+  "$cl" >"$work/huge.toml"
+expect2 "nodes x devices_per_node past int" "1048576 x 4096 = 4294967296 devices; at most" \
+  "$wf" plan --cluster "$work/huge.toml" --model "$md" --seq 8K
 
 # A folder where a file is expected.
 expect2 "--config DIR" "is a folder" "$wf" train --config "$work/data" --out "$work/s0"
