@@ -14,7 +14,9 @@
 #include "command.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
+#include "wallfacer/kernels/attention.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
@@ -137,7 +139,16 @@ int run_attn(const AttnOptions& o) {
   auto world = comm::Communicator::world();
   const int P = world.size(), rank = world.rank();
   seqpar::validate(cfg, P);  // before any collective: every rank reaches the same verdict
-  world.agree([&] {          // only rank 0 writes: a folder it cannot create stops every rank now
+  WF_USAGE_CHECK(cfg.head_dim <= kernels::kMaxHeadDim, "--head-dim is {}; the kernels take 1..{}",
+                 cfg.head_dim, kernels::kMaxHeadDim);
+  {
+    // Eight tensors of this rank's rows; rank 0 also holds the whole sequence's for --check/--dump.
+    const double whole =
+        4.0 * cfg.batch * double(cfg.seq) * (cfg.heads + cfg.kv_heads) * cfg.head_dim;
+    check_memory(4.0 * whole / P + (o.check || !o.dump.empty() ? 6.0 * whole : 0.0),
+                 "attention on these shapes");
+  }
+  world.agree([&] {  // only rank 0 writes: a folder it cannot create stops every rank now
     if (rank == 0 && !o.dump.empty()) train::make_directories(o.dump, "--dump");
   });
 

@@ -8,6 +8,7 @@
 #include "command.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -39,6 +40,17 @@ std::optional<double>& timeout_option() {
 
 namespace {
 
+// Every command takes --max-memory (the limit of memory sizing, wallfacer/core/memory.h).
+void add_memory_option(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    sub->add_option_function<double>(
+           "--max-memory", [](double gib) { wallfacer::set_memory_limit(gib * (1 << 30)); },
+           "GiB this process may use; bigger jobs stop before allocating (default: the "
+           "machine's memory shared by the ranks on it)")
+        ->check(CLI::PositiveNumber);
+  }
+}
+
 // The commands that run under mpirun take --timeout (the watchdog's limit).
 void add_timeout_option(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) {
@@ -68,6 +80,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, Action>> actions;
   for (auto& e : entries) actions.emplace_back(e.name, e.setup(app));
   add_timeout_option(app);
+  add_memory_option(app);
 
   try {
     app.parse(argc, argv);

@@ -26,6 +26,19 @@ sed -e 's/^count = .*/count = 1048576/' -e 's/^devices_per_node = .*/devices_per
 expect2 "nodes x devices_per_node past int" "1048576 x 4096 = 4294967296 devices; at most" \
   "$wf" plan --cluster "$work/huge.toml" --model "$md" --seq 8K
 
+# Memory sized before allocating (the estimate and the limit), sizes bounded so products cannot wrap.
+expect2 "model.dim = 2^20" "needs about .* GiB per process; the limit is" \
+  "$wf" "${t[@]}" --out "$work/s0" --set model.dim=1048576
+expect2 "model.dim = 1e9" "model.dim (1000000000) <= 1048576" \
+  "$wf" "${t[@]}" --out "$work/s0" --set model.dim=1000000000
+expect2 "train --max-memory" "the limit is 0.0001 GiB" \
+  "$wf" "${t[@]}" --out "$work/s0" --max-memory 0.0001
+expect2 "attn --head-dim 1000000" "--head-dim is 1000000" \
+  "$wf" attn --strategy ring --seq 1024 --heads 1 --head-dim 1000000
+expect2 "attn on 10M tokens" "attention on these shapes needs about" \
+  "$wf" attn --strategy ring --seq 10000000 --heads 64 --head-dim 128
+expect2 "bench --heads 2000000000" "needs about" "$wf" bench kernel --heads 2000000000
+
 # A folder where a file is expected.
 expect2 "--config DIR" "is a folder" "$wf" train --config "$work/data" --out "$work/s0"
 expect2 "prepare --input DIR" "is a folder" "$wf" prepare --input "$work/data" --out "$work/p0"

@@ -216,6 +216,14 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
 void TrainConfig::validate(int P) const {
   WF_USAGE_CHECK(kind == "gpt" || kind == "dit", "model.kind must be 'gpt' or 'dit' (got '{}')",
                  kind);
+  // Upper bounds that keep every product of sizes (parameter counts, buffer sizes) inside 64 bits;
+  // whether the job fits in memory is checked before allocating (check_training_memory).
+  WF_USAGE_CHECK(model.layers <= 10000 && model.dim <= (1 << 20) && model.mlp_ratio <= 64 &&
+                     model.vocab <= (1 << 24) && seq <= (int64_t(1) << 32) && batch <= (1 << 20),
+                 "model.layers ({}) <= 10000, model.dim ({}) <= 1048576, model.mlp_ratio ({}) <= "
+                 "64, model.vocab ({}) <= 16777216, train.seq ({}) <= 2^32 and train.batch ({}) "
+                 "<= 1048576 are the largest sizes supported",
+                 model.layers, model.dim, model.mlp_ratio, model.vocab, seq, batch);
   if (kind == "dit") {
     dit_model().validate();
     WF_USAGE_CHECK(classes >= 0 && classes <= kVideoShapeKinds,

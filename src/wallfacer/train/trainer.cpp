@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
@@ -200,12 +201,28 @@ bool plot_losses(const std::string& dir, std::string& why) {
   return true;
 }
 
+// Stops before allocating when the model, its optimizer state and the activations of this rank's
+// rows do not fit (an estimate: parameters, gradients and AdamW moments, 16 bytes per parameter;
+// per token and layer the saved activations of attention and MLP; the logits).
+void check_training_memory(const TrainConfig& cfg, int P) {
+  const double n = cfg.kind == "dit" ? double(model::dit_num_params(cfg.dit_model()))
+                                     : double(model::gpt_num_params(cfg.model));
+  const double rows = double(cfg.batch / cfg.dp(P)) * double(cfg.seq / cfg.sp);
+  const double per_row =
+      double(cfg.model.layers) * double(cfg.model.dim) * (10.0 + 2.0 * cfg.model.mlp_ratio) +
+      (cfg.kind == "dit" ? 0.0 : 2.0 * double(cfg.model.vocab));
+  check_memory(
+      16.0 * n + 4.0 * rows * per_row,
+      fmt::format("training this model ({:.3g} parameters, {:.3g} token rows per rank)", n, rows));
+}
+
 }  // namespace
 
 TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const TrainConfig& cfg = opt.cfg;
   const int P = world.size(), rank = world.rank();
   cfg.validate(P);
+  check_training_memory(cfg, P);
   const int sp = cfg.sp, dp = cfg.dp(P), sp_rank = rank % sp, dp_rank = rank / sp;
   comm::Communicator group = world.split(dp_rank, sp_rank);
   const seqpar::AttnConfig acfg = cfg.attn_config(P);
