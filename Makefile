@@ -31,7 +31,7 @@ test: build build-asan
 DEMO_OUT ?= runs/gpt-kjv
 demo: build
 	@scripts/prepare-kjv data/kjv build/wallfacer
-	@scripts/wallfacer-mpirun 4 train --config configs/gpt-kjv.toml --out $(DEMO_OUT)
+	@scripts/wallfacer-mpirun 4 train --config configs/gpt-kjv.toml --out $(DEMO_OUT) --overwrite
 	@echo "--- sample from $(DEMO_OUT) ---"
 	@build/wallfacer sample --ckpt $(DEMO_OUT) --prompt "And God said" --tokens 300
 

@@ -15,11 +15,14 @@
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/comm/topology.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
+#include "wallfacer/kernels/attention.h"
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
+#include "wallfacer/train/io.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -182,6 +185,9 @@ int run_attn(const AttnOptions& o) {
   cfg.causal = o.causal;
   cfg.keep_kv = o.keep_kv;
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
+  WF_USAGE_CHECK(o.count >= 0, "--count is {}; give a number of ranks >= 1", o.count);
+  WF_USAGE_CHECK(o.progress_rows >= 0, "--progress-rows is {}; give 0 (whole blocks) or more",
+                 o.progress_rows);
   const plan::Placement placement = plan::parse_placement(o.placement);
   plan::Cluster cl;
   if (!o.cluster.empty()) cl = plan::load_cluster(o.cluster);
@@ -193,23 +199,24 @@ int run_attn(const AttnOptions& o) {
   comm::MpiSession session(nullptr, nullptr);
   auto everyone = comm::Communicator::world();
   const int P = everyone.size();
-  try {  // before any collective: every rank reaches the same verdict
-    seqpar::validate(cfg, P);
-  } catch (const UsageError& e) {
-    // Rank 0 prints the one line; nobody leaves before it is out (mpirun stops the job when the
-    // first rank exits with an error).
-    if (everyone.rank() == 0) {
-      std::fprintf(stderr, "wallfacer attn: error: %s\n", e.what());
-      std::fflush(stderr);
-    }
-    everyone.barrier();
-    return 2;
+  seqpar::validate(cfg, P);  // before any collective: every rank reaches the same verdict
+  WF_USAGE_CHECK(cfg.head_dim <= kernels::kMaxHeadDim, "--head-dim is {}; the kernels take 1..{}",
+                 cfg.head_dim, kernels::kMaxHeadDim);
+  {
+    // Eight tensors of this rank's rows; rank 0 also holds the whole sequence's for --check/--dump.
+    const double whole =
+        4.0 * cfg.batch * double(cfg.seq) * (cfg.heads + cfg.kv_heads) * cfg.head_dim;
+    check_memory(4.0 * whole / P + (o.check || !o.dump.empty() ? 6.0 * whole : 0.0),
+                 "attention on these shapes");
   }
   // The placement orders the ranks: `world` numbers them by layout rank.
   const comm::Topology topo = comm::discover_topology();
   const std::vector<int> device_of = plan::candidate_devices(candidate(cfg, placement), P);
   auto world = everyone.split(0, plan::inverse_order(device_of)[size_t(everyone.rank())]);
   const int rank = world.rank();
+  world.agree([&] {  // only rank 0 writes: a folder it cannot create stops every rank now
+    if (rank == 0 && !o.dump.empty()) train::make_directories(o.dump, "--dump");
+  });
 
   // This rank's rows of the seeded global inputs.
   const auto pos = seqpar::local_positions(cfg, P, rank);
@@ -290,7 +297,6 @@ int run_attn(const AttnOptions& o) {
         verdict = e.within(tol) ? 0 : 1;
       }
       if (!o.dump.empty()) {
-        std::filesystem::create_directories(o.dump);
         const std::vector<int64_t> qshape{B, cfg.seq, cfg.heads, D},
             kshape{B, cfg.seq, cfg.kv_heads, D}, lshape{B, cfg.heads, cfg.seq};
         auto put = [&](const char* name, const std::vector<float>& x,

@@ -16,6 +16,7 @@
 
 #include "command.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
@@ -208,6 +209,12 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   WF_USAGE_CHECK(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
   WF_USAGE_CHECK(opt.iters >= 0, "--iters must be >= 1, got {}", opt.iters);
   WF_USAGE_CHECK(!(opt.causal_only && opt.full_only), "--causal and --full exclude each other");
+  for (int s : opt.seqs) {
+    // q, o, dout, dq of the heads and k, v, dk, dv of the kv heads.
+    const double kv = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
+    check_memory(16.0 * opt.batch * double(s) * (opt.heads + kv) * opt.head_dim,
+                 fmt::format("the kernel benchmark at --seq {}", s));
+  }
 
   std::vector<bool> masks;
   if (!opt.causal_only) masks.push_back(false);

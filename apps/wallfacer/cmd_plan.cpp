@@ -23,6 +23,8 @@ struct PlanOptions {
 int run_plan(const PlanOptions& o) {
   WF_USAGE_CHECK(!o.cluster.empty() && !o.model.empty() && !o.seq.empty(),
                  "plan needs --cluster FILE, --model FILE and --seq N");
+  WF_USAGE_CHECK(o.gpus >= 0, "--gpus is {}; give a positive number of devices (default: all)",
+                 o.gpus);
   plan::PlanInput in;
   in.cluster = plan::load_cluster(o.cluster);
   in.model = plan::load_model(o.model);

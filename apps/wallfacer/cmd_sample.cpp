@@ -4,6 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -18,6 +22,8 @@
 
 namespace wallfacer::cli {
 namespace {
+
+constexpr int kMaxTokens = 1 << 20;  // the decoder's KV cache holds prompt + tokens positions
 
 struct SampleArgs {
   std::string ckpt;
@@ -45,6 +51,9 @@ std::string resolve_checkpoint(const std::string& dir) {
 
 int sample_dit(const SampleArgs& a, const train::TrainConfig& cfg, const std::string& dir) {
   WF_USAGE_CHECK(!a.out.empty(), "--out FILE.gif is required for a DiT checkpoint");
+  WF_USAGE_CHECK(a.steps >= 1 && a.steps <= 100000, "--steps is {}; give 1..100000 Euler steps",
+                 a.steps);
+  WF_USAGE_CHECK(a.scale >= 1 && a.scale <= 64, "--scale is {}; give 1..64", a.scale);
   const model::DitConfig dcfg = cfg.dit_model();
   const auto st = train::load_checkpoint(dir, 0, 0, model::dit_num_params(dcfg));
   const auto clip =
@@ -57,15 +66,27 @@ int sample_dit(const SampleArgs& a, const train::TrainConfig& cfg, const std::st
 
 int run_sample(const SampleArgs& a) {
   WF_USAGE_CHECK(!a.ckpt.empty(), "--ckpt DIR is required");
-  WF_USAGE_CHECK(a.tokens >= 0, "--tokens must be >= 0");
+  WF_USAGE_CHECK(a.tokens >= 0 && a.tokens <= kMaxTokens, "--tokens is {}; give 0..{}", a.tokens,
+                 kMaxTokens);
+  WF_USAGE_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
+                 "--temperature is {}; give a finite number >= 0 (0: greedy)", a.temperature);
   const std::string dir = resolve_checkpoint(a.ckpt);
   const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
   if (cfg.kind == "dit") return sample_dit(a, cfg, dir);
+  WF_USAGE_CHECK(a.out.empty(),
+                 "--out is for a DiT checkpoint's GIF; '{}' is a GPT checkpoint, whose text is "
+                 "printed (redirect it to a file instead)",
+                 dir);
   const auto n = model::gpt_num_params(cfg.model);
   const auto st = train::load_checkpoint(dir, 0, 0, n);
   std::vector<uint16_t> prompt = train::tokenize_bytes(a.prompt);
   prompt.pop_back();  // no end-of-text after the prompt
   WF_USAGE_CHECK(!prompt.empty(), "--prompt must not be empty");
+  for (uint16_t t : prompt) {
+    WF_USAGE_CHECK(t < cfg.model.vocab,
+                   "the prompt's byte {} is outside the checkpoint's vocabulary of {}", t,
+                   cfg.model.vocab);
+  }
   model::GptDecoder dec(cfg.model, st.params.data(), int(prompt.size()) + a.tokens);
   Rng rng(uint64_t(a.seed));
   const float* logits = nullptr;
@@ -78,6 +99,8 @@ int run_sample(const SampleArgs& a) {
     if (i + 1 < a.tokens) logits = dec.step(t);
   }
   fmt::print("{}{}\n", a.prompt, train::detokenize(out));
+  WF_CHECK(std::fflush(stdout) == 0 && !std::ferror(stdout),
+           "cannot write the sample to standard output: {}", std::strerror(errno));
   return 0;
 }
 

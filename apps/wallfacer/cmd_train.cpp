@@ -1,7 +1,7 @@
 // wallfacer train: GPT training with sequence parallelism (run under mpirun for P > 1).
 
-#include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "command.h"
 #include "wallfacer/comm/communicator.h"
@@ -13,42 +13,37 @@ namespace {
 
 struct TrainArgs {
   std::string config;
-  int64_t steps = 0;
+  std::optional<int64_t> steps;
   std::string out = "runs/gpt";
   std::vector<std::string> sets;
   bool resume = false;
+  bool overwrite = false;
   std::string progress = "auto";
 };
 
-// Rank in the MPI world before MPI starts (0 outside mpirun).
-int launcher_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  }
-  return 0;
-}
-
 int run_train(const TrainArgs& a) {
-  try {
-    WF_USAGE_CHECK(!a.config.empty(), "--config FILE is required");
-    train::TrainOptions opt;
-    opt.cfg = train::TrainConfig::from_file(a.config);
-    for (const auto& s : a.sets) opt.cfg.set(s);
-    if (a.steps > 0) opt.cfg.steps = a.steps;
-    opt.out_dir = a.out;
-    opt.resume = a.resume;
-    opt.progress = a.progress;
-    int argc = 0;
-    char** argv = nullptr;
-    comm::MpiSession mpi(&argc, &argv);
-    auto world = comm::Communicator::world();
-    opt.cfg.validate(world.size());  // before any work: every rank reaches the same verdict
-    train::run_training(world, opt);
-    return 0;
-  } catch (const UsageError&) {
-    if (launcher_rank() != 0) return 2;  // rank 0 reports it: one line, not one per rank
-    throw;
+  // MPI first: an error anywhere below, on any rank, ends the job with its message (main).
+  int argc = 0;
+  char** argv = nullptr;
+  comm::MpiSession mpi(&argc, &argv);
+  auto world = comm::Communicator::world();
+  WF_USAGE_CHECK(!a.config.empty(), "--config FILE is required");
+  train::TrainOptions opt;
+  opt.cfg = train::TrainConfig::from_file(a.config);
+  for (const auto& s : a.sets) opt.cfg.set(s);
+  if (a.steps) {
+    WF_USAGE_CHECK(*a.steps >= 1, "--steps is {}; it must be at least 1", *a.steps);
+    opt.cfg.steps = *a.steps;
   }
+  if (timeout_option()) opt.cfg.timeout = *timeout_option();
+  comm::set_timeout(opt.cfg.timeout);
+  opt.out_dir = a.out;
+  opt.resume = a.resume;
+  opt.overwrite = a.overwrite;
+  opt.progress = a.progress;
+  opt.cfg.validate(world.size());  // before any work: every rank reaches the same verdict
+  train::run_training(world, opt);
+  return 0;
 }
 
 Action setup(CLI::App& root) {
@@ -60,7 +55,11 @@ Action setup(CLI::App& root) {
   cmd->add_option("--out", args->out, "Output directory (metrics, checkpoints, plot)")
       ->capture_default_str();
   cmd->add_option("--set", args->sets, "Override a config key: --set section.key=value");
-  cmd->add_flag("--resume", args->resume, "Continue from the newest complete checkpoint in --out");
+  cmd->add_flag("--resume", args->resume,
+                "Continue from the newest checkpoint in --out that verifies");
+  cmd->add_flag(
+      "--overwrite", args->overwrite,
+      "Start over in an --out that holds a run: remove its metrics, plot and checkpoints");
   cmd->add_option("--progress", args->progress, "auto | bar | plain | none")
       ->check(CLI::IsMember({"auto", "bar", "plain", "none"}))
       ->capture_default_str();

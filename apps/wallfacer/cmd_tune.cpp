@@ -688,18 +688,8 @@ int run_topology(comm::Communicator& world) {
 int run(const TuneOptions& o) {
   comm::MpiSession session(nullptr, nullptr);
   auto world = comm::Communicator::world();
-  try {
-    if (o.topology) return run_topology(world);
-    return o.calibrate ? run_calibrate(o, world) : run_tune(o, world);
-  } catch (const UsageError& e) {
-    // Every rank reaches the same verdict; rank 0 prints the one line before anyone leaves.
-    if (world.rank() == 0) {
-      std::fprintf(stderr, "wallfacer tune: error: %s\n", e.what());
-      std::fflush(stderr);
-    }
-    world.barrier();
-    return 2;
-  }
+  if (o.topology) return run_topology(world);
+  return o.calibrate ? run_calibrate(o, world) : run_tune(o, world);
 }
 
 Action setup(CLI::App& root) {

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace wallfacer::cli {
@@ -17,6 +18,10 @@ using Setup = std::function<Action(CLI::App& root)>;
 
 // Registers a subcommand; `order` sorts them in --help. Returns true (for static initialisers).
 bool register_command(int order, std::string name, Setup setup);
+
+// --timeout of the commands that run under mpirun, when given (main applies it to
+// comm::set_timeout before the command runs; train lets it override train.timeout).
+std::optional<double>& timeout_option();
 
 }  // namespace wallfacer::cli
 

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "command.h"
+#include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -29,7 +31,40 @@ bool register_command(int order, std::string name, Setup setup) {
   return true;
 }
 
+std::optional<double>& timeout_option() {
+  static std::optional<double> t;
+  return t;
+}
+
 }  // namespace wallfacer::cli
+
+namespace {
+
+// Every command takes --max-memory (the limit of memory sizing, wallfacer/core/memory.h).
+void add_memory_option(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    sub->add_option_function<double>(
+           "--max-memory", [](double gib) { wallfacer::set_memory_limit(gib * (1 << 30)); },
+           "GiB this process may use; bigger jobs stop before allocating (default: the "
+           "machine's memory shared by the ranks on it)")
+        ->check(CLI::PositiveNumber);
+  }
+}
+
+// The commands that run under mpirun take --timeout (the watchdog's limit).
+void add_timeout_option(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    const std::string& name = sub->get_name();
+    if (name != "train" && name != "attn" && name != "tune") continue;
+    sub->add_option_function<double>(
+           "--timeout", [](double s) { wallfacer::cli::timeout_option() = s; },
+           "Seconds a wait for another rank may last before the job is aborted (0: no limit; "
+           "default 600, or train.timeout)")
+        ->check(CLI::NonNegativeNumber);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace wallfacer::cli;
@@ -44,6 +79,8 @@ int main(int argc, char** argv) {
             [](const Entry& a, const Entry& b) { return a.order < b.order; });
   std::vector<std::pair<std::string, Action>> actions;
   for (auto& e : entries) actions.emplace_back(e.name, e.setup(app));
+  add_timeout_option(app);
+  add_memory_option(app);
 
   try {
     app.parse(argc, argv);
@@ -54,20 +91,21 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "wallfacer: error: %s (see 'wallfacer --help')\n", e.what());
-    return 2;
+    return wallfacer::comm::end_job_with_error(
+        "wallfacer", fmt::format("{} (see 'wallfacer --help')", e.what()), 2);
   }
+  if (timeout_option()) wallfacer::comm::set_timeout(*timeout_option());
 
+  // Every error ends the whole job (all ranks) with its message: 2 for bad input, 1 otherwise.
   for (auto& [name, action] : actions) {
     if (!app.got_subcommand(name)) continue;
+    const std::string prefix = "wallfacer " + name;
     try {
       return action();
     } catch (const wallfacer::UsageError& e) {
-      std::fprintf(stderr, "wallfacer %s: error: %s\n", name.c_str(), e.what());
-      return 2;
+      return wallfacer::comm::end_job_with_error(prefix, e.what(), 2);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "wallfacer %s: error: %s\n", name.c_str(), e.what());
-      return 1;
+      return wallfacer::comm::end_job_with_error(prefix, e.what(), 1);
     }
   }
   return 2;

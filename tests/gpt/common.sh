@@ -43,3 +43,16 @@ TOML
 
 # The "loss" values of metrics.jsonl, one per line, as written (full precision).
 losses() { sed -E 's/.*"loss":([^,}]*).*/\1/' "$1/metrics.jsonl"; }
+
+# expect_error RC WHAT PATTERN command...: the command exits with RC and prints exactly one
+# "error:" line, which matches PATTERN; says how long it took (a hang is caught by ctest's TIMEOUT).
+expect_error() {
+  local want=$1 what=$2 pat=$3 t0 rc
+  shift 3
+  t0=$(date +%s.%N)
+  out=$("$@" 2>&1); rc=$?
+  echo "$what: exit $rc after $(echo "$(date +%s.%N) - $t0" | bc) s"
+  [ $rc -eq "$want" ] || err "$what: exit $rc, expected $want ($out)"
+  [ "$(echo "$out" | grep -c "error:")" -eq 1 ] || err "$what: not exactly one error line: $out"
+  echo "$out" | grep -q -- "$pat" || err "$what: message does not mention '$pat': $out"
+}

@@ -4,14 +4,8 @@ set -u
 source "$(dirname "$0")/common.sh"
 
 expect2() {  # expect2 WHAT PATTERN command...
-  local what=$1 pat=$2
-  shift 2
-  out=$("$@" 2>&1); rc=$?
-  [ $rc -eq 2 ] || err "$what: exit $rc, expected 2 ($out)"
-  n=$(echo "$out" | grep -c "wallfacer train: error")
-  [ "$n" -eq 1 ] || err "$what: expected exactly one error line, got $n: $out"
-  echo "$out" | grep -q -- "$pat" || err "$what: message does not mention '$pat': $out"
-  [ -e "$work/out/metrics.jsonl" ] && err "$what: work started (metrics written)"
+  expect_error 2 "$@"
+  [ -e "$work/out/metrics.jsonl" ] && err "$1: work started (metrics written)"
 }
 t=(train --config "$work/tiny.toml" --out "$work/out" --progress none)
 expect2 "unknown key" "unknown config key 'train.sequence'" "$wf" "${t[@]}" --set train.sequence=5

@@ -1,11 +1,17 @@
 #include "wallfacer/comm/communicator.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -34,6 +40,12 @@ void check(int rc, const char* call, int rank, int peer = kNoPeer) {
   if (rc != MPI_SUCCESS) fail(rc, call, rank, peer);
 }
 
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
 int world_rank() {
   int r = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -47,7 +59,214 @@ bool mpi_alive() {
   return init && !fin;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Process-wide fault state: the watchdog and the communicator errors are agreed on.
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Faults {
+  std::atomic<double> timeout_s{600.0};
+  // The wait in progress: its start (0: none), what it is, the peer's world rank and its own
+  // limit (0: timeout_s).
+  std::atomic<int64_t> since_ns{0};
+  std::atomic<const char*> op{""};
+  std::atomic<int> peer{kNoPeer};
+  std::atomic<const std::string*> group{nullptr};  // the collective's ranks, when not a peer
+  std::atomic<double> limit_s{0.0};
+  std::mutex mu;  // guards phase, stop
+  std::condition_variable cv;
+  std::string phase;
+  bool stop = false;
+  std::thread watchdog;
+  MPI_Comm err_comm = MPI_COMM_NULL;  // a duplicate of the world for agreeing on errors
+
+  ~Faults() { stop_watchdog(); }
+  void stop_watchdog() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (watchdog.joinable()) watchdog.join();
+  }
+};
+
+Faults& faults() {
+  static Faults f;
+  return f;
+}
+
+// Marks a blocking MPI call for the watchdog while it runs.
+class Watch {
+ public:
+  Watch(const char* op, int peer, double limit_s = 0, const std::string* group = nullptr) {
+    Faults& f = faults();
+    f.op = op;
+    f.peer = peer;
+    f.group = group;
+    f.limit_s = limit_s;
+    f.since_ns = now_ns();
+  }
+  ~Watch() { faults().since_ns = 0; }
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+};
+
+// Checks the wait in progress a few times a second; aborts the job when it is overdue.
+void watchdog_loop() {
+  Faults& f = faults();
+  std::unique_lock<std::mutex> lk(f.mu);
+  int64_t last = now_ns(), awake_since = last;
+  while (!f.stop) {
+    f.cv.wait_for(lk, std::chrono::milliseconds(200));
+    if (f.stop) break;
+    // A gap of seconds between checks: this process itself was stopped (SIGSTOP, a suspended
+    // machine); its waits count from now, not from before.
+    const int64_t now = now_ns();
+    if (now - last > int64_t(2e9)) awake_since = now;
+    last = now;
+    const int64_t since = std::max<int64_t>(f.since_ns, awake_since);
+    const double limit = f.limit_s > 0 ? f.limit_s.load() : f.timeout_s.load();
+    if (f.since_ns == 0 || limit <= 0) continue;
+    const double waited = double(now - since) * 1e-9;
+    if (waited < limit) continue;
+    const int peer = f.peer;
+    const std::string* group = f.group;
+    std::string with, who = "another rank";
+    if (peer != kNoPeer) {
+      with = fmt::format(" with rank {}", peer);
+      who = fmt::format("rank {}", peer);
+    } else if (group) {
+      with = fmt::format(" among ranks {}", *group);
+      who = "one of them";
+    }
+    const std::string during = f.phase.empty() ? "" : fmt::format(" during {}", f.phase);
+    std::fprintf(stderr,
+                 "wallfacer: error: rank %d: %s%s made no progress for %.0f s%s: %s is stuck or "
+                 "gone (raise --timeout or train.timeout if the work is only slow)\n",
+                 world_rank(), f.op.load(), with.c_str(), waited, during.c_str(), who.c_str());
+    std::fflush(stderr);
+    // MPI_Abort from this thread ends every rank; the main thread is inside MPI and cannot.
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
+  }
+}
+
+// MPI_Init_thread, errors returned instead of fatal, the error communicator and the watchdog.
+void start_mpi(int* argc, char*** argv) {
+  // More ranks on this machine than cores (mpirun --oversubscribe): a rank that waits for a message
+  // gives its core away instead of spinning on it, so that the rank it waits for can run. OpenMPI
+  // reads the setting in MPI_Init; one given by the user is kept.
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (local_size && std::atol(local_size) > long(std::thread::hardware_concurrency()))
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  int provided = 0;
+  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) fail(rc, "MPI_Init_thread", -1, kNoPeer);
+  check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+        world_rank());
+  Faults& f = faults();
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &f.err_comm), "MPI_Comm_dup", world_rank());
+  check(MPI_Comm_set_errhandler(f.err_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+        world_rank());
+  f.stop = false;
+  f.watchdog = std::thread(watchdog_loop);
+}
+
+// MPI_Finalize under the watchdog (it waits for every rank), then the watchdog stops.
+void finish_mpi() {
+  {
+    Watch w("MPI_Finalize", kNoPeer, 60);
+    Faults& f = faults();
+    if (f.err_comm != MPI_COMM_NULL) MPI_Comm_free(&f.err_comm);
+    MPI_Finalize();
+  }
+  faults().stop_watchdog();
+}
+
 }  // namespace
+
+void set_timeout(double seconds) { faults().timeout_s = std::max(0.0, seconds); }
+double timeout() { return faults().timeout_s; }
+
+void set_phase(const std::string& phase) {
+  Faults& f = faults();
+  std::lock_guard<std::mutex> lk(f.mu);
+  f.phase = phase;
+}
+
+int launched_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  }
+  return 1;
+}
+
+int end_job_with_error(const std::string& prefix, const std::string& message, int code) {
+  auto print = [&](const std::string& who) {
+    std::fprintf(stderr, "%s: error: %s%s\n", prefix.c_str(), who.c_str(), message.c_str());
+    std::fflush(stderr);
+  };
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (fin || (!init && launched_size() <= 1)) {
+    print("");
+    return code;
+  }
+  if (!init) {
+    try {
+      start_mpi(nullptr, nullptr);
+    } catch (const std::exception& e) {
+      print(fmt::format("(and {}) ", e.what()));
+      return code;
+    }
+  }
+  Faults& f = faults();
+  const int rank = world_rank();
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) {
+    print("");
+    finish_mpi();
+    return code;
+  }
+  // Did every rank fail, alike? The others either join within a few seconds or are elsewhere
+  // (waiting for this rank in a collective, or still working).
+  auto wait_for = [](MPI_Request& rq, double seconds) {
+    const int64_t end = now_ns() + int64_t(seconds * 1e9);
+    int done = 0;
+    while (MPI_Test(&rq, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && now_ns() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return done != 0;
+  };
+  const uint64_t h = fnv1a(message) ^ uint64_t(code);
+  uint64_t mine[2] = {h, ~h}, most[2] = {0, 0};
+  MPI_Request rq = MPI_REQUEST_NULL;
+  if (f.err_comm != MPI_COMM_NULL &&
+      MPI_Iallreduce(mine, most, 2, MPI_UINT64_T, MPI_MAX, f.err_comm, &rq) == MPI_SUCCESS &&
+      wait_for(rq, 3.0)) {
+    const bool alike = most[0] == h && most[1] == ~h;
+    if (!alike) {
+      print(fmt::format("rank {}: ", rank));
+    } else if (rank == 0) {
+      print("");
+    }
+    // Nobody leaves before the message is out: mpirun ends the job when the first rank exits.
+    if (MPI_Ibarrier(f.err_comm, &rq) == MPI_SUCCESS && wait_for(rq, 10.0)) {
+      finish_mpi();
+      return code;
+    }
+  } else {
+    print(fmt::format("rank {}: ", rank));
+  }
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Request
@@ -55,7 +274,8 @@ bool mpi_alive() {
 struct Request::Impl {
   std::vector<MPI_Request> reqs;
   int rank = -1;
-  int peer = kNoPeer;
+  int peer = kNoPeer;  // in the world
+  const char* op = "MPI_Waitall";
 };
 
 Request::Request() = default;
@@ -71,6 +291,9 @@ Request& Request::operator=(Request&& other) noexcept {
   return *this;
 }
 Request::~Request() {
+  // While an exception unwinds, the transfer is left pending: its peer may never match it, and the
+  // job ends (end_job_with_error) without waiting for it.
+  if (std::uncaught_exceptions() > 0) return;
   try {
     wait();
   } catch (...) {
@@ -91,6 +314,7 @@ void Request::wait() {
   if (!impl_ || impl_->reqs.empty()) return;
   auto reqs = std::move(impl_->reqs);
   impl_->reqs.clear();
+  Watch w(impl_->op, impl_->peer);
   check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall", impl_->rank,
         impl_->peer);
 }
@@ -103,8 +327,24 @@ struct Communicator::Impl {
   bool owned = false;
   int rank = 0;
   int size = 1;
-  int wrank = 0;  // rank in MPI_COMM_WORLD, for messages
+  int wrank = 0;              // rank in MPI_COMM_WORLD, for messages
+  std::vector<int> world_of;  // world rank of each rank of this group
   ByteCounters counters;
+
+  std::string members;  // the world ranks of this group, for the watchdog's message
+
+  int to_world(int r) const { return world_of.empty() ? r : world_of[size_t(r)]; }
+  void describe_members() {
+    if (world_of.empty()) {
+      members = fmt::format("0..{}", size - 1);
+      return;
+    }
+    for (size_t i = 0; i < world_of.size() && i < 16; ++i)
+      members += fmt::format("{}{}", i ? ", " : "", world_of[i]);
+    if (world_of.size() > 16) members += fmt::format(", ... ({} ranks)", world_of.size());
+  }
+  // A watch on a collective of this group.
+  const std::string* group() const { return &members; }
 
   ~Impl() {
     if (owned && comm != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&comm);
@@ -128,11 +368,13 @@ struct Communicator::Impl {
               "MPI_Isend", wrank, to);
       }
     }
+    Watch w(what, kNoPeer, 0, group());
     check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), what, wrank);
   }
 
   void all_to_all(const float* send, float* recv, int64_t count) {
     if (count <= INT_MAX) {
+      Watch w("MPI_Alltoall", kNoPeer, 0, group());
       check(MPI_Alltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, comm),
             "MPI_Alltoall", wrank);
     } else {
@@ -149,6 +391,7 @@ Communicator Communicator::world() {
   c.impl_->wrank = world_rank();
   check(MPI_Comm_rank(MPI_COMM_WORLD, &c.impl_->rank), "MPI_Comm_rank", c.impl_->wrank);
   check(MPI_Comm_size(MPI_COMM_WORLD, &c.impl_->size), "MPI_Comm_size", c.impl_->wrank);
+  c.impl_->describe_members();
   return c;
 }
 
@@ -161,12 +404,27 @@ Communicator Communicator::split(int color, int key) const {
   Communicator c;
   c.impl_ = std::make_shared<Impl>();
   c.impl_->wrank = impl_->wrank;
-  check(MPI_Comm_split(impl_->comm, color, key, &c.impl_->comm), "MPI_Comm_split", impl_->wrank);
+  {
+    Watch w("MPI_Comm_split", kNoPeer, 0, impl_->group());
+    check(MPI_Comm_split(impl_->comm, color, key, &c.impl_->comm), "MPI_Comm_split", impl_->wrank);
+  }
   c.impl_->owned = true;
   check(MPI_Comm_set_errhandler(c.impl_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
         impl_->wrank);
   check(MPI_Comm_rank(c.impl_->comm, &c.impl_->rank), "MPI_Comm_rank", impl_->wrank);
   check(MPI_Comm_size(c.impl_->comm, &c.impl_->size), "MPI_Comm_size", impl_->wrank);
+  MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+  check(MPI_Comm_group(c.impl_->comm, &group), "MPI_Comm_group", impl_->wrank);
+  check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group", impl_->wrank);
+  std::vector<int> mine(size_t(c.impl_->size));
+  for (int r = 0; r < c.impl_->size; ++r) mine[size_t(r)] = r;
+  c.impl_->world_of.resize(mine.size());
+  check(MPI_Group_translate_ranks(group, c.impl_->size, mine.data(), world_group,
+                                  c.impl_->world_of.data()),
+        "MPI_Group_translate_ranks", impl_->wrank);
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  c.impl_->describe_members();
   return c;
 }
 
@@ -176,7 +434,8 @@ Request Communicator::isend(const float* buf, int64_t count, int dest, int tag) 
   Request r;
   r.impl_ = std::make_unique<Request::Impl>();
   r.impl_->rank = impl_->wrank;
-  r.impl_->peer = dest;
+  r.impl_->peer = impl_->to_world(dest);
+  r.impl_->op = "MPI_Waitall on a send";
   for (int64_t off = 0; off < count || off == 0; off += kMaxCount) {
     const int c = int(std::min(kMaxCount, count - off));
     r.impl_->reqs.emplace_back();
@@ -194,7 +453,8 @@ Request Communicator::irecv(float* buf, int64_t count, int src, int tag) {
   Request r;
   r.impl_ = std::make_unique<Request::Impl>();
   r.impl_->rank = impl_->wrank;
-  r.impl_->peer = src;
+  r.impl_->peer = impl_->to_world(src);
+  r.impl_->op = "MPI_Waitall on a receive";
   for (int64_t off = 0; off < count || off == 0; off += kMaxCount) {
     const int c = int(std::min(kMaxCount, count - off));
     r.impl_->reqs.emplace_back();
@@ -210,6 +470,7 @@ void Communicator::all_gather(const float* send, int64_t count, float* recv) {
   float* own = recv + int64_t(rank()) * count;
   if (count <= INT_MAX) {
     const void* src = send == own ? MPI_IN_PLACE : static_cast<const void*>(send);
+    Watch w("MPI_Allgather", kNoPeer, 0, impl_->group());
     check(MPI_Allgather(src, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, impl_->comm),
           "MPI_Allgather", impl_->wrank);
   } else {
@@ -238,22 +499,24 @@ void Communicator::reduce_scatter_sum(const float* send, float* recv, int64_t co
 
 namespace {
 template <class T>
-void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Comm comm, int wrank) {
+void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Comm comm, int wrank,
+                        const std::string* group) {
   for (int64_t off = 0; off < count; off += kMaxCount) {
     const int c = int(std::min(kMaxCount, count - off));
+    Watch w("MPI_Allreduce", kNoPeer, 0, group);
     check(MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, MPI_SUM, comm), "MPI_Allreduce", wrank);
   }
 }
 }  // namespace
 
 void Communicator::all_reduce_sum(float* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_FLOAT, impl_->comm, impl_->wrank);
+  all_reduce_chunked(buf, count, MPI_FLOAT, impl_->comm, impl_->wrank, impl_->group());
   const int64_t n = size();
   impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(float)) / n;
 }
 
 void Communicator::all_reduce_sum(double* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_DOUBLE, impl_->comm, impl_->wrank);
+  all_reduce_chunked(buf, count, MPI_DOUBLE, impl_->comm, impl_->wrank, impl_->group());
   const int64_t n = size();
   impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(double)) / n;
 }
@@ -263,7 +526,55 @@ void Communicator::all_to_all(const float* send, float* recv, int64_t count_per_
   impl_->counters.coll_bytes += int64_t(size() - 1) * count_per_rank * int64_t(sizeof(float));
 }
 
-void Communicator::barrier() { check(MPI_Barrier(impl_->comm), "MPI_Barrier", impl_->wrank); }
+void Communicator::agree(const std::function<void()>& f) {
+  std::string message;
+  int code = 0;  // 0: fine, 1: Error, 2: UsageError
+  try {
+    f();
+  } catch (const UsageError& e) {
+    message = e.what(), code = 2;
+  } catch (const std::exception& e) {
+    message = e.what(), code = 1;
+  }
+  // {lowest failing rank, ranks failed, -(ranks failed alike with the lowest)}: two reductions.
+  const int me = rank(), n = size();
+  int lowest = code ? me : n;
+  {
+    Watch w("MPI_Allreduce", kNoPeer, 0, impl_->group());
+    check(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, impl_->comm), "MPI_Allreduce",
+          impl_->wrank);
+  }
+  if (lowest == n) return;
+  int64_t len = int64_t(message.size()) * 4 + code;
+  {
+    Watch w("MPI_Bcast", impl_->to_world(lowest));
+    check(MPI_Bcast(&len, 1, MPI_INT64_T, lowest, impl_->comm), "MPI_Bcast", impl_->wrank,
+          impl_->to_world(lowest));
+  }
+  const int first_code = int(len % 4);
+  std::string first = message;
+  first.resize(size_t(len / 4));
+  {
+    Watch w("MPI_Bcast", impl_->to_world(lowest));
+    check(MPI_Bcast(first.data(), int(first.size()), MPI_CHAR, lowest, impl_->comm), "MPI_Bcast",
+          impl_->wrank, impl_->to_world(lowest));
+  }
+  int alike = code == first_code && message == first ? 1 : 0;
+  {
+    Watch w("MPI_Allreduce", kNoPeer, 0, impl_->group());
+    check(MPI_Allreduce(MPI_IN_PLACE, &alike, 1, MPI_INT, MPI_MIN, impl_->comm), "MPI_Allreduce",
+          impl_->wrank);
+  }
+  const std::string text =
+      alike ? first : fmt::format("rank {}: {}", impl_->to_world(lowest), first);
+  if (first_code == 2) throw UsageError(text);
+  throw Error(text);
+}
+
+void Communicator::barrier() {
+  Watch w("MPI_Barrier", kNoPeer, 0, impl_->group());
+  check(MPI_Barrier(impl_->comm), "MPI_Barrier", impl_->wrank);
+}
 
 void Communicator::reduce_scatter_lse(const float* o_send, const float* lse_send, float* o_recv,
                                       float* lse_recv, int batch, int64_t rows, int heads,
@@ -300,21 +611,12 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int init = 0;
   MPI_Initialized(&init);
   WF_CHECK(!init, "MPI is already initialised: create one comm::MpiSession per process");
-  // More ranks on this machine than cores (mpirun --oversubscribe): a rank that waits for a message
-  // gives its core away instead of spinning on it, so that the rank it waits for can run. OpenMPI
-  // reads the setting in MPI_Init; one given by the user is kept.
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local_size && std::atol(local_size) > long(std::thread::hardware_concurrency()))
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-  int provided = 0;
-  const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-  if (rc != MPI_SUCCESS) fail(rc, "MPI_Init_thread", -1, kNoPeer);
-  check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
-        world_rank());
+  start_mpi(argc, argv);
 }
 
 MpiSession::~MpiSession() {
-  if (mpi_alive()) MPI_Finalize();
+  if (std::uncaught_exceptions() > 0) return;  // end_job_with_error takes over
+  if (mpi_alive()) finish_mpi();
 }
 
 }  // namespace wallfacer::comm

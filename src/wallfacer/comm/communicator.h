@@ -8,7 +8,9 @@
 // buffer, all-reduce 2(n-1)/n of the buffer.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace wallfacer::comm {
@@ -66,6 +68,12 @@ class Communicator {
   void reduce_scatter_lse(const float* o_send, const float* lse_send, float* o_recv,
                           float* lse_recv, int batch, int64_t rows, int heads, int head_dim);
 
+  // Runs f on every rank and agrees on the outcome (collective): when f throws on any rank, every
+  // rank throws the error of the lowest rank that failed (a UsageError stays one), its message
+  // prefixed with "rank R: " unless every rank failed alike. For what only some ranks can see
+  // (their files, their data) before the next collective.
+  void agree(const std::function<void()>& f);
+
   ByteCounters& counters();
   const ByteCounters& counters() const;
 
@@ -75,13 +83,39 @@ class Communicator {
   std::shared_ptr<Impl> impl_;
 };
 
-// MPI_Init_thread / MPI_Finalize for the lifetime of the object (once per process).
+// MPI_Init_thread / MPI_Finalize for the lifetime of the object (once per process). When the
+// object is destroyed by an exception, MPI is left running: MPI_Finalize waits for every rank, and
+// the others may be waiting in a collective for this one; end_job_with_error ends the job instead.
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
-  ~MpiSession();
+  ~MpiSession();  // MPI_Finalize, unless an exception is unwinding the stack
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Faults: no rank's failure leaves the others waiting.
+
+// The watchdog: a wait or collective of this process (Request::wait, the collectives, barrier)
+// that has not completed after `seconds` aborts the whole job with a message naming the operation,
+// the peer and the phase (set_phase). 0 turns it off. Default 600; takes effect from the next wait.
+void set_timeout(double seconds);
+double timeout();
+
+// What this rank is doing, for the watchdog's message (e.g. "step 12"); "" for nothing.
+void set_phase(const std::string& phase);
+
+// Number of ranks the launcher started (mpirun, srun: read from its environment before MPI
+// starts); 1 outside a launcher.
+int launched_size();
+
+// Ends this process after an error, so that no rank waits forever for it. Without MPI (or on one
+// rank) it prints "PREFIX: error: MESSAGE" to stderr and returns `code` for main to return. Under
+// a launcher it starts MPI if needed, then waits up to a few seconds for the other ranks: when
+// every rank failed with the same message and code (bad input every rank sees), rank 0 prints it
+// once, MPI is finalised and `code` is returned; otherwise this rank prints
+// "PREFIX: error: rank R: MESSAGE", flushes and calls MPI_Abort with `code`, which ends every rank.
+int end_job_with_error(const std::string& prefix, const std::string& message, int code);
 
 }  // namespace wallfacer::comm

@@ -40,6 +40,11 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   c.nodes = nodes.integer("count", 1, 1 << 20);
   c.devices_per_node = nodes.integer("devices_per_node", 1, 1 << 12);
   nodes.reject_unknown();
+  constexpr int64_t kMaxDevices = int64_t(1) << 24;
+  WF_USAGE_CHECK(int64_t(c.nodes) * c.devices_per_node <= kMaxDevices,
+                 "{}: nodes.count x nodes.devices_per_node = {} x {} = {} devices; at most {}",
+                 source, c.nodes, c.devices_per_node, int64_t(c.nodes) * c.devices_per_node,
+                 kMaxDevices);
 
   detail::Table dev = root.sub("device");
   c.device = dev.string_or("name", "");

@@ -22,18 +22,21 @@ struct CheckpointState {
   std::vector<float> params, m, v;
 };
 
-// Collective over `world`. Writes DIR/step-<state.step>/ (ckpt_dir = DIR).
+// Collective over `world`. Writes DIR/step-<state.step>/ (ckpt_dir = DIR), then keeps the newest
+// `keep` checkpoints (0: all) and removes leftover step-N.tmp folders of interrupted saves.
 void save_checkpoint(comm::Communicator& world, const std::string& ckpt_dir,
                      const CheckpointState& state, const std::string& config_toml,
-                     const std::string& layout_json);
+                     const std::string& layout_json, int keep = 0);
 
+// The complete checkpoint directories under ckpt_dir, newest first (empty when there is none).
+std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
 // The newest complete checkpoint directory under ckpt_dir ("" when there is none).
 std::string latest_checkpoint(const std::string& ckpt_dir);
 
-// Reads the manifest and verifies EVERY shard (size, header, checksum) before returning this
-// rank's state; throws Error naming the bad file otherwise (identically on every rank, so no rank
-// loads a partial checkpoint). world_size must match the manifest (<= 0: any, for tools that
-// read one rank's shard).
+// Reads the manifest and this rank's shard, verifies them (names, sizes, header, step, checksums)
+// and returns the state; throws Error naming the bad file and key otherwise. Ranks that load
+// together agree on the outcome (Communicator::agree), so no rank goes on with a checkpoint another
+// could not read. world_size must match the manifest (<= 0: any, for tools that read one shard).
 CheckpointState load_checkpoint(const std::string& dir, int rank, int world_size,
                                 int64_t num_params);
 

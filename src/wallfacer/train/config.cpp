@@ -3,6 +3,8 @@
 #include <toml++/toml.h>
 
 #include <charconv>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <variant>
@@ -44,9 +46,11 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.grad_clip", &c.grad_clip},
       {"train.seed", &c.seed},
       {"train.ckpt_every", &c.ckpt_every},
+      {"train.keep_checkpoints", &c.keep_checkpoints},
       {"train.eval_every", &c.eval_every},
       {"train.eval_batches", &c.eval_batches},
       {"train.time_sampling", &c.time_sampling},
+      {"train.timeout", &c.timeout},
       {"data.dir", &c.data_dir},
       {"data.frames", &c.frames},
       {"data.size", &c.size},
@@ -140,6 +144,10 @@ TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& n
 }
 
 TrainConfig TrainConfig::from_file(const std::string& path) {
+  std::error_code ec;
+  WF_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
+                 "config file '{}' is a folder; give a TOML file such as configs/gpt-kjv.toml",
+                 path);
   std::ifstream in(path);
   WF_USAGE_CHECK(in.good(), "cannot read config file '{}'", path);
   std::stringstream ss;
@@ -217,6 +225,14 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
 void TrainConfig::validate(int P) const {
   WF_USAGE_CHECK(kind == "gpt" || kind == "dit", "model.kind must be 'gpt' or 'dit' (got '{}')",
                  kind);
+  // Upper bounds that keep every product of sizes (parameter counts, buffer sizes) inside 64 bits;
+  // whether the job fits in memory is checked before allocating (check_training_memory).
+  WF_USAGE_CHECK(model.layers <= 10000 && model.dim <= (1 << 20) && model.mlp_ratio <= 64 &&
+                     model.vocab <= (1 << 24) && seq <= (int64_t(1) << 32) && batch <= (1 << 20),
+                 "model.layers ({}) <= 10000, model.dim ({}) <= 1048576, model.mlp_ratio ({}) <= "
+                 "64, model.vocab ({}) <= 16777216, train.seq ({}) <= 2^32 and train.batch ({}) "
+                 "<= 1048576 are the largest sizes supported",
+                 model.layers, model.dim, model.mlp_ratio, model.vocab, seq, batch);
   if (kind == "dit") {
     dit_model().validate();
     WF_USAGE_CHECK(classes >= 0 && classes <= kVideoShapeKinds,
@@ -241,6 +257,15 @@ void TrainConfig::validate(int P) const {
   WF_USAGE_CHECK(seq >= 2 && seq % sp == 0, "train.seq = {} must be divisible by parallel.sp = {}",
                  seq, sp);
   WF_USAGE_CHECK(steps >= 1, "train.steps must be at least 1 (got {})", steps);
+  for (const auto& [key, v] : {std::pair<const char*, double>{"train.lr", lr},
+                               {"train.min_lr", min_lr},
+                               {"train.weight_decay", weight_decay},
+                               {"train.beta1", beta1},
+                               {"train.beta2", beta2},
+                               {"train.grad_clip", grad_clip},
+                               {"model.rope_theta", model.rope_theta}}) {
+    WF_USAGE_CHECK(std::isfinite(v), "{} is {}; it must be a finite number", key, v);
+  }
   WF_USAGE_CHECK(lr > 0 && min_lr >= 0 && min_lr <= lr,
                  "train.lr ({}) must be positive and train.min_lr ({}) in [0, lr]", lr, min_lr);
   WF_USAGE_CHECK(warmup >= 0, "train.warmup must be >= 0 (got {})", warmup);
@@ -250,6 +275,9 @@ void TrainConfig::validate(int P) const {
   WF_USAGE_CHECK(grad_clip >= 0, "train.grad_clip must be >= 0 (0 turns clipping off)");
   WF_USAGE_CHECK(ckpt_every >= 0 && eval_every >= 0 && eval_batches >= 1,
                  "train.ckpt_every and train.eval_every must be >= 0, train.eval_batches >= 1");
+  WF_USAGE_CHECK(keep_checkpoints >= 0, "train.keep_checkpoints must be >= 0 (0: keep all), got {}",
+                 keep_checkpoints);
+  WF_USAGE_CHECK(timeout >= 0, "train.timeout must be >= 0 seconds (0: no limit), got {}", timeout);
   WF_USAGE_CHECK(!data_dir.empty(), "data.dir must not be empty");
   model::parse_checkpointing(checkpointing);
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
@@ -265,6 +293,38 @@ void TrainConfig::validate(int P) const {
                    ulysses, model.heads, kv);
   }
   seqpar::validate(attn_config(P), sp);
+}
+
+std::vector<TrainConfig::Change> TrainConfig::changes_from(const TrainConfig& before) const {
+  TrainConfig a = before, b = *this;
+  auto fa = fields(a), fb = fields(b);
+  std::vector<Change> out;
+  for (size_t i = 0; i < fa.size(); ++i) {
+    auto text = [](const Field& f) {
+      return std::visit(
+          [](auto* p) {
+            using T = std::remove_pointer_t<decltype(p)>;
+            if constexpr (std::is_same_v<T, std::string>) {
+              return "'" + *p + "'";
+            } else {
+              return fmt::format("{}", *p);
+            }
+          },
+          f.ptr);
+    };
+    const std::string x = text(fa[i]), y = text(fb[i]);
+    if (x != y) out.push_back({fa[i].key, x, y});
+  }
+  return out;
+}
+
+bool TrainConfig::is_shape_key(const std::string& key) {
+  for (const char* k : {"model.kind", "model.layers", "model.dim", "model.heads", "model.kv_heads",
+                        "model.mlp_ratio", "model.vocab", "model.patch", "model.freq_dim",
+                        "model.classes", "data.frames", "data.size", "data.channels"}) {
+    if (key == k) return true;
+  }
+  return false;
 }
 
 std::string TrainConfig::to_toml() const {

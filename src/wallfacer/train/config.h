@@ -42,9 +42,11 @@ struct TrainConfig {
   double beta2 = 0.95;
   double grad_clip = 1.0;  // 0: off
   int64_t seed = 1;
-  int64_t ckpt_every = 0;  // 0: no checkpoints
-  int64_t eval_every = 0;  // 0: no evaluation
+  int64_t ckpt_every = 0;    // 0: no checkpoints
+  int keep_checkpoints = 3;  // train.keep_checkpoints: the newest N are kept (0: all)
+  int64_t eval_every = 0;    // 0: no evaluation
   int eval_batches = 1;
+  double timeout = 600;  // train.timeout: seconds a wait for another rank may last (0: no limit)
   // data.*
   std::string data_dir = "data/kjv";
   // parallel.*
@@ -67,6 +69,14 @@ struct TrainConfig {
   void validate(int P) const;
   // The config as TOML (what the checkpoint manifest records).
   std::string to_toml() const;
+
+  struct Change {
+    std::string key, before, after;
+  };
+  // The keys whose values differ from `before`, in schema order.
+  std::vector<Change> changes_from(const TrainConfig& before) const;
+  // Whether a key sets the shape of the model's parameters (a resumed run may not change it).
+  static bool is_shape_key(const std::string& key);
 
   int dp(int P) const { return P / sp; }
   model::DitConfig dit_model() const;

@@ -69,6 +69,10 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, i
 }
 
 TokenShard::TokenShard(const std::string& path) : path_(path) {
+  std::error_code ec;
+  WF_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
+                 "token shard '{}' is a folder; a file written by `wallfacer prepare` is expected",
+                 path);
   const int fd = ::open(path.c_str(), O_RDONLY);
   WF_USAGE_CHECK(fd >= 0, "cannot open token shard '{}': {} (run `wallfacer prepare` first)", path,
                  std::strerror(errno));
@@ -92,11 +96,22 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   if (std::memcmp(h.magic, kMagic, 8) != 0) fail("not a wallfacer token shard (bad magic)");
   if (h.version != kVersion) fail(fmt::format("version {} (expected {})", h.version, kVersion));
   if (h.header_bytes != kHeaderBytes || h.token_bytes != 2) fail("unsupported header layout");
-  if (map_bytes_ != kHeaderBytes + h.num_tokens * 2) {
+  // Sizes compared without a product that could wrap.
+  if ((map_bytes_ - kHeaderBytes) % 2 != 0 || (map_bytes_ - kHeaderBytes) / 2 != h.num_tokens) {
     fail(fmt::format("truncated: {} bytes for {} tokens", map_bytes_, h.num_tokens));
   }
+  if (h.vocab < 1 || h.vocab > 65536)
+    fail(fmt::format("vocabulary {} outside 1..65536 (16-bit tokens)", h.vocab));
   tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kHeaderBytes);
   if (fnv1a64(tokens_, h.num_tokens * 2) != h.checksum) fail("checksum mismatch (corrupt file)");
+  // Every token id inside the vocabulary: the model indexes embeddings and logits with them.
+  for (uint64_t i = 0; i < h.num_tokens; ++i) {
+    if (tokens_[i] >= h.vocab)
+      fail(
+          fmt::format("token {} at position {} is outside its vocabulary of {} (corrupt file, or "
+                      "written for another vocabulary: run `wallfacer prepare` again)",
+                      tokens_[i], i, h.vocab));
+  }
   n_ = int64_t(h.num_tokens);
   vocab_ = int(h.vocab);
 }
@@ -117,7 +132,7 @@ PrepareStats prepare(const std::vector<std::string>& inputs, const std::string& 
   const auto n_val = int64_t(double(all.size()) * val_fraction);
   WF_USAGE_CHECK(n_val >= 2 && int64_t(all.size()) - n_val >= 2,
                  "inputs hold only {} tokens: too few to split", all.size());
-  std::filesystem::create_directories(out_dir);
+  make_directories(out_dir, "--out");
   const auto split = all.end() - n_val;
   write_shard(out_dir + "/train.bin", std::vector<uint16_t>(all.begin(), split), kByteVocab);
   write_shard(out_dir + "/val.bin", std::vector<uint16_t>(split, all.end()), kByteVocab);

@@ -44,11 +44,26 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 }
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  WF_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
+                 "'{}' is a folder; a file is expected there", path);
   std::ifstream f(path, std::ios::binary);
   WF_USAGE_CHECK(f.good(), "cannot read '{}'", path);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+}  // namespace wallfacer::train
+
+namespace wallfacer::train {
+
+void make_directories(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  WF_USAGE_CHECK(!ec && std::filesystem::is_directory(dir),
+                 "cannot create the folder '{}' ({}): {}; give {} a writable folder", dir, what,
+                 ec ? ec.message() : "a file of that name exists", what);
 }
 
 }  // namespace wallfacer::train

@@ -26,9 +26,12 @@ class GptTask : public Task {
         model_(cfg.model, nb, positions, model::parse_checkpointing(cfg.checkpointing), attn),
         tokens_(positions.size() * size_t(nb)),
         targets_(tokens_.size()) {
-    WF_USAGE_CHECK(train_shard_.vocab() <= cfg.model.vocab,
-                   "the data's vocabulary ({}) is larger than model.vocab ({})",
-                   train_shard_.vocab(), cfg.model.vocab);
+    for (const TokenShard* s : {&train_shard_, &val_shard_}) {
+      WF_USAGE_CHECK(s->vocab() <= cfg.model.vocab,
+                     "the vocabulary of '{}' ({}) is larger than model.vocab ({}): set "
+                     "model.vocab to at least {}",
+                     s->path(), s->vocab(), cfg.model.vocab, s->vocab());
+    }
   }
   int64_t num_params() const override { return model_.num_params(); }
   float* params() override { return model_.params(); }

@@ -3,21 +3,25 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/io.h"
 #include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/task.h"
 
@@ -93,6 +97,50 @@ class Progress {
   bool messages_;
 };
 
+// What a training run writes into --out.
+const char* const kRunFiles[] = {"metrics.jsonl", "loss.png", "loss_train.dat", "loss_val.dat",
+                                 "loss.gp"};
+
+// Whether DIR holds metrics or checkpoints of a training run.
+bool holds_run(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir + "/metrics.jsonl", ec)) return true;
+  const std::string ckpt = dir + "/ckpt";
+  return fs::is_directory(ckpt, ec) && !fs::is_empty(ckpt, ec);
+}
+
+// Removes what a training run wrote into DIR (nothing else).
+void remove_run(const std::string& dir) {
+  std::error_code ec;
+  for (const char* f : kRunFiles) fs::remove(fs::path(dir) / f, ec);
+  fs::remove_all(fs::path(dir) / "ckpt", ec);
+  WF_USAGE_CHECK(!ec, "--overwrite: cannot remove the earlier run in '{}': {}", dir, ec.message());
+}
+
+// Refuses to resume checkpoint DIR with a different model shape; returns the other keys that
+// changed ("" for none).
+std::string check_resume_config(const std::string& dir, const TrainConfig& now) {
+  TrainConfig before;
+  try {
+    before = TrainConfig::from_toml(checkpoint_config(dir), dir + "/manifest.json");
+  } catch (const UsageError& e) {
+    throw Error(fmt::format("the config in the manifest is unreadable: {}", e.what()));
+  }
+  std::string shape, other;
+  for (const auto& c : now.changes_from(before)) {
+    const std::string item = fmt::format("{} {} -> {}", c.key, c.before, c.after);
+    std::string& list = TrainConfig::is_shape_key(c.key) ? shape : other;
+    list += (list.empty() ? "" : ", ") + item;
+  }
+  WF_USAGE_CHECK(shape.empty(),
+                 "--resume: checkpoint '{}' has another model shape ({}); the model's shape "
+                 "cannot change on resume (training settings, steps, the learning-rate schedule "
+                 "and the parallel layout can): use the checkpoint's values, or start a new run "
+                 "in another --out or with --overwrite",
+                 dir, shape);
+  return other;
+}
+
 // Keeps the metrics lines of steps <= last_step (after a resume), or none.
 void trim_metrics(const std::string& path, int64_t last_step) {
   std::string kept;
@@ -106,44 +154,66 @@ void trim_metrics(const std::string& path, int64_t last_step) {
       }
     }
   }
-  std::ofstream(path, std::ios::trunc) << kept;
+  write_file_atomic(path, kept);
 }
 
-// DIR/loss.png from DIR/metrics.jsonl with gnuplot; returns false (and says why) if it cannot.
+// DIR/loss.png from DIR/metrics.jsonl with gnuplot; returns false (and says why) when gnuplot is
+// not installed. A file that cannot be written is an Error.
 bool plot_losses(const std::string& dir, std::string& why) {
   std::ifstream in(dir + "/metrics.jsonl");
-  std::ofstream tr(dir + "/loss_train.dat"), va(dir + "/loss_val.dat");
+  std::string train_dat, val_dat;
   std::string line;
-  bool any_val = false;
   while (std::getline(in, line)) {
     try {
       auto j = nlohmann::json::parse(line);
-      tr << j["step"].get<int64_t>() << " " << j["loss"].get<double>() << "\n";
-      if (j.contains("val_loss")) {
-        va << j["step"].get<int64_t>() << " " << j["val_loss"].get<double>() << "\n";
-        any_val = true;
-      }
+      train_dat += fmt::format("{} {}\n", j["step"].get<int64_t>(), j["loss"].get<double>());
+      if (j.contains("val_loss"))
+        val_dat += fmt::format("{} {}\n", j["step"].get<int64_t>(), j["val_loss"].get<double>());
     } catch (const std::exception&) {
     }
   }
-  tr.close();
-  va.close();
-  const std::string script = dir + "/loss.gp";
-  std::ofstream gp(script);
-  gp << "set terminal png size 900,540\n"
-     << "set output '" << dir << "/loss.png'\n"
-     << "set title 'wallfacer training'\nset xlabel 'step'\nset ylabel 'loss'\n"
-     << "set grid\nset key top right\n"
-     << "plot '" << dir << "/loss_train.dat' using 1:2 with lines lw 2 title 'train'";
-  if (any_val) gp << ", '" << dir << "/loss_val.dat' using 1:2 with linespoints lw 2 title 'val'";
-  gp << "\n";
-  gp.close();
-  const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script).c_str());
-  if (rc != 0) {
-    why = "gnuplot is not available or failed (install gnuplot-nox)";
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    why = "gnuplot is not installed (install gnuplot-nox)";
     return false;
   }
+  write_file_atomic(dir + "/loss_train.dat", train_dat);
+  write_file_atomic(dir + "/loss_val.dat", val_dat);
+  const std::string png = dir + "/loss.png", script = dir + "/loss.gp";
+  std::string gp = fmt::format(
+      "set terminal png size 900,540\nset output '{}'\nset title 'wallfacer training'\n"
+      "set xlabel 'step'\nset ylabel 'loss'\nset grid\nset key top right\n"
+      "plot '{}/loss_train.dat' using 1:2 with lines lw 2 title 'train'",
+      png, dir);
+  if (!val_dat.empty())
+    gp += fmt::format(", '{}/loss_val.dat' using 1:2 with linespoints lw 2 title 'val'", dir);
+  write_file_atomic(script, gp + "\n");
+  std::error_code ec;
+  fs::remove(png, ec);
+  const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script).c_str());
+  // A complete PNG ends with its IEND chunk; gnuplot does not always report a failed write.
+  std::string tail(8, '\0');
+  std::ifstream f(png, std::ios::binary | std::ios::ate);
+  const bool complete = f.good() && f.tellg() >= 8 && f.seekg(-8, std::ios::end) &&
+                        f.read(tail.data(), 8) && tail == std::string("IEND\xae\x42\x60\x82", 8);
+  WF_CHECK(rc == 0 && complete,
+           "gnuplot could not write the loss plot '{}' (a full disk?); the metrics are intact",
+           png);
   return true;
+}
+
+// Stops before allocating when the model, its optimizer state and the activations of this rank's
+// rows do not fit (an estimate: parameters, gradients and AdamW moments, 16 bytes per parameter;
+// per token and layer the saved activations of attention and MLP; the logits).
+void check_training_memory(const TrainConfig& cfg, int P) {
+  const double n = cfg.kind == "dit" ? double(model::dit_num_params(cfg.dit_model()))
+                                     : double(model::gpt_num_params(cfg.model));
+  const double rows = double(cfg.batch / cfg.dp(P)) * double(cfg.seq / cfg.sp);
+  const double per_row =
+      double(cfg.model.layers) * double(cfg.model.dim) * (10.0 + 2.0 * cfg.model.mlp_ratio) +
+      (cfg.kind == "dit" ? 0.0 : 2.0 * double(cfg.model.vocab));
+  check_memory(
+      16.0 * n + 4.0 * rows * per_row,
+      fmt::format("training this model ({:.3g} parameters, {:.3g} token rows per rank)", n, rows));
 }
 
 }  // namespace
@@ -152,6 +222,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const TrainConfig& cfg = opt.cfg;
   const int P = world.size(), rank = world.rank();
   cfg.validate(P);
+  check_training_memory(cfg, P);
   const int sp = cfg.sp, dp = cfg.dp(P), sp_rank = rank % sp, dp_rank = rank / sp;
   comm::Communicator group = world.split(dp_rank, sp_rank);
   const seqpar::AttnConfig acfg = cfg.attn_config(P);
@@ -160,7 +231,8 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const int64_t T = int64_t(positions.size());
 
   DistAttentionOp attn(acfg, group);
-  std::unique_ptr<Task> task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn);
+  std::unique_ptr<Task> task;
+  world.agree([&] { task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn); });
   const int64_t n = task->num_params();
   AdamWConfig oc;
   oc.beta1 = float(cfg.beta1);
@@ -171,26 +243,69 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
 
   const std::string ckpt_dir = opt.out_dir + "/ckpt";
   const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
-  if (rank == 0) fs::create_directories(ckpt_dir);
+  // --out: created, and not silently mixed with an earlier run.
+  world.agree([&] {
+    WF_USAGE_CHECK(!(opt.resume && opt.overwrite),
+                   "--resume continues the run in --out and --overwrite removes it: give one");
+    if (!opt.resume && holds_run(opt.out_dir)) {
+      WF_USAGE_CHECK(opt.overwrite,
+                     "'{}' already holds a training run (metrics.jsonl or checkpoints): continue "
+                     "it with --resume, start over with --overwrite (removes them), or choose "
+                     "another --out",
+                     opt.out_dir);
+      if (rank == 0) remove_run(opt.out_dir);
+    }
+    if (rank == 0) make_directories(ckpt_dir, "--out");
+  });
   Progress progress(rank == 0 ? opt.progress : "none", cfg.steps, rank == 0 && opt.report);
 
   int64_t start = 0;
   if (opt.resume) {
-    const std::string dir = latest_checkpoint(ckpt_dir);
-    WF_USAGE_CHECK(!dir.empty(), "--resume: no complete checkpoint under '{}'", ckpt_dir);
-    CheckpointState st = load_checkpoint(dir, rank, P, n);
-    std::copy(st.params.begin(), st.params.end(), task->params());
-    optim.m() = std::move(st.m);
-    optim.v() = std::move(st.v);
-    optim.set_step(st.step);
-    rng.set_state(st.rng_state);
-    start = st.step;
+    // The newest checkpoint that verifies; a damaged newer one is skipped and named.
+    std::vector<std::string> dirs;
+    world.agree([&] {
+      dirs = list_checkpoints(ckpt_dir);
+      WF_USAGE_CHECK(!dirs.empty(), "--resume: no complete checkpoint under '{}'", ckpt_dir);
+    });
+    std::string dir, skipped, changed;
+    for (const auto& d : dirs) {
+      try {
+        world.agree([&] {
+          changed = check_resume_config(d, cfg);
+          CheckpointState st = load_checkpoint(d, rank, P, n);
+          std::copy(st.params.begin(), st.params.end(), task->params());
+          optim.m() = std::move(st.m);
+          optim.v() = std::move(st.v);
+          optim.set_step(st.step);
+          rng.set_state(st.rng_state);
+          start = st.step;
+        });
+        dir = d;
+        break;
+      } catch (const UsageError&) {
+        throw;
+      } catch (const Error& e) {
+        progress.message(fmt::format("warning: skipping checkpoint {}: {}", d, e.what()));
+        skipped += "\n  " + d + ": " + e.what();
+      }
+    }
+    WF_CHECK(!dir.empty(), "--resume: no checkpoint under '{}' verifies:{}", ckpt_dir, skipped);
+    if (!changed.empty())
+      progress.message(fmt::format("resuming with changed settings: {}", changed));
     progress.message(fmt::format("resumed from {} (step {})", dir, start));
   } else {
     task->init_params(uint64_t(cfg.seed));
   }
-  if (rank == 0) trim_metrics(metrics_path, start);
-  world.barrier();
+  std::ofstream metrics;
+  uintmax_t metrics_bytes = 0;  // complete lines in the file
+  world.agree([&] {
+    if (rank != 0) return;
+    trim_metrics(metrics_path, start);
+    metrics.open(metrics_path, std::ios::app);
+    WF_CHECK(metrics.good(), "cannot open '{}' for writing: {}", metrics_path,
+             std::strerror(errno));
+    metrics_bytes = fs::file_size(metrics_path);
+  });
 
   const std::string layout = nlohmann::json{
       {"world", P},
@@ -222,13 +337,12 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
 
   TrainResult res;
   res.first_step = start;
-  std::ofstream metrics;
-  if (rank == 0) metrics.open(metrics_path, std::ios::app);
   double time_sum = 0;
   int64_t timed = 0;
   Timer run_timer;
   for (int64_t s = start; s < cfg.steps; ++s) {
     Timer t;
+    comm::set_phase(fmt::format("step {}", s + 1));
     const double lr = lr_schedule(s, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr);
     double loss = task->train_forward(s);
     task->zero_grads();
@@ -239,6 +353,13 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     world.all_reduce_sum(&loss, 1);
     loss /= loss_terms;
     const double norm = std::sqrt(kernels::sum_squares(task->grads(), n));
+    // Every rank holds the same reduced loss and gradients: the same verdict everywhere, before
+    // the parameters, the metrics or a checkpoint change.
+    WF_CHECK(std::isfinite(loss) && std::isfinite(norm),
+             "step {}: the loss is {} and the gradient norm {}: training diverged (train.lr = {} "
+             "at this step); nothing of this step was kept. Lower train.lr or set "
+             "train.grad_clip, and continue from the last checkpoint with --resume",
+             s + 1, loss, norm, lr);
     if (cfg.grad_clip > 0 && norm > cfg.grad_clip) {
       kernels::scale(task->grads(), n, float(cfg.grad_clip / norm));
     }
@@ -264,21 +385,39 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
                        {"step_s", dt},
                        {"elapsed_s", run_timer.seconds()}};
       if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
-      metrics << j.dump() << "\n";
+      const std::string line = j.dump() + "\n";
+      metrics << line;
       metrics.flush();
+      if (!metrics.good()) {
+        // No half line: the file ends with the last complete one.
+        const int e = errno;
+        metrics.close();
+        std::error_code ec;
+        fs::resize_file(metrics_path, metrics_bytes, ec);
+        WF_CHECK(false, "cannot write step {} to '{}': {} (the lines before it are kept)", s + 1,
+                 metrics_path, std::strerror(e));
+      }
+      metrics_bytes += line.size();
       const double mean_dt = timed ? time_sum / double(timed) : dt;
       progress.update(s + 1, loss, tok_s, mean_dt * double(cfg.steps - s - 1), val_loss);
     }
     if (cfg.ckpt_every > 0 && ((s + 1) % cfg.ckpt_every == 0 || last)) {
+      // What a checkpoint holds is finite: a later --resume never starts from a broken state.
+      WF_CHECK(kernels::sum_squares(task->params(), n) < INFINITY,
+               "step {}: the parameters are no longer finite (train.lr = {}): training diverged; "
+               "no checkpoint of this step was written. Lower train.lr or set train.grad_clip, and "
+               "continue from the last checkpoint with --resume",
+               s + 1, lr);
       CheckpointState st;
       st.step = s + 1;
       st.rng_state = rng.state();
       st.params.assign(task->params(), task->params() + n);
       st.m = optim.m();
       st.v = optim.v();
-      save_checkpoint(world, ckpt_dir, st, cfg.to_toml(), layout);
+      save_checkpoint(world, ckpt_dir, st, cfg.to_toml(), layout, cfg.keep_checkpoints);
     }
   }
+  comm::set_phase("");
   res.tokens_per_s = timed ? global_tokens * double(timed) / time_sum : 0;
   res.step_s = timed ? time_sum / double(timed) : 0;
 

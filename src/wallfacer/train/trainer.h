@@ -15,6 +15,7 @@ struct TrainOptions {
   TrainConfig cfg;
   std::string out_dir = "runs/gpt";
   bool resume = false;
+  bool overwrite = false;         // a fresh run into an --out that holds one removes it first
   std::string progress = "auto";  // auto | bar | plain | none
   // false: rank 0 prints no messages and draws no loss plot (callers that only time steps).
   bool report = true;

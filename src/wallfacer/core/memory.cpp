@@ -1,0 +1,38 @@
+#include "wallfacer/core/memory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer {
+
+namespace {
+double& limit_override() {
+  static double bytes = 0;  // 0: none
+  return bytes;
+}
+}  // namespace
+
+double memory_limit_bytes() {
+  if (limit_override() > 0) return limit_override();
+  const double total = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  long local = 1;
+  if (const char* s = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1L, std::atol(s));
+  return total / double(local);
+}
+
+void set_memory_limit(double bytes) { limit_override() = bytes; }
+
+void check_memory(double bytes, const std::string& what) {
+  const double limit = memory_limit_bytes(), gib = 1024.0 * 1024.0 * 1024.0;
+  WF_USAGE_CHECK(bytes <= limit,
+                 "{} needs about {:.3g} GiB per process; the limit is {:.3g} GiB (this machine's "
+                 "memory shared by its ranks, or --max-memory): make the job smaller or spread it "
+                 "over more ranks",
+                 what, bytes / gib, limit / gib);
+}
+
+}  // namespace wallfacer
