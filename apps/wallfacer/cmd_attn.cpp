@@ -2,7 +2,7 @@
 //   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C]
 //     [--ulysses U] --seq N
 //     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--check] [--iters K]
-//     [--json] [--dump DIR]
+//     [--json] [--dump DIR] [--trace FILE.json]
 
 #include <algorithm>
 #include <cmath>
@@ -13,8 +13,10 @@
 
 #include "command.h"
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/comm/trace_merge.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/npy.h"
+#include "wallfacer/core/trace.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
@@ -39,6 +41,7 @@ struct AttnOptions {
   uint64_t seed = 1;
   int count = 0;  // > 0: count the schedule of this many ranks, run nothing
   int64_t progress_rows = 256;
+  std::string trace;  // Chrome trace file of the iterations
 };
 
 double median(std::vector<double> v) {
@@ -113,6 +116,17 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
   return 0;
 }
 
+// An error every rank reached: rank 0 prints the one line; nobody leaves before it is out (mpirun
+// stops the job when the first rank exits with an error). Returns rc.
+int fail_together(comm::Communicator& world, const std::exception& e, int rc) {
+  if (world.rank() == 0) {
+    std::fprintf(stderr, "wallfacer attn: error: %s\n", e.what());
+    std::fflush(stderr);
+  }
+  world.barrier();
+  return rc;
+}
+
 int run_attn(const AttnOptions& o) {
   WF_USAGE_CHECK(o.seq > 0 && o.heads > 0 && o.head_dim > 0,
                  "--seq, --heads and --head-dim are required and must be positive");
@@ -132,17 +146,15 @@ int run_attn(const AttnOptions& o) {
   comm::MpiSession session(nullptr, nullptr);
   auto world = comm::Communicator::world();
   const int P = world.size(), rank = world.rank();
+  comm::ClockSync clocks;
   try {  // before any collective: every rank reaches the same verdict
     seqpar::validate(cfg, P);
-  } catch (const UsageError& e) {
-    // Rank 0 prints the one line; nobody leaves before it is out (mpirun stops the job when the
-    // first rank exits with an error).
-    if (rank == 0) {
-      std::fprintf(stderr, "wallfacer attn: error: %s\n", e.what());
-      std::fflush(stderr);
+    if (!o.trace.empty()) {
+      comm::check_trace_path(world, o.trace);
+      clocks = comm::sync_clocks(world);
     }
-    world.barrier();
-    return 2;
+  } catch (const UsageError& e) {
+    return fail_together(world, e, 2);
   }
 
   // This rank's rows of the seeded global inputs.
@@ -164,8 +176,10 @@ int run_attn(const AttnOptions& o) {
   seqpar::DistAttention attn(cfg, world);
   attn.set_progress_rows(o.progress_rows);
   std::vector<double> fwd_ms, bwd_ms, fwd_exp, bwd_exp;
+  if (!o.trace.empty()) trace::start(size_t(std::min(o.iters, 64)) * 16384);
   for (int it = 0; it < o.iters; ++it) {
     world.barrier();
+    trace::Span span("iteration", trace::Cat::Phase, {{"iter", it}});
     attn.forward(q.data(), k.data(), v.data(), out.data(), lse.data());
     attn.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
                   dk.data(), dv.data());
@@ -175,6 +189,7 @@ int run_attn(const AttnOptions& o) {
     fwd_exp.push_back(st.exposed_comm_fwd_ms);
     bwd_exp.push_back(st.exposed_comm_bwd_ms);
   }
+  trace::stop();
   const auto st = attn.stats();
   const auto flops = all_ranks(world, st.attn_flops);
   double mean_flops = 0;
@@ -193,6 +208,14 @@ int run_attn(const AttnOptions& o) {
   j["exposed_comm_ms"] = {{"fwd", mx(median(fwd_exp))}, {"bwd", mx(median(bwd_exp))}};
   j["work_imbalance"] = mean_flops > 0 ? max_of(flops) / mean_flops : 1.0;
   j["attn_gflops_fwd"] = mean_flops * P / 1e9;
+
+  if (!o.trace.empty()) {
+    try {
+      comm::write_trace(world, o.trace, clocks, {{"command", "attn"}, {"config", j}});
+    } catch (const UsageError& e) {
+      return fail_together(world, e, 1);
+    }
+  }
 
   int rc = 0;
   j["max_err"] = {
@@ -299,6 +322,9 @@ Action setup(CLI::App& root) {
   cmd->add_option("--seed", o->seed, "input seed");
   cmd->add_option("--progress-rows", o->progress_rows,
                   "query rows per kernel call while transfers are pending (0: whole blocks)");
+  cmd->add_option("--trace", o->trace,
+                  "write a Chrome trace (Perfetto) of the iterations to FILE.json: every rank's "
+                  "kernels, transfers, waits and collectives (docs/trace.md)");
   cmd->add_option("--count", o->count,
                   "print the bytes and steps per rank of the schedules for this many ranks, "
                   "without running (no MPI)");
