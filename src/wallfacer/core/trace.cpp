@@ -237,7 +237,9 @@ std::vector<ParsedSpan> parse_chrome_trace(const std::string& text, nlohmann::js
       s.ts = e.at("ts").get<double>();
       s.dur = e.at("dur").get<double>();
       s.args = e.value("args", nlohmann::json::object());
-      s.rank = s.args.value("rank", e.value("tid", 0) / 100);
+      const int tid = e.value("tid", 0);
+      s.rank = s.args.value("rank", tid / 100);
+      s.lane = tid % 100;
       out.push_back(std::move(s));
     }
   } catch (const nlohmann::json::exception& e) {

@@ -107,6 +107,7 @@ nlohmann::json chrome_trace(const std::vector<RankTrace>& ranks, nlohmann::json 
 struct ParsedSpan {
   std::string name, cat;
   int rank = 0;
+  int lane = 0;            // 0: the rank's sequential ops; k >= 1: its transfer thread k
   double ts = 0, dur = 0;  // us
   nlohmann::json args;
 };

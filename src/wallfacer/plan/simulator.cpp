@@ -186,7 +186,7 @@ int port(int index, int kind) { return 4 * index + kind; }
 
 }  // namespace
 
-SimResult simulate(const Program& prog, const Machine& m) {
+SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* spans) {
   const int P = prog.ranks();
   WF_CHECK(int(m.device_of.size()) == P, "machine has {} devices for {} ranks", m.device_of.size(),
            P);
@@ -223,6 +223,8 @@ SimResult simulate(const Program& prog, const Machine& m) {
     bool finished = false;
     std::map<int, double> done;  // request -> completion time (< 0 while in flight)
     int waiting_for = -1;        // request it is blocked on
+    double blocked_at = 0;       // when it arrived at its current wait or collective
+    std::map<int, std::pair<int, double>> posted;  // request -> (op, post time), for spans
   };
   std::vector<RankState> st(P);
   SimResult res;
@@ -259,9 +261,17 @@ SimResult simulate(const Program& prog, const Machine& m) {
       f.rate = bw / std::max(load[f.res[0]], load[f.res[1]]);
     }
   };
+  auto span = [&](int rank, size_t op, double t0, double t1) {
+    if (spans) spans->push_back({rank, int(op), t0, t1});
+  };
   auto complete = [&](int rank, int request, double t) {
     st[rank].done[request] = t;
+    if (spans) {
+      auto [op, t0] = st[rank].posted.at(request);
+      span(rank, size_t(op), t0, t);
+    }
     if (st[rank].waiting_for == request) {
+      span(rank, st[rank].pc - 1, st[rank].blocked_at, t);
       st[rank].waiting_for = -1;
       ready.push({t, rank});
     }
@@ -294,6 +304,7 @@ SimResult simulate(const Program& prog, const Machine& m) {
                             : o.work == Work::AttentionBwd ? m.attention_bwd_flops
                                                            : m.gemm_flops;
         res.ranks[r].compute += o.flops / rate;
+        span(r, s.pc, now, now + o.flops / rate);
         ++s.pc;
         ready.push({now + o.flops / rate, r});
         return;
@@ -304,6 +315,7 @@ SimResult simulate(const Program& prog, const Machine& m) {
                  P - 1);
         WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
         s.done[o.request] = -1;
+        if (spans) s.posted[o.request] = {int(s.pc), now};
         Posted me{now, o.request, o.bytes};
         const int src = is_send ? r : o.peer, dst = is_send ? o.peer : r;
         auto key = std::make_tuple(src, dst, o.tag);
@@ -324,9 +336,11 @@ SimResult simulate(const Program& prog, const Machine& m) {
         WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r, o.request);
         if (it->second < 0) {
           s.waiting_for = o.request;
+          s.blocked_at = now;
           ++s.pc;  // resumes after the wait
           return;
         }
+        span(r, s.pc, now, now);
       } else {  // collective
         const auto& g = prog.groups[o.group];
         WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
@@ -340,9 +354,13 @@ SimResult simulate(const Program& prog, const Machine& m) {
         ++s.pc;
         ++a.count;
         a.latest = std::max(a.latest, now);
+        s.blocked_at = now;
         if (a.count == int(g.size())) {
           const double end = a.latest + coll_time.at(key);
-          for (int member : g) ready.push({end, member});
+          for (int member : g) {
+            ready.push({end, member});
+            span(member, st[member].pc - 1, st[member].blocked_at, end);
+          }
         }
         return;  // resumes when the whole group is done
       }
