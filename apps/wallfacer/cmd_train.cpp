@@ -18,6 +18,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   bool resume = false;
   std::string progress = "auto";
+  std::string trace;
 };
 
 // Rank in the MPI world before MPI starts (0 outside mpirun).
@@ -38,6 +39,7 @@ int run_train(const TrainArgs& a) {
     opt.out_dir = a.out;
     opt.resume = a.resume;
     opt.progress = a.progress;
+    opt.trace = a.trace;
     int argc = 0;
     char** argv = nullptr;
     comm::MpiSession mpi(&argc, &argv);
@@ -64,6 +66,9 @@ Action setup(CLI::App& root) {
   cmd->add_option("--progress", args->progress, "auto | bar | plain | none")
       ->check(CLI::IsMember({"auto", "bar", "plain", "none"}))
       ->capture_default_str();
+  cmd->add_option("--trace", args->trace,
+                  "Write a Chrome trace of the steps train.trace_steps (default: all) to "
+                  "FILE.json (docs/trace.md)");
   return [args]() { return run_train(*args); };
 }
 

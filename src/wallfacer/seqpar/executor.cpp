@@ -44,6 +44,11 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
     scratch_[id].assign(size_t(spec.blocks * block_elements(spec, s_.cfg.batch, s_.cfg.head_dim)),
                         0.0f);
   }
+  // World ranks of the group's ranks, for the peers in trace spans (ranks < 2^24: exact floats).
+  const float me = float(comm::Communicator::world().rank());
+  std::vector<float> world(size_t(group_.size()));
+  group_.all_gather(&me, 1, world.data());
+  world_rank_.assign(world.begin(), world.end());
 }
 
 float* Executor::ptr(int buf, int block) {
@@ -360,7 +365,7 @@ void Executor::note_done(size_t i) {
   const Op& op = (*traced_ops_)[i];
   const bool send = op.kind == OpKind::Send;
   trace::record(send ? "send" : "recv", trace::Cat::Comm, posted_ns_[i], trace::now_ns(),
-                {{"peer", op.peer},
+                {{"peer", world_rank_[size_t(op.peer)]},
                  {"bytes", op.elements * int64_t(sizeof(float))},
                  {"round", op.round},
                  {"tag", op.tag},
@@ -426,7 +431,7 @@ void Executor::trace_op(int i, int64_t start_ns) {
       int64_t recv_from = -1, send_to = -1, round = -1, bytes = 0;
       for (int w : op.waits) {
         const Op& t = (*traced_ops_)[size_t(w)];
-        (t.kind == OpKind::Recv ? recv_from : send_to) = t.peer;
+        (t.kind == OpKind::Recv ? recv_from : send_to) = world_rank_[size_t(t.peer)];
         round = std::max<int64_t>(round, t.round);
         bytes += t.elements * int64_t(sizeof(float));
       }

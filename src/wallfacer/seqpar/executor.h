@@ -25,7 +25,8 @@ struct PhaseStats {
 
 class Executor {
  public:
-  // `team`: the group of the Team collectives (ranks rank/C*C .. +C-1 of `group`).
+  // `team`: the group of the Team collectives (ranks rank/C*C .. +C-1 of `group`). Collective
+  // over `group`.
   Executor(Schedule schedule, comm::Communicator group, comm::Communicator team);
 
   PhaseStats run(const std::vector<Op>& ops, const UserTensors& user);
@@ -71,6 +72,7 @@ class Executor {
   std::vector<int64_t> posted_ns_;  // per op: when its transfer was posted (-1: none pending)
   const char* phase_name_ = "forward";
   const char* trace_label_ = "attention";
+  std::vector<int> world_rank_;  // of each rank of group_ (trace spans name peers by world rank)
 };
 
 }  // namespace wallfacer::seqpar
