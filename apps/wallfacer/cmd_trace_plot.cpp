@@ -120,7 +120,7 @@ Action setup(CLI::App& root) {
   auto o = std::make_shared<PlotOptions>();
   auto* cmd = root.add_subcommand(
       "trace-plot", "Draw a trace file (attn/train/plan --trace) as a PNG timeline with gnuplot");
-  cmd->add_option("file", o->input, "trace file (Chrome trace JSON)")->required();
+  cmd->add_option("file", o->input, "trace file (Chrome trace JSON; required)");
   cmd->add_option("--out", o->out, "PNG to write")->capture_default_str();
   cmd->add_option("--title", o->title, "title (default: from the file's metadata)");
   cmd->add_option("--width", o->width, "width in pixels")->capture_default_str();
