@@ -64,8 +64,11 @@ int run_plot(const PlotOptions& o) {
   fs::create_directories(dir);
   std::map<std::string, std::ofstream> files;
   for (const char* k : {"compute", "comm", "wait"}) files[k].open(dir / (std::string(k) + ".dat"));
-  double t_end = 0;
+  double t_end = 0, bwd_start = -1;  // attention: where rank 0's backward starts
   for (const auto& s : spans) {
+    if (s.rank == 0 && s.args.value("phase", std::string()) == "backward" &&
+        (bwd_start < 0 || s.ts < bwd_start))
+      bwd_start = s.ts;
     if (s.cat == "phase") continue;
     const std::string kind = s.cat == "wait" ? "wait" : s.cat == "comm" ? "comm" : "compute";
     const double x0 = s.ts * 1e-3, x1 = (s.ts + s.dur) * 1e-3, y = -double(s.rank);
@@ -84,18 +87,25 @@ int run_plot(const PlotOptions& o) {
   const fs::path script = dir / "plot.gp";
   {
     std::ofstream gp(script);
-    const int height = std::clamp(110 + 42 * ranks, 220, 4000);
-    gp << fmt::format("set terminal pngcairo size {},{} font 'sans,10'\n", o.width, height)
+    const int height = std::clamp(130 + 42 * ranks, 240, 4000);
+    gp << fmt::format("set terminal png size {},{} font 'sans,9'\n", o.width, height)
        << fmt::format("set output '{}'\n", tmp_png)
-       << fmt::format("set title \"{}\"\n", o.title.empty() ? default_title(meta) : o.title)
+       << fmt::format("set title \"{}\" offset 0,0.4\n",
+                      o.title.empty() ? default_title(meta) : o.title)
        << "set xlabel \"time (ms)     row: upper bar the rank's ops in order, lower bar its "
           "transfers in flight\"\nset yrange ["
        << -double(ranks) + 0.4 << ":0.6]\n"
        << fmt::format("set xrange [0:{}]\n", t_end > 0 ? t_end * 1.01 : 1.0) << "set ytics (";
     for (int r = 0; r < ranks; ++r) gp << (r ? ", " : "") << fmt::format("'rank {}' {}", r, -r);
-    gp << ")\nset grid xtics\nset key outside top center horizontal\n"
-       << "set style fill solid 0.85 noborder\n"
-       << "plot '" << (dir / "compute.dat").string()
+    gp << ")\nset grid xtics\nset key outside bottom center horizontal\nset bmargin 5\n"
+       << "set style fill solid 0.85 noborder\n";
+    const std::string cmd = meta.value("command", std::string());
+    if (bwd_start > 0 && (cmd == "attn" || cmd == "plan"))
+      gp << fmt::format(
+          "set arrow from {0},graph 0 to {0},graph 1 nohead dt 2 lw 1.5 lc rgb '#222222' front\n"
+          "set label 'backward' at {0},graph 1 offset 0.3,0.5 font ',8' tc rgb '#222222' front\n",
+          bwd_start * 1e-3);
+    gp << "plot '" << (dir / "compute.dat").string()
        << "' using 1:2:3:4:5:6 with boxxyerror lc rgb '#3a9d4f' title 'compute', \\\n"
        << "     '" << (dir / "comm.dat").string()
        << "' using 1:2:3:4:5:6 with boxxyerror lc rgb '#3b6fd0' title 'communication', \\\n"
