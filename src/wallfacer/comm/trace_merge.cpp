@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -101,7 +102,10 @@ void check_trace_path(Communicator& world, const std::string& path) {
       std::FILE* f = std::fopen(probe.c_str(), "wb");
       ok = f != nullptr;
       why = fmt::format("cannot write the trace file '{}': {}", path, std::strerror(errno));
-      if (f) std::fclose(f), std::remove(probe.c_str());
+      if (f) {
+        std::fclose(f);
+        std::remove(probe.c_str());
+      }
     } else {
       why = fmt::format("the trace file '{}' is a directory or empty", path);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "wallfacer/core/error.h"
@@ -132,7 +133,7 @@ nlohmann::json rank_events_json(const std::vector<Event>& events, int64_t offset
     nlohmann::json j{{"name", e.name},
                      {"cat", cat_name(e.cat)},
                      {"ph", "X"},
-                     {"ts", double(e.t0 + offset_ns) * 1e-3},
+                     {"ts", double(e.t0 + offset_ns) * 1e-3},  // us, to the ns
                      {"dur", double(e.t1 - e.t0) * 1e-3},
                      {"args", std::move(args)}};
     if (e.lane != 0) j["lane"] = int(e.lane);
@@ -140,6 +141,11 @@ nlohmann::json rank_events_json(const std::vector<Event>& events, int64_t offset
   }
   return out;
 }
+
+namespace {
+// Microseconds rounded to the nanosecond (differences of large times carry float noise).
+double ns_round(double us) { return std::round(us * 1e3) * 1e-3; }
+}  // namespace
 
 nlohmann::json chrome_trace(const std::vector<RankTrace>& ranks, nlohmann::json metadata) {
   double t_min = 0;
@@ -183,7 +189,8 @@ nlohmann::json chrome_trace(const std::vector<RankTrace>& ranks, nlohmann::json 
       x.erase("lane");
       x["pid"] = pid;
       x["tid"] = tid;
-      x["ts"] = x["ts"].get<double>() - t_min;
+      x["ts"] = ns_round(x["ts"].get<double>() - t_min);
+      x["dur"] = ns_round(x["dur"].get<double>());
       x["args"]["rank"] = r->rank;
       out.push_back(std::move(x));
     }
@@ -208,7 +215,8 @@ nlohmann::json chrome_trace(const std::vector<RankTrace>& ranks, nlohmann::json 
       x.erase("lane");
       x["pid"] = pid;
       x["tid"] = tid + 1 + int(std::min<size_t>(k, 98));
-      x["ts"] = ts - t_min;
+      x["ts"] = ns_round(ts - t_min);
+      x["dur"] = ns_round(x["dur"].get<double>());
       x["args"]["rank"] = r->rank;
       out.push_back(std::move(x));
     }
