@@ -1,6 +1,6 @@
 // wallfacer attn: distributed exact attention, forward and backward, on seeded random inputs.
 //   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C]
-//     [--ulysses U] --seq N
+//     [--ulysses U] [--placement {team-intra,ring-intra}] --seq N
 //     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--check] [--iters K]
 //     [--json] [--dump DIR] [--trace FILE.json]
 
@@ -13,10 +13,12 @@
 
 #include "command.h"
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/comm/topology.h"
 #include "wallfacer/comm/trace_merge.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/npy.h"
 #include "wallfacer/core/trace.h"
+#include "wallfacer/plan/planner.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
@@ -28,6 +30,9 @@ struct AttnOptions {
   std::string strategy = "ring";
   int teams = 1;
   int ulysses = 1;
+  std::string placement = "team-intra";
+  int node_size = 0;    // with --count: ranks per node, for the inter-node bytes
+  std::string cluster;  // a cluster file: the planner's prediction beside the measurement
   int64_t seq = 0;
   int batch = 1;
   int heads = 0;
@@ -67,8 +72,9 @@ std::string label(const seqpar::AttnConfig& cfg) {
 }
 
 // The configuration part of the JSON report.
-nlohmann::json describe(const seqpar::AttnConfig& cfg, int P) {
+nlohmann::json describe(const seqpar::AttnConfig& cfg, int P, plan::Placement placement) {
   return {{"strategy", seqpar::strategy_name(cfg.strategy)},
+          {"placement", plan::placement_name(placement)},
           {"P", P},
           {"C", cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1},
           {"ulysses", cfg.ulysses},
@@ -80,8 +86,31 @@ nlohmann::json describe(const seqpar::AttnConfig& cfg, int P) {
           {"causal", cfg.causal}};
 }
 
+// The candidate (strategy, C, Ulysses degree, placement) that cfg runs.
+plan::Candidate candidate(const seqpar::AttnConfig& cfg, plan::Placement placement) {
+  return {cfg.strategy, cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1, cfg.ulysses,
+          placement};
+}
+
+// The bytes that cross nodes per forward and backward, as the schedules send them: layout rank ->
+// world rank by the placement, world rank -> node by `node_of`.
+nlohmann::json inter_node_json(const seqpar::AttnConfig& cfg, int P, plan::Placement placement,
+                               const std::vector<int>& node_of) {
+  const std::vector<int> device_of = plan::candidate_devices(candidate(cfg, placement), P);
+  std::vector<int> node_of_layout(static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r) node_of_layout[size_t(r)] = node_of[size_t(device_of[size_t(r)])];
+  const plan::NodeBytes nb = plan::node_bytes(cfg, P, node_of_layout);
+  std::vector<int64_t> per_node;
+  for (size_t i = 0; i < nb.fwd.size(); ++i) per_node.push_back(int64_t(nb.fwd[i] + nb.bwd[i]));
+  return {{"nodes", int(nb.fwd.size())},
+          {"fwd", int64_t(nb.total_fwd)},
+          {"bwd", int64_t(nb.total_bwd)},
+          {"per_node", per_node}};
+}
+
 // Bytes and steps per rank (maximum over ranks) of the schedules, summed without running them.
-int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
+int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placement, int node_size,
+                   bool json) {
   seqpar::validate(cfg, P);
   seqpar::ScheduleTotals worst;
   double fmax = 0, fsum = 0;
@@ -95,7 +124,12 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
     fmax = std::max(fmax, t.flops_fwd);
     fsum += t.flops_fwd;
   }
-  nlohmann::json j = describe(cfg, P);
+  nlohmann::json j = describe(cfg, P, placement);
+  if (node_size > 0) {
+    std::vector<int> node_of;
+    for (int r = 0; r < P; ++r) node_of.push_back(r / node_size);
+    j["inter_node_bytes"] = inter_node_json(cfg, P, placement, node_of);
+  }
   j["bytes"] = {{"p2p_fwd", worst.p2p_bytes_fwd},
                 {"p2p_bwd", worst.p2p_bytes_bwd},
                 {"coll_fwd", worst.coll_bytes_fwd},
@@ -112,6 +146,10 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, bool json) {
         (long long)worst.p2p_bytes_bwd, (long long)worst.coll_bytes_fwd,
         (long long)worst.coll_bytes_bwd, (long long)worst.p2p_steps_fwd,
         (long long)worst.p2p_steps_bwd, double(j["work_imbalance"]));
+    if (node_size > 0)
+      std::printf("  across nodes of %d ranks: fwd %lld bwd %lld bytes (all nodes' cards)\n",
+                  node_size, (long long)j["inter_node_bytes"]["fwd"],
+                  (long long)j["inter_node_bytes"]["bwd"]);
   }
   return 0;
 }
@@ -141,21 +179,30 @@ int run_attn(const AttnOptions& o) {
   cfg.head_dim = o.head_dim;
   cfg.causal = o.causal;
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
-  if (o.count > 0) return count_schedule(cfg, o.count, o.json);
+  const plan::Placement placement = plan::parse_placement(o.placement);
+  plan::Cluster cl;
+  if (!o.cluster.empty()) cl = plan::load_cluster(o.cluster);
+  WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
+  if (o.count > 0) return count_schedule(cfg, o.count, placement, o.node_size, o.json);
 
   comm::MpiSession session(nullptr, nullptr);
-  auto world = comm::Communicator::world();
-  const int P = world.size(), rank = world.rank();
+  auto everyone = comm::Communicator::world();
+  const int P = everyone.size();
   comm::ClockSync clocks;
   try {  // before any collective: every rank reaches the same verdict
     seqpar::validate(cfg, P);
     if (!o.trace.empty()) {
-      comm::check_trace_path(world, o.trace);
-      clocks = comm::sync_clocks(world);
+      comm::check_trace_path(everyone, o.trace);
+      clocks = comm::sync_clocks(everyone);
     }
   } catch (const UsageError& e) {
-    return fail_together(world, e, 2);
+    return fail_together(everyone, e, 2);
   }
+  // The placement orders the ranks: `world` numbers them by layout rank.
+  const comm::Topology topo = comm::discover_topology();
+  const std::vector<int> device_of = plan::candidate_devices(candidate(cfg, placement), P);
+  auto world = everyone.split(0, plan::inverse_order(device_of)[size_t(everyone.rank())]);
+  const int rank = world.rank();
 
   // This rank's rows of the seeded global inputs.
   const auto pos = seqpar::local_positions(cfg, P, rank);
@@ -194,8 +241,16 @@ int run_attn(const AttnOptions& o) {
   const auto flops = all_ranks(world, st.attn_flops);
   double mean_flops = 0;
   for (double f : flops) mean_flops += f / P;
-  nlohmann::json j = describe(cfg, P);
+  nlohmann::json j = describe(cfg, P, placement);
   j["iters"] = o.iters;
+  j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
+  if (!o.cluster.empty()) {
+    // Devices are world ranks, nodes of the cluster's devices_per_node consecutive ones.
+    const plan::AttentionPrediction pr = plan::predict_attention(cl, cfg, P, device_of);
+    j["predicted_ms"] = {{"fwd", pr.fwd_s * 1e3}, {"bwd", pr.bwd_s * 1e3}};
+    j["predicted_exposed_comm_ms"] = {{"fwd", pr.exposed_fwd_s * 1e3},
+                                      {"bwd", pr.exposed_bwd_s * 1e3}};
+  }
   auto mx = [&](double x) { return max_of(all_ranks(world, x)); };
   j["bytes"] = {{"p2p_fwd", int64_t(mx(double(st.p2p_bytes_fwd)))},
                 {"p2p_bwd", int64_t(mx(double(st.p2p_bytes_bwd)))},
@@ -211,9 +266,9 @@ int run_attn(const AttnOptions& o) {
 
   if (!o.trace.empty()) {
     try {
-      comm::write_trace(world, o.trace, clocks, {{"command", "attn"}, {"config", j}});
+      comm::write_trace(everyone, o.trace, clocks, {{"command", "attn"}, {"config", j}});
     } catch (const UsageError& e) {
-      return fail_together(world, e, 1);
+      return fail_together(everyone, e, 1);
     }
   }
 
@@ -279,9 +334,18 @@ int run_attn(const AttnOptions& o) {
                   (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"]);
       std::printf("  p2p steps   fwd %lld bwd %lld\n", (long long)j["steps"]["p2p_fwd"],
                   (long long)j["steps"]["p2p_bwd"]);
+      if (int(j["inter_node_bytes"]["nodes"]) > 1)
+        std::printf("  across %d nodes (%s): fwd %lld bwd %lld bytes per iteration\n",
+                    int(j["inter_node_bytes"]["nodes"]), o.placement.c_str(),
+                    (long long)j["inter_node_bytes"]["fwd"],
+                    (long long)j["inter_node_bytes"]["bwd"]);
       std::printf("  time        fwd %.2f ms (exposed comm %.2f) bwd %.2f ms (exposed comm %.2f)\n",
                   double(j["time_ms"]["fwd"]), double(j["exposed_comm_ms"]["fwd"]),
                   double(j["time_ms"]["bwd"]), double(j["exposed_comm_ms"]["bwd"]));
+      if (j.contains("predicted_ms"))
+        std::printf("  predicted   fwd %.2f ms bwd %.2f ms (%s)\n",
+                    double(j["predicted_ms"]["fwd"]), double(j["predicted_ms"]["bwd"]),
+                    o.cluster.c_str());
       std::printf("  work imbalance %.4f\n", double(j["work_imbalance"]));
       if (o.check)
         std::printf(
@@ -307,6 +371,17 @@ Action setup(CLI::App& root) {
   cmd->add_option("--ulysses", o->ulysses,
                   "Ulysses degree U of a Ulysses x ring hybrid (with --strategy ring or zigzag; "
                   "U must divide P and the heads)");
+  cmd->add_option("--placement", o->placement,
+                  "which ranks share a node: team-intra (teams of consecutive ranks, team "
+                  "collectives inside a node) or ring-intra (sub-rings on consecutive ranks, ring "
+                  "hops inside a node)")
+      ->check(CLI::IsMember({"team-intra", "ring-intra"}))
+      ->capture_default_str();
+  cmd->add_option("--node-size", o->node_size,
+                  "with --count: ranks per node, to count the bytes that cross nodes");
+  cmd->add_option("--cluster", o->cluster,
+                  "a cluster file (e.g. from tune --calibrate): print the planner's predicted "
+                  "times beside the measured ones; world rank i is device i");
   cmd->add_option("--seq", o->seq, "global sequence length N (required)");
   cmd->add_option("--batch", o->batch, "batch size B");
   cmd->add_option("--heads", o->heads, "query heads H (required)");

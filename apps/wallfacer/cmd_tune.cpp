@@ -128,6 +128,108 @@ AttnRates time_attention(comm::Communicator& world, int head_dim, std::mt19937& 
   return r;
 }
 
+// One-way times (half the fastest round trip) of a ping-pong between ranks a and b, for message
+// sizes growing by 4x from 4 bytes until one message takes over 0.1 s or reaches 16 MB. Collective:
+// every rank calls it; the others wait. Rank a decides when a size has enough round trips (0.2 s,
+// at least 3) and says so in the first element of each message, so both sides stop together.
+struct LinkSamples {
+  std::vector<double> bytes, seconds;
+};
+LinkSamples ping_pong(comm::Communicator& world, int a, int b) {
+  const int rank = world.rank();
+  LinkSamples out;
+  std::vector<float> buf(size_t(1) << 22);
+  for (int64_t count = 1; count <= int64_t(1) << 22; count *= 4) {
+    world.barrier();
+    double t = 0;
+    if (rank == a || rank == b) {
+      const int peer = rank == a ? b : a;
+      std::vector<double> one;
+      Timer budget;
+      for (bool more = true; more;) {
+        Timer tt;
+        if (rank == a) {
+          buf[0] = (one.size() >= 3 && budget.seconds() > 0.2) || one.size() >= 2000 ? 0.f : 1.f;
+          more = buf[0] != 0.f;
+          world.isend(buf.data(), count, peer, 7).wait();
+          world.irecv(buf.data(), count, peer, 8).wait();
+        } else {
+          world.irecv(buf.data(), count, peer, 7).wait();
+          more = buf[0] != 0.f;
+          world.isend(buf.data(), count, peer, 8).wait();
+        }
+        one.push_back(tt.seconds() / 2);
+      }
+      one.erase(one.begin());  // the first round trip warms up
+      // The fastest round trip: a rank that loses its core only ever adds time (on a loaded
+      // machine the median of small messages is the scheduler's tick, not the link).
+      t = *std::min_element(one.begin(), one.end());
+    }
+    double shared[2] = {rank == a ? t : 0.0, 0.0};
+    world.all_reduce_sum(shared, 2);
+    out.bytes.push_back(double(count) * sizeof(float));
+    out.seconds.push_back(shared[0]);
+    if (shared[0] > 0.1) break;
+  }
+  return out;
+}
+
+// Node 0's card as its ranks share it: rank i of node 0 sends to rank i of node 1.
+struct CardShare {
+  double alone = 0, together = 0;  // bytes/s: one sender, and all senders added up
+  int senders = 0;
+  // Devices behind one card: the senders when together they get what one gets alone, 1 when each
+  // gets what one gets alone; in between, rounded down to a divisor of the node's devices.
+  int devices_per_nic(int per_node) const {
+    if (senders <= 1 || together <= 0) return per_node;
+    const double share = std::clamp(double(senders) * alone / together, 1.0, double(senders));
+    int d = std::max(1, int(share + 0.25));
+    while (per_node % d) --d;
+    return d;
+  }
+};
+CardShare card_share(comm::Communicator& world, const comm::Topology& topo) {
+  std::vector<int> node0, node1;
+  for (int r = 0; r < int(topo.node_of.size()); ++r) {
+    if (topo.node_of[r] == 0) node0.push_back(r);
+    if (topo.node_of[r] == 1) node1.push_back(r);
+  }
+  const int pairs = int(std::min(node0.size(), node1.size()));
+  const int rank = world.rank();
+  const int64_t count = int64_t(1) << 20;  // 4 MB from each sender
+  std::vector<float> buf(static_cast<size_t>(count));
+  // Seconds until the last of the first `senders` receivers of node 1 has its message.
+  auto round = [&](int senders) {
+    world.barrier();
+    Timer t;
+    for (int i = 0; i < senders; ++i) {
+      if (rank == node0[i]) world.isend(buf.data(), count, node1[i], 9).wait();
+      if (rank == node1[i]) world.irecv(buf.data(), count, node0[i], 9).wait();
+    }
+    std::vector<double> took(size_t(world.size()), 0.0);
+    took[size_t(rank)] = t.seconds();
+    world.all_reduce_sum(took.data(), int64_t(took.size()));
+    double last = 0;
+    for (int i = 0; i < senders; ++i) last = std::max(last, took[size_t(node1[i])]);
+    return last;
+  };
+  round(pairs);  // every connection set up
+  CardShare c;
+  c.senders = pairs;
+  const double bytes = double(count) * sizeof(float);
+  c.alone = bytes / round(1);
+  c.together = pairs * bytes / round(pairs);
+  return c;
+}
+
+void print_link(const std::string& what, const plan::Link& link, const LinkSamples& s) {
+  fmt::print("  {}: latency {:.2f} us, bandwidth {:.3f} GB/s\n", what, link.latency * 1e6,
+             link.bandwidth / 1e9);
+  for (size_t i = 0; i < s.bytes.size(); ++i)
+    fmt::print("    {:>10.0f} B  {:>12.2f} us  (fit {:>12.2f} us)\n", s.bytes[i],
+               s.seconds[i] * 1e6, link.time(s.bytes[i]) * 1e6);
+}
+
 int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   const int P = world.size(), rank = world.rank();
   WF_USAGE_CHECK(P >= 2,
@@ -157,37 +259,19 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   for (int D : {32, 64, 128}) by_dim.push_back(time_attention(world, D, rng));
   const AttnRates& a64 = by_dim[1];
 
-  // Ping-pong between ranks 0 and 1 while the others wait.
-  std::vector<double> sizes, times;
-  std::vector<float> buf(size_t(1) << 22);
-  for (int64_t count = 1; count <= int64_t(1) << 22; count *= 4) {
-    world.barrier();
-    double t = 0;
-    if (rank <= 1) {
-      const int peer = 1 - rank;
-      auto pingpong = [&] {
-        if (rank == 0) {
-          world.isend(buf.data(), count, peer, 7).wait();
-          world.irecv(buf.data(), count, peer, 8).wait();
-        } else {
-          world.irecv(buf.data(), count, peer, 7).wait();
-          world.isend(buf.data(), count, peer, 8).wait();
-        }
-      };
-      // Both ranks run the same number of round trips: fixed by the size.
-      const int reps = int(std::clamp<int64_t>((int64_t(1) << 24) / (count * 4), 4, 2000));
-      pingpong();
-      std::vector<double> one;
-      for (int i = 0; i < reps; ++i) {
-        Timer tt;
-        pingpong();
-        one.push_back(tt.seconds() / 2);
-      }
-      t = plan::median(one);
-    }
-    sizes.push_back(double(count) * sizeof(float));
-    times.push_back(t);
-  }
+  // Links: ping-pong inside a node (ranks 0 and 1 when they share it) and between nodes (rank 0
+  // and the first rank of node 1), while the others wait.
+  const int per_node = topo.max_ranks_per_node();
+  const int other_node = int(std::find(topo.node_of.begin(), topo.node_of.end(), 1) -
+                             topo.node_of.begin());  // P when there is one node
+  const bool has_intra = topo.node_of[0] == topo.node_of[1];
+  LinkSamples intra_s, inter_s;
+  if (has_intra) intra_s = ping_pong(world, 0, 1);
+  if (other_node < P) inter_s = ping_pong(world, 0, other_node);
+  // How the ranks of node 0 share its card: each sends one message to a rank of node 1, one of
+  // them alone and then all at once.
+  CardShare share;
+  if (other_node < P) share = card_share(world, topo);
   world.barrier();
 
   // All-gather of 1 MB per rank, to compare with what the fitted link predicts.
@@ -199,7 +283,11 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
                                }));
 
   if (rank == 0) {
-    plan::Link link = plan::fit_link(sizes, times);
+    const plan::Link intra =
+        has_intra ? plan::fit_link(intra_s.bytes, intra_s.seconds) : plan::Link{};
+    const plan::Link inter =
+        other_node < P ? plan::fit_link(inter_s.bytes, inter_s.seconds) : intra;
+    const plan::Link link = has_intra ? intra : inter;
     plan::Cluster c;
     c.name = "local";
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -235,8 +323,15 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
     c.memory_reserved = 0.1 * c.memory;
     c.dtype_bytes = 4;
     c.intra = link;
-    c.inter = link;  // one machine: ranks talk through shared memory
+    c.inter = inter;  // one node: the same as inside it
     c.devices_per_nic = c.devices_per_node;
+    if (topo.nodes() > 1) {
+      // Ranks are the devices: a node holds as many as the job put there.
+      c.devices_per_node = per_node;
+      c.memory = mem / per_node;
+      c.memory_reserved = 0.1 * c.memory;
+      c.devices_per_nic = share.devices_per_nic(per_node);
+    }
     plan::Cluster check = c;
     // The all-gather the fitted link predicts: a ring of P ranks, P-1 steps of 1 MB.
     const double predicted_ag = (P - 1) * link.time(double(ag) * sizeof(float));
@@ -249,11 +344,16 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
           "bwd {:6.1f} ms = {:6.2f}, fwd+bwd {:6.2f} GFLOP/s per rank (the slowest)\n",
           r.head_dim, r.fwd_s * 1e3, r.fwd / 1e9, r.bwd_s * 1e3, r.bwd / 1e9, r.both / 1e9);
     fmt::print("  kernel tile {}x{} (query x key rows)\n", tile.block_q, tile.block_k);
-    fmt::print("  ping-pong rank 0 <-> 1: latency {:.2f} us, bandwidth {:.2f} GB/s\n",
-               link.latency * 1e6, link.bandwidth / 1e9);
-    for (size_t i = 0; i < sizes.size(); ++i)
-      fmt::print("    {:>10.0f} B  {:>10.2f} us  (fit {:>10.2f} us)\n", sizes[i], times[i] * 1e6,
-                 link.time(sizes[i]) * 1e6);
+    fmt::print("  {} node(s) of up to {} rank(s)\n", topo.nodes(), per_node);
+    if (has_intra) print_link("inside a node, ping-pong rank 0 <-> 1", intra, intra_s);
+    if (other_node < P) {
+      print_link(fmt::format("between nodes, ping-pong rank 0 <-> {}", other_node), inter, inter_s);
+      fmt::print(
+          "  card of node 0: one rank sends {:.2f} MB/s to node 1, {} ranks at once {:.2f} MB/s "
+          "together: {} device(s) per card; inside a node / between nodes: {:.1f}x\n",
+          share.alone / 1e6, share.senders, share.together / 1e6, c.devices_per_nic,
+          has_intra ? intra.bandwidth / inter.bandwidth : 1.0);
+    }
     fmt::print(
         "  all-gather 1 MB per rank over {} ranks: {:.3f} ms measured, {:.3f} ms "
         "predicted\n",

@@ -240,3 +240,41 @@ TEST(PlanPlanner, TokenCounts) {
 
 }  // namespace
 }  // namespace wallfacer::plan
+
+namespace wallfacer::plan {
+namespace {
+
+// Each node's card: ring hops that leave the node (2 per ring of 2 nodes), and for WallFacer-2
+// with a team group per node only the placement hop, counted from the layout by hand.
+TEST(PlanPlanner, NodeBytesFollowTheHopsThatLeaveANode) {
+  seqpar::AttnConfig cfg;
+  cfg.seq = 256, cfg.heads = 2, cfg.kv_heads = 2, cfg.head_dim = 8, cfg.causal = true;
+  const int P = 8;
+  const std::vector<int> two_nodes{0, 0, 0, 0, 1, 1, 1, 1};
+  const double n = double(cfg.seq) / P, kv_block = 2 * n * cfg.kv_heads * cfg.head_dim * 4;
+
+  cfg.strategy = seqpar::Strategy::Ring;
+  NodeBytes ring = node_bytes(cfg, P, two_nodes);
+  // Forward: P-1 hops of one K,V block; ranks 3 and 7 send across.
+  EXPECT_DOUBLE_EQ(ring.fwd[0], (P - 1) * kv_block);
+  EXPECT_DOUBLE_EQ(ring.fwd[1], (P - 1) * kv_block);
+  EXPECT_DOUBLE_EQ(ring.total_fwd, 2 * (P - 1) * kv_block);
+
+  cfg.strategy = seqpar::Strategy::WallFacer;
+  cfg.teams = 2;
+  const seqpar::TeamLayout l(P, 2);
+  double placement = 0;
+  for (int r = 0; r < P; ++r)
+    if (two_nodes[r] != two_nodes[l.placement_dst(r)]) placement += 2 * kv_block;  // C*n rows
+  ASSERT_GT(placement, 0);
+  const NodeBytes wf = node_bytes(cfg, P, two_nodes);
+  EXPECT_DOUBLE_EQ(wf.total_fwd, placement);
+  EXPECT_LT(wf.total_fwd, ring.total_fwd);
+  EXPECT_LT(wf.total_bwd, ring.total_bwd);
+  // One node: nothing leaves it.
+  const NodeBytes one = node_bytes(cfg, P, std::vector<int>(P, 0));
+  EXPECT_EQ(one.total_fwd + one.total_bwd, 0);
+}
+
+}  // namespace
+}  // namespace wallfacer::plan

@@ -8,26 +8,37 @@ namespace wallfacer::plan {
 
 Link fit_link(const std::vector<double>& bytes, const std::vector<double>& seconds) {
   WF_CHECK(bytes.size() == seconds.size() && bytes.size() >= 2, "fit_link needs >= 2 samples");
-  // Weighted least squares for t = a + b x with weights 1/t^2: normal equations.
-  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    WF_CHECK(seconds[i] > 0, "fit_link: non-positive time {}", seconds[i]);
-    const double w = 1.0 / (seconds[i] * seconds[i]), x = bytes[i], t = seconds[i];
-    s00 += w;
-    s01 += w * x;
-    s11 += w * x * x;
-    r0 += w * t;
-    r1 += w * x * t;
+  for (double t : seconds) WF_CHECK(t > 0, "fit_link: non-positive time {}", t);
+  // Bandwidth: the least-squares slope over the sizes that take at least 10x the fastest message
+  // (streaming, not waiting out the latency), or the two largest when fewer do.
+  const double fastest = *std::min_element(seconds.begin(), seconds.end());
+  std::vector<size_t> big;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    if (seconds[i] >= 10 * fastest) big.push_back(i);
+  if (big.size() < 2) {
+    std::vector<size_t> order(bytes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bytes[x] < bytes[y]; });
+    big = {order[order.size() - 2], order.back()};
   }
-  const double det = s00 * s11 - s01 * s01;
-  WF_CHECK(det > 0, "fit_link needs at least two distinct message sizes");
-  double a = (r0 * s11 - r1 * s01) / det, b = (s00 * r1 - s01 * r0) / det;
-  if (a < 0) {  // refit the slope through the origin
-    a = 0;
-    b = r1 / s11;
+  double mx = 0, mt = 0;
+  for (size_t i : big) mx += bytes[i] / double(big.size()), mt += seconds[i] / double(big.size());
+  double sxx = 0, sxt = 0;
+  for (size_t i : big) {
+    sxx += (bytes[i] - mx) * (bytes[i] - mx);
+    sxt += (bytes[i] - mx) * (seconds[i] - mt);
   }
-  WF_CHECK(b > 0, "fit_link: time does not grow with message size");
-  return {1.0 / b, a};
+  WF_CHECK(sxx > 0, "fit_link needs at least two distinct message sizes");
+  const double slope = sxt / sxx;
+  WF_CHECK(slope > 0, "fit_link: time does not grow with message size");
+  // Latency: the median of what the other sizes take beyond streaming their bytes (a link that
+  // lets a burst through at a higher rate, as a token bucket does, has none left: 0).
+  std::vector<double> rest;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    if (std::find(big.begin(), big.end(), i) == big.end())
+      rest.push_back(seconds[i] - bytes[i] * slope);
+  const double latency = rest.empty() ? std::max(0.0, mt - mx * slope) : median(rest);
+  return {1.0 / slope, std::max(0.0, latency)};
 }
 
 double median(std::vector<double> v) {

@@ -7,9 +7,10 @@
 
 namespace wallfacer::plan {
 
-// α–β fit of one-way message times t_i for sizes b_i: minimises Σ ((α + b_i/β − t_i) / t_i)², so
-// small messages set the latency and large ones the bandwidth. Latency is clamped at 0. Needs at
-// least two distinct sizes.
+// α–β fit of one-way message times t_i for sizes b_i: the bandwidth β from the sizes that stream
+// (at least 10x the fastest time; least squares), the latency α from the others (the median of
+// t_i − b_i/β, clamped at 0), so a link whose small messages pass at a burst rate (a token bucket)
+// still gets its sustained bandwidth. Needs at least two distinct sizes.
 Link fit_link(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 // The median of the values (the mean of the middle two for an even count).

@@ -207,6 +207,30 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   return a;
 }
 
+NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of,
+                     double elem_bytes) {
+  WF_CHECK(int(node_of.size()) == P, "node_of has {} ranks, the layout {}", node_of.size(), P);
+  const int nodes = *std::max_element(node_of.begin(), node_of.end()) + 1;
+  std::vector<int> per_node(size_t(nodes), 0);
+  for (int n : node_of) ++per_node[size_t(n)];
+  const int width = *std::max_element(per_node.begin(), per_node.end());
+  // Devices numbered node by node, `width` per node, so that Machine::node finds each rank's node.
+  Machine m;
+  m.devices_per_node = m.devices_per_nic = width;
+  m.intra = m.inter = Link{1e9, 0};
+  std::fill(per_node.begin(), per_node.end(), 0);
+  for (int n : node_of) m.device_of.push_back(n * width + per_node[size_t(n)]++);
+  NodeBytes out;
+  for (bool bwd : {false, true}) {
+    const SimResult r = simulate(attention_program(cfg, P, bwd, elem_bytes), m);
+    auto& v = bwd ? out.bwd : out.fwd;
+    v.assign(size_t(nodes), 0.0);
+    for (int q = 0; q < P; ++q) v[size_t(node_of[q])] += r.ranks[size_t(q)].inter_bytes;
+    (bwd ? out.total_bwd : out.total_fwd) = std::accumulate(v.begin(), v.end(), 0.0);
+  }
+  return out;
+}
+
 namespace {
 
 // Bytes of one layer's activations (all of them: what the backward of one layer works on).

@@ -77,6 +77,16 @@ struct AttentionPrediction {
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of);
 
+// The bytes that cross node boundaries in one forward and one backward of an attention, as the
+// schedules send them (collectives by the simulator's algorithms): what each node's network card
+// sends. `node_of`: layout rank -> node index (any numbering 0..nodes-1).
+struct NodeBytes {
+  std::vector<double> fwd, bwd;  // per node: bytes its card sends
+  double total_fwd = 0, total_bwd = 0;
+};
+NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of,
+                     double elem_bytes = 4);
+
 // The AttnConfig the candidate runs for this model and sequence (for hybrids, of the whole group).
 seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c);
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# On 2 emulated nodes of 2 ranks (scripts/emulate-cluster): attn --check is exact for ring, zigzag
+# and WallFacer-2 in both placements; the bytes the nodes' cards carried (read from the veths)
+# equal the schedules' count of inter-node bytes within a stated tolerance; WallFacer-2
+# (team-intra) sends fewer bytes across nodes than ring; nothing is left behind, also when the
+# program fails.
+set -u
+wf=$1
+src=$2
+emu=$src/scripts/emulate-cluster
+fail=0
+err() { echo "FAIL: $*"; fail=1; }
+if [[ $(id -u) -ne 0 ]]; then
+  echo "SKIP: the emulated cluster needs root"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export WALLFACER=$wf
+before=$(ip netns list | awk '{print $1}' | grep -c '^wfc' || true)
+cluster=(--nodes 2 --ranks-per-node 2 --rate 200mbit)
+# The card counters also carry MPI's start-up, barriers and TCP/IP headers: the measured bytes
+# may exceed the count by this fraction, and may not fall short of it by more than 1%.
+tolerance=0.08
+shape=(--seq 2048 --heads 4 --head-dim 32 --causal)
+
+configs=("ring" "zigzag" "wallfacer --teams 2 --placement team-intra"
+         "wallfacer --teams 2 --placement ring-intra")
+declare -A measured
+for c in "${configs[@]}"; do
+  # shellcheck disable=SC2086
+  out=$("$emu" "${cluster[@]}" -- attn --strategy $c --seq 512 --heads 2 --head-dim 16 --causal \
+        --check 2>&1) || err "$c: attn --check on the emulated cluster exited $?: $out"
+  echo "$out" | grep -q ": pass$" || err "$c: not exact on the emulated cluster: $out"
+
+  # shellcheck disable=SC2086
+  out=$("$emu" "${cluster[@]}" --counters "$tmp/cards.json" -- attn --strategy $c "${shape[@]}" \
+        --iters 2 --json 2>"$tmp/err") || err "$c: attn --json exited $?: $out $(cat "$tmp/err")"
+  verdict=$(python3 - "$out" "$tmp/cards.json" "$tolerance" <<'PY'
+import json, sys
+run = json.loads(sys.argv[1].strip().splitlines()[-1])
+cards = json.load(open(sys.argv[2]))
+tol = float(sys.argv[3])
+inter = run["inter_node_bytes"]
+expected = run["iters"] * (inter["fwd"] + inter["bwd"])
+sent = sum(cards["sent_bytes"])
+recv = sum(cards["received_bytes"])
+ratio = sent / expected if expected else float("inf")
+ok = inter["nodes"] == 2 and 0.99 <= ratio <= 1 + tol and abs(recv - sent) <= 0.01 * sent
+print(f"{'ok' if ok else 'bad'} {sent} expected {expected} ratio {ratio:.4f} received {recv}")
+PY
+)
+  echo "$c: cards sent ${verdict#* }"
+  [[ "$verdict" == ok* ]] || err "$c: bytes on the cards do not match the schedule: $verdict"
+  measured[$c]=$(echo "$verdict" | awk '{print $2}')
+done
+r=${measured[ring]:-0}
+w=${measured[wallfacer --teams 2 --placement team-intra]:-0}
+[[ $w -gt 0 && $w -lt $r ]] || err "WallFacer-2 (team-intra) should send fewer bytes across nodes than ring: $w vs $r"
+
+# A failing program: its exit code comes back and the namespaces go.
+"$emu" "${cluster[@]}" -- bash -c 'exit 3' >/dev/null 2>&1
+rc=$?
+[[ $rc -eq 3 ]] || err "a program that exits 3 should make emulate-cluster exit 3, got $rc"
+# Bad input: one line, exit 2.
+out=$("$emu" --nodes 2 --ranks-per-node 2 --rate fast -- true 2>&1)
+rc=$?
+[[ $rc -eq 2 && $(echo "$out" | wc -l) -eq 1 ]] || err "--rate fast: want exit 2 and one line, got $rc: $out"
+after=$(ip netns list | awk '{print $1}' | grep -c '^wfc' || true)
+[[ $after -le $before ]] || err "namespaces left behind: $(ip netns list)"
+
+[[ $fail -eq 0 ]] && echo "cluster_attn: all checks passed"
+exit $fail
