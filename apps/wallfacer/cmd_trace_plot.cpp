@@ -96,8 +96,24 @@ int run_plot(const PlotOptions& o) {
           "transfers in flight\"\nset yrange ["
        << -double(ranks) + 0.4 << ":0.6]\n"
        << fmt::format("set xrange [0:{}]\n", t_end > 0 ? t_end * 1.01 : 1.0) << "set ytics (";
-    for (int r = 0; r < ranks; ++r) gp << (r ? ", " : "") << fmt::format("'rank {}' {}", r, -r);
-    gp << ")\nset grid xtics\nset key outside bottom center horizontal\nset bmargin 5\n"
+    // Several nodes: the host beside each rank and a line between nodes.
+    std::vector<std::string> hosts(static_cast<size_t>(ranks));
+    if (meta.contains("hosts") && meta["hosts"].is_array() && int(meta["hosts"].size()) == ranks)
+      for (int r = 0; r < ranks; ++r)
+        hosts[size_t(r)] = meta["hosts"][size_t(r)].get<std::string>();
+    const bool nodes = std::any_of(hosts.begin(), hosts.end(),
+                                   [&](const std::string& h) { return h != hosts[0]; });
+    for (int r = 0; r < ranks; ++r)
+      gp << (r ? ", " : "")
+         << fmt::format("'rank {}{}' {}", r, nodes ? " · " + hosts[size_t(r)] : "", -r);
+    gp << ")\n";
+    for (int r = 1; r < ranks && nodes; ++r)
+      if (hosts[size_t(r)] != hosts[size_t(r) - 1])
+        gp << fmt::format(
+            "set arrow from graph 0,first {0} to graph 1,first {0} nohead lw 2 "
+            "lc rgb '#444444' front\n",
+            0.5 - r);
+    gp << "set grid xtics\nset key outside bottom center horizontal\nset bmargin 5\n"
        << "set style fill solid 0.85 noborder\n";
     const std::string cmd = meta.value("command", std::string());
     if (bwd_start > 0 && (cmd == "attn" || cmd == "plan"))

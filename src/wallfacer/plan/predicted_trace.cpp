@@ -81,10 +81,12 @@ nlohmann::json predicted_trace(const PlanInput& in, const Candidate& c) {
     t += r.time;
   }
   std::vector<trace::RankTrace> ranks(static_cast<size_t>(P));
+  std::vector<std::string> hosts;
   for (int r = 0; r < P; ++r) {
     ranks[size_t(r)].rank = r;
-    ranks[size_t(r)].host = fmt::format("{} node {}", cl.name, m.node(r));
+    ranks[size_t(r)].host = fmt::format("node {}", m.node(r));
     ranks[size_t(r)].events = trace::rank_events_json(events[size_t(r)], 0);
+    hosts.push_back(ranks[size_t(r)].host);
   }
   nlohmann::json config{{"strategy", seqpar::strategy_name(cfg.strategy)},
                         {"P", P},
@@ -102,7 +104,8 @@ nlohmann::json predicted_trace(const PlanInput& in, const Candidate& c) {
                       {"config", config},
                       {"predicted_ms", {{"fwd", fwd_s * 1e3}, {"bwd", bwd_s * 1e3}}},
                       {"alignment_error_us", 0.0},
-                      {"ranks", P}};
+                      {"ranks", P},
+                      {"hosts", hosts}};
   return trace::chrome_trace(ranks, meta);
 }
 
