@@ -71,21 +71,6 @@ std::string label(const seqpar::AttnConfig& cfg) {
   return cfg.ulysses > 1 ? "ulysses" + std::to_string(cfg.ulysses) + " x " + s : s;
 }
 
-// The configuration part of the JSON report.
-nlohmann::json describe(const seqpar::AttnConfig& cfg, int P, plan::Placement placement) {
-  return {{"strategy", seqpar::strategy_name(cfg.strategy)},
-          {"placement", plan::placement_name(placement)},
-          {"P", P},
-          {"C", cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1},
-          {"ulysses", cfg.ulysses},
-          {"seq", cfg.seq},
-          {"batch", cfg.batch},
-          {"heads", cfg.heads},
-          {"kv_heads", cfg.kv_heads},
-          {"head_dim", cfg.head_dim},
-          {"causal", cfg.causal}};
-}
-
 // The candidate (strategy, C, Ulysses degree, placement) that cfg runs.
 plan::Candidate candidate(const seqpar::AttnConfig& cfg, plan::Placement placement) {
   return {cfg.strategy, cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1, cfg.ulysses,
@@ -124,7 +109,7 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
     fmax = std::max(fmax, t.flops_fwd);
     fsum += t.flops_fwd;
   }
-  nlohmann::json j = describe(cfg, P, placement);
+  nlohmann::json j = plan::describe_config(cfg, P, placement);
   if (node_size > 0) {
     std::vector<int> node_of;
     for (int r = 0; r < P; ++r) node_of.push_back(r / node_size);
@@ -241,7 +226,7 @@ int run_attn(const AttnOptions& o) {
   const auto flops = all_ranks(world, st.attn_flops);
   double mean_flops = 0;
   for (double f : flops) mean_flops += f / P;
-  nlohmann::json j = describe(cfg, P, placement);
+  nlohmann::json j = plan::describe_config(cfg, P, placement);
   j["iters"] = o.iters;
   j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
   if (!o.cluster.empty()) {

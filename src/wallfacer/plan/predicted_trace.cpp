@@ -88,20 +88,10 @@ nlohmann::json predicted_trace(const PlanInput& in, const Candidate& c) {
     ranks[size_t(r)].events = trace::rank_events_json(events[size_t(r)], 0);
     hosts.push_back(ranks[size_t(r)].host);
   }
-  nlohmann::json config{{"strategy", seqpar::strategy_name(cfg.strategy)},
-                        {"P", P},
-                        {"C", cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1},
-                        {"ulysses", cfg.ulysses},
-                        {"seq", cfg.seq},
-                        {"batch", cfg.batch},
-                        {"heads", cfg.heads},
-                        {"kv_heads", cfg.kv_heads},
-                        {"head_dim", cfg.head_dim},
-                        {"causal", cfg.causal}};
   nlohmann::json meta{{"command", "plan"},
                       {"label", c.label()},
                       {"cluster", cl.name},
-                      {"config", config},
+                      {"config", describe_config(cfg, P, c.placement)},
                       {"predicted_ms", {{"fwd", fwd_s * 1e3}, {"bwd", bwd_s * 1e3}}},
                       {"alignment_error_us", 0.0},
                       {"ranks", P},
