@@ -208,7 +208,19 @@ int run_attn(const AttnOptions& o) {
   seqpar::DistAttention attn(cfg, world);
   attn.set_progress_rows(o.progress_rows);
   std::vector<double> fwd_ms, bwd_ms, fwd_exp, bwd_exp;
-  if (!o.trace.empty()) trace::start(size_t(std::min(o.iters, 64)) * 16384);
+  if (!o.trace.empty()) {
+    // Room for every span: each op of this rank's schedules (both of a hybrid) once per phase.
+    size_t ops = 0;
+    auto add = [&](const seqpar::Schedule& s) { ops += s.fwd.size() + s.bwd.size(); };
+    if (cfg.ulysses > 1) {
+      const auto h = seqpar::hybrid_configs(cfg, P);
+      add(seqpar::make_schedule(h.outer, h.u, rank % h.u));
+      add(seqpar::make_schedule(h.inner, h.rings, rank / h.u));
+    } else {
+      add(seqpar::make_schedule(cfg, P, rank));
+    }
+    trace::start(size_t(o.iters) * (ops + 8) + 64);
+  }
   for (int it = 0; it < o.iters; ++it) {
     world.barrier();
     trace::Span span("iteration", trace::Cat::Phase, {{"iter", it}});

@@ -40,6 +40,8 @@ meta = d["otherData"]
 if not isinstance(meta.get("alignment_error_us"), (int, float)) or meta["alignment_error_us"] < 0:
     fail("otherData.alignment_error_us missing or negative")
 err = meta["alignment_error_us"]
+if meta.get("dropped_spans", 0) != 0:
+    fail(f"{meta['dropped_spans']} spans dropped")
 names = collections.defaultdict(set)
 spans = []
 for e in d["traceEvents"]:
