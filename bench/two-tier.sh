@@ -6,11 +6,13 @@
 #
 # For each cluster NxR (N nodes of R ranks): `tune --calibrate` on it writes DIR/cluster-NxR.toml;
 # then ring, zigzag, Ulysses (where the heads allow), the Ulysses x zigzag hybrids and WallFacer-C
-# for every C with C^2 | P, hybrids and WallFacer in both placements, each run as
+# for every C with C^2 | P (with and without --keep-kv), hybrids and WallFacer in both placements,
+# each run as
 # `attn --iters K --json --cluster DIR/cluster-NxR.toml` (causal unless --full). Each row: forward
 # and backward time (median of K), exposed communication, the bytes the nodes' cards carried (read
 # from the veths, per iteration) beside the schedule's count of inter-node bytes, and the
-# planner's prediction. Writes DIR/results.jsonl (one JSON object per run) and DIR/table.md.
+# planner's prediction; and the planner's best configuration (`wallfacer plan`, DIR/plan-NxR.json)
+# beside the fastest measured. Writes DIR/results.jsonl (one JSON object per run) and DIR/table.md.
 # Needs root (network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,7 @@ done
 make -s build >/dev/null
 mkdir -p "$out"
 : >"$out/results.jsonl"
-emu=scripts/emulate-cluster
+emu="scripts/emulate-cluster --priority"
 ring=ring
 [[ -n "$mask" ]] && ring=zigzag
 
@@ -54,9 +56,17 @@ for nr in $clusters; do
   done
   for c in 2 3 4; do
     if ((c * c <= p && p % (c * c) == 0)); then
-      configs+=("wallfacer --teams $c --placement team-intra" "wallfacer --teams $c --placement ring-intra")
+      configs+=("wallfacer --teams $c --placement team-intra" "wallfacer --teams $c --placement ring-intra"
+                "wallfacer --teams $c --placement team-intra --keep-kv"
+                "wallfacer --teams $c --placement ring-intra --keep-kv")
     fi
   done
+  # The planner's ranking for the same attention shape (a one-layer causal GPT of it).
+  printf '[model]\nname = "two-tier"\nlayers = 1\ndim = %d\nheads = %d\nkv_heads = %d\ncausal = %s\n' \
+    $((heads * head_dim)) "$heads" "$heads" "$([[ -n "$mask" ]] && echo true || echo false)" \
+    >"$out/model.toml"
+  build/wallfacer plan --cluster "$cl" --model "$out/model.toml" --seq "$seq" --gpus "$p" --json \
+    >"$out/plan-$nr.json"
   for cfg in "${configs[@]}"; do
     echo "-- $nr: $cfg" >&2
     # shellcheck disable=SC2086
@@ -71,46 +81,14 @@ run["cluster"] = sys.argv[3]
 run["config"] = sys.argv[4]
 run["rate"] = cards["rate"]
 run["cards"] = cards
-# Bytes per iteration: the job's total over the iterations (start-up and barriers included).
-run["card_bytes_per_iter"] = sum(cards["sent_bytes"]) / run["iters"]
+# Bytes per iteration the cards delivered into the nodes: the job's total over the iterations
+# (start-up and barriers included; a packet dropped by a full queue and sent again counts once).
+run["card_bytes_per_iter"] = sum(cards["received_bytes"]) / run["iters"]
 print(json.dumps(run))
 PY
   done
 done
 rm -f "$out/cards.json"
 
-python3 - "$out/results.jsonl" >"$out/table.md" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-def label(r):
-    s = r["strategy"]
-    if r["ulysses"] > 1:
-        s = f"ulysses{r['ulysses']} x {s} {r['placement']}"
-    elif s == "wallfacer":
-        s = f"wallfacer C={r['C']} {r['placement']}"
-    return s
-clusters = []
-for r in rows:
-    if r["cluster"] not in clusters:
-        clusters.append(r["cluster"])
-for c in clusters:
-    rs = [r for r in rows if r["cluster"] == c]
-    n, k = c.split("x")
-    base = next((r for r in rs if r["strategy"] == "zigzag" and r["ulysses"] == 1), rs[0])
-    btot = base["time_ms"]["fwd"] + base["time_ms"]["bwd"]
-    print(f"\n**{n} nodes x {k} ranks** (P = {rs[0]['P']}, cards {rs[0]['rate']}; "
-          f"seq {rs[0]['seq']}, {rs[0]['heads']} heads of {rs[0]['head_dim']}"
-          f"{', causal' if rs[0]['causal'] else ''}):\n")
-    print("| configuration | fwd ms | bwd ms | exposed fwd / bwd ms | vs " + base["strategy"] +
-          " | MB across nodes: cards / schedule | predicted ms | measured ms | error |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rs:
-        t = r["time_ms"]["fwd"] + r["time_ms"]["bwd"]
-        p = r["predicted_ms"]["fwd"] + r["predicted_ms"]["bwd"]
-        sched = r["inter_node_bytes"]["fwd"] + r["inter_node_bytes"]["bwd"]
-        print(f"| {label(r)} | {r['time_ms']['fwd']:.0f} | {r['time_ms']['bwd']:.0f} | "
-              f"{r['exposed_comm_ms']['fwd']:.0f} / {r['exposed_comm_ms']['bwd']:.0f} | "
-              f"{btot / t:.2f}x | {r['card_bytes_per_iter'] / 1e6:.2f} / {sched / 1e6:.2f} | "
-              f"{p:.0f} | {t:.0f} | {100 * (p / t - 1):+.0f}% |")
-PY
+python3 bench/two_tier_table.py "$out/results.jsonl" "$out" >"$out/table.md"
 cat "$out/table.md"

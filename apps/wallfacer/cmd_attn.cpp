@@ -39,6 +39,7 @@ struct AttnOptions {
   int kv_heads = 0;
   int head_dim = 0;
   bool causal = false;
+  bool keep_kv = false;
   bool check = false;
   bool json = false;
   int iters = 1;
@@ -67,14 +68,15 @@ double max_of(const std::vector<double>& v) { return *std::max_element(v.begin()
 
 // "ring", or "ulysses2 x zigzag" for a hybrid.
 std::string label(const seqpar::AttnConfig& cfg) {
-  const std::string s(seqpar::strategy_name(cfg.strategy));
+  const std::string s =
+      std::string(seqpar::strategy_name(cfg.strategy)) + (cfg.keep_kv ? " keep-kv" : "");
   return cfg.ulysses > 1 ? "ulysses" + std::to_string(cfg.ulysses) + " x " + s : s;
 }
 
 // The candidate (strategy, C, Ulysses degree, placement) that cfg runs.
 plan::Candidate candidate(const seqpar::AttnConfig& cfg, plan::Placement placement) {
   return {cfg.strategy, cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1, cfg.ulysses,
-          placement};
+          placement, cfg.keep_kv};
 }
 
 // The bytes that cross nodes per forward and backward, as the schedules send them: layout rank ->
@@ -163,6 +165,7 @@ int run_attn(const AttnOptions& o) {
   cfg.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
   cfg.head_dim = o.head_dim;
   cfg.causal = o.causal;
+  cfg.keep_kv = o.keep_kv;
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
   const plan::Placement placement = plan::parse_placement(o.placement);
   plan::Cluster cl;
@@ -385,6 +388,9 @@ Action setup(CLI::App& root) {
   cmd->add_option("--kv-heads", o->kv_heads, "key/value heads (default: H)");
   cmd->add_option("--head-dim", o->head_dim, "head dimension D (required)");
   cmd->add_flag("--causal", o->causal, "causal mask");
+  cmd->add_flag("--keep-kv", o->keep_kv,
+                "WallFacer: keep the placed K,V of the forward for the backward (no K,V gather or "
+                "placement hop in the backward; one team K,V block more memory)");
   cmd->add_flag("--check", o->check,
                 "compare with a single-process computation of the whole sequence (exit 1 above "
                 "tolerance)");

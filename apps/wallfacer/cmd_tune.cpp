@@ -405,6 +405,7 @@ double measure_training(const plan::Candidate& c, const plan::ModelSpec& m, int6
   cfg.strategy = std::string(seqpar::strategy_name(c.strategy));
   cfg.teams = c.teams;
   cfg.ulysses = c.ulysses;
+  cfg.keep_kv = c.keep_kv;
   cfg.checkpointing = m.checkpoint_attention ? "attention" : "none";
   const char* tmp = std::getenv("TMPDIR");
   const std::string base = tmp && *tmp ? tmp : "/tmp";
@@ -572,9 +573,9 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
     f << fmt::format(
         "# wallfacer tune: {} at seq {} on {} ranks ({}): fastest measured\n"
         "# {}. Rank order: {}.\n"
-        "[parallel]\nsp = {}\nstrategy = \"{}\"\nteams = {}\nulysses = {}\n",
+        "[parallel]\nsp = {}\nstrategy = \"{}\"\nteams = {}\nulysses = {}\nkeep_kv = {}\n",
         in.model.name, in.seq, P, in.cluster.name, measured, plan::placement_name(c.placement), P,
-        seqpar::strategy_name(c.strategy), c.teams, c.ulysses);
+        seqpar::strategy_name(c.strategy), c.teams, c.ulysses, c.keep_kv);
   }
   j["snippet"] = out;
 

@@ -29,11 +29,16 @@ run p4_ulysses 4 parallel.sp=4 parallel.strategy=ulysses
 run p4_wallfacer 4 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
 run p4_dp2_sp2 4 parallel.sp=2 parallel.strategy=zigzag
 run p4_hybrid 4 parallel.sp=4 parallel.strategy=zigzag parallel.ulysses=2
-for r in p4_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2 p4_hybrid; do close p1 $r; done
+run p4_keep_kv 4 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2 parallel.keep_kv=true \
+  parallel.checkpointing=attention
+for r in p4_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2 p4_hybrid p4_keep_kv; do close p1 $r; done
 
 run p1_gqa 1 model.kv_heads=2
 run p4_gqa 4 model.kv_heads=2 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
+run p4_gqa_keep_kv 4 model.kv_heads=2 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2 \
+  parallel.keep_kv=true
 close p1_gqa p4_gqa
+close p1_gqa p4_gqa_keep_kv
 
 # Training moves: the loss of step 5 is below that of step 1.
 losses "$work/p1" | awk 'NR==1{a=$1} NR==5{b=$1} END{exit !(b < a)}' || err "loss did not drop"

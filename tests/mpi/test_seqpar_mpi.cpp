@@ -59,6 +59,17 @@ Run run(comm::Communicator& world, const AttnConfig& c, const AttnTensors& in, i
   std::vector<float> first;
   for (int call = 0; call < 2; ++call) {  // the second call reuses the buffers: same bits
     attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
+    if (c.keep_kv && call == 0) {
+      // Another layer's forward and backward in between (as in training): the kept K,V are last
+      // in, first out, so the outer backward still sees its own.
+      std::vector<float> q2 = q, k2 = k, v2 = v, o2(o.size()), lse2(lse.size()), d2(dq.size()),
+                         dk2(dk.size()), dv2(dv.size());
+      for (auto* t : {&q2, &k2, &v2})
+        for (auto& x : *t) x = 0.5f - x;
+      attn.forward(q2.data(), k2.data(), v2.data(), o2.data(), lse2.data());
+      attn.backward(q2.data(), k2.data(), v2.data(), o2.data(), lse2.data(), dout.data(), d2.data(),
+                    dk2.data(), dv2.data());
+    }
     attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
                   dk.data(), dv.data());
     std::vector<float> all = o;
@@ -247,6 +258,16 @@ int test_bad_hybrids() {
   refused(c, 6, "zigzag hybrid with seq 18 on 6 ranks");
   c.seq = 24;
   validate(c, 6);
+  // keep_kv keeps WallFacer's placed K,V: nothing to keep for a ring, C = 1 or a hybrid.
+  c.keep_kv = true;
+  refused(c, 6, "keep_kv with a zigzag hybrid");
+  c.ulysses = 1;
+  refused(c, 4, "keep_kv with zigzag");
+  c.strategy = Strategy::WallFacer;
+  c.teams = 1;
+  refused(c, 4, "keep_kv with wallfacer C = 1");
+  c.teams = 2;
+  validate(c, 4);
   return failures;
 }
 
@@ -282,11 +303,12 @@ int main(int argc, char** argv) {
       if (rank == 0) ref = reference_attention(base, in, /*fp64=*/true);
 
       std::vector<AttnConfig> cfgs;
-      auto add = [&](Strategy s, int C, int u = 1) {
+      auto add = [&](Strategy s, int C, int u = 1, bool keep_kv = false) {
         AttnConfig c = base;
         c.strategy = s;
         c.teams = C;
         c.ulysses = u;
+        c.keep_kv = keep_kv;
         cfgs.push_back(c);
       };
       if (kv_div != 2) {
@@ -295,8 +317,11 @@ int main(int argc, char** argv) {
           add(Strategy::Zigzag, 1);
           if (H % P == 0 && base.kv_heads % P == 0) add(Strategy::Ulysses, 1);
         }
-        for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C)
-          if (P % (C * C) == 0) add(Strategy::WallFacer, C);
+        for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C) {
+          if (P % (C * C) != 0) continue;
+          add(Strategy::WallFacer, C);
+          if (C > 1) add(Strategy::WallFacer, C, 1, /*keep_kv=*/true);
+        }
       }
       for (int u = 2; u < P && !wallfacer_only; ++u) {
         if (P % u != 0 || H % u != 0 || base.kv_heads % u != 0) continue;
@@ -309,10 +334,10 @@ int main(int argc, char** argv) {
       for (const auto& c : cfgs) {
         ++configs;
         const auto r = run(world, c, in, failures);
-        const std::string name =
-            fmt::format("{}{} C={} causal={} Hkv={} B={} P={}",
-                        c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
-                        strategy_name(c.strategy), c.teams, c.causal, c.kv_heads, c.batch, P);
+        const std::string name = fmt::format(
+            "{}{} C={}{} causal={} Hkv={} B={} P={}",
+            c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "", strategy_name(c.strategy),
+            c.teams, c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
         // Bytes and steps: measured == schedule counter == closed form, on every rank (hybrids:
         // their Ulysses and ring schedules summed, and the planner's program of the two).
         const auto sched =

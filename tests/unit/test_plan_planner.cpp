@@ -278,3 +278,47 @@ TEST(PlanPlanner, NodeBytesFollowTheHopsThatLeaveANode) {
 
 }  // namespace
 }  // namespace wallfacer::plan
+
+namespace wallfacer::plan {
+namespace {
+
+// keep_kv: per layer one team K,V block more memory, and a backward without the placement hop;
+// the planner keeps them only while the memory allows.
+TEST(PlanPlanner, KeepKvCostsOneTeamBlockPerLayerAndIsDroppedWhenMemoryIsShort) {
+  Cluster cl;
+  cl.name = "toy";
+  cl.nodes = 2, cl.devices_per_node = 4, cl.devices_per_nic = 4;
+  cl.gemm_flops = 2e12, cl.attention_flops = 1e12, cl.memory = 64e9, cl.dtype_bytes = 4;
+  cl.intra = {2e10, 3e-6}, cl.inter = {1e9, 2e-5};
+  PlanInput in;
+  in.cluster = cl;
+  in.model = parse_model("[model]\nlayers = 3\ndim = 256\nheads = 4\n", "m");
+  in.seq = 8192;
+  in.gpus = 8;
+  Candidate c{seqpar::Strategy::WallFacer, 2, 1, Placement::TeamIntra};
+  const Prediction plain = predict(in, c);
+  c.keep_kv = true;
+  const Prediction kept = predict(in, c);
+  ASSERT_TRUE(plain.feasible && kept.feasible);
+  // (B, C * seq / P, 2, kv_heads, D) fp32 per layer (3 layers), and one scratch block: the forward
+  // ring's first buffer, which the placed block no longer doubles as.
+  const double block = 2.0 * (8192 / 8) * 2 * 4 * 64 * 4;
+  EXPECT_DOUBLE_EQ(kept.memory_bytes - plain.memory_bytes, (3 + 1) * block);
+  EXPECT_LT(kept.attn_bwd_s, plain.attn_bwd_s);
+  EXPECT_LT(kept.inter_bytes, plain.inter_bytes);
+
+  auto wallfacer = [](const std::vector<Prediction>& ps) {
+    return *std::find_if(ps.begin(), ps.end(), [](const Prediction& p) {
+      return p.cand.label() == "wallfacer C=2 team-intra";
+    });
+  };
+  EXPECT_TRUE(wallfacer(plan_all(in)).cand.keep_kv);
+  // Room for the plain run but not for the kept blocks: the planner drops keep_kv.
+  in.cluster.memory = (plain.memory_bytes + kept.memory_bytes) / 2;
+  const Prediction chosen = wallfacer(plan_all(in));
+  EXPECT_TRUE(chosen.feasible);
+  EXPECT_FALSE(chosen.cand.keep_kv);
+}
+
+}  // namespace
+}  // namespace wallfacer::plan

@@ -40,6 +40,7 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
   cfg.head_dim = m.head_dim();
   cfg.causal = m.causal;
   cfg.ulysses = c.ulysses;
+  cfg.keep_kv = c.keep_kv;
   return cfg;
 }
 
@@ -54,7 +55,8 @@ nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement p
           {"heads", cfg.heads},
           {"kv_heads", cfg.kv_heads},
           {"head_dim", cfg.head_dim},
-          {"causal", cfg.causal}};
+          {"causal", cfg.causal},
+          {"keep_kv", cfg.keep_kv}};
 }
 
 std::vector<int> candidate_devices(const Candidate& c, int P) {
@@ -218,6 +220,7 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     a.inter_bytes += inter;
   }
   a.scratch_elements = scratch;
+  a.kept_elements = double(seqpar::kept_elements(cfg, P));
   return a;
 }
 
@@ -267,7 +270,8 @@ double memory_bytes(const PlanInput& in, const AttentionPrediction& a) {
                           : layer_activation_bytes(m, tokens, e);
   const double working = 2 * layer_activation_bytes(m, tokens, e);  // a layer and its gradients
   const double logits = m.kind == ModelKind::Gpt ? 2 * tokens * m.vocab * 4.0 : 0;
-  return params + grads + optim + m.layers * kept + working + a.scratch_elements * e + logits;
+  return params + grads + optim + m.layers * (kept + a.kept_elements * e) + working +
+         a.scratch_elements * e + logits;
 }
 
 }  // namespace
@@ -353,7 +357,19 @@ std::vector<Prediction> plan_all(const PlanInput& in) {
                  in.cluster.devices(), in.cluster.name);
   WF_USAGE_CHECK(in.seq >= 1, "--seq must be positive, got {}", in.seq);
   std::vector<Prediction> out;
-  for (const Candidate& c : candidates(in)) out.push_back(predict(in, c));
+  for (Candidate c : candidates(in)) {
+    // WallFacer keeps the placed K,V for the backward where the memory allows.
+    if (c.strategy == Strategy::WallFacer && c.teams > 1 && c.ulysses == 1) {
+      c.keep_kv = true;
+      Prediction kept = predict(in, c);
+      if (kept.feasible) {
+        out.push_back(kept);
+        continue;
+      }
+      c.keep_kv = false;
+    }
+    out.push_back(predict(in, c));
+  }
   std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
     if (a.feasible != b.feasible) return a.feasible;
     return a.feasible && a.tokens_per_s > b.tokens_per_s;

@@ -31,8 +31,12 @@ struct Candidate {
   int teams = 1;    // C for WallFacer
   int ulysses = 1;  // > 1 and < P: a Ulysses x ring hybrid (strategy is then Ring or Zigzag)
   Placement placement = Placement::Default;
+  // WallFacer: the forward's placed K,V kept for the backward (seqpar::AttnConfig::keep_kv); the
+  // planner keeps them when the memory allows.
+  bool keep_kv = false;
   std::string strategy_label() const;  // ring, zigzag, ulysses, wallfacer, ulysses x ring
-  std::string label() const;           // e.g. "wallfacer C=2 ring-intra", "ulysses4 x zigzag8"
+  // e.g. "wallfacer C=2 ring-intra", "ulysses4 x zigzag8" (keep_kv is reported apart)
+  std::string label() const;
 };
 
 struct Prediction {
@@ -72,6 +76,7 @@ struct AttentionPrediction {
   double exposed_fwd_s = 0, exposed_bwd_s = 0;
   double p2p_bytes = 0, coll_bytes = 0, inter_bytes = 0;  // fwd + bwd, busiest rank
   double scratch_elements = 0;  // largest scratch buffers of one rank (elements)
+  double kept_elements = 0;     // held from the forward to the backward (keep_kv), per layer
 };
 // `device_of`: layout rank -> device of the cluster. Throws UsageError when cfg cannot run.
 // A hybrid is cfg.ulysses > 1.
@@ -92,7 +97,7 @@ NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int
 seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c);
 
 // The configuration as `attn --json` and trace files report it: strategy, placement, P, C,
-// ulysses, seq, batch, heads, kv_heads, head_dim, causal.
+// ulysses, seq, batch, heads, kv_heads, head_dim, causal, keep_kv.
 nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement placement);
 
 // The rank order of the candidate's layout under its placement (layout rank -> device).

@@ -33,6 +33,7 @@ nlohmann::json prediction_json(const Prediction& p) {
   j["teams"] = p.cand.teams;
   j["ulysses"] = p.cand.ulysses;
   j["placement"] = std::string(placement_name(p.cand.placement));
+  j["keep_kv"] = p.cand.keep_kv;
   j["gpus"] = p.P;
   j["feasible"] = p.feasible;
   j["reason"] = p.reason;
@@ -84,12 +85,13 @@ std::string plan_table(const PlanInput& in, const std::vector<Prediction>& preds
     s += fmt::format(
         "{:>3}  {:<28} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.2f} {:>9.2f} {:>8.1f} {:>8.1f} "
         "{:>8.1f}\n",
-        ++rank, p.cand.label(), p.tokens_per_s, p.step_s, p.exposed_comm_s, p.attn_fwd_s * 1e3,
-        p.attn_bwd_s * 1e3, p.p2p_bytes / 1e6, p.inter_bytes / 1e6,
-        p.memory_bytes / double(1 << 30));
+        ++rank, p.cand.label() + (p.cand.keep_kv ? " +kv" : ""), p.tokens_per_s, p.step_s,
+        p.exposed_comm_s, p.attn_fwd_s * 1e3, p.attn_bwd_s * 1e3, p.p2p_bytes / 1e6,
+        p.inter_bytes / 1e6, p.memory_bytes / double(1 << 30));
   }
   s += "(exp. s: communication not hidden by compute; p2p / inter MB: per layer, forward + "
-       "backward, busiest rank; inter: bytes leaving the node)\n";
+       "backward, busiest rank; inter: bytes leaving the node; +kv: the forward's placed K,V "
+       "kept for the backward)\n";
   return s;
 }
 

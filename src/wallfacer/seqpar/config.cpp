@@ -97,6 +97,11 @@ void validate(const AttnConfig& cfg, int P) {
                  cfg.heads, cfg.kv_heads);
   const auto name = strategy_name(cfg.strategy);
   WF_USAGE_CHECK(cfg.ulysses >= 1, "ulysses degree is {}; it must be at least 1", cfg.ulysses);
+  WF_USAGE_CHECK(
+      !cfg.keep_kv || (cfg.strategy == Strategy::WallFacer && cfg.teams > 1 && cfg.ulysses == 1),
+      "keep_kv keeps the placed K,V of WallFacer with teams > 1; {}{} places none "
+      "(drop keep_kv)",
+      name, cfg.ulysses > 1 ? " in a Ulysses hybrid" : "");
   if (cfg.strategy == Strategy::WallFacer) {
     const int C = cfg.teams;
     WF_USAGE_CHECK(C >= 1, "--teams is {}; it must be at least 1", C);

@@ -28,6 +28,11 @@ struct AttnConfig {
   // team j (ulysses consecutive ranks); Ulysses all-to-alls run inside the team and a ring (zigzag
   // ring) over the P/ulysses ranks with the same member index a computes on the gathered heads.
   int ulysses = 1;
+  // WallFacer-C (C > 1): the forward keeps the placed team K,V block until its backward, which then
+  // needs neither the team all-gather of K,V nor the placement hop (dK,dV still go back). Costs
+  // one team K,V block, (B, C*seq/P, 2, kv_heads, D), per forward not yet followed by its backward
+  // (per layer in training): the executor keeps them last in, first out.
+  bool keep_kv = false;
 };
 
 // The two configs a Ulysses x ring hybrid composes: `inner` runs on the P/u ranks with the same

@@ -41,6 +41,10 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
   scratch_.resize(s_.buffers.size());
   for (size_t id = kNumUserBuffers; id < s_.buffers.size(); ++id) {
     const auto& spec = s_.buffers[id];
+    if (spec.kept) {
+      kept_ids_.push_back(int(id));
+      continue;
+    }
     scratch_[id].assign(size_t(spec.blocks * block_elements(spec, s_.cfg.batch, s_.cfg.head_dim)),
                         0.0f);
   }
@@ -53,7 +57,17 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
 
 float* Executor::ptr(int buf, int block) {
   WF_CHECK(buf >= 0 && buf < int(s_.buffers.size()), "schedule names buffer {}", buf);
-  float* base = buf < kNumUserBuffers ? user_[buf] : scratch_[buf].data();
+  float* base = nullptr;
+  if (buf < kNumUserBuffers) {
+    base = user_[buf];
+  } else if (s_.buffers[buf].kept) {
+    WF_CHECK(!kept_.empty(), "a backward without a forward: buffer {} is kept from the forward",
+             s_.buffers[buf].name);
+    const size_t k = std::find(kept_ids_.begin(), kept_ids_.end(), buf) - kept_ids_.begin();
+    base = kept_.back()[k].data();
+  } else {
+    base = scratch_[buf].data();
+  }
   WF_CHECK(base != nullptr, "buffer {} ({}) is not bound", buf, s_.buffers[buf].name);
   return base + int64_t(block) * block_elements(s_.buffers[buf], s_.cfg.batch, s_.cfg.head_dim);
 }
@@ -246,6 +260,21 @@ void Executor::collective(const Op& op) {
 
 PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   user_ = user;
+  const bool backward = &ops == &s_.bwd;
+  WF_CHECK(backward || &ops == &s_.fwd, "Executor::run takes the schedule's own fwd or bwd");
+  if (!kept_ids_.empty() && !backward) {  // this forward's copies of the kept buffers
+    if (spare_.empty()) {
+      std::vector<std::vector<float>> fresh;
+      for (int id : kept_ids_) {
+        const auto& spec = s_.buffers[id];
+        fresh.emplace_back(
+            size_t(spec.blocks * block_elements(spec, s_.cfg.batch, s_.cfg.head_dim)), 0.0f);
+      }
+      spare_.push_back(std::move(fresh));
+    }
+    kept_.push_back(std::move(spare_.back()));
+    spare_.pop_back();
+  }
   PhaseStats st;
   const auto g0 = group_.counters();
   const auto t0 = team_.counters();
@@ -305,6 +334,10 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   st.p2p_steps = int64_t(rounds.size());
   st.coll_bytes = (g1.coll_bytes - g0.coll_bytes) + (t1.coll_bytes - t0.coll_bytes);
   user_ = {};
+  if (!kept_ids_.empty() && backward) {  // this backward's forward copies are used up
+    spare_.push_back(std::move(kept_.back()));
+    kept_.pop_back();
+  }
   return st;
 }
 

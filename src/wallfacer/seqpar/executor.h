@@ -29,7 +29,12 @@ class Executor {
   // over `group`.
   Executor(Schedule schedule, comm::Communicator group, comm::Communicator team);
 
+  // `ops` is the schedule's fwd or bwd. Buffers marked `kept` get a fresh copy at each forward;
+  // each backward reads the newest copy not yet used and frees it (last in, first out).
   PhaseStats run(const std::vector<Op>& ops, const UserTensors& user);
+
+  // Forwards whose kept buffers wait for their backward.
+  int pending_backwards() const { return int(kept_.size()); }
 
   const Schedule& schedule() const { return s_; }
 
@@ -65,6 +70,9 @@ class Executor {
   Schedule s_;
   comm::Communicator group_, team_;
   std::vector<std::vector<float>> scratch_;
+  std::vector<int> kept_ids_;                           // buffers marked kept
+  std::vector<std::vector<std::vector<float>>> kept_;   // per pending forward: one per kept id
+  std::vector<std::vector<std::vector<float>>> spare_;  // freed copies, reused
   UserTensors user_{};
   int64_t progress_rows_ = 256;
   ComputeHook hook_;

@@ -25,10 +25,10 @@ class Builder {
   }
 
   // A scratch buffer; the same name in the forward and the backward is the same buffer.
-  int buffer(const std::string& name, Fmt fmt, int blocks, int heads) {
+  int buffer(const std::string& name, Fmt fmt, int blocks, int heads, bool kept = false) {
     auto it = by_name_.find(name);
     if (it != by_name_.end()) return it->second;
-    s_.buffers.push_back({name, fmt, blocks, s_.n, heads});
+    s_.buffers.push_back({name, fmt, blocks, s_.n, heads, kept});
     const int id = int(s_.buffers.size()) - 1;
     by_name_[name] = id;
     return id;
@@ -173,6 +173,9 @@ void build_team_ring(Schedule& s, Builder& b) {
   const int H = c.heads, K = c.kv_heads;
   const int place_dst = L.placement_dst(r), place_src = L.placement_src(r);
   const bool placed = place_dst != r;
+  // keep_kv: the K,V block this rank computes with at the first ring step (received by the
+  // placement, or its own team's) stays from the forward to the backward.
+  const bool keep = c.keep_kv && C > 1;
   const auto my_team = team_segments(c, P, C, t);
   const auto resident = team_segments(c, P, C, L.kv_team(r, 0));
 
@@ -182,13 +185,13 @@ void build_team_ring(Schedule& s, Builder& b) {
   b.local(LocalKind::PackKV, -1, kvl);
   int qt = kInQ, kvt = kvl;
   if (C > 1) {
-    kvt = b.buffer("kv_team", Fmt::KV, C, K);
+    kvt = b.buffer(keep && !placed ? "kv_kept" : "kv_team", Fmt::KV, C, K, keep && !placed);
     b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   }
   int kv_first = kvt;
   int ps = -1, pr = -1;
   if (placed) {
-    kv_first = b.buffer("kv_ring0", Fmt::KV, C, K);
+    kv_first = b.buffer(keep ? "kv_kept" : "kv_ring0", Fmt::KV, C, K, keep);
     ps = b.send(kvt, place_dst, kTagPlace);
     pr = b.recv(kv_first, place_src, kTagPlace);
     b.next_round();
@@ -231,11 +234,15 @@ void build_team_ring(Schedule& s, Builder& b) {
   // reduce-scatters dQ and dK,dV.
   b.phase(&s.bwd);
   const bool move_kv = s.bwd_moves_kv;
-  b.local(LocalKind::PackKV, -1, kvl);
-  if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   int kv_placed = kvt;
   ps = pr = -1;
-  if (placed) {
+  if (keep) {
+    kv_placed = kv_first;  // kept from the forward
+  } else {
+    b.local(LocalKind::PackKV, -1, kvl);
+    if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
+  }
+  if (placed && !keep) {
     kv_placed = b.buffer("kv_ring0", Fmt::KV, C, K);
     ps = b.send(kvt, place_dst, kTagPlace);
     pr = b.recv(kv_placed, place_src, kTagPlace);
@@ -487,6 +494,12 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   return s;
 }
 
+int64_t kept_elements(const AttnConfig& cfg, int P) {
+  if (!cfg.keep_kv || cfg.strategy != Strategy::WallFacer || cfg.teams <= 1 || cfg.ulysses > 1)
+    return 0;
+  return int64_t(cfg.batch) * cfg.teams * (cfg.seq / P) * 2 * cfg.kv_heads * cfg.head_dim;
+}
+
 ScheduleTotals schedule_totals(const Schedule& s) {
   ScheduleTotals t;
   auto sum = [](const std::vector<Op>& ops, int64_t& p2p, int64_t& coll, int64_t& steps,
@@ -567,10 +580,13 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   const int64_t travel = backward_moves_kv(cfg, P)
                              ? (G - 1) * kv + ring * G * kv
                              : (G - 1) * B * m * H * (2 * D + 2) + ring * G * B * m * H * D;
-  t.p2p_bytes_bwd = (2 * moves * kv + travel) * f;
-  t.p2p_steps_bwd = 2 * moves + ring * G;
-  t.p2p_sends_bwd = 2 * moves + (G - 1) + ring * G;
-  t.coll_bytes_bwd = (C - 1) * B * n * (H * (2 * D + 2) + 2 * K * D + H * D + 2 * K * D) * f;
+  // keep_kv: the forward's placed K,V stay, so neither the placement hop nor the K,V gather again.
+  const int64_t hops = kept_elements(cfg, P) > 0 ? moves : 2 * moves;
+  t.p2p_bytes_bwd = (hops * kv + travel) * f;
+  t.p2p_steps_bwd = hops + ring * G;
+  t.p2p_sends_bwd = hops + (G - 1) + ring * G;
+  const int64_t kv_gather = kept_elements(cfg, P) > 0 ? 0 : 2 * K * D;
+  t.coll_bytes_bwd = (C - 1) * B * n * (H * (2 * D + 2) + kv_gather + H * D + 2 * K * D) * f;
   return t;
 }
 

@@ -51,6 +51,9 @@ struct BufferSpec {
   int blocks = 1;
   int64_t rows = 0;  // per block
   int heads = 1;     // Rows, Stat, QPack: heads of the rows; KV: kv heads
+  // Written by the forward and read by the backward that follows it (AttnConfig::keep_kv): one
+  // copy per forward not yet followed by its backward, last in, first out.
+  bool kept = false;
 };
 
 // Elements of one block of `spec` (batch B, head dim D).
@@ -132,6 +135,10 @@ struct Schedule {
 // against H*(2D+2) (q, dout, lse, delta) and H*D (dQ): K,V under grouped-query attention with
 // H/Hkv >= 2, the query packages otherwise.
 bool backward_moves_kv(const AttnConfig& cfg, int P);
+
+// Elements that AttnConfig::keep_kv holds per forward between it and its backward (0 when the
+// strategy keeps nothing).
+int64_t kept_elements(const AttnConfig& cfg, int P);
 
 // The schedule of `rank` (validates cfg first: UsageError when it cannot run on P ranks). A Ulysses
 // x ring hybrid (cfg.ulysses > 1) has no schedule of its own: it runs the schedules of the two

@@ -17,7 +17,7 @@ namespace {
 // One key of the schema, bound to its field in a TrainConfig.
 struct Field {
   const char* key;
-  std::variant<int*, int64_t*, double*, std::string*, std::array<int64_t, 2>*> ptr;
+  std::variant<int*, int64_t*, double*, std::string*, bool*, std::array<int64_t, 2>*> ptr;
 };
 
 std::vector<Field> fields(TrainConfig& c) {
@@ -58,6 +58,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.strategy", &c.strategy},
       {"parallel.teams", &c.teams},
       {"parallel.ulysses", &c.ulysses},
+      {"parallel.keep_kv", &c.keep_kv},
       {"parallel.checkpointing", &c.checkpointing},
   };
 }
@@ -124,6 +125,9 @@ void assign(const Field& f, const toml::node& n) {
   } else if (std::holds_alternative<double*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_number(), "{} expects a number", f.key);
     *std::get<double*>(f.ptr) = n.value<double>().value();
+  } else if (std::holds_alternative<bool*>(f.ptr)) {
+    WF_USAGE_CHECK(n.is_boolean(), "{} expects true or false", f.key);
+    *std::get<bool*>(f.ptr) = n.value<bool>().value();
   } else {
     WF_USAGE_CHECK(n.is_integer(), "{} expects an integer", f.key);
     store_int(f, n.value<int64_t>().value());
@@ -175,6 +179,10 @@ void TrainConfig::set(const std::string& assignment) {
     **pair = parse_pair(key, value);
   } else if (auto d = std::get_if<double*>(&f.ptr)) {
     **d = parse_double(key, value);
+  } else if (auto b = std::get_if<bool*>(&f.ptr)) {
+    WF_USAGE_CHECK(value == "true" || value == "false", "{} expects true or false, got '{}'", key,
+                   value);
+    **b = value == "true";
   } else {
     store_int(f, parse_int(key, value));
   }
@@ -218,6 +226,7 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   }
   a.teams = teams;
   a.ulysses = ulysses;
+  a.keep_kv = keep_kv;
   a.batch = batch / dp(P);
   a.seq = seq;
   a.heads = model.heads;

@@ -56,6 +56,10 @@ struct TrainConfig {
   std::string strategy = "ring";
   int teams = 1;
   int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag over sp / ulysses teams
+  // WallFacer (teams > 1): keep each layer's placed K,V from its forward for its backward
+  // (seqpar::AttnConfig::keep_kv): one team K,V block per layer more memory, no placement hop and
+  // no K,V gather in the backward.
+  bool keep_kv = false;
   std::string checkpointing = "none";
 
   // Fills the config from TOML text (name is the file name, for messages).

@@ -223,14 +223,15 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       {"strategy", cfg.strategy},
       {"teams", cfg.teams},
       {"ulysses", cfg.ulysses},
+      {"keep_kv", cfg.keep_kv},
       {"local_tokens", T},
       {"local_batch", Bl}}.dump();
   if (rank == 0) {
     progress.message(fmt::format(
-        "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}), seq {}, "
+        "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
         "batch {}, checkpointing {}, {} threads/rank",
-        cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.seq, cfg.batch,
-        cfg.checkpointing, num_threads()));
+        cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.keep_kv ? " keep_kv" : "",
+        cfg.seq, cfg.batch, cfg.checkpointing, num_threads()));
   }
 
   const double global_tokens = double(cfg.batch) * double(cfg.seq);
