@@ -2,7 +2,7 @@
 //   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C]
 //     [--ulysses U] [--placement {team-intra,ring-intra}] --seq N
 //     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--check] [--iters K]
-//     [--json] [--dump DIR]
+//     [--json] [--dump DIR] [--trace FILE.json]
 
 #include <algorithm>
 #include <cmath>
@@ -14,9 +14,11 @@
 #include "command.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/comm/topology.h"
+#include "wallfacer/comm/trace_merge.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
+#include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/seqpar/attention.h"
@@ -48,6 +50,7 @@ struct AttnOptions {
   uint64_t seed = 1;
   int count = 0;  // > 0: count the schedule of this many ranks, run nothing
   int64_t progress_rows = 256;
+  std::string trace;  // Chrome trace file of the iterations
 };
 
 double median(std::vector<double> v) {
@@ -71,22 +74,6 @@ std::string label(const seqpar::AttnConfig& cfg) {
   const std::string s =
       std::string(seqpar::strategy_name(cfg.strategy)) + (cfg.keep_kv ? " keep-kv" : "");
   return cfg.ulysses > 1 ? "ulysses" + std::to_string(cfg.ulysses) + " x " + s : s;
-}
-
-// The configuration part of the JSON report.
-nlohmann::json describe(const seqpar::AttnConfig& cfg, int P, plan::Placement placement) {
-  return {{"strategy", seqpar::strategy_name(cfg.strategy)},
-          {"placement", plan::placement_name(placement)},
-          {"P", P},
-          {"C", cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1},
-          {"ulysses", cfg.ulysses},
-          {"seq", cfg.seq},
-          {"batch", cfg.batch},
-          {"heads", cfg.heads},
-          {"kv_heads", cfg.kv_heads},
-          {"head_dim", cfg.head_dim},
-          {"causal", cfg.causal},
-          {"keep_kv", cfg.keep_kv}};
 }
 
 // The candidate (strategy, C, Ulysses degree, placement) that cfg runs.
@@ -139,7 +126,7 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
     fmax = std::max(fmax, t.flops_fwd);
     fsum += t.flops_fwd;
   }
-  nlohmann::json j = describe(cfg, P, placement);
+  nlohmann::json j = plan::describe_config(cfg, P, placement);
   if (node_size > 0) {
     std::vector<int> node_of;
     for (int r = 0; r < P; ++r) node_of.push_back(r / node_size);
@@ -209,6 +196,11 @@ int run_attn(const AttnOptions& o) {
     check_memory(4.0 * whole / P + (o.check || !o.dump.empty() ? 6.0 * whole : 0.0),
                  "attention on these shapes");
   }
+  comm::ClockSync clocks;
+  if (!o.trace.empty()) {
+    comm::check_trace_path(everyone, o.trace);
+    clocks = comm::sync_clocks(everyone);
+  }
   // The placement orders the ranks: `world` numbers them by layout rank.
   const comm::Topology topo = comm::discover_topology();
   const std::vector<int> device_of = plan::candidate_devices(candidate(cfg, placement), P);
@@ -237,8 +229,22 @@ int run_attn(const AttnOptions& o) {
   seqpar::DistAttention attn(cfg, world);
   attn.set_progress_rows(o.progress_rows);
   std::vector<double> fwd_ms, bwd_ms, fwd_exp, bwd_exp;
+  if (!o.trace.empty()) {
+    // Room for every span: each op of this rank's schedules (both of a hybrid) once per phase.
+    size_t ops = 0;
+    auto add = [&](const seqpar::Schedule& s) { ops += s.fwd.size() + s.bwd.size(); };
+    if (cfg.ulysses > 1) {
+      const auto h = seqpar::hybrid_configs(cfg, P);
+      add(seqpar::make_schedule(h.outer, h.u, rank % h.u));
+      add(seqpar::make_schedule(h.inner, h.rings, rank / h.u));
+    } else {
+      add(seqpar::make_schedule(cfg, P, rank));
+    }
+    trace::start(size_t(o.iters) * (ops + 8) + 64);
+  }
   for (int it = 0; it < o.iters; ++it) {
     world.barrier();
+    trace::Span span("iteration", trace::Cat::Phase, {{"iter", it}});
     attn.forward(q.data(), k.data(), v.data(), out.data(), lse.data());
     attn.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
                   dk.data(), dv.data());
@@ -248,11 +254,12 @@ int run_attn(const AttnOptions& o) {
     fwd_exp.push_back(st.exposed_comm_fwd_ms);
     bwd_exp.push_back(st.exposed_comm_bwd_ms);
   }
+  trace::stop();
   const auto st = attn.stats();
   const auto flops = all_ranks(world, st.attn_flops);
   double mean_flops = 0;
   for (double f : flops) mean_flops += f / P;
-  nlohmann::json j = describe(cfg, P, placement);
+  nlohmann::json j = plan::describe_config(cfg, P, placement);
   j["iters"] = o.iters;
   j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
   if (!o.cluster.empty()) j.update(predicted_json(cl, cfg, P, placement));
@@ -268,6 +275,10 @@ int run_attn(const AttnOptions& o) {
   j["exposed_comm_ms"] = {{"fwd", mx(median(fwd_exp))}, {"bwd", mx(median(bwd_exp))}};
   j["work_imbalance"] = mean_flops > 0 ? max_of(flops) / mean_flops : 1.0;
   j["attn_gflops_fwd"] = mean_flops * P / 1e9;
+
+  // Every rank learns whether rank 0 wrote it; a failure ends the job through main's error path.
+  if (!o.trace.empty())
+    comm::write_trace(everyone, o.trace, clocks, {{"command", "attn"}, {"config", j}});
 
   int rc = 0;
   j["max_err"] = {
@@ -397,6 +408,9 @@ Action setup(CLI::App& root) {
   cmd->add_option("--seed", o->seed, "input seed");
   cmd->add_option("--progress-rows", o->progress_rows,
                   "query rows per kernel call while transfers are pending (0: whole blocks)");
+  cmd->add_option("--trace", o->trace,
+                  "write a Chrome trace (Perfetto) of the iterations to FILE.json: every rank's "
+                  "kernels, transfers, waits and collectives (docs/trace.md)");
   cmd->add_option("--count", o->count,
                   "print the bytes and steps per rank of the schedules for this many ranks, "
                   "without running (no MPI)");

@@ -19,6 +19,7 @@ struct TrainArgs {
   bool resume = false;
   bool overwrite = false;
   std::string progress = "auto";
+  std::string trace;
 };
 
 int run_train(const TrainArgs& a) {
@@ -41,6 +42,7 @@ int run_train(const TrainArgs& a) {
   opt.resume = a.resume;
   opt.overwrite = a.overwrite;
   opt.progress = a.progress;
+  opt.trace = a.trace;
   opt.cfg.validate(world.size());  // before any work: every rank reaches the same verdict
   train::run_training(world, opt);
   return 0;
@@ -63,6 +65,9 @@ Action setup(CLI::App& root) {
   cmd->add_option("--progress", args->progress, "auto | bar | plain | none")
       ->check(CLI::IsMember({"auto", "bar", "plain", "none"}))
       ->capture_default_str();
+  cmd->add_option("--trace", args->trace,
+                  "Write a Chrome trace of the steps train.trace_steps (default: all) to "
+                  "FILE.json (docs/trace.md)");
   return [args]() { return run_train(*args); };
 }
 

@@ -1,6 +1,8 @@
 // The simulator against hand-computed α–β times (closed forms written out here, not the code's).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "wallfacer/core/error.h"
 #include "wallfacer/plan/calibrate.h"
 #include "wallfacer/plan/simulator.h"
@@ -173,6 +175,36 @@ TEST(PlanSim, CollectiveStartsWhenTheLastMemberArrives) {
   auto r = simulate(p, machine(2, 2, 2));
   EXPECT_NEAR(r.ranks[0].finish, 1e-3 + 2e-6 + 1e-4, kTol);
   EXPECT_NEAR(r.ranks[1].finish, 1e-3 + 2e-6 + 1e-4, kTol);
+}
+
+// The spans of a simulated run (plan --trace): every op of every rank once, at the times the
+// closed forms give; a rank's sequential ops never overlap.
+TEST(PlanSim, SpansCoverEveryOpOnce) {
+  Program p(2);
+  p.ops[0] = {Op::send(1, 1e6, 0), Op::compute(Work::Gemm, 1e9), Op::wait(0)};
+  p.ops[1] = {Op::recv(0, 1e6, 0), Op::wait(0), Op::compute(Work::Gemm, 1e9)};
+  const int g = p.group({0, 1});
+  for (int r = 0; r < 2; ++r) p.ops[r].push_back(Op::collective(Coll::AllReduce, g, 4e6));
+  std::vector<SimSpan> spans;
+  const auto res = simulate(p, machine(2, 1, 1), &spans);
+  std::map<std::pair<int, int>, SimSpan> seen;
+  for (const auto& s : spans) {
+    EXPECT_TRUE(seen.emplace(std::make_pair(s.rank, s.op), s).second) << s.rank << " " << s.op;
+    EXPECT_LE(s.t0, s.t1);
+  }
+  EXPECT_EQ(seen.size(), 8u);
+  auto at = [&](int rank, int op) { return seen[std::make_pair(rank, op)]; };
+  const double msg = 2e-5 + 1e6 / 1e9;                // 1.02 ms
+  EXPECT_NEAR(at(0, 0).t1, msg, kTol);                // send: post to completion
+  EXPECT_NEAR(at(1, 0).t1, msg, kTol);                // recv
+  EXPECT_NEAR(at(0, 1).t1, 1e-3, kTol);               // compute 1 GFLOP at 1 TFLOP/s
+  EXPECT_NEAR(at(0, 2).t0, 1e-3, kTol);               // rank 0 waits from 1 ms ...
+  EXPECT_NEAR(at(0, 2).t1, msg, kTol);                // ... to the completion
+  EXPECT_NEAR(at(1, 1).t1 - at(1, 1).t0, msg, kTol);  // rank 1 waits the whole message
+  EXPECT_NEAR(at(0, 3).t0, msg, kTol);                // rank 0 reaches the all-reduce first ...
+  EXPECT_NEAR(at(0, 3).t1, res.time, kTol);           // ... both leave it at the end
+  EXPECT_NEAR(at(1, 3).t0, msg + 1e-3, kTol);
+  for (int r = 0; r < 2; ++r) EXPECT_LE(at(r, 2).t1, at(r, 3).t0 + kTol) << r;
 }
 
 TEST(PlanSim, MalformedProgramsAreErrors) {

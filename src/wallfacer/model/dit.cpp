@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <optional>
 #include <random>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::model {
@@ -386,6 +389,9 @@ void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
     const auto& w = p_.layers[size_t(l)];
     auto& s = a.layers[size_t(l)];
     const float* mod = a.mod[size_t(l)];
+    trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
+    std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                     std::initializer_list<trace::Arg>{{"layer", l}});
     // attention branch
     k::layernorm_fwd(s.ln1, s.mean1, s.rstd1, a.xs[size_t(l)], a.ones, a.zeros, N, C);
     modulate_fwd(s.h1, s.ln1, mod, ms, 0, C, B, T, C);
@@ -395,7 +401,9 @@ void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
       std::memcpy(s.k + n * C, a.qkv + n * 3 * C + C, sizeof(float) * size_t(C));
       std::memcpy(s.v + n * C, a.qkv + n * 3 * C + 2 * C, sizeof(float) * size_t(C));
     }
+    dense.reset();
     attn_.forward(s.q, s.k, s.v, s.o, s.lse);  // (B, T, H, D) each
+    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
     k::matmul_fwd(s.a, s.o, w.proj_w, w.proj_b, N, C, C);
     gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, B, T, C);
     // MLP branch
@@ -452,6 +460,9 @@ void Dit::backward(float dloss) {
     auto& gw = g_.layers[size_t(l)];
     auto& s = a.layers[size_t(l)];
     const float* mod = a.mod[size_t(l)];
+    trace::Span layer("layer backward", trace::Cat::Phase, {{"layer", l}});
+    std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                     std::initializer_list<trace::Arg>{{"layer", l}});
     std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
     // MLP branch: dx is the gradient of the block output
     gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, B, T, C);  // dh = d m
@@ -464,7 +475,9 @@ void Dit::backward(float dloss) {
     // attention branch
     gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, B, T, C);                   // dh = d a
     k::matmul_bwd(a.dmid, gw.proj_w, gw.proj_b, a.dh, s.o, w.proj_w, N, C, C, false);  // d o
+    dense.reset();
     attn_.backward(s.q, s.k, s.v, s.o, s.lse, a.dmid, a.dq, a.dk, a.dv);
+    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
     for (int64_t n = 0; n < N; ++n) {
       std::memcpy(a.dqkv + n * 3 * C, a.dq + n * C, sizeof(float) * size_t(C));
       std::memcpy(a.dqkv + n * 3 * C + C, a.dk + n * C, sizeof(float) * size_t(C));

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
+#include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::model {
@@ -279,6 +281,8 @@ void Gpt::block_forward(int l, bool run_attention) {
   const int H = cfg_.heads, Hkv = cfg_.kv_heads;
   float* x_out = l + 1 < cfg_.layers ? a.blocks[size_t(l) + 1].x : a.x_final;
 
+  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{{"layer", l}});
   k::layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
   k::matmul_fwd(b.qkv, b.ln1, w.qkv_w, nullptr, N, C, Q);                        // (N, Q)
   k::rope_fwd(b.q, b.qkv, Q, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);  // (B,T,H,D)
@@ -288,8 +292,10 @@ void Gpt::block_forward(int l, bool run_attention) {
   for (int64_t n = 0; n < N; ++n) {  // v (B, T, Hkv, D)
     std::memcpy(b.v + n * KD, b.qkv + n * Q + (H + Hkv) * D, size_t(KD) * sizeof(float));
   }
+  dense.reset();
   if (run_attention) attn_.forward(b.q, b.k, b.v, b.o, b.lse);  // o (B,T,H,D), lse (B,H,T)
-  k::matmul_fwd(a.tmp, b.o, w.proj_w, nullptr, N, C, C);        // (N, C)
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  k::matmul_fwd(a.tmp, b.o, w.proj_w, nullptr, N, C, C);  // (N, C)
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < N * C; ++i) b.res2[i] = b.x[i] + a.tmp[i];
   k::layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
@@ -308,7 +314,11 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets) {
   const int64_t N = N_;
   const int C = cfg_.dim, V = cfg_.vocab;
   k::embedding_fwd(a.blocks[0].x, tokens, p_.wte, N, C, V);  // (N, C)
-  for (int l = 0; l < cfg_.layers; ++l) block_forward(l, true);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
+    block_forward(l, true);
+  }
+  trace::Span head("lm head", trace::Cat::Compute);
   k::layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
   k::matmul_fwd(a.logits, a.lnf, p_.wte, nullptr, N, C, V);  // (N, V)
   k::softmax_xent_fwd(a.losses, a.logits, targets, N, V);
@@ -326,17 +336,25 @@ void Gpt::backward(float dloss) {
   const int64_t KD = int64_t(Hkv) * D;
 
   // Head: logits -> dlogits in place; tied weight gets the LM-head gradient.
+  std::optional<trace::Span> dense(std::in_place, "lm head", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{});
   k::softmax_xent_bwd(a.logits, a.logits, targets_, dloss, N, V);                  // (N, V)
   k::matmul_bwd(a.dln, g_.wte, nullptr, a.logits, a.lnf, p_.wte, N, C, V, false);  // (N, C)
   std::fill(a.dx, a.dx + N * C, 0.0f);
   k::layernorm_bwd(a.dx, g_.lnf_w, g_.lnf_b, a.dln, a.x_final, p_.lnf_w, a.lnf_mean, a.lnf_rstd, N,
                    C);
 
+  dense.reset();
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     const BlockActs& b = a.blocks[size_t(l)];
     const LayerParams& w = p_.layers[size_t(l)];
     const LayerParams& gw = g_.layers[size_t(l)];
-    if (ckpt_ == Checkpointing::Attention) block_forward(l, false);
+    trace::Span layer("layer backward", trace::Cat::Phase, {{"layer", l}});
+    if (ckpt_ == Checkpointing::Attention) {
+      trace::Span recompute("recompute", trace::Cat::Phase, {{"layer", l}});
+      block_forward(l, false);
+    }
+    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
 
     // MLP: x_out = res2 + fcproj(gelu(fc(ln2(res2)))); a.dx holds d x_out.
     k::matmul_bwd(a.dfch, gw.fcproj_w, nullptr, a.dx, b.fch_gelu, w.fcproj_w, N, M, C, false);
@@ -347,7 +365,9 @@ void Gpt::backward(float dloss) {
 
     // Attention: res2 = x + proj(o).
     k::matmul_bwd(a.dattn, gw.proj_w, nullptr, a.dx, b.o, w.proj_w, N, C, C, false);  // (N, C)
+    dense.reset();
     attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
+    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
     k::rope_bwd(a.dqkv, Q, a.dq, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);
     k::rope_bwd(a.dqkv + H * D, Q, a.dk, rope_cos_.data(), rope_sin_.data(), B_, T_, Hkv, D);
 #pragma omp parallel for schedule(static)
@@ -357,6 +377,7 @@ void Gpt::backward(float dloss) {
     k::matmul_bwd(a.dln, gw.qkv_w, nullptr, a.dqkv, b.ln1, w.qkv_w, N, C, Q, false);  // (N, C)
     k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, a.dln, b.x, w.ln1_w, b.ln1_mean, b.ln1_rstd, N,
                      C);  // a.dx: d x
+    dense.reset();
   }
   k::embedding_bwd(g_.wte, tokens_, a.dx, N, C);
   tokens_ = targets_ = nullptr;  // logits now hold gradients: a new forward is needed

@@ -44,6 +44,21 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
   return cfg;
 }
 
+nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement placement) {
+  return {{"strategy", seqpar::strategy_name(cfg.strategy)},
+          {"placement", placement_name(placement)},
+          {"P", P},
+          {"C", cfg.strategy == Strategy::WallFacer ? cfg.teams : 1},
+          {"ulysses", cfg.ulysses},
+          {"seq", cfg.seq},
+          {"batch", cfg.batch},
+          {"heads", cfg.heads},
+          {"kv_heads", cfg.kv_heads},
+          {"head_dim", cfg.head_dim},
+          {"causal", cfg.causal},
+          {"keep_kv", cfg.keep_kv}};
+}
+
 std::vector<int> candidate_devices(const Candidate& c, int P) {
   TeamLayout l{P, 1, P};
   if (c.ulysses > 1) {

@@ -12,6 +12,7 @@
 //           + logits, and must fit in memory - memory_reserved.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,10 @@ NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int
 
 // The AttnConfig the candidate runs for this model and sequence (for hybrids, of the whole group).
 seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c);
+
+// The configuration as `attn --json` and trace files report it: strategy, placement, P, C,
+// ulysses, seq, batch, heads, kv_heads, head_dim, causal, keep_kv.
+nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement placement);
 
 // The rank order of the candidate's layout under its placement (layout rank -> device).
 std::vector<int> candidate_devices(const Candidate& c, int P);

@@ -140,7 +140,7 @@ int node_pair(int src_node, int dst_node, int nodes) { return -2 - (src_node * n
 
 }  // namespace
 
-SimResult simulate(const Program& prog, const Machine& m) {
+SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* spans) {
   const int P = prog.ranks();
   WF_CHECK(int(m.device_of.size()) == P, "machine has {} devices for {} ranks", m.device_of.size(),
            P);
@@ -154,6 +154,8 @@ SimResult simulate(const Program& prog, const Machine& m) {
     bool finished = false;
     std::map<int, double> done;  // request -> completion time (< 0 while in flight)
     int waiting_for = -1;        // request it is blocked on
+    double blocked_at = 0;       // when it arrived at its current wait or collective
+    std::map<int, std::pair<int, double>> posted;  // request -> (op, post time), for spans
   };
   std::vector<RankState> st(P);
   SimResult res;
@@ -188,9 +190,17 @@ SimResult simulate(const Program& prog, const Machine& m) {
         f.rate = std::min(f.rate, m.pair_bandwidth / load[f.pair]);
     }
   };
+  auto span = [&](int rank, size_t op, double t0, double t1) {
+    if (spans) spans->push_back({rank, int(op), t0, t1});
+  };
   auto complete = [&](int rank, int request, double t) {
     st[rank].done[request] = t;
+    if (spans) {
+      auto [op, t0] = st[rank].posted.at(request);
+      span(rank, size_t(op), t0, t);
+    }
     if (st[rank].waiting_for == request) {
+      span(rank, st[rank].pc - 1, st[rank].blocked_at, t);
       st[rank].waiting_for = -1;
       ready.push({t, rank});
     }
@@ -233,7 +243,10 @@ SimResult simulate(const Program& prog, const Machine& m) {
     const auto& g = prog.groups[c.group];
     const int n = static_cast<int>(g.size());
     if (c.step == c.steps) {
-      for (int member : g) ready.push({now, member});
+      for (int member : g) {
+        ready.push({now, member});
+        span(member, st[member].pc - 1, st[member].blocked_at, now);
+      }
       colls.erase(id);
       return;
     }
@@ -256,6 +269,7 @@ SimResult simulate(const Program& prog, const Machine& m) {
                             : o.work == Work::AttentionBwd ? m.attention_bwd_flops
                                                            : m.gemm_flops;
         res.ranks[r].compute += o.flops / rate;
+        span(r, s.pc, now, now + o.flops / rate);
         ++s.pc;
         ready.push({now + o.flops / rate, r});
         return;
@@ -266,6 +280,7 @@ SimResult simulate(const Program& prog, const Machine& m) {
                  P - 1);
         WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
         s.done[o.request] = -1;
+        if (spans) s.posted[o.request] = {int(s.pc), now};
         Posted me{now, o.request, o.bytes};
         const int src = is_send ? r : o.peer, dst = is_send ? o.peer : r;
         auto key = std::make_tuple(src, dst, o.tag);
@@ -286,9 +301,11 @@ SimResult simulate(const Program& prog, const Machine& m) {
         WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r, o.request);
         if (it->second < 0) {
           s.waiting_for = o.request;
+          s.blocked_at = now;
           ++s.pc;  // resumes after the wait
           return;
         }
+        span(r, s.pc, now, now);
       } else {  // collective
         const auto& g = prog.groups[o.group];
         WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
@@ -300,6 +317,7 @@ SimResult simulate(const Program& prog, const Machine& m) {
         res.ranks[r].inter_bytes += inter;
         ++s.coll_k;
         ++s.pc;
+        s.blocked_at = now;
         if (++arrived == int(g.size())) {
           const int n = static_cast<int>(g.size());
           const int id = next_coll++;

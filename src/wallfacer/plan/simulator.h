@@ -95,7 +95,17 @@ struct SimResult {
   std::vector<RankTime> ranks;
 };
 
+// One op of one rank in the simulated run (s): compute from start to end; a send or receive from
+// its post to the completion of its transfer; a wait or collective from the rank's arrival to its
+// release (a wait that finds its transfer done lasts 0).
+struct SimSpan {
+  int rank = 0;
+  int op = 0;  // index into prog.ops[rank]
+  double t0 = 0, t1 = 0;
+};
+
 // Throws wallfacer::Error on a malformed program (unmatched transfer, deadlock, bad group).
-SimResult simulate(const Program& prog, const Machine& m);
+// `spans`, when given, receives every op of every rank (in no particular order).
+SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* spans = nullptr);
 
 }  // namespace wallfacer::plan

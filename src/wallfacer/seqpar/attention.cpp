@@ -66,6 +66,8 @@ struct DistAttention::Impl {
     const auto h = hybrid_configs(cfg, group.size());
     auto ring = group.split(group.rank() % h.u, group.rank());
     inner = std::make_unique<Impl>(h.inner, ring);
+    exec.set_trace_label("ulysses");
+    inner->exec.set_trace_label("ring");
     const int64_t B = cfg.batch, n = cfg.seq / group.size(), D = cfg.head_dim,
                   hd = int64_t(h.inner.heads) * D, kd = int64_t(h.inner.kv_heads) * D;
     const int u = h.u, H = h.inner.heads;

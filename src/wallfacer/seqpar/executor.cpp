@@ -8,6 +8,7 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/timer.h"
+#include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/attention.h"
 
 namespace wallfacer::seqpar {
@@ -47,6 +48,11 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
     scratch_[id].assign(size_t(spec.blocks * block_elements(spec, s_.cfg.batch, s_.cfg.head_dim)),
                         0.0f);
   }
+  // World ranks of the group's ranks, for the peers in trace spans (ranks < 2^24: exact floats).
+  const float me = float(comm::Communicator::world().rank());
+  std::vector<float> world(size_t(group_.size()));
+  group_.all_gather(&me, 1, world.data());
+  world_rank_.assign(world.begin(), world.end());
 }
 
 float* Executor::ptr(int buf, int block) {
@@ -170,8 +176,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   float* o2b = ptr(op.dst2, op.dst2 >= 0 ? (op.backward ? op.kseg.block : op.qseg.block) : 0);
 
   // Sub-blocks of query rows: between them the pending transfers get MPI progress.
-  bool pending = false;
-  for (auto& r : reqs) pending = pending || !r.test();
+  bool pending = poll(reqs);
   const int64_t chunk = pending && progress_rows_ > 0 ? progress_rows_ : op.qseg.rows;
   for (int64_t r0 = 0; r0 < op.qseg.rows; r0 += chunk) {
     const int64_t rows = std::min(chunk, op.qseg.rows - r0);
@@ -226,10 +231,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
       p.accumulate = true;
       kernels::attn_bwd(p);
     }
-    if (pending) {
-      pending = false;
-      for (auto& r : reqs) pending = !r.test() || pending;
-    }
+    if (pending) pending = poll(reqs);
   }
 }
 
@@ -279,9 +281,12 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   std::vector<comm::Request> reqs(ops.size());
   std::set<int> rounds;
   bool hooked = false;
+  const bool traced = trace::on();
+  if (traced) begin_trace(ops);
   Timer total;
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
+    const int64_t start_ns = traced ? trace::now_ns() : 0;
     switch (op.kind) {
       case OpKind::Local:
         local(op);
@@ -312,11 +317,15 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
         } else if (!hooked) {
           hook_(op, ptr(op.src), ptr(op.src2), ptr(op.dst), ptr(op.dst2));
           hooked = true;
+        } else {
+          continue;  // done by the hook
         }
         break;
     }
+    if (traced) trace_op(int(i), start_ns);
   }
   for (auto& r : reqs) r.wait();
+  if (traced) end_trace();
   st.ms = total.ms();
   const auto& g1 = group_.counters();
   const auto& t1 = team_.counters();
@@ -330,6 +339,152 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
     kept_.pop_back();
   }
   return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tracing: one span per op; a transfer spans from its post to the first moment this rank saw it
+// complete (a test between kernel sub-blocks, the end of its wait, or the end of the phase).
+
+namespace {
+
+const char* local_name(LocalKind k) {
+  switch (k) {
+    case LocalKind::PackKV:
+      return "pack_kv";
+    case LocalKind::PackQPack:
+      return "pack_qpack";
+    case LocalKind::Shard:
+      return "shard";
+    case LocalKind::Merge:
+      return "merge";
+    case LocalKind::UnpackKV:
+      return "unpack_kv";
+    case LocalKind::InitOut:
+      return "init_out";
+    case LocalKind::Zero:
+      return "zero";
+    case LocalKind::Add:
+      return "add";
+    case LocalKind::Copy:
+      return "copy";
+  }
+  return "local";
+}
+
+const char* coll_name(CollKind k) {
+  switch (k) {
+    case CollKind::AllGather:
+      return "all_gather";
+    case CollKind::ReduceScatterSum:
+      return "reduce_scatter_sum";
+    case CollKind::ReduceScatterLse:
+      return "reduce_scatter_lse";
+    case CollKind::AllToAll:
+      return "all_to_all";
+  }
+  return "collective";
+}
+
+}  // namespace
+
+void Executor::begin_trace(const std::vector<Op>& ops) {
+  traced_ops_ = &ops;
+  posted_ns_.assign(ops.size(), -1);
+  phase_name_ = &ops == &s_.bwd ? "backward" : "forward";
+}
+
+void Executor::note_done(size_t i) {
+  if (traced_ops_ == nullptr || i >= posted_ns_.size() || posted_ns_[i] < 0) return;
+  const Op& op = (*traced_ops_)[i];
+  const bool send = op.kind == OpKind::Send;
+  trace::record(send ? "send" : "recv", trace::Cat::Comm, posted_ns_[i], trace::now_ns(),
+                {{"peer", world_rank_[size_t(op.peer)]},
+                 {"bytes", op.elements * int64_t(sizeof(float))},
+                 {"round", op.round},
+                 {"tag", op.tag},
+                 {"op", int64_t(i)},
+                 {"phase", 0, phase_name_},
+                 {"schedule", 0, trace_label_}},
+                1);
+  posted_ns_[i] = -1;
+}
+
+bool Executor::poll(std::vector<comm::Request>& reqs) {
+  bool pending = false;
+  for (size_t j = 0; j < reqs.size(); ++j) {
+    if (reqs[j].test()) {
+      if (traced_ops_) note_done(j);
+    } else {
+      pending = true;
+    }
+  }
+  return pending;
+}
+
+void Executor::trace_op(int i, int64_t start_ns) {
+  const Op& op = (*traced_ops_)[size_t(i)];
+  const trace::Arg phase{"phase", 0, phase_name_}, sched{"schedule", 0, trace_label_},
+      index{"op", i};
+  const int64_t now = trace::now_ns();
+  switch (op.kind) {
+    case OpKind::Send:
+    case OpKind::Recv:
+      posted_ns_[size_t(i)] = start_ns;
+      break;
+    case OpKind::Local:
+      trace::record(local_name(op.local), trace::Cat::Compute, start_ns, now,
+                    {index, phase, sched});
+      break;
+    case OpKind::Compute:
+      if (hook_) {  // a span around the hook's own spans (a hybrid's ring over the teams)
+        trace::record("ring over teams", trace::Cat::Phase, start_ns, now, {index, phase, sched});
+        break;
+      }
+      trace::record(op.backward ? "attention backward" : "attention forward", trace::Cat::Compute,
+                    start_ns, now,
+                    {{"q_rows", op.qseg.rows},
+                     {"k_rows", op.kseg.rows},
+                     {"flops", int64_t(op.flops)},
+                     {"masked", op.masked ? 1 : 0},
+                     index,
+                     phase,
+                     sched});
+      break;
+    case OpKind::Collective:
+      trace::record(coll_name(op.coll), trace::Cat::Comm, start_ns, now,
+                    {{"group", 0, op.group == Group::Team ? "team" : "world"},
+                     {"group_size", op.group_size},
+                     {"bytes", op.elements * int64_t(sizeof(float))},
+                     index,
+                     phase,
+                     sched});
+      break;
+    case OpKind::Wait: {
+      // What it waits for: the peers of the transfers, their round and bytes.
+      int64_t recv_from = -1, send_to = -1, round = -1, bytes = 0;
+      for (int w : op.waits) {
+        const Op& t = (*traced_ops_)[size_t(w)];
+        (t.kind == OpKind::Recv ? recv_from : send_to) = world_rank_[size_t(t.peer)];
+        round = std::max<int64_t>(round, t.round);
+        bytes += t.elements * int64_t(sizeof(float));
+      }
+      trace::record("wait", trace::Cat::Wait, start_ns, now,
+                    {{"recv_from", recv_from},
+                     {"send_to", send_to},
+                     {"round", round},
+                     {"bytes", bytes},
+                     index,
+                     phase,
+                     sched});
+      for (int w : op.waits) note_done(size_t(w));
+      break;
+    }
+  }
+}
+
+void Executor::end_trace() {
+  for (size_t i = 0; i < posted_ns_.size(); ++i) note_done(i);
+  traced_ops_ = nullptr;
 }
 
 }  // namespace wallfacer::seqpar

@@ -25,7 +25,8 @@ struct PhaseStats {
 
 class Executor {
  public:
-  // `team`: the group of the Team collectives (ranks rank/C*C .. +C-1 of `group`).
+  // `team`: the group of the Team collectives (ranks rank/C*C .. +C-1 of `group`). Collective
+  // over `group`.
   Executor(Schedule schedule, comm::Communicator group, comm::Communicator team);
 
   // `ops` is the schedule's fwd or bwd. Buffers marked `kept` get a fresh copy at each forward;
@@ -50,11 +51,21 @@ class Executor {
                                          float* dst, float* dst2)>;
   void set_compute_hook(ComputeHook hook) { hook_ = std::move(hook); }
 
+  // The "schedule" argument of this executor's trace spans (a static string; default "attention").
+  void set_trace_label(const char* label) { trace_label_ = label; }
+
  private:
   float* ptr(int buf, int block = 0);
   void local(const Op& op);
   void compute(const Op& op, std::vector<comm::Request>& reqs);
   void collective(const Op& op);
+  // Tests every request (MPI progress); true while any is pending.
+  bool poll(std::vector<comm::Request>& reqs);
+  // Tracing (core/trace.h), active only while trace::on() at the start of run().
+  void begin_trace(const std::vector<Op>& ops);
+  void trace_op(int i, int64_t start_ns);
+  void note_done(size_t i);
+  void end_trace();
 
   Schedule s_;
   comm::Communicator group_, team_;
@@ -65,6 +76,11 @@ class Executor {
   UserTensors user_{};
   int64_t progress_rows_ = 256;
   ComputeHook hook_;
+  const std::vector<Op>* traced_ops_ = nullptr;
+  std::vector<int64_t> posted_ns_;  // per op: when its transfer was posted (-1: none pending)
+  const char* phase_name_ = "forward";
+  const char* trace_label_ = "attention";
+  std::vector<int> world_rank_;  // of each rank of group_ (trace spans name peers by world rank)
 };
 
 }  // namespace wallfacer::seqpar

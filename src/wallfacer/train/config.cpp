@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -18,7 +19,7 @@ namespace {
 // One key of the schema, bound to its field in a TrainConfig.
 struct Field {
   const char* key;
-  std::variant<int*, int64_t*, double*, std::string*, bool*> ptr;
+  std::variant<int*, int64_t*, double*, std::string*, bool*, std::array<int64_t, 2>*> ptr;
 };
 
 std::vector<Field> fields(TrainConfig& c) {
@@ -51,6 +52,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.eval_batches", &c.eval_batches},
       {"train.time_sampling", &c.time_sampling},
       {"train.timeout", &c.timeout},
+      {"train.trace_steps", &c.trace_steps},
       {"data.dir", &c.data_dir},
       {"data.frames", &c.frames},
       {"data.size", &c.size},
@@ -101,9 +103,27 @@ void store_int(const Field& f, int64_t v) {
   }
 }
 
+// "[a, b]" or "a,b": a pair of integers.
+std::array<int64_t, 2> parse_pair(std::string_view key, std::string_view s) {
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  const auto comma = s.find(',');
+  WF_USAGE_CHECK(comma != std::string_view::npos, "{} expects [a, b], got '{}'", key, s);
+  auto trim = [](std::string_view t) {
+    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+    while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+    return t;
+  };
+  return {parse_int(key, trim(s.substr(0, comma))), parse_int(key, trim(s.substr(comma + 1)))};
+}
+
 // Assigns a TOML node to a field, checking its type.
 void assign(const Field& f, const toml::node& n) {
-  if (std::holds_alternative<std::string*>(f.ptr)) {
+  if (auto pair = std::get_if<std::array<int64_t, 2>*>(&f.ptr)) {
+    const auto* arr = n.as_array();
+    WF_USAGE_CHECK(arr && arr->size() == 2 && (*arr)[0].is_integer() && (*arr)[1].is_integer(),
+                   "{} expects an array of two integers, like [3, 5]", f.key);
+    **pair = {(*arr)[0].value<int64_t>().value(), (*arr)[1].value<int64_t>().value()};
+  } else if (std::holds_alternative<std::string*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_string(), "{} expects a string", f.key);
     *std::get<std::string*>(f.ptr) = n.value<std::string>().value();
   } else if (std::holds_alternative<double*>(f.ptr)) {
@@ -163,6 +183,8 @@ void TrainConfig::set(const std::string& assignment) {
   const Field& f = *find_field(fs, key);
   if (auto p = std::get_if<std::string*>(&f.ptr)) {
     **p = value;
+  } else if (auto pair = std::get_if<std::array<int64_t, 2>*>(&f.ptr)) {
+    **pair = parse_pair(key, value);
   } else if (auto d = std::get_if<double*>(&f.ptr)) {
     **d = parse_double(key, value);
   } else if (auto b = std::get_if<bool*>(&f.ptr)) {
@@ -279,6 +301,11 @@ void TrainConfig::validate(int P) const {
                  keep_checkpoints);
   WF_USAGE_CHECK(timeout >= 0, "train.timeout must be >= 0 seconds (0: no limit), got {}", timeout);
   WF_USAGE_CHECK(!data_dir.empty(), "data.dir must not be empty");
+  WF_USAGE_CHECK((trace_steps[0] == 0 && trace_steps[1] == 0) ||
+                     (trace_steps[0] >= 1 && trace_steps[0] <= trace_steps[1]),
+                 "train.trace_steps = [{}, {}] must be [a, b] with 1 <= a <= b (steps, 1-based), "
+                 "or [0, 0] for every step",
+                 trace_steps[0], trace_steps[1]);
   model::parse_checkpointing(checkpointing);
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
                  "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
@@ -306,6 +333,8 @@ std::vector<TrainConfig::Change> TrainConfig::changes_from(const TrainConfig& be
             using T = std::remove_pointer_t<decltype(p)>;
             if constexpr (std::is_same_v<T, std::string>) {
               return "'" + *p + "'";
+            } else if constexpr (std::is_same_v<T, std::array<int64_t, 2>>) {
+              return fmt::format("[{}, {}]", (*p)[0], (*p)[1]);
             } else {
               return fmt::format("{}", *p);
             }
@@ -342,6 +371,8 @@ std::string TrainConfig::to_toml() const {
           using T = std::remove_pointer_t<decltype(p)>;
           if constexpr (std::is_same_v<T, int>) {
             t.insert(name, int64_t(*p));
+          } else if constexpr (std::is_same_v<T, std::array<int64_t, 2>>) {
+            t.insert(name, toml::array{(*p)[0], (*p)[1]});
           } else {
             t.insert(name, *p);
           }

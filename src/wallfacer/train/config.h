@@ -3,6 +3,7 @@
 // default; unknown keys, values of the wrong type and inconsistent values raise UsageError with a
 // one-line message before any work starts.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct TrainConfig {
   int channels = 3;
   int64_t clips = 256;
   std::string time_sampling = "logit_normal";  // train.time_sampling: logit_normal | uniform
+  // train.trace_steps = [a, b]: the steps (1-based, inclusive) a trace records (--trace FILE, or
+  // OUT/trace.json when set without it); [0, 0]: every step with --trace, no trace without.
+  std::array<int64_t, 2> trace_steps{0, 0};
   // train.*
   int64_t seq = 1024;
   int batch = 1;  // sequences per step, over all data-parallel replicas

@@ -10,14 +10,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "wallfacer/comm/trace_merge.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
+#include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
@@ -307,6 +311,25 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     metrics_bytes = fs::file_size(metrics_path);
   });
 
+  // Tracing: steps [trace_first, trace_last] (1-based).
+  const bool range = cfg.trace_steps[0] > 0;
+  const std::string trace_path = !opt.trace.empty() ? opt.trace
+                                 : range            ? opt.out_dir + "/trace.json"
+                                                    : "";
+  const int64_t trace_first = range ? cfg.trace_steps[0] : 1,
+                trace_last = range ? std::min(cfg.trace_steps[1], cfg.steps) : cfg.steps;
+  comm::ClockSync clocks;
+  if (!trace_path.empty()) {
+    comm::check_trace_path(world, trace_path);
+    clocks = comm::sync_clocks(world);
+    // Room for every span of the traced steps: per layer and pass, the attention schedule's ops
+    // (fewer than 96 per rank of the group) and the dense parts.
+    const int64_t steps = std::max<int64_t>(0, trace_last - std::max(trace_first, start + 1) + 1);
+    trace::start(size_t(
+        std::min<int64_t>(int64_t(1) << 18, 256 + steps * (32 + cfg.model.layers * 2 * 96 * sp))));
+    trace::set_active(false);
+  }
+
   const std::string layout = nlohmann::json{
       {"world", P},
       {"sp", sp},
@@ -343,28 +366,51 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   for (int64_t s = start; s < cfg.steps; ++s) {
     Timer t;
     comm::set_phase(fmt::format("step {}", s + 1));
+    trace::set_active(!trace_path.empty() && s + 1 >= trace_first && s + 1 <= trace_last);
+    std::optional<trace::Span> step_span(std::in_place, "step", trace::Cat::Phase,
+                                         std::initializer_list<trace::Arg>{{"step", s + 1}});
     const double lr = lr_schedule(s, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr);
-    double loss = task->train_forward(s);
-    task->zero_grads();
-    task->backward(float(1.0 / loss_terms));
-    // Sum over sp and dp of gradients already scaled by 1 / (loss terms of the global batch): the
-    // gradient of the mean loss of the global batch.
-    world.all_reduce_sum(task->grads(), n);
-    world.all_reduce_sum(&loss, 1);
-    loss /= loss_terms;
-    const double norm = std::sqrt(kernels::sum_squares(task->grads(), n));
-    // Every rank holds the same reduced loss and gradients: the same verdict everywhere, before
-    // the parameters, the metrics or a checkpoint change.
-    WF_CHECK(std::isfinite(loss) && std::isfinite(norm),
-             "step {}: the loss is {} and the gradient norm {}: training diverged (train.lr = {} "
-             "at this step); nothing of this step was kept. Lower train.lr or set "
-             "train.grad_clip, and continue from the last checkpoint with --resume",
-             s + 1, loss, norm, lr);
-    if (cfg.grad_clip > 0 && norm > cfg.grad_clip) {
-      kernels::scale(task->grads(), n, float(cfg.grad_clip / norm));
+    double loss = 0;
+    {
+      trace::Span span("forward", trace::Cat::Phase);
+      loss = task->train_forward(s);
     }
-    optim.update(task->params(), task->grads(), float(lr));
+    {
+      trace::Span span("backward", trace::Cat::Phase);
+      task->zero_grads();
+      task->backward(float(1.0 / loss_terms));
+    }
+    {
+      // Sum over sp and dp of gradients already scaled by 1 / (loss terms of the global batch):
+      // the gradient of the mean loss of the global batch.
+      trace::Span span("all_reduce", trace::Cat::Comm,
+                       {{"phase", 0, "gradient all-reduce"},
+                        {"group", 0, "world"},
+                        {"group_size", P},
+                        {"bytes", n * int64_t(sizeof(float))}});
+      world.all_reduce_sum(task->grads(), n);
+      world.all_reduce_sum(&loss, 1);
+    }
+    loss /= loss_terms;
+    double norm = 0;
+    {
+      trace::Span span("optimizer", trace::Cat::Compute, {{"phase", 0, "optimizer"}});
+      norm = std::sqrt(kernels::sum_squares(task->grads(), n));
+      // Every rank holds the same reduced loss and gradients: the same verdict everywhere, before
+      // the parameters, the metrics or a checkpoint change.
+      WF_CHECK(std::isfinite(loss) && std::isfinite(norm),
+               "step {}: the loss is {} and the gradient norm {}: training diverged (train.lr = {} "
+               "at this step); nothing of this step was kept. Lower train.lr or set "
+               "train.grad_clip, and continue from the last checkpoint with --resume",
+               s + 1, loss, norm, lr);
+      if (cfg.grad_clip > 0 && norm > cfg.grad_clip) {
+        kernels::scale(task->grads(), n, float(cfg.grad_clip / norm));
+      }
+      optim.update(task->params(), task->grads(), float(lr));
+    }
     rng.next_u64();  // one draw per step keeps the stream position tied to the step
+    step_span.reset();
+    trace::set_active(false);
     const double dt = t.seconds();
     const double tok_s = global_tokens / dt;
     if (s > start || cfg.steps - start == 1) {
@@ -418,6 +464,24 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     }
   }
   comm::set_phase("");
+  trace::stop();
+  if (!trace_path.empty()) {
+    nlohmann::json meta{{"command", "train"},
+                        {"config",
+                         {{"strategy", cfg.strategy},
+                          {"C", cfg.strategy == "wallfacer" ? cfg.teams : 1},
+                          {"ulysses", cfg.ulysses},
+                          {"P", sp},
+                          {"seq", cfg.seq},
+                          {"causal", acfg.causal},
+                          {"layers", cfg.model.layers},
+                          {"world", P},
+                          {"dp", dp},
+                          {"checkpointing", cfg.checkpointing}}},
+                        {"steps", {trace_first, trace_last}}};
+    comm::write_trace(world, trace_path, clocks, std::move(meta));
+    progress.message(fmt::format("trace: {}", trace_path));
+  }
   res.tokens_per_s = timed ? global_tokens * double(timed) / time_sum : 0;
   res.step_s = timed ? time_sum / double(timed) : 0;
 

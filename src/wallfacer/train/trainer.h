@@ -19,6 +19,9 @@ struct TrainOptions {
   std::string progress = "auto";  // auto | bar | plain | none
   // false: rank 0 prints no messages and draws no loss plot (callers that only time steps).
   bool report = true;
+  // A Chrome trace of the steps cfg.trace_steps (all steps when [0, 0]) to this file
+  // (docs/trace.md); empty: OUT/trace.json when cfg.trace_steps is set, else no trace.
+  std::string trace;
 };
 
 struct TrainResult {

@@ -1,4 +1,4 @@
-#include "wallfacer/train/io.h"
+#include "wallfacer/core/file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include "wallfacer/core/error.h"
 
-namespace wallfacer::train {
+namespace wallfacer {
 
 void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -54,10 +54,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace wallfacer::train
-
-namespace wallfacer::train {
-
 void make_directories(const std::string& dir, const std::string& what) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -66,4 +62,4 @@ void make_directories(const std::string& dir, const std::string& what) {
                  ec ? ec.message() : "a file of that name exists", what);
 }
 
-}  // namespace wallfacer::train
+}  // namespace wallfacer

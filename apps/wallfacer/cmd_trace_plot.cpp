@@ -1,0 +1,159 @@
+// wallfacer trace-plot: a PNG timeline of a trace file (docs/trace.md) with gnuplot: one row per
+// rank, its sequential ops on top (compute, collectives, waits) and its transfers in flight below.
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "command.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
+#include "wallfacer/core/trace.h"
+
+namespace wallfacer::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct PlotOptions {
+  std::string input, out = "timeline.png", title;
+  int width = 1000;
+};
+
+// A title from the file's metadata: "ring P=4 seq=4096 causal (measured)".
+std::string default_title(const nlohmann::json& meta) {
+  if (!meta.contains("config") || !meta["config"].is_object()) return "wallfacer trace";
+  const auto& c = meta["config"];
+  std::string s = c.value("strategy", std::string("?"));
+  if (c.value("C", 1) > 1) s += fmt::format(" C={}", c.value("C", 1));
+  if (c.value("ulysses", 1) > 1) s = fmt::format("ulysses{} x {}", c.value("ulysses", 1), s);
+  s += fmt::format(" P={} seq={}", c.value("P", 0), c.value("seq", 0));
+  if (c.value("causal", false)) s += " causal";
+  const std::string cmd = meta.value("command", std::string());
+  if (cmd == "plan") s += " (predicted)";
+  if (cmd == "attn" || cmd == "train") s += " (measured)";
+  return s;
+}
+
+int run_plot(const PlotOptions& o) {
+  WF_USAGE_CHECK(!o.input.empty(),
+                 "trace-plot needs a trace file (wallfacer trace-plot FILE.json)");
+  WF_USAGE_CHECK(o.width >= 200 && o.width <= 8000, "--width must lie in 200..8000 (got {})",
+                 o.width);
+  nlohmann::json meta;
+  std::vector<trace::ParsedSpan> spans;
+  try {
+    spans = trace::parse_chrome_trace(read_file(o.input), &meta);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("'{}': {}", o.input, e.what()));
+  }
+  WF_USAGE_CHECK(!spans.empty(), "'{}' holds no spans", o.input);
+  int ranks = 0;
+  for (const auto& s : spans) ranks = std::max(ranks, s.rank + 1);
+
+  // Boxes by colour: x (ms) from, to; y from, to. Row r spans y in [-r - 0.45, -r + 0.45].
+  const fs::path dir = fs::temp_directory_path() /
+                       fmt::format("wallfacer-trace-plot-{}", static_cast<long>(::getpid()));
+  fs::create_directories(dir);
+  std::map<std::string, std::ofstream> files;
+  for (const char* k : {"compute", "comm", "wait"}) files[k].open(dir / (std::string(k) + ".dat"));
+  double t_end = 0, bwd_start = -1;  // attention: where rank 0's backward starts
+  for (const auto& s : spans) {
+    if (s.rank == 0 && s.args.value("phase", std::string()) == "backward" &&
+        (bwd_start < 0 || s.ts < bwd_start))
+      bwd_start = s.ts;
+    if (s.cat == "phase") continue;
+    const std::string kind = s.cat == "wait" ? "wait" : s.cat == "comm" ? "comm" : "compute";
+    const double x0 = s.ts * 1e-3, x1 = (s.ts + s.dur) * 1e-3, y = -double(s.rank);
+    // Sequential ops fill the upper part of the row, transfers in flight the lower part.
+    const double y0 = s.lane == 0 ? y - 0.05 : y - 0.42, y1 = s.lane == 0 ? y + 0.42 : y - 0.12;
+    files[kind] << fmt::format("{} {} {} {} {} {}\n", 0.5 * (x0 + x1), 0.5 * (y0 + y1), x0, x1, y0,
+                               y1);
+    t_end = std::max(t_end, x1);
+  }
+  for (auto& [k, f] : files) {
+    f << "NaN NaN NaN NaN NaN NaN\n";  // an empty category still plots (its key entry)
+    f.close();
+  }
+
+  const std::string tmp_png = o.out + ".tmp";
+  const fs::path script = dir / "plot.gp";
+  {
+    std::ofstream gp(script);
+    const int height = std::clamp(130 + 42 * ranks, 240, 4000);
+    gp << fmt::format("set terminal png size {},{} font 'sans,9'\n", o.width, height)
+       << fmt::format("set output '{}'\n", tmp_png)
+       << fmt::format("set title \"{}\" offset 0,0.4\n",
+                      o.title.empty() ? default_title(meta) : o.title)
+       << "set xlabel \"time (ms)     row: upper bar the rank's ops in order, lower bar its "
+          "transfers in flight\"\nset yrange ["
+       << -double(ranks) + 0.4 << ":0.6]\n"
+       << fmt::format("set xrange [0:{}]\n", t_end > 0 ? t_end * 1.01 : 1.0) << "set ytics (";
+    // Several nodes: the host beside each rank and a line between nodes.
+    std::vector<std::string> hosts(static_cast<size_t>(ranks));
+    if (meta.contains("hosts") && meta["hosts"].is_array() && int(meta["hosts"].size()) == ranks)
+      for (int r = 0; r < ranks; ++r)
+        hosts[size_t(r)] = meta["hosts"][size_t(r)].get<std::string>();
+    const bool nodes = std::any_of(hosts.begin(), hosts.end(),
+                                   [&](const std::string& h) { return h != hosts[0]; });
+    for (int r = 0; r < ranks; ++r)
+      gp << (r ? ", " : "")
+         << fmt::format("'rank {}{}' {}", r, nodes ? " · " + hosts[size_t(r)] : "", -r);
+    gp << ")\n";
+    for (int r = 1; r < ranks && nodes; ++r)
+      if (hosts[size_t(r)] != hosts[size_t(r) - 1])
+        gp << fmt::format(
+            "set arrow from graph 0,first {0} to graph 1,first {0} nohead lw 2 "
+            "lc rgb '#444444' front\n",
+            0.5 - r);
+    gp << "set grid xtics\nset key outside bottom center horizontal\nset bmargin 5\n"
+       << "set style fill solid 0.85 noborder\n";
+    const std::string cmd = meta.value("command", std::string());
+    if (bwd_start > 0 && (cmd == "attn" || cmd == "plan"))
+      gp << fmt::format(
+          "set arrow from {0},graph 0 to {0},graph 1 nohead dt 2 lw 1.5 lc rgb '#222222' front\n"
+          "set label 'backward' at {0},graph 1 offset 0.3,0.5 font ',8' tc rgb '#222222' front\n",
+          bwd_start * 1e-3);
+    gp << "plot '" << (dir / "compute.dat").string()
+       << "' using 1:2:3:4:5:6 with boxxyerror lc rgb '#3a9d4f' title 'compute', \\\n"
+       << "     '" << (dir / "comm.dat").string()
+       << "' using 1:2:3:4:5:6 with boxxyerror lc rgb '#3b6fd0' title 'communication', \\\n"
+       << "     '" << (dir / "wait.dat").string()
+       << "' using 1:2:3:4:5:6 with boxxyerror lc rgb '#d9412b' title 'wait'\n";
+  }
+  const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script.string()).c_str());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (rc != 0 || !fs::exists(tmp_png)) {
+    fs::remove(tmp_png, ec);
+    throw UsageError(fmt::format(
+        "gnuplot could not write '{}' (is gnuplot-nox installed and the directory writable?)",
+        o.out));
+  }
+  fs::rename(tmp_png, o.out);
+  std::printf("%s: %d ranks, %zu spans\n", o.out.c_str(), ranks, spans.size());
+  return 0;
+}
+
+Action setup(CLI::App& root) {
+  auto o = std::make_shared<PlotOptions>();
+  auto* cmd = root.add_subcommand(
+      "trace-plot", "Draw a trace file (attn/train/plan --trace) as a PNG timeline with gnuplot");
+  cmd->add_option("file", o->input, "trace file (Chrome trace JSON; required)");
+  cmd->add_option("--out", o->out, "PNG to write")->capture_default_str();
+  cmd->add_option("--title", o->title, "title (default: from the file's metadata)");
+  cmd->add_option("--width", o->width, "width in pixels")->capture_default_str();
+  return [o] { return run_plot(*o); };
+}
+
+WALLFACER_COMMAND(65, "trace-plot", setup);
+
+}  // namespace
+}  // namespace wallfacer::cli

@@ -1,0 +1,259 @@
+#include "wallfacer/core/trace.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer::trace {
+
+namespace detail {
+bool active = false;
+}
+
+namespace {
+
+struct Recorder {
+  std::vector<Event> buf;  // preallocated by start()
+  size_t size = 0, dropped = 0;
+  bool started = false;
+  std::vector<Event> view;  // what events() returns
+};
+
+Recorder& recorder() {
+  static Recorder r;
+  return r;
+}
+
+}  // namespace
+
+const char* cat_name(Cat c) {
+  switch (c) {
+    case Cat::Compute:
+      return "compute";
+    case Cat::Comm:
+      return "comm";
+    case Cat::Wait:
+      return "wait";
+    case Cat::Phase:
+      return "phase";
+  }
+  return "compute";
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void start(size_t capacity) {
+  auto& r = recorder();
+  r.buf.assign(std::max<size_t>(capacity, 1), Event{});  // touches every page now
+  r.size = r.dropped = 0;
+  r.view.clear();
+  r.started = true;
+  detail::active = true;
+}
+
+void set_active(bool active) { detail::active = active && recorder().started; }
+
+void stop() {
+  detail::active = false;
+  recorder().started = false;
+}
+
+void record(const Event& e) {
+  if (!detail::active) return;
+  auto& r = recorder();
+  if (r.size < r.buf.size()) {
+    r.buf[r.size++] = e;
+  } else {
+    ++r.dropped;
+  }
+}
+
+Event make_event(const char* name, Cat cat, std::initializer_list<Arg> args) {
+  Event e;
+  e.name = name;
+  e.cat = cat;
+  for (const Arg& a : args) {
+    if (e.nargs == kMaxArgs) break;
+    e.args[size_t(e.nargs++)] = a;
+  }
+  return e;
+}
+
+void record(const char* name, Cat cat, int64_t t0, int64_t t1, std::initializer_list<Arg> args,
+            uint8_t lane) {
+  if (!detail::active) return;
+  Event e = make_event(name, cat, args);
+  e.lane = lane;
+  e.t0 = t0;
+  e.t1 = t1;
+  record(e);
+}
+
+const std::vector<Event>& events() {
+  auto& r = recorder();
+  r.view.assign(r.buf.begin(), r.buf.begin() + std::ptrdiff_t(r.size));
+  return r.view;
+}
+
+size_t dropped() { return recorder().dropped; }
+
+Span::Span(const char* name, Cat cat, std::initializer_list<Arg> args) : on_(on()) {
+  if (!on_) return;
+  e_ = make_event(name, cat, args);
+  e_.t0 = now_ns();
+}
+
+Span::~Span() {
+  if (!on_) return;
+  e_.t1 = now_ns();
+  record(e_);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+nlohmann::json rank_events_json(const std::vector<Event>& events, int64_t offset_ns) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Event& e : events) {
+    nlohmann::json args = nlohmann::json::object();
+    for (int i = 0; i < e.nargs; ++i) {
+      const Arg& a = e.args[size_t(i)];
+      if (a.str) {
+        args[a.key] = a.str;
+      } else {
+        args[a.key] = a.num;
+      }
+    }
+    nlohmann::json j{{"name", e.name},
+                     {"cat", cat_name(e.cat)},
+                     {"ph", "X"},
+                     {"ts", double(e.t0 + offset_ns) * 1e-3},  // us, to the ns
+                     {"dur", double(e.t1 - e.t0) * 1e-3},
+                     {"args", std::move(args)}};
+    if (e.lane != 0) j["lane"] = int(e.lane);
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+namespace {
+// Microseconds rounded to the nanosecond (differences of large times carry float noise).
+double ns_round(double us) { return std::round(us * 1e3) * 1e-3; }
+}  // namespace
+
+nlohmann::json chrome_trace(const std::vector<RankTrace>& ranks, nlohmann::json metadata) {
+  double t_min = 0;
+  bool any = false;
+  for (const auto& r : ranks)
+    for (const auto& e : r.events) {
+      const double ts = e.at("ts").get<double>();
+      t_min = any ? std::min(t_min, ts) : ts;
+      any = true;
+    }
+  std::map<std::string, int> pid_of;  // host -> pid, in rank order of first appearance
+  std::vector<const RankTrace*> order;
+  for (const auto& r : ranks) order.push_back(&r);
+  std::sort(order.begin(), order.end(),
+            [](const RankTrace* a, const RankTrace* b) { return a->rank < b->rank; });
+  nlohmann::json out = nlohmann::json::array();
+  auto meta = [&](const char* what, int pid, int tid, const nlohmann::json& args) {
+    nlohmann::json m{{"name", what}, {"ph", "M"}, {"pid", pid}, {"args", args}};
+    if (tid >= 0) m["tid"] = tid;
+    out.push_back(std::move(m));
+  };
+  for (const RankTrace* r : order) {
+    if (pid_of.count(r->host)) continue;
+    const int pid = int(pid_of.size());
+    pid_of[r->host] = pid;
+    meta("process_name", pid, -1, {{"name", r->host}});
+    meta("process_sort_index", pid, -1, {{"sort_index", pid}});
+  }
+  for (const RankTrace* r : order) {
+    const int pid = pid_of.at(r->host), tid = 100 * r->rank;
+    meta("thread_name", pid, tid, {{"name", fmt::format("rank {}", r->rank)}});
+    meta("thread_sort_index", pid, tid, {{"sort_index", tid}});
+    // Transfers: greedy lanes in order of start, each lane free of overlaps.
+    std::vector<const nlohmann::json*> transfers;
+    for (const auto& e : r->events) {
+      nlohmann::json x = e;
+      if (x.contains("lane")) {
+        transfers.push_back(&e);
+        continue;
+      }
+      x.erase("lane");
+      x["pid"] = pid;
+      x["tid"] = tid;
+      x["ts"] = ns_round(x["ts"].get<double>() - t_min);
+      x["dur"] = ns_round(x["dur"].get<double>());
+      x["args"]["rank"] = r->rank;
+      out.push_back(std::move(x));
+    }
+    std::stable_sort(transfers.begin(), transfers.end(), [](const auto* a, const auto* b) {
+      return a->at("ts").template get<double>() < b->at("ts").template get<double>();
+    });
+    std::vector<double> lane_end;
+    for (const auto* e : transfers) {
+      const double ts = e->at("ts").get<double>(), end = ts + e->at("dur").get<double>();
+      size_t k = 0;
+      while (k < lane_end.size() && lane_end[k] > ts) ++k;
+      if (k == lane_end.size()) {
+        lane_end.push_back(end);
+        const int t = tid + 1 + int(k);
+        meta("thread_name", pid, t,
+             {{"name", fmt::format("rank {} transfers {}", r->rank, k + 1)}});
+        meta("thread_sort_index", pid, t, {{"sort_index", t}});
+      } else {
+        lane_end[k] = end;
+      }
+      nlohmann::json x = *e;
+      x.erase("lane");
+      x["pid"] = pid;
+      x["tid"] = tid + 1 + int(std::min<size_t>(k, 98));
+      x["ts"] = ns_round(ts - t_min);
+      x["dur"] = ns_round(x["dur"].get<double>());
+      x["args"]["rank"] = r->rank;
+      out.push_back(std::move(x));
+    }
+  }
+  metadata["time_origin_us"] = t_min;
+  return {{"traceEvents", std::move(out)}, {"displayTimeUnit", "ms"}, {"otherData", metadata}};
+}
+
+std::vector<ParsedSpan> parse_chrome_trace(const std::string& text, nlohmann::json* metadata) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("not JSON: {}", e.what()));
+  }
+  WF_USAGE_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(),
+                 "not a Chrome trace: no \"traceEvents\" array");
+  if (metadata) *metadata = j.value("otherData", nlohmann::json::object());
+  std::vector<ParsedSpan> out;
+  try {
+    for (const auto& e : j["traceEvents"]) {
+      if (e.at("ph") != "X") continue;
+      ParsedSpan s;
+      s.name = e.at("name").get<std::string>();
+      s.cat = e.value("cat", "");
+      s.ts = e.at("ts").get<double>();
+      s.dur = e.at("dur").get<double>();
+      s.args = e.value("args", nlohmann::json::object());
+      const int tid = e.value("tid", 0);
+      s.rank = s.args.value("rank", tid / 100);
+      s.lane = tid % 100;
+      out.push_back(std::move(s));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("malformed trace event: {}", e.what()));
+  }
+  return out;
+}
+
+}  // namespace wallfacer::trace
