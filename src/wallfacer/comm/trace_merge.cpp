@@ -40,10 +40,9 @@ std::vector<double> all_ranks(Communicator& world, double x) {
 
 // Throws UsageError on every rank unless `ok` on rank 0 (rank 0's message is `why`).
 void agree(Communicator& world, bool ok, const std::string& why) {
-  double bad = world.rank() == 0 && !ok ? 1.0 : 0.0;
-  world.all_reduce_sum(&bad, 1);
-  if (bad == 0) return;
-  throw UsageError(world.rank() == 0 ? why : "rank 0 could not write the trace");
+  world.agree([&] {
+    if (!ok) throw UsageError(why);
+  });
 }
 
 }  // namespace
