@@ -174,6 +174,8 @@ LinkSamples ping_pong(comm::Communicator& world, int a, int b) {
   return out;
 }
 
+constexpr int64_t kTransferCount = int64_t(1) << 20;  // floats: 4 MB, about 0.7 s at 50 Mbit/s
+
 // Node 0's card as its ranks share it: rank i of node 0 sends to rank i of node 1.
 struct CardShare {
   double alone = 0, together = 0;  // bytes/s: one sender, and all senders added up
@@ -188,37 +190,43 @@ struct CardShare {
     return d;
   }
 };
+// Seconds until the last receiver has its message when every (source, destination) pair of
+// `pairs` sends 4 MB at once (collective; each rank posts all of its transfers, then waits).
+double timed_transfers(comm::Communicator& world, const std::vector<std::pair<int, int>>& pairs) {
+  const int rank = world.rank();
+  const int64_t count = kTransferCount;
+  std::vector<float> buf(static_cast<size_t>(count));
+  world.barrier();
+  Timer t;
+  std::vector<comm::Request> reqs;
+  for (auto [src, dst] : pairs) {
+    if (rank == src) reqs.push_back(world.isend(buf.data(), count, dst, 9));
+    if (rank == dst) reqs.push_back(world.irecv(buf.data(), count, src, 9));
+  }
+  for (auto& r : reqs) r.wait();
+  std::vector<double> took(size_t(world.size()), 0.0);
+  took[size_t(rank)] = t.seconds();
+  world.all_reduce_sum(took.data(), int64_t(took.size()));
+  double last = 0;
+  for (auto [src, dst] : pairs) last = std::max(last, took[size_t(dst)]);
+  return last;
+}
+
 CardShare card_share(comm::Communicator& world, const comm::Topology& topo) {
   std::vector<int> node0, node1;
   for (int r = 0; r < int(topo.node_of.size()); ++r) {
     if (topo.node_of[r] == 0) node0.push_back(r);
     if (topo.node_of[r] == 1) node1.push_back(r);
   }
-  const int pairs = int(std::min(node0.size(), node1.size()));
-  const int rank = world.rank();
-  const int64_t count = int64_t(1) << 20;  // 4 MB from each sender
-  std::vector<float> buf(static_cast<size_t>(count));
-  // Seconds until the last of the first `senders` receivers of node 1 has its message.
-  auto round = [&](int senders) {
-    world.barrier();
-    Timer t;
-    for (int i = 0; i < senders; ++i) {
-      if (rank == node0[i]) world.isend(buf.data(), count, node1[i], 9).wait();
-      if (rank == node1[i]) world.irecv(buf.data(), count, node0[i], 9).wait();
-    }
-    std::vector<double> took(size_t(world.size()), 0.0);
-    took[size_t(rank)] = t.seconds();
-    world.all_reduce_sum(took.data(), int64_t(took.size()));
-    double last = 0;
-    for (int i = 0; i < senders; ++i) last = std::max(last, took[size_t(node1[i])]);
-    return last;
-  };
-  round(pairs);  // every connection set up
+  std::vector<std::pair<int, int>> pairs;
+  for (size_t i = 0; i < std::min(node0.size(), node1.size()); ++i)
+    pairs.emplace_back(node0[i], node1[i]);
+  timed_transfers(world, pairs);  // every connection set up
   CardShare c;
-  c.senders = pairs;
-  const double bytes = double(count) * sizeof(float);
-  c.alone = bytes / round(1);
-  c.together = pairs * bytes / round(pairs);
+  c.senders = int(pairs.size());
+  const double bytes = double(kTransferCount) * sizeof(float);
+  c.alone = bytes / timed_transfers(world, {pairs[0]});
+  c.together = c.senders * bytes / timed_transfers(world, pairs);
   return c;
 }
 
@@ -233,31 +241,14 @@ struct PairCap {
 PairCap pair_cap(comm::Communicator& world, const comm::Topology& topo) {
   std::vector<int> first(size_t(topo.nodes()), -1);
   for (int r = int(topo.node_of.size()) - 1; r >= 0; --r) first[size_t(topo.node_of[r])] = r;
-  const int rank = world.rank();
-  const int64_t count = int64_t(1) << 20;
-  std::vector<float> buf(static_cast<size_t>(count));
-  auto round = [&](int peers) {
-    world.barrier();
-    Timer t;
-    std::vector<comm::Request> reqs;
-    for (int k = 1; k <= peers; ++k) {
-      if (rank == first[0]) reqs.push_back(world.isend(buf.data(), count, first[size_t(k)], 10));
-      if (rank == first[size_t(k)]) reqs.push_back(world.irecv(buf.data(), count, first[0], 10));
-    }
-    for (auto& r : reqs) r.wait();
-    std::vector<double> took(size_t(world.size()), 0.0);
-    took[size_t(rank)] = t.seconds();
-    world.all_reduce_sum(took.data(), int64_t(took.size()));
-    double last = 0;
-    for (int k = 1; k <= peers; ++k) last = std::max(last, took[size_t(first[size_t(k)])]);
-    return last;
-  };
+  std::vector<std::pair<int, int>> pairs;
+  for (size_t k = 1; k < first.size(); ++k) pairs.emplace_back(first[0], first[k]);
+  timed_transfers(world, pairs);  // connections set up
   PairCap p;
-  p.peers = topo.nodes() - 1;
-  round(p.peers);  // connections set up
-  const double bytes = double(count) * sizeof(float);
-  p.alone = bytes / round(1);
-  p.spread = p.peers * bytes / round(p.peers);
+  p.peers = int(pairs.size());
+  const double bytes = double(kTransferCount) * sizeof(float);
+  p.alone = bytes / timed_transfers(world, {pairs[0]});
+  p.spread = p.peers * bytes / timed_transfers(world, pairs);
   return p;
 }
 

@@ -2,7 +2,8 @@
 # tune --calibrate on 2 emulated nodes of 2 ranks with 100 Mbit/s cards: the cluster file has 2
 # nodes of 2 devices sharing one card, the card's rate within 20% of the shaped 12.5 MB/s, and
 # inside a node at least 10x that; plan reads the file back. On 3 nodes whose pairs are capped
-# (--flow-rate), the cap is found.
+# (--flow-rate), the cap is found. The ranks run at the highest priority (--priority): the rates
+# hold while the machine does other work.
 set -u
 wf=$1
 src=$2
@@ -18,7 +19,7 @@ trap 'rm -rf "$tmp" "$log"' EXIT
 # scripts/emulate-cluster, its stderr also kept in $log (each run names its namespaces there).
 emu() { "$src/scripts/emulate-cluster" "$@" 2> >(tee -a "$log" >&2); }
 export WALLFACER=$wf
-out=$(emu --nodes 2 --ranks-per-node 2 --rate 100mbit -- \
+out=$(emu --priority --nodes 2 --ranks-per-node 2 --rate 100mbit -- \
   tune --calibrate --out "$tmp/cluster.toml" 2>&1) || err "calibration exited $?: $out"
 echo "$out" | grep -E "node|card|bandwidth"
 python3 - "$tmp/cluster.toml" <<'PY' || err "calibrated file: $(cat "$tmp/cluster.toml")"
@@ -36,7 +37,7 @@ assert intra >= 10 * inter, f"inside a node {intra} is not 10x the card's {inter
 PY
 # 3 nodes of 1 rank, 100 Mbit/s cards, 40 Mbit/s between any two nodes: the cap on a pair of
 # nodes within 20% of 5 MB/s, the card above it.
-out=$(emu --nodes 3 --ranks-per-node 1 --rate 100mbit --flow-rate 40mbit \
+out=$(emu --priority --nodes 3 --ranks-per-node 1 --rate 100mbit --flow-rate 40mbit \
   -- tune --calibrate --out "$tmp/capped.toml" 2>&1) || err "capped calibration exited $?: $out"
 echo "$out" | grep -E "pairs of nodes"
 python3 - "$tmp/capped.toml" <<'PY' || err "capped file: $(cat "$tmp/capped.toml")"

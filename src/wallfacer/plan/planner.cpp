@@ -74,8 +74,9 @@ namespace {
 double scratch_of(const seqpar::Schedule& s) {
   double e = 0;
   for (size_t b = seqpar::kNumUserBuffers; b < s.buffers.size(); ++b)
-    e += double(s.buffers[b].blocks) *
-         double(seqpar::block_elements(s.buffers[b], s.cfg.batch, s.cfg.head_dim));
+    if (!s.buffers[b].kept)  // kept ones: one per layer, counted apart (kept_elements)
+      e += double(s.buffers[b].blocks) *
+           double(seqpar::block_elements(s.buffers[b], s.cfg.batch, s.cfg.head_dim));
   return e;
 }
 
