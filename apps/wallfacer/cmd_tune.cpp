@@ -176,20 +176,6 @@ LinkSamples ping_pong(comm::Communicator& world, int a, int b) {
 
 constexpr int64_t kTransferCount = int64_t(1) << 20;  // floats: 4 MB, about 0.7 s at 50 Mbit/s
 
-// Node 0's card as its ranks share it: rank i of node 0 sends to rank i of node 1.
-struct CardShare {
-  double alone = 0, together = 0;  // bytes/s: one sender, and all senders added up
-  int senders = 0;
-  // Devices behind one card: the senders when together they get what one gets alone, 1 when each
-  // gets what one gets alone; in between, rounded down to a divisor of the node's devices.
-  int devices_per_nic(int per_node) const {
-    if (senders <= 1 || together <= 0) return per_node;
-    const double share = std::clamp(double(senders) * alone / together, 1.0, double(senders));
-    int d = std::max(1, int(share + 0.25));
-    while (per_node % d) --d;
-    return d;
-  }
-};
 // Seconds until the last receiver has its message when every (source, destination) pair of
 // `pairs` sends 4 MB at once (collective; each rank posts all of its transfers, then waits).
 double timed_transfers(comm::Communicator& world, const std::vector<std::pair<int, int>>& pairs) {
@@ -212,7 +198,24 @@ double timed_transfers(comm::Communicator& world, const std::vector<std::pair<in
   return last;
 }
 
-CardShare card_share(comm::Communicator& world, const comm::Topology& topo) {
+// The rate of the first transfer of `pairs` alone and of all of them at once (after one round
+// that sets up every connection).
+struct Spread {
+  double alone = 0, together = 0;  // bytes/s: one transfer, and all transfers added up
+  int transfers = 0;
+};
+Spread measure_spread(comm::Communicator& world, const std::vector<std::pair<int, int>>& pairs) {
+  timed_transfers(world, pairs);
+  const double bytes = double(kTransferCount) * sizeof(float);
+  Spread s;
+  s.transfers = int(pairs.size());
+  s.alone = bytes / timed_transfers(world, {pairs[0]});
+  s.together = s.transfers * bytes / timed_transfers(world, pairs);
+  return s;
+}
+
+// Node 0's card as its ranks share it: rank i of node 0 sends to rank i of node 1.
+Spread card_share(comm::Communicator& world, const comm::Topology& topo) {
   std::vector<int> node0, node1;
   for (int r = 0; r < int(topo.node_of.size()); ++r) {
     if (topo.node_of[r] == 0) node0.push_back(r);
@@ -221,36 +224,31 @@ CardShare card_share(comm::Communicator& world, const comm::Topology& topo) {
   std::vector<std::pair<int, int>> pairs;
   for (size_t i = 0; i < std::min(node0.size(), node1.size()); ++i)
     pairs.emplace_back(node0[i], node1[i]);
-  timed_transfers(world, pairs);  // every connection set up
-  CardShare c;
-  c.senders = int(pairs.size());
-  const double bytes = double(kTransferCount) * sizeof(float);
-  c.alone = bytes / timed_transfers(world, {pairs[0]});
-  c.together = c.senders * bytes / timed_transfers(world, pairs);
-  return c;
+  return measure_spread(world, pairs);
+}
+
+// Devices behind one card: the senders when together they get what one gets alone, 1 when each
+// gets what one gets alone; in between, rounded down to a divisor of the node's devices.
+int devices_per_nic(const Spread& share, int per_node) {
+  if (share.transfers <= 1 || share.together <= 0) return per_node;
+  const double n = std::clamp(double(share.transfers) * share.alone / share.together, 1.0,
+                              double(share.transfers));
+  int d = std::max(1, int(n + 0.25));
+  while (per_node % d) --d;
+  return d;
 }
 
 // Whether the traffic between two nodes is capped below the card (a per-flow limit): rank 0
 // streams 4 MB to the first rank of node 1 alone, then 4 MB to the first rank of every other node
 // at once. Needs three nodes or more.
-struct PairCap {
-  double alone = 0, spread = 0;  // bytes/s: to one node, to all others together
-  int peers = 0;
-  bool capped() const { return peers >= 2 && spread > 1.3 * alone; }
-};
-PairCap pair_cap(comm::Communicator& world, const comm::Topology& topo) {
+Spread pair_cap(comm::Communicator& world, const comm::Topology& topo) {
   std::vector<int> first(size_t(topo.nodes()), -1);
   for (int r = int(topo.node_of.size()) - 1; r >= 0; --r) first[size_t(topo.node_of[r])] = r;
   std::vector<std::pair<int, int>> pairs;
   for (size_t k = 1; k < first.size(); ++k) pairs.emplace_back(first[0], first[k]);
-  timed_transfers(world, pairs);  // connections set up
-  PairCap p;
-  p.peers = int(pairs.size());
-  const double bytes = double(kTransferCount) * sizeof(float);
-  p.alone = bytes / timed_transfers(world, {pairs[0]});
-  p.spread = p.peers * bytes / timed_transfers(world, pairs);
-  return p;
+  return measure_spread(world, pairs);
 }
+bool capped(const Spread& pair) { return pair.transfers >= 2 && pair.together > 1.3 * pair.alone; }
 
 void print_link(const std::string& what, const plan::Link& link, const LinkSamples& s) {
   fmt::print("  {}: latency {:.2f} us, bandwidth {:.3f} GB/s\n", what, link.latency * 1e6,
@@ -300,9 +298,9 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   if (other_node < P) inter_s = ping_pong(world, 0, other_node);
   // How the ranks of node 0 share its card: each sends one message to a rank of node 1, one of
   // them alone and then all at once.
-  CardShare share;
+  Spread share;
   if (other_node < P) share = card_share(world, topo);
-  PairCap pair;
+  Spread pair;
   if (topo.nodes() >= 3) pair = pair_cap(world, topo);
   world.barrier();
 
@@ -362,13 +360,13 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
       c.devices_per_node = per_node;
       c.memory = mem / per_node;
       c.memory_reserved = 0.1 * c.memory;
-      c.devices_per_nic = share.devices_per_nic(per_node);
-      if (pair.capped()) {
+      c.devices_per_nic = devices_per_nic(share, per_node);
+      if (capped(pair)) {
         // The ping-pong and the card test ran between two nodes: they saw the pair's cap. The
         // card carries at least what rank 0 sent to all nodes at once; which ranks share it
         // cannot be told apart from the cap, so the node's ranks share one card.
         c.inter_pair_bandwidth = inter.bandwidth;
-        c.inter.bandwidth = pair.spread;
+        c.inter.bandwidth = pair.together;
         c.devices_per_nic = per_node;
       }
     }
@@ -391,18 +389,18 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
       fmt::print(
           "  card of node 0: one rank sends {:.2f} MB/s to node 1, {} ranks at once {:.2f} MB/s "
           "together: {} device(s) per card; inside a node / between nodes: {:.1f}x\n",
-          share.alone / 1e6, share.senders, share.together / 1e6, c.devices_per_nic,
+          share.alone / 1e6, share.transfers, share.together / 1e6, c.devices_per_nic,
           has_intra ? intra.bandwidth / inter.bandwidth : 1.0);
     }
-    if (pair.peers >= 2)
+    if (pair.transfers >= 2)
       fmt::print(
           "  pairs of nodes: rank 0 sends {:.2f} MB/s to node 1 alone, {:.2f} MB/s to {} nodes at "
           "once: {}\n",
-          pair.alone / 1e6, pair.spread / 1e6, pair.peers,
-          pair.capped() ? fmt::format("traffic between two nodes is capped at {:.2f} MB/s, the "
-                                      "card carries at least {:.2f}",
-                                      c.inter_pair_bandwidth / 1e6, c.inter.bandwidth / 1e6)
-                        : std::string("no cap below the card's"));
+          pair.alone / 1e6, pair.together / 1e6, pair.transfers,
+          capped(pair) ? fmt::format("traffic between two nodes is capped at {:.2f} MB/s, the "
+                                     "card carries at least {:.2f}",
+                                     c.inter_pair_bandwidth / 1e6, c.inter.bandwidth / 1e6)
+                       : std::string("no cap below the card's"));
     fmt::print(
         "  all-gather 1 MB per rank over {} ranks: {:.3f} ms measured, {:.3f} ms "
         "predicted\n",
