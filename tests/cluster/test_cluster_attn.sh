@@ -5,20 +5,7 @@
 # (team-intra) sends fewer bytes across nodes than ring; nothing is left behind, also when the
 # program fails.
 set -u
-wf=$1
-src=$2
-log=$(mktemp)
-# scripts/emulate-cluster, its stderr also kept in $log (each run names its namespaces there).
-emu() { "$src/scripts/emulate-cluster" "$@" 2> >(tee -a "$log" >&2); }
-fail=0
-err() { echo "FAIL: $*"; fail=1; }
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: the emulated cluster needs root"
-  exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" "$log"' EXIT
-export WALLFACER=$wf
+source "$(dirname "$0")/common.sh"
 # The card counters also carry MPI's start-up, barriers and TCP/IP headers: the measured bytes
 # may exceed the count by this fraction, and may not fall short of it by more than 1%.
 tolerance=0.03
@@ -76,11 +63,7 @@ rc=$?
 out=$(emu --nodes 2 --ranks-per-node 2 --rate fast -- true 2>&1)
 rc=$?
 [[ $rc -eq 2 && $(echo "$out" | wc -l) -eq 1 ]] || err "--rate fast: want exit 2 and one line, got $rc: $out"
-# Every run named its namespaces (wfcPID-*) on stderr: none of them may be left.
-for id in $(grep -ho 'namespaces wfc[0-9]*' "$log" | awk '{print $2}' | sort -u); do
-  left=$(ip netns list | awk '{print $1}' | grep "^$id-" || true)
-  [[ -z "$left" ]] || err "namespaces left behind: $left"
-done
+check_namespaces_gone
 
 [[ $fail -eq 0 ]] && echo "cluster_attn: all checks passed"
 exit $fail

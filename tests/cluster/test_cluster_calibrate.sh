@@ -5,20 +5,7 @@
 # (--flow-rate), the cap is found. The ranks run at the highest priority (--priority): the rates
 # hold while the machine does other work.
 set -u
-wf=$1
-src=$2
-fail=0
-err() { echo "FAIL: $*"; fail=1; }
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: the emulated cluster needs root"
-  exit 77
-fi
-tmp=$(mktemp -d)
-log=$(mktemp)
-trap 'rm -rf "$tmp" "$log"' EXIT
-# scripts/emulate-cluster, its stderr also kept in $log (each run names its namespaces there).
-emu() { "$src/scripts/emulate-cluster" "$@" 2> >(tee -a "$log" >&2); }
-export WALLFACER=$wf
+source "$(dirname "$0")/common.sh"
 out=$(emu --priority --nodes 2 --ranks-per-node 2 --rate 100mbit -- \
   tune --calibrate --out "$tmp/cluster.toml" 2>&1) || err "calibration exited $?: $out"
 echo "$out" | grep -E "node|card|bandwidth"
@@ -51,10 +38,6 @@ assert inter["bandwidth"] > 1.3 * inter["pair_bandwidth"], inter
 PY
 "$wf" plan --cluster "$tmp/cluster.toml" --model "$src/tests/plan/tiny-causal.toml" --seq 4096 \
   --gpus 4 >/dev/null || err "plan cannot read the calibrated two-node file"
-# Every run named its namespaces (wfcPID-*) on stderr: none of them may be left.
-for id in $(grep -ho 'namespaces wfc[0-9]*' "$log" | awk '{print $2}' | sort -u); do
-  left=$(ip netns list | awk '{print $1}' | grep "^$id-" || true)
-  [[ -z "$left" ]] || err "namespaces left behind: $left"
-done
+check_namespaces_gone
 [[ $fail -eq 0 ]] && echo "cluster_calibrate: all checks passed"
 exit $fail
