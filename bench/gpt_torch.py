@@ -1,7 +1,12 @@
 #!/usr/bin/python3
-"""The GPT of src/wallfacer/model/gpt.h in PyTorch (CPU, float32), timed over a few AdamW steps on
-random byte tokens. Prints one line: `torch tokens/s X`. Usage:
-  /usr/bin/python3 bench/gpt_torch.py --layers 4 --dim 256 --heads 4 --seq 4096 --steps 3 --threads 2
+"""The GPT of src/wallfacer/model/gpt.h in PyTorch (CPU), timed over a few AdamW steps on random
+byte tokens. Prints one line: `torch tokens/s X`. Usage:
+  python3 bench/gpt_torch.py --layers 4 --dim 256 --heads 4 --seq 4096 --steps 3 --threads 2 \
+      [--dtype fp32|bf16] [--attention sdpa|naive] [--compile]
+--dtype bf16 runs the forward and backward under bf16 autocast (fp32 master weights and AdamW
+state, as wallfacer's bf16); --attention sdpa (default) uses scaled_dot_product_attention (PyTorch's
+fused CPU flash attention), naive materialises the S x S scores; --compile wraps the model in
+torch.compile.
 """
 import argparse
 import math
@@ -21,7 +26,7 @@ class Block(torch.nn.Module):
         self.fc = torch.nn.Linear(C, M, bias=False)
         self.fcproj = torch.nn.Linear(M, C, bias=False)
 
-    def forward(self, x, cos, sin, mask):
+    def forward(self, x, cos, sin, mask, sdpa):
         B, T, C = x.shape
         H, HKV, D = self.H, self.HKV, self.D
         qkv = self.qkv(self.ln1(x))
@@ -36,16 +41,22 @@ class Block(torch.nn.Module):
         q, k = rope(q), rope(k)
         k = k.repeat_interleave(H // HKV, 2)
         v = v.repeat_interleave(H // HKV, 2)
-        att = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(D)
-        att = att.masked_fill(mask, float("-inf")).softmax(-1)
-        o = torch.einsum("bhij,bjhd->bihd", att, v).reshape(B, T, C)
+        if sdpa:
+            o = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+            o = o.transpose(1, 2).reshape(B, T, C)
+        else:
+            att = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(D)
+            att = att.masked_fill(mask, float("-inf")).softmax(-1)
+            o = torch.einsum("bhij,bjhd->bihd", att, v).reshape(B, T, C)
         x = x + self.proj(o)
         return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
 class Gpt(torch.nn.Module):
-    def __init__(self, V, L, C, H, HKV, M):
+    def __init__(self, V, L, C, H, HKV, M, sdpa):
         super().__init__()
+        self.sdpa = sdpa
         self.wte = torch.nn.Embedding(V, C)
         self.blocks = torch.nn.ModuleList(Block(C, H, HKV, M) for _ in range(L))
         self.lnf = torch.nn.LayerNorm(C)
@@ -59,10 +70,10 @@ class Gpt(torch.nn.Module):
         i = torch.arange(self.D // 2, dtype=torch.float32)
         ang = torch.arange(T, dtype=torch.float32)[:, None] * (10000.0 ** (-2.0 * i / self.D))
         cos, sin = torch.cos(ang)[None, :, None, :], torch.sin(ang)[None, :, None, :]
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        mask = None if self.sdpa else torch.ones(T, T, dtype=torch.bool).triu(1)
         x = self.wte(tokens)
         for b in self.blocks:
-            x = b(x, cos, sin, mask)
+            x = b(x, cos, sin, mask, self.sdpa)
         logits = self.lnf(x) @ self.wte.weight.T
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
@@ -72,16 +83,24 @@ def main():
     for k, v in dict(layers=4, dim=256, heads=4, kv_heads=4, seq=4096, batch=1, steps=3,
                      threads=2).items():
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--attention", choices=["sdpa", "naive"], default="sdpa")
+    ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Gpt(257, a.layers, a.dim, a.heads, a.kv_heads, 4 * a.dim)
+    print(f"torch {torch.__version__}, {a.dtype}, attention {a.attention}"
+          f"{', compiled' if a.compile else ''}, cpu capability "
+          f"{torch.backends.cpu.get_cpu_capability()}", flush=True)
+    model = Gpt(257, a.layers, a.dim, a.heads, a.kv_heads, 4 * a.dim, a.attention == "sdpa")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    run = torch.compile(model) if a.compile else model
     times = []
     for s in range(a.steps + 1):  # the first step warms up
         tok = torch.randint(0, 257, (a.batch, a.seq + 1))
         t0 = time.perf_counter()
-        loss = model(tok[:, :-1], tok[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = run(tok[:, :-1], tok[:, 1:])
         opt.zero_grad()
         loss.backward()
         opt.step()
