@@ -70,7 +70,7 @@ same b2 b2again
 # 4 -> 1 rank; 4 -> 2 ranks as dp 2 x sp 1; 4 -> 8 ranks as dp 2 x sp 4 (WallFacer, 2 teams).
 from a4 4 c1
 run c1 1 --steps 10 --resume
-said c1 "resuming step 4 written by 4 ranks (dp 1 x sp 4) on 1 ranks (dp 1 x sp 1)"
+said c1 "resuming step 4 written by 4 ranks (dp 1 x sp 4) on 1 rank (dp 1 x sp 1)"
 from a4 4 d2
 run d2 2 --steps 10 --resume
 said d2 "on 2 ranks (dp 2 x sp 1)"

@@ -298,12 +298,12 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     if (!changed.empty())
       progress.message(fmt::format("resuming with changed settings: {}", changed));
     if (origin.world != P || origin.sp != sp) {
+      auto ranks = [](int k) { return fmt::format("{} rank{}", k, k == 1 ? "" : "s"); };
       const std::string before = origin.sp > 0 && origin.dp > 0
                                      ? fmt::format(" (dp {} x sp {})", origin.dp, origin.sp)
                                      : "";
-      progress.message(
-          fmt::format("resuming step {} written by {} ranks{} on {} ranks (dp {} x sp {})", start,
-                      origin.world, before, P, dp, sp));
+      progress.message(fmt::format("resuming step {} written by {}{} on {} (dp {} x sp {})", start,
+                                   ranks(origin.world), before, ranks(P), dp, sp));
     }
     progress.message(fmt::format("resumed from {} (step {})", dir, start));
   } else {
