@@ -89,11 +89,11 @@ expect2 "validation vocabulary larger than the model's" "set model.vocab to at l
 # Checkpoint manifests: a shard name that leaves the checkpoint, a step that differs.
 cp -r "$work/g" "$work/g2"
 man="$work/g2/ckpt/step-2/manifest.json"
-sed -i 's#"rank-00000.bin"#"../../../data/train.bin"#' "$man"
+sed -i 's#"state.bin"#"../../../data/train.bin"#' "$man"
 rm -rf "$work/g2/ckpt/step-1"
 out=$("$wf" "${t[@]}" --out "$work/g2" --steps 3 --resume 2>&1); rc=$?
 [ $rc -eq 1 ] || err "shard name outside the checkpoint: exit $rc, expected 1: $out"
-echo "$out" | grep -q "shards\[0\].file is '../../../data/train.bin', expected 'rank-00000.bin'" ||
+echo "$out" | grep -q "shards\[0\].file is '../../../data/train.bin', expected 'state.bin'" ||
   err "shard name outside the checkpoint: $out"
 cp -r "$work/g" "$work/g3"
 rm -rf "$work/g3/ckpt/step-1"

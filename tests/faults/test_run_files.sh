@@ -14,6 +14,10 @@ mpi 2 train "${t[@]}" --out "$work/run" --set train.ckpt_every=1 --set train.ste
 # keep_checkpoints (default 3): steps 4, 5, 6 remain.
 [ "$(ls "$work/run/ckpt" | tr '\n' ' ')" == "step-4 step-5 step-6 " ] ||
   err "keep_checkpoints: $(ls "$work/run/ckpt")"
+# The state every rank holds is written once: one shard per checkpoint.
+for d in "$work"/run/ckpt/step-*; do
+  [ "$(ls "$d" | tr '\n' ' ')" == "manifest.json state.bin " ] || err "$d holds: $(ls "$d")"
+done
 before=$(sum "$work/run/metrics.jsonl")
 
 # A fresh run into it: refused, nothing touched.
@@ -28,11 +32,14 @@ out=$(mpi 2 train "${t[@]}" --out "$work/run" --resume --set model.kv_heads=2 --
 [ $rc -eq 2 ] || err "resume with another shape: exit $rc, expected 2: $out"
 echo "$out" | grep -q "another model shape (model.kv_heads 4 -> 2)" || err "shape message: $out"
 mkdir "$work/run/ckpt/step-3.tmp"  # the leftover of an interrupted save
-printf 'xx' | dd of="$work/run/ckpt/step-6/rank-00001.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+# One bit of the newest shard's RNG state (header offset 64), which its checksum covers.
+shard="$work/run/ckpt/step-6/state.bin"
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[64] ^= 4
+open(sys.argv[1], "wb").write(b)' "$shard"
 out=$(mpi 2 train "${t[@]}" --out "$work/run" --resume --steps 8 --set train.ckpt_every=1 \
   --set parallel.strategy=zigzag 2>&1); rc=$?
 [ $rc -eq 0 ] || err "resume past a damaged checkpoint: exit $rc: $out"
-echo "$out" | grep -q "skipping checkpoint .*step-6: rank 1: .*rank-00001.bin' is corrupt" ||
+echo "$out" | grep -q "skipping checkpoint .*step-6: .*step-6/state.bin' is corrupt" ||
   err "no warning about the damaged checkpoint: $out"
 echo "$out" | grep -q "resumed from .*step-5 (step 5)" || err "did not fall back to step 5: $out"
 echo "$out" | grep -q "resuming with changed settings: .*parallel.strategy 'ring' -> 'zigzag'" ||

@@ -8,7 +8,9 @@ cfg=(--config "$work/tiny.toml" --progress none --set train.steps=6 --set train.
 
 mpi 2 train "${cfg[@]}" --out "$work/run" >"$work/full.log" 2>&1 || { err "training failed"; cat "$work/full.log"; }
 [ -f "$work/run/ckpt/step-3/manifest.json" ] || err "no checkpoint at step 3"
-[ -f "$work/run/ckpt/step-3/rank-00001.bin" ] || err "no shard of rank 1 at step 3"
+# The replicated state is written once: one shard per checkpoint.
+[ "$(ls "$work/run/ckpt/step-3" | tr '\n' ' ')" == "manifest.json state.bin " ] ||
+  err "step 3 holds: $(ls "$work/run/ckpt/step-3")"
 ls "$work/run/ckpt" | grep -q tmp && err "a temporary checkpoint directory was left behind"
 cp "$work/run/metrics.jsonl" "$work/full.jsonl"
 
@@ -28,11 +30,11 @@ echo "ok: sample: $(echo "$out" | head -1)"
 
 # A truncated shard: clear error, non-zero exit.
 rm -rf "$work/run/ckpt/step-6"
-shard="$work/run/ckpt/step-3/rank-00001.bin"
+shard="$work/run/ckpt/step-3/state.bin"
 truncate -s $(( $(stat -c %s "$shard") - 100 )) "$shard"
 out=$(mpi 2 train "${cfg[@]}" --out "$work/run" --resume 2>&1); rc=$?
 [ $rc -ne 0 ] || err "resume from a truncated checkpoint exited 0"
-echo "$out" | grep -q "rank-00001.bin' is truncated" || err "no clear truncation error: $out"
+echo "$out" | grep -q "state.bin' is truncated" || err "no clear truncation error: $out"
 echo "$out" | grep -q "^step 4" && err "training continued from a truncated checkpoint"
 echo "ok: truncated checkpoint refused: $(echo "$out" | grep -m1 truncated)"
 exit $fail

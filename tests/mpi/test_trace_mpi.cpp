@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "mpi_check.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/comm/trace_merge.h"
 #include "wallfacer/core/error.h"
@@ -30,13 +31,7 @@ using namespace wallfacer::seqpar;
 
 namespace {
 
-int failures = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) return;
-  ++failures;
-  std::fprintf(stderr, "FAIL %s\n", what.c_str());
-}
+using testing::check;
 
 const char* op_name(const Op& op) {
   switch (op.kind) {
@@ -219,9 +214,5 @@ int main(int argc, char** argv) {
           "a failed write left a file");
   }
 
-  double f = failures;
-  world.all_reduce_sum(&f, 1);
-  if (rank == 0)
-    std::printf("%s: %d configs on %d ranks\n", f > 0 ? "FAIL" : "ok", int(cfgs.size()), P);
-  return f > 0 ? 1 : 0;
+  return testing::finish(world, fmt::format("{} configs on {} ranks", cfgs.size(), P));
 }

@@ -499,26 +499,32 @@ void Communicator::reduce_scatter_sum(const float* send, float* recv, int64_t co
 
 namespace {
 template <class T>
-void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Comm comm, int wrank,
-                        const std::string* group) {
+void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                        int wrank, const std::string* group) {
   for (int64_t off = 0; off < count; off += kMaxCount) {
     const int c = int(std::min(kMaxCount, count - off));
     Watch w("MPI_Allreduce", kNoPeer, 0, group);
-    check(MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, MPI_SUM, comm), "MPI_Allreduce", wrank);
+    check(MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, op, comm), "MPI_Allreduce", wrank);
   }
 }
 }  // namespace
 
 void Communicator::all_reduce_sum(float* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_FLOAT, impl_->comm, impl_->wrank, impl_->group());
+  all_reduce_chunked(buf, count, MPI_FLOAT, MPI_SUM, impl_->comm, impl_->wrank, impl_->group());
   const int64_t n = size();
   impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(float)) / n;
 }
 
 void Communicator::all_reduce_sum(double* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_DOUBLE, impl_->comm, impl_->wrank, impl_->group());
+  all_reduce_chunked(buf, count, MPI_DOUBLE, MPI_SUM, impl_->comm, impl_->wrank, impl_->group());
   const int64_t n = size();
   impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(double)) / n;
+}
+
+void Communicator::all_reduce_max(uint64_t* buf, int64_t count) {
+  all_reduce_chunked(buf, count, MPI_UINT64_T, MPI_MAX, impl_->comm, impl_->wrank, impl_->group());
+  const int64_t n = size();
+  impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(uint64_t)) / n;
 }
 
 void Communicator::all_to_all(const float* send, float* recv, int64_t count_per_rank) {

@@ -58,6 +58,7 @@ class Communicator {
   void reduce_scatter_sum(const float* send, float* recv, int64_t count);  // send: size() * count
   void all_reduce_sum(float* buf, int64_t count);
   void all_reduce_sum(double* buf, int64_t count);
+  void all_reduce_max(uint64_t* buf, int64_t count);  // elementwise maximum
   void all_to_all(const float* send, float* recv, int64_t count_per_rank);
   void barrier();
 

@@ -1,6 +1,7 @@
 #include "wallfacer/train/checkpoint.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -16,9 +17,29 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr char kMagic[8] = {'W', 'F', 'C', 'K', 'P', 'T', '0', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
+// Format 2 (checkpoint.h has the layout).
 struct ShardHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint32_t shard;
+  uint32_t shards;
+  uint32_t world;
+  uint32_t replicas;
+  uint64_t step;
+  uint64_t num_params;
+  uint64_t first_param;
+  uint64_t shard_params;
+  uint64_t rng_state;
+  uint64_t checksum;
+  uint8_t reserved[16];
+};
+static_assert(sizeof(ShardHeader) == 96 && offsetof(ShardHeader, checksum) == 72);
+
+// Format 1, read only.
+struct ShardHeaderV1 {
   char magic[8];
   uint32_t version;
   uint32_t header_bytes;
@@ -30,27 +51,33 @@ struct ShardHeader {
   uint64_t checksum;
   uint8_t reserved[8];
 };
-static_assert(sizeof(ShardHeader) == 64);
+static_assert(sizeof(ShardHeaderV1) == 64);
 
-std::string shard_name(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
+// The file of shard i of `count` (format 2): state.bin when the state is one replica group.
+std::string shard_name(size_t i, size_t count) {
+  return count == 1 ? "state.bin" : fmt::format("state-{:05d}.bin", i);
+}
+std::string shard_name_v1(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
 
-std::string encode(int rank, int world, const CheckpointState& s) {
-  const size_t n = s.params.size();
-  std::string payload(3 * n * sizeof(float), '\0');
-  std::memcpy(payload.data(), s.params.data(), n * 4);
-  std::memcpy(payload.data() + n * 4, s.m.data(), n * 4);
-  std::memcpy(payload.data() + 2 * n * 4, s.v.data(), n * 4);
-  ShardHeader h{};
-  std::memcpy(h.magic, kMagic, 8);
-  h.version = kVersion;
-  h.header_bytes = sizeof(ShardHeader);
-  h.rank = uint32_t(rank);
-  h.world = uint32_t(world);
-  h.step = uint64_t(s.step);
-  h.num_params = n;
-  h.rng_state = s.rng_state;
-  h.checksum = fnv1a64(payload.data(), payload.size());
-  return std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + payload;
+// The checksum of a format-2 shard: its header with the checksum field zeroed, then the payload
+// (the slices of params, m and v, one after the other).
+uint64_t shard_checksum(ShardHeader h, const float* params, const float* m, const float* v) {
+  h.checksum = 0;
+  const size_t bytes = h.shard_params * sizeof(float);
+  uint64_t sum = fnv1a64(&h, sizeof(h));
+  sum = fnv1a64(params, bytes, sum);
+  sum = fnv1a64(m, bytes, sum);
+  return fnv1a64(v, bytes, sum);
+}
+
+std::string encode(const ShardHeader& h, const CheckpointState& s) {
+  const size_t first = h.first_param, n = h.shard_params * sizeof(float);
+  std::string bytes(sizeof(h) + 3 * n, '\0');
+  std::memcpy(bytes.data(), &h, sizeof(h));
+  std::memcpy(bytes.data() + sizeof(h), s.params.data() + first, n);
+  std::memcpy(bytes.data() + sizeof(h) + n, s.m.data() + first, n);
+  std::memcpy(bytes.data() + sizeof(h) + 2 * n, s.v.data() + first, n);
+  return bytes;
 }
 }  // namespace
 
@@ -91,24 +118,52 @@ void save_checkpoint(comm::Communicator& world, const std::string& ckpt_dir,
                      const CheckpointState& state, const std::string& config_toml,
                      const std::string& layout_json, int keep) {
   const int rank = world.rank(), P = world.size();
+  const uint64_t n = state.params.size();
+  WF_CHECK(state.m.size() == n && state.v.size() == n,
+           "checkpoint of step {}: {} parameters but {} and {} AdamW moments", state.step, n,
+           state.m.size(), state.v.size());
+  // The whole state is one replica group: every rank holds it, one shard holds it.
+  ShardHeader h{};
+  std::memcpy(h.magic, kMagic, 8);
+  h.version = kVersion;
+  h.header_bytes = sizeof(ShardHeader);
+  h.shard = 0;
+  h.shards = 1;
+  h.world = uint32_t(P);
+  h.replicas = uint32_t(P);
+  h.step = uint64_t(state.step);
+  h.num_params = n;
+  h.first_param = 0;
+  h.shard_params = n;
+  h.rng_state = state.rng_state;
+  h.checksum = shard_checksum(h, state.params.data(), state.m.data(), state.v.data());
+  // The ranks must really hold the same state: the smallest and the largest checksum (the largest
+  // of its complement) agree. Every rank sees the same verdict.
+  uint64_t extremes[2] = {h.checksum, ~h.checksum};
+  world.all_reduce_max(extremes, 2);
+  WF_CHECK(extremes[0] == ~extremes[1],
+           "step {}: the ranks hold different training states (state checksums {:016x} to "
+           "{:016x}), although the parameters, AdamW moments and RNG state are the same on every "
+           "rank by construction: this is a bug in wallfacer; no checkpoint of this step was "
+           "written (the earlier ones stay)",
+           state.step, ~extremes[1], extremes[0]);
+
   const std::string final_dir = fmt::format("{}/step-{}", ckpt_dir, state.step);
   const std::string tmp_dir = final_dir + ".tmp";
+  const std::string file = shard_name(0, 1);
+  const int writer = 0;  // the lowest rank of the replica group
   world.agree([&] {
     if (rank != 0) return;
     fs::remove_all(tmp_dir);
     make_directories(tmp_dir, "the checkpoint folder");
   });
-  const std::string bytes = encode(rank, P, state);
-  world.agree([&] { write_file_atomic(tmp_dir + "/" + shard_name(rank), bytes); });
-  const uint64_t sum = fnv1a64(bytes.data(), bytes.size());
-  // Gather every shard's checksum (as two exact 32-bit halves) and size on rank 0.
-  std::vector<double> info(size_t(3 * P), 0.0);
-  info[size_t(3 * rank)] = double(sum >> 32);
-  info[size_t(3 * rank + 1)] = double(sum & 0xffffffffULL);
-  info[size_t(3 * rank + 2)] = double(bytes.size());
-  world.all_reduce_sum(info.data(), int64_t(info.size()));
+  world.agree([&] {
+    if (rank == writer) write_file_atomic(tmp_dir + "/" + file, encode(h, state));
+  });
   world.agree([&] {
     if (rank != 0) return;
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < P; ++r) ranks.push_back(r);
     nlohmann::json m;
     m["format"] = "wallfacer-checkpoint";
     m["version"] = kVersion;
@@ -116,12 +171,12 @@ void save_checkpoint(comm::Communicator& world, const std::string& ckpt_dir,
     m["world"] = P;
     m["layout"] = nlohmann::json::parse(layout_json);
     m["config"] = config_toml;
-    for (int r = 0; r < P; ++r) {
-      const uint64_t s = (uint64_t(info[size_t(3 * r)]) << 32) | uint64_t(info[size_t(3 * r + 1)]);
-      m["shards"].push_back({{"file", shard_name(r)},
-                             {"bytes", int64_t(info[size_t(3 * r + 2)])},
-                             {"fnv1a64", fmt::format("{:016x}", s)}});
-    }
+    m["shards"].push_back({{"file", file},
+                           {"ranks", ranks},
+                           {"first_param", 0},
+                           {"num_params", n},
+                           {"bytes", sizeof(ShardHeader) + 3 * n * sizeof(float)},
+                           {"fnv1a64", fmt::format("{:016x}", h.checksum)}});
     write_file_atomic(tmp_dir + "/manifest.json", m.dump(1) + "\n");
     fs::remove_all(final_dir);
     fs::rename(tmp_dir, final_dir);
@@ -152,73 +207,67 @@ nlohmann::json read_manifest(const std::string& dir) {
   }
   try {
     auto m = nlohmann::json::parse(text);
-    WF_CHECK(m.value("format", "") == "wallfacer-checkpoint" && m.value("version", 0) == 1,
-             "'{}' is not a version-1 wallfacer checkpoint manifest", path);
+    WF_CHECK(m.is_object() && m.value("format", "") == "wallfacer-checkpoint",
+             "'{}' is not a wallfacer checkpoint manifest", path);
+    const int version = m.value("version", 0);
+    WF_CHECK(version == 1 || version == 2,
+             "checkpoint manifest '{}' is of format version {}; this wallfacer reads versions 1 "
+             "and 2",
+             path, version);
     return m;
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("checkpoint manifest '{}' is corrupt: {}", path, e.what()));
   }
 }
 
-// The value of `key` in the manifest object j; an Error naming the file and the key otherwise.
+// The value of `key` in the manifest object j (shown as `where`.key); an Error naming the file and
+// the key otherwise.
 template <class T>
-T manifest_value(const nlohmann::json& j, const std::string& key, const std::string& path) {
+T manifest_value(const nlohmann::json& j, const std::string& key, const std::string& path,
+                 const std::string& where = "") {
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(
-        fmt::format("checkpoint manifest '{}': key '{}' is missing or of the wrong type ({})", path,
-                    key, e.what()));
+        fmt::format("checkpoint manifest '{}': key '{}{}' is missing or of the wrong type ({})",
+                    path, where.empty() ? "" : where + ".", key, e.what()));
   }
 }
-}  // namespace
 
-std::string checkpoint_config(const std::string& dir) {
-  return manifest_value<std::string>(read_manifest(dir), "config", dir + "/manifest.json");
-}
-
-CheckpointState load_checkpoint(const std::string& dir, int rank, int world_size,
-                                int64_t num_params) {
-  const std::string mpath = dir + "/manifest.json";
-  const auto m = read_manifest(dir);
-  const int world = manifest_value<int>(m, "world", mpath);
-  const auto step = manifest_value<int64_t>(m, "step", mpath);
-  WF_CHECK(world >= 1 && step >= 0, "checkpoint manifest '{}': world {} or step {} out of range",
-           mpath, world, step);
-  WF_USAGE_CHECK(world_size <= 0 || world == world_size,
-                 "checkpoint '{}' was written by {} ranks; resume with the same number (got {})",
-                 dir, world, world_size);
-  WF_CHECK(rank >= 0 && rank < world, "checkpoint '{}' has no shard for rank {} ({} ranks)", dir,
-           rank, world);
-  const auto shards = m.contains("shards") ? m["shards"] : nlohmann::json();
-  WF_CHECK(shards.is_array() && int64_t(shards.size()) == world,
-           "checkpoint manifest '{}': key 'shards' must list {} shards", mpath, world);
-  const auto& e = shards[size_t(rank)];
-  const std::string key = fmt::format("shards[{}]", rank);
-  // The name is the one save_checkpoint writes: no path may lead out of the checkpoint's folder.
-  const auto file = manifest_value<std::string>(e, "file", mpath);
-  WF_CHECK(file == shard_name(rank), "checkpoint manifest '{}': {}.file is '{}', expected '{}'",
-           mpath, key, file, shard_name(rank));
-  const std::string path = dir + "/" + file;
-  std::string bytes;
+std::string read_shard(const std::string& path) {
   try {
-    bytes = read_file(path);
+    return read_file(path);
   } catch (const UsageError& err) {
     throw Error(fmt::format("checkpoint shard missing or unreadable: {}", err.what()));
   }
-  const auto want_bytes = manifest_value<uint64_t>(e, "bytes", mpath);
+}
+
+// A format-1 checkpoint: shard `index` (every shard holds the same state).
+CheckpointState load_v1(const std::string& dir, const nlohmann::json& shards, int index, int world,
+                        int64_t step, int64_t num_params) {
+  const std::string mpath = dir + "/manifest.json";
+  WF_CHECK(int64_t(shards.size()) == world,
+           "checkpoint manifest '{}': key 'shards' must list {} shards", mpath, world);
+  const auto& e = shards[size_t(index)];
+  const std::string key = fmt::format("shards[{}]", index);
+  // The name is the one wallfacer writes: no path may lead out of the checkpoint's folder.
+  const auto file = manifest_value<std::string>(e, "file", mpath, key);
+  WF_CHECK(file == shard_name_v1(index), "checkpoint manifest '{}': {}.file is '{}', expected '{}'",
+           mpath, key, file, shard_name_v1(index));
+  const std::string path = dir + "/" + file;
+  const std::string bytes = read_shard(path);
+  const auto want_bytes = manifest_value<uint64_t>(e, "bytes", mpath, key);
   WF_CHECK(bytes.size() == want_bytes,
            "checkpoint shard '{}' is truncated or damaged: {} bytes, manifest says {}", path,
            bytes.size(), want_bytes);
   WF_CHECK(fmt::format("{:016x}", fnv1a64(bytes.data(), bytes.size())) ==
-               manifest_value<std::string>(e, "fnv1a64", mpath),
+               manifest_value<std::string>(e, "fnv1a64", mpath, key),
            "checkpoint shard '{}' is corrupt: checksum differs from the manifest", path);
-  ShardHeader h;
+  ShardHeaderV1 h;
   WF_CHECK(bytes.size() >= sizeof(h), "checkpoint shard '{}' is shorter than its header", path);
   std::memcpy(&h, bytes.data(), sizeof(h));
-  WF_CHECK(std::memcmp(h.magic, kMagic, 8) == 0 && h.version == kVersion &&
-               h.header_bytes == sizeof(h) && h.rank == uint32_t(rank) &&
-               h.world == uint32_t(world),
+  WF_CHECK(std::memcmp(h.magic, kMagic, 8) == 0 && h.version == 1 && h.header_bytes == sizeof(h) &&
+               h.rank == uint32_t(index) && h.world == uint32_t(world),
            "checkpoint shard '{}' has a bad header", path);
   WF_CHECK(h.step == uint64_t(step), "checkpoint shard '{}' is of step {}, its manifest of step {}",
            path, h.step, step);
@@ -229,18 +278,147 @@ CheckpointState load_checkpoint(const std::string& dir, int rank, int world_size
                bytes.size() == sizeof(h) + 3 * h.num_params * 4 &&
                fnv1a64(bytes.data() + sizeof(h), bytes.size() - sizeof(h)) == h.checksum,
            "checkpoint shard '{}' is corrupt: payload checksum mismatch", path);
-  CheckpointState mine;
+  CheckpointState st;
   const size_t n = h.num_params;
-  mine.step = int64_t(h.step);
-  mine.rng_state = h.rng_state;
-  mine.params.resize(n);
-  mine.m.resize(n);
-  mine.v.resize(n);
+  st.step = int64_t(h.step);
+  st.rng_state = h.rng_state;
+  st.params.resize(n);
+  st.m.resize(n);
+  st.v.resize(n);
   const char* p = bytes.data() + sizeof(h);
-  std::memcpy(mine.params.data(), p, n * 4);
-  std::memcpy(mine.m.data(), p + n * 4, n * 4);
-  std::memcpy(mine.v.data(), p + 2 * n * 4, n * 4);
-  return mine;
+  std::memcpy(st.params.data(), p, n * 4);
+  std::memcpy(st.m.data(), p + n * 4, n * 4);
+  std::memcpy(st.v.data(), p + 2 * n * 4, n * 4);
+  return st;
+}
+
+// A format-2 checkpoint: the shards covering parameters [0, num_params), each read and verified
+// once (today there is one).
+CheckpointState load_v2(const std::string& dir, const nlohmann::json& shards, int world,
+                        int64_t step, int64_t num_params) {
+  const std::string mpath = dir + "/manifest.json";
+  const uint64_t n = uint64_t(num_params);
+  CheckpointState st;
+  st.step = step;
+  st.params.resize(n);
+  st.m.resize(n);
+  st.v.resize(n);
+  uint64_t next = 0;  // where the next shard's slice starts
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const auto& e = shards[i];
+    const std::string key = fmt::format("shards[{}]", i);
+    // The name is the one wallfacer writes: no path may lead out of the checkpoint's folder.
+    const auto file = manifest_value<std::string>(e, "file", mpath, key);
+    WF_CHECK(file == shard_name(i, shards.size()),
+             "checkpoint manifest '{}': {}.file is '{}', expected '{}'", mpath, key, file,
+             shard_name(i, shards.size()));
+    const auto ranks = manifest_value<std::vector<int64_t>>(e, "ranks", mpath, key);
+    bool ranks_ok = !ranks.empty();
+    for (size_t j = 0; j < ranks.size(); ++j)
+      ranks_ok =
+          ranks_ok && ranks[j] >= 0 && ranks[j] < world && (j == 0 || ranks[j] > ranks[j - 1]);
+    WF_CHECK(ranks_ok,
+             "checkpoint manifest '{}': {}.ranks must list ranks of 0..{} in increasing order",
+             mpath, key, world - 1);
+    const auto first = manifest_value<uint64_t>(e, "first_param", mpath, key);
+    const auto count = manifest_value<uint64_t>(e, "num_params", mpath, key);
+    WF_CHECK(first == next && count >= 1,
+             "checkpoint manifest '{}': {} holds parameters from {} ({} of them); the slices must "
+             "follow each other from parameter 0 ({} expected)",
+             mpath, key, first, count, next);
+    WF_CHECK(count <= n - std::min(n, first),
+             "checkpoint '{}' holds parameters up to {}, the model has {}: the config differs", dir,
+             first + count, n);
+    next = first + count;
+
+    const std::string path = dir + "/" + file;
+    const std::string bytes = read_shard(path);
+    const auto want_bytes = manifest_value<uint64_t>(e, "bytes", mpath, key);
+    const auto want_sum = manifest_value<std::string>(e, "fnv1a64", mpath, key);
+    WF_CHECK(bytes.size() == want_bytes,
+             "checkpoint shard '{}' is truncated or damaged: {} bytes, manifest says {}", path,
+             bytes.size(), want_bytes);
+    ShardHeader h;
+    WF_CHECK(bytes.size() >= sizeof(h), "checkpoint shard '{}' is shorter than its header", path);
+    std::memcpy(&h, bytes.data(), sizeof(h));
+    ShardHeader zeroed = h;
+    zeroed.checksum = 0;
+    const uint64_t sum = fnv1a64(bytes.data() + sizeof(h), bytes.size() - sizeof(h),
+                                 fnv1a64(&zeroed, sizeof(zeroed)));
+    WF_CHECK(sum == h.checksum,
+             "checkpoint shard '{}' is corrupt: its checksum does not match its header and "
+             "payload",
+             path);
+    WF_CHECK(fmt::format("{:016x}", sum) == want_sum,
+             "checkpoint shard '{}' is corrupt: its checksum differs from the manifest's", path);
+    // The checksum holds: what follows finds a writer and a manifest that disagree.
+    const uint8_t zero[sizeof(h.reserved)] = {};
+    WF_CHECK(std::memcmp(h.magic, kMagic, 8) == 0 && h.version == kVersion &&
+                 h.header_bytes == sizeof(h) && std::memcmp(h.reserved, zero, sizeof(zero)) == 0,
+             "checkpoint shard '{}' has a bad header (magic, version {}, header size {})", path,
+             h.version, h.header_bytes);
+    WF_CHECK(h.step == uint64_t(step),
+             "checkpoint shard '{}' is of step {}, its manifest of step {}", path, h.step, step);
+    WF_CHECK(h.num_params == n,
+             "checkpoint shard '{}' holds {} parameters, the model has {}: the config differs",
+             path, h.num_params, n);
+    WF_CHECK(h.shard == i && h.shards == shards.size() && h.world == uint32_t(world) &&
+                 h.replicas == ranks.size() && h.first_param == first && h.shard_params == count,
+             "checkpoint shard '{}' differs from its manifest: the shard says shard {} of {}, "
+             "world {}, held by {} ranks, parameters from {} ({}); the manifest says shard {} of "
+             "{}, world {}, {} ranks, from {} ({})",
+             path, h.shard, h.shards, h.world, h.replicas, h.first_param, h.shard_params, i,
+             shards.size(), world, ranks.size(), first, count);
+    WF_CHECK((bytes.size() - sizeof(h)) % 12 == 0 && (bytes.size() - sizeof(h)) / 12 == count,
+             "checkpoint shard '{}' holds {} payload bytes for {} parameters", path,
+             bytes.size() - sizeof(h), count);
+    WF_CHECK(i == 0 || h.rng_state == st.rng_state,
+             "checkpoint shard '{}' has another RNG state than shard 0", path);
+    st.rng_state = h.rng_state;
+    const size_t b = count * sizeof(float);
+    const char* p = bytes.data() + sizeof(h);
+    std::memcpy(st.params.data() + first, p, b);
+    std::memcpy(st.m.data() + first, p + b, b);
+    std::memcpy(st.v.data() + first, p + 2 * b, b);
+  }
+  WF_CHECK(next == n, "checkpoint '{}' holds {} parameters, the model has {}: the config differs",
+           dir, next, n);
+  return st;
+}
+}  // namespace
+
+std::string checkpoint_config(const std::string& dir) {
+  return manifest_value<std::string>(read_manifest(dir), "config", dir + "/manifest.json");
+}
+
+CheckpointState load_checkpoint(const std::string& dir, int rank, int world_size,
+                                int64_t num_params, CheckpointOrigin* origin) {
+  const std::string mpath = dir + "/manifest.json";
+  const auto m = read_manifest(dir);
+  const int version = manifest_value<int>(m, "version", mpath);
+  const int world = manifest_value<int>(m, "world", mpath);
+  const auto step = manifest_value<int64_t>(m, "step", mpath);
+  WF_CHECK(world >= 1 && step >= 0, "checkpoint manifest '{}': world {} or step {} out of range",
+           mpath, world, step);
+  const auto shards = m.contains("shards") ? m["shards"] : nlohmann::json();
+  WF_CHECK(shards.is_array() && !shards.empty(),
+           "checkpoint manifest '{}': key 'shards' must list the shards", mpath);
+  if (origin) {
+    const auto layout = m.value("layout", nlohmann::json::object());
+    auto layout_int = [&](const char* key) {
+      return layout.is_object() && layout.contains(key) && layout[key].is_number_integer()
+                 ? layout[key].get<int>()
+                 : 0;
+    };
+    *origin = {version, world, layout_int("sp"), layout_int("dp")};
+  }
+  if (version == 1) {
+    // Every shard holds the same state: on the writer's number of ranks each rank reads its own,
+    // on another number shard 0.
+    const int index = world_size == world && rank >= 0 && rank < world ? rank : 0;
+    return load_v1(dir, shards, index, world, step, num_params);
+  }
+  return load_v2(dir, shards, world, step, num_params);
 }
 
 }  // namespace wallfacer::train

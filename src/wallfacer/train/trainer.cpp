@@ -272,11 +272,12 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       WF_USAGE_CHECK(!dirs.empty(), "--resume: no complete checkpoint under '{}'", ckpt_dir);
     });
     std::string dir, skipped, changed;
+    CheckpointOrigin origin;
     for (const auto& d : dirs) {
       try {
         world.agree([&] {
           changed = check_resume_config(d, cfg);
-          CheckpointState st = load_checkpoint(d, rank, P, n);
+          CheckpointState st = load_checkpoint(d, rank, P, n, &origin);
           std::copy(st.params.begin(), st.params.end(), task->params());
           optim.m() = std::move(st.m);
           optim.v() = std::move(st.v);
@@ -296,6 +297,14 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     WF_CHECK(!dir.empty(), "--resume: no checkpoint under '{}' verifies:{}", ckpt_dir, skipped);
     if (!changed.empty())
       progress.message(fmt::format("resuming with changed settings: {}", changed));
+    if (origin.world != P || origin.sp != sp) {
+      auto ranks = [](int k) { return fmt::format("{} rank{}", k, k == 1 ? "" : "s"); };
+      const std::string before = origin.sp > 0 && origin.dp > 0
+                                     ? fmt::format(" (dp {} x sp {})", origin.dp, origin.sp)
+                                     : "";
+      progress.message(fmt::format("resuming step {} written by {}{} on {} (dp {} x sp {})", start,
+                                   ranks(origin.world), before, ranks(P), dp, sp));
+    }
     progress.message(fmt::format("resumed from {} (step {})", dir, start));
   } else {
     task->init_params(uint64_t(cfg.seed));
