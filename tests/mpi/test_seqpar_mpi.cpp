@@ -1,22 +1,36 @@
 // Distributed attention on the ranks of one mpirun launch: every strategy, causal and full, with
-// and without GQA, against the naive fp64 reference of the whole sequence; counted bytes and steps
-// against the schedule counter and the closed-form formulas; work balance; WallFacer-C volume
-// against ring; reuse of one DistAttention across calls. Ulysses x ring hybrids (every degree u
-// with 1 < u < P dividing P and the heads): results, and bytes against the sum of their two
-// schedules, the closed form and the planner's simulated program.
+// and without GQA, against the naive fp64 reference of the whole sequence; bytes and steps against
+// the schedule counter and the closed-form formulas; work balance; WallFacer-C volume against ring;
+// reuse of one DistAttention across calls. Ulysses x ring hybrids (every degree u with 1 < u < P
+// dividing P and the heads): results, and bytes against the sum of their two schedules, the closed
+// form and the planner's simulated program. WallFacer-C runs in both placements (team-intra and
+// ring-intra, where the two differ).
+//
+// Bytes are counted where they leave the program (mpi_bytes.h, the MPI profiling interface): per
+// phase, what each rank handed to MPI's point-to-point sends, per peer and tag, equals the
+// schedule's sends and the closed form; what it handed to each kind of collective equals a closed
+// form of what each collective call carries; every byte sent was posted to be received; and the
+// Communicator's own counters agree with what MPI was handed.
 // Usage: mpirun -np P test_seqpar_mpi [ring-wallfacer]   (only ring and WallFacer with C >= 2)
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <numeric>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "mpi_bytes.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/plan/placement.h"
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/plan/simulator.h"
 #include "wallfacer/seqpar/attention.h"
@@ -31,7 +45,8 @@ namespace {
 struct Run {
   AttnTensors got;  // gathered, natural order
   AttnStats stats;
-  std::vector<double> flops;  // per rank
+  std::vector<double> flops;               // per rank
+  std::array<mpi_bytes::Tally, 2> handed;  // what the last forward and backward handed to MPI
 };
 
 std::vector<float> local_rows(const std::vector<float>& full, const AttnConfig& c, int P, int rank,
@@ -45,8 +60,8 @@ std::vector<float> local_rows(const std::vector<float>& full, const AttnConfig& 
   return out;
 }
 
-Run run(comm::Communicator& world, const AttnConfig& c, const AttnTensors& in, int& failures) {
-  const int P = world.size(), rank = world.rank();
+Run run(comm::Communicator& group, const AttnConfig& c, const AttnTensors& in, int& failures) {
+  const int P = group.size(), rank = group.rank();
   const int64_t n = c.seq / P;
   const auto q = local_rows(in.q, c, P, rank, c.heads),
              k = local_rows(in.k, c, P, rank, c.kv_heads),
@@ -54,11 +69,13 @@ Run run(comm::Communicator& world, const AttnConfig& c, const AttnTensors& in, i
              dout = local_rows(in.dout, c, P, rank, c.heads);
   std::vector<float> o(q.size()), lse(size_t(c.batch * c.heads * n)), dq(q.size()), dk(k.size()),
       dv(v.size());
-  DistAttention attn(c, world);
+  DistAttention attn(c, group);
   Run r;
   std::vector<float> first;
   for (int call = 0; call < 2; ++call) {  // the second call reuses the buffers: same bits
+    const mpi_bytes::Tally before = mpi_bytes::tally();
     attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
+    r.handed[0] = mpi_bytes::since(before);
     if (c.keep_kv && call == 0) {
       // Another layer's forward and backward in between (as in training): the kept K,V are last
       // in, first out, so the outer backward still sees its own.
@@ -70,8 +87,10 @@ Run run(comm::Communicator& world, const AttnConfig& c, const AttnTensors& in, i
       attn.backward(q2.data(), k2.data(), v2.data(), o2.data(), lse2.data(), dout.data(), d2.data(),
                     dk2.data(), dv2.data());
     }
+    const mpi_bytes::Tally between = mpi_bytes::tally();
     attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
                   dk.data(), dv.data());
+    r.handed[1] = mpi_bytes::since(between);
     std::vector<float> all = o;
     for (auto* x : {&lse, &dq, &dk, &dv}) all.insert(all.end(), x->begin(), x->end());
     if (call == 0) {
@@ -82,14 +101,14 @@ Run run(comm::Communicator& world, const AttnConfig& c, const AttnTensors& in, i
     }
   }
   r.stats = attn.stats();
-  r.got.o = gather_rows(world, c, o.data(), c.heads);
-  r.got.lse = gather_stat(world, c, lse.data(), c.heads);
-  r.got.dq = gather_rows(world, c, dq.data(), c.heads);
-  r.got.dk = gather_rows(world, c, dk.data(), c.kv_heads);
-  r.got.dv = gather_rows(world, c, dv.data(), c.kv_heads);
+  r.got.o = gather_rows(group, c, o.data(), c.heads);
+  r.got.lse = gather_stat(group, c, lse.data(), c.heads);
+  r.got.dq = gather_rows(group, c, dq.data(), c.heads);
+  r.got.dk = gather_rows(group, c, dk.data(), c.kv_heads);
+  r.got.dv = gather_rows(group, c, dv.data(), c.kv_heads);
   r.flops.assign(size_t(P), 0.0);
   r.flops[size_t(rank)] = r.stats.attn_flops;
-  world.all_reduce_sum(r.flops.data(), P);
+  group.all_reduce_sum(r.flops.data(), P);
   return r;
 }
 
@@ -100,9 +119,152 @@ int64_t max_over_ranks(comm::Communicator& world, int64_t x) {
   return int64_t(*std::max_element(v.begin(), v.end()));
 }
 
-// The Communicator's collectives and point-to-point calls: values and counted bytes (ring
-// algorithm) on `P` ranks.
+// ---------------------------------------------------------------------------------------------
+// Bytes handed to MPI (mpi_bytes.h) against what the schedule and the closed forms say.
+
+// What one rank's schedules send in one phase: bytes to each (world rank of the peer, tag), the
+// number of sends and the tags they use.
+struct ScheduledSends {
+  std::map<std::pair<int, int>, int64_t> bytes;
+  int64_t sends = 0;
+  std::set<int> tags;
+};
+
+// Forward and backward of rank `rank` of the sequence-parallel group; world_of[r] is the world
+// rank of group rank r. A hybrid runs its Ulysses schedule in its team of u consecutive ranks and
+// its ring over the ranks with the same member index.
+std::array<ScheduledSends, 2> scheduled_sends(const AttnConfig& c, int P, int rank,
+                                              const std::vector<int>& world_of) {
+  std::array<ScheduledSends, 2> out;
+  auto add = [&](const Schedule& s, auto&& to_group) {
+    for (int phase = 0; phase < 2; ++phase) {
+      for (const Op& op : phase ? s.bwd : s.fwd) {
+        if (op.kind != OpKind::Send) continue;
+        out[size_t(phase)].bytes[{world_of[size_t(to_group(op.peer))], op.tag}] +=
+            op.elements * int64_t(sizeof(float));
+        out[size_t(phase)].sends += 1;
+        out[size_t(phase)].tags.insert(op.tag);
+      }
+    }
+  };
+  if (c.ulysses > 1) {
+    const auto h = hybrid_configs(c, P);
+    const int team = rank / h.u, member = rank % h.u;
+    add(make_schedule(h.outer, h.u, member), [&](int p) { return team * h.u + p; });
+    add(make_schedule(h.inner, h.rings, team), [&](int p) { return p * h.u + member; });
+  } else {
+    add(make_schedule(c, P, rank), [](int p) { return p; });
+  }
+  return out;
+}
+
+// What one rank hands to MPI's collectives in one phase, from what each collective call carries.
+struct CollectiveBytes {
+  int64_t all_gather = 0;  // the rank's own blocks, summed over the MPI_Allgather calls
+  int64_t all_to_all = 0;  // the whole send buffers of the MPI_Alltoall calls
+  int64_t exchange = 0;    // reduce-scatter by MPI_Isend: to each team member (itself included)
+};
+
+std::array<CollectiveBytes, 2> collective_bytes(const AttnConfig& c, int P) {
+  const int64_t B = c.batch, n = c.seq / P, f = sizeof(float);
+  // This rank's rows of q (also o, dout, dq), of k and v together (dk and dv), of lse (delta).
+  const int64_t q = B * n * c.heads * c.head_dim * f, kv = B * n * 2 * c.kv_heads * c.head_dim * f,
+                stat = B * n * c.heads * f;
+  const int64_t qpack = 2 * q + 2 * stat;  // q, dout, lse, delta
+  std::array<CollectiveBytes, 2> out;
+  if (c.ulysses > 1 || (c.strategy == Strategy::Ulysses && P > 1)) {
+    // Each local tensor goes to head shards or comes back in one all-to-all of the team (all P
+    // ranks for Ulysses): forward k,v, q, o, lse; backward k,v, the query package, dq, dk,dv.
+    out[0].all_to_all = kv + q + q + stat;
+    out[1].all_to_all = kv + qpack + q + kv;
+  } else if (c.strategy == Strategy::WallFacer && c.teams > 1) {
+    // Team of C. Forward: all-gather of k,v and of q; the reduce-scatter of the partial (o, lse)
+    // is an all-to-all of C blocks of each. Backward: all-gather of the query package and, unless
+    // the forward's k,v were kept, of k,v; reduce-scatter of dq and of dk,dv.
+    out[0].all_gather = kv + q;
+    out[0].all_to_all = c.teams * (q + stat);
+    out[1].all_gather = qpack + (c.keep_kv ? 0 : kv);
+    out[1].exchange = q + kv;
+  }
+  return out;
+}
+
+// One phase's tally, sorted: sends on the schedule's tags (its point-to-point transfers), sends on
+// other tags (the Communicator's pairwise exchanges), collectives by kind; and the bytes the
+// Communicator's counters should show for it: point-to-point, and its ring-algorithm volume of the
+// collectives (all-gather (n-1) blocks, all-to-all and reduce-scatter (n-1)/n of the buffer,
+// all-reduce 2(n-1)/n, an exchange what goes to the other ranks).
+struct Handed {
+  std::map<std::pair<int, int>, int64_t> p2p;
+  int64_t p2p_bytes = 0, p2p_sends = 0;
+  std::map<int, int64_t> exchange;  // world rank of the peer -> bytes
+  int64_t all_gather = 0, all_to_all = 0;
+  mpi_bytes::Count other;  // all-reduce, reduce-scatter, broadcast, barrier
+  int64_t ring_volume = 0;
+};
+
+Handed sort_handed(const mpi_bytes::Tally& t, const std::set<int>& tags, int me_world) {
+  using mpi_bytes::Kind;
+  Handed h;
+  for (const auto& [k, v] : t) {
+    const int64_t n = k.group_size;
+    switch (k.kind) {
+      case Kind::Send:
+        if (tags.count(k.tag)) {
+          h.p2p[{k.peer, k.tag}] += v.bytes;
+          h.p2p_bytes += v.bytes;
+          h.p2p_sends += v.calls;
+        } else {
+          h.exchange[k.peer] += v.bytes;
+          if (k.peer != me_world) h.ring_volume += v.bytes;
+        }
+        break;
+      case Kind::Recv:
+        break;
+      case Kind::AllGather:
+        h.all_gather += v.bytes;
+        h.ring_volume += (n - 1) * v.bytes;
+        break;
+      case Kind::AllToAll:
+        h.all_to_all += v.bytes;
+        h.ring_volume += (n - 1) * v.bytes / n;
+        break;
+      case Kind::AllReduce:
+      case Kind::ReduceScatter:
+      case Kind::Bcast:
+      case Kind::Barrier:
+        h.other.calls += v.calls;
+        h.other.bytes += v.bytes;
+        h.ring_volume += (k.kind == Kind::AllReduce ? 2 : 1) * (n - 1) * v.bytes / n;
+        break;
+    }
+  }
+  return h;
+}
+
+std::string peer_name(int world_rank) { return fmt::format("rank {}", world_rank); }
+std::string peer_name(const std::pair<int, int>& peer_tag) {
+  return fmt::format("rank {} tag {}", peer_tag.first, peer_tag.second);
+}
+
+// "" when the maps are equal, else their first difference.
+template <class Map>
+std::string first_difference(const Map& got, const Map& want) {
+  for (const auto& [k, v] : want) {
+    auto it = got.find(k);
+    if (it == got.end() || it->second != v)
+      return fmt::format("expected {} B to {}, handed {}", v, peer_name(k),
+                         it == got.end() ? 0 : it->second);
+  }
+  for (const auto& [k, v] : got)
+    if (!want.count(k)) return fmt::format("handed {} B to {}, expected none", v, peer_name(k));
+  return "";
+}
+
+// The Communicator's collectives and point-to-point calls on the `P` ranks of the world: values,
+// what each hands to MPI, and its counted bytes (ring algorithm).
 int test_comm(comm::Communicator& world) {
+  using mpi_bytes::Kind;
   const int P = world.size(), me = world.rank();
   int failures = 0;
   auto check = [&](bool ok, const char* what) {
@@ -111,47 +273,73 @@ int test_comm(comm::Communicator& world) {
       std::fprintf(stderr, "rank %d: FAIL comm %s\n", me, what);
     }
   };
+  // The one record of `t` of this kind holds `calls` calls and `bytes` bytes, on all P ranks.
+  auto one_call = [&](const mpi_bytes::Tally& t, Kind kind, int64_t bytes) {
+    return t.size() == 1 && t.begin()->first.kind == kind && t.begin()->first.group_size == P &&
+           t.begin()->second == mpi_bytes::Count{1, bytes};
+  };
   auto& ctr = world.counters();
   ctr.reset();
-  const int64_t n = 3;
+  const int64_t n = 3, f = sizeof(float);
   {
     std::vector<float> send(n), recv(size_t(P * n));
     for (int64_t i = 0; i < n; ++i) send[size_t(i)] = float(me * 10 + i);
+    const auto t0 = mpi_bytes::tally();
     world.all_gather(send.data(), n, recv.data());
+    const auto handed = mpi_bytes::since(t0);
     bool ok = true;
     for (int r = 0; r < P; ++r)
       for (int64_t i = 0; i < n; ++i) ok = ok && recv[size_t(r * n + i)] == float(r * 10 + i);
-    check(ok && ctr.coll_bytes == (P - 1) * n * 4, "all_gather");
+    check(ok && ctr.coll_bytes == (P - 1) * n * f, "all_gather");
+    check(one_call(handed, Kind::AllGather, n * f), "all_gather hands MPI its block once");
   }
   {
     ctr.reset();
     std::vector<float> send(size_t(P * n)), recv(n);
     for (int j = 0; j < P; ++j)
       for (int64_t i = 0; i < n; ++i) send[size_t(j * n + i)] = float(me + j + i);
+    const auto t0 = mpi_bytes::tally();
     world.reduce_scatter_sum(send.data(), recv.data(), n);
+    const auto handed = mpi_bytes::since(t0);
     bool ok = true;
     for (int64_t i = 0; i < n; ++i)
       ok = ok && recv[size_t(i)] == float(P * (P - 1) / 2 + P * (me + i));
-    check(ok && ctr.coll_bytes == (P - 1) * n * 4, "reduce_scatter_sum");
+    check(ok && ctr.coll_bytes == (P - 1) * n * f, "reduce_scatter_sum");
+    // A pairwise exchange: one block sent to and received from every rank, itself included.
+    std::map<int, int64_t> sent, posted;
+    for (const auto& [k, v] : handed) {
+      if (k.kind == Kind::Send && v.calls == 1) sent[k.peer] += v.bytes;
+      if (k.kind == Kind::Recv && v.calls == 1) posted[k.peer] += v.bytes;
+    }
+    std::map<int, int64_t> each;
+    for (int j = 0; j < P; ++j) each[j] = n * f;
+    check(handed.size() == size_t(2 * P) && sent == each && posted == each,
+          "reduce_scatter_sum hands MPI one block for each rank");
   }
   {
     ctr.reset();
     std::vector<float> send(size_t(P * n)), recv(size_t(P * n));
     for (int j = 0; j < P; ++j)
       for (int64_t i = 0; i < n; ++i) send[size_t(j * n + i)] = float(me * 100 + j * 10 + i);
+    const auto t0 = mpi_bytes::tally();
     world.all_to_all(send.data(), recv.data(), n);
+    const auto handed = mpi_bytes::since(t0);
     bool ok = true;
     for (int r = 0; r < P; ++r)
       for (int64_t i = 0; i < n; ++i)
         ok = ok && recv[size_t(r * n + i)] == float(r * 100 + me * 10 + i);
-    check(ok && ctr.coll_bytes == (P - 1) * n * 4, "all_to_all");
+    check(ok && ctr.coll_bytes == (P - 1) * n * f, "all_to_all");
+    check(one_call(handed, Kind::AllToAll, P * n * f), "all_to_all hands MPI its buffer once");
   }
   {
     ctr.reset();
     double x[4] = {double(me), 1, 2, 3};
+    const auto t0 = mpi_bytes::tally();
     world.all_reduce_sum(x, 4);
+    const auto handed = mpi_bytes::since(t0);
     check(x[0] == P * (P - 1) / 2.0 && x[3] == 3.0 * P && ctr.coll_bytes == 2 * (P - 1) * 4 * 8 / P,
           "all_reduce_sum");
+    check(one_call(handed, Kind::AllReduce, 4 * 8), "all_reduce_sum hands MPI its buffer once");
   }
   {
     // Rank s holds, for every block, o = s + 1 and lse = log(s + 1): merged, lse = log(sum) and
@@ -161,7 +349,9 @@ int test_comm(comm::Communicator& world) {
     const int64_t ob = int64_t(B) * rows * H * D, lb = int64_t(B) * H * rows;
     std::vector<float> o(size_t(P * ob), float(me + 1)), l(size_t(P * lb), std::log(float(me + 1)));
     std::vector<float> oo(static_cast<size_t>(ob)), lo(static_cast<size_t>(lb));
+    const auto t0 = mpi_bytes::tally();
     world.reduce_scatter_lse(o.data(), l.data(), oo.data(), lo.data(), B, rows, H, D);
+    const auto handed = mpi_bytes::since(t0);
     double s1 = 0, s2 = 0;
     for (int s = 1; s <= P; ++s) {
       s1 += s;
@@ -170,22 +360,42 @@ int test_comm(comm::Communicator& world) {
     bool ok = true;
     for (float v : oo) ok = ok && std::abs(v - s2 / s1) <= 1e-5 * s2 / s1;
     for (float v : lo) ok = ok && std::abs(v - std::log(s1)) <= 1e-6 * std::log(s1) + 1e-6;
-    check(ok && ctr.coll_bytes == (P - 1) * (ob + lb) * 4, "reduce_scatter_lse");
+    check(ok && ctr.coll_bytes == (P - 1) * (ob + lb) * f, "reduce_scatter_lse");
+    // Two all-to-alls: the O blocks, then the LSE blocks.
+    check(handed.size() == 1 && handed.begin()->first.kind == Kind::AllToAll &&
+              handed.begin()->second == mpi_bytes::Count{2, P * (ob + lb) * f},
+          "reduce_scatter_lse hands MPI its O and LSE buffers once");
   }
   {
     ctr.reset();
     std::vector<float> send(5, float(me)), recv(5, -1.0f);
+    const auto t0 = mpi_bytes::tally();
     auto r = world.irecv(recv.data(), 5, (me + P - 1) % P, 7);
     auto s = world.isend(send.data(), 5, (me + 1) % P, 7);
     s.wait();
     while (!r.test()) {
     }
+    const auto handed = mpi_bytes::since(t0);
     check(recv[4] == float((me + P - 1) % P) && ctr.p2p_bytes == 20 && ctr.p2p_sends == 1,
           "isend/irecv");
+    const mpi_bytes::Tally want{{{Kind::Send, P, (me + 1) % P, 7}, {1, 20}},
+                                {{Kind::Recv, P, (me + P - 1) % P, 7}, {1, 20}}};
+    check(handed == want, "isend/irecv hand MPI one message each, to and from the right ranks");
   }
   if (P % 2 == 0) {
     auto team = world.split(me / 2, me);
     check(team.size() == 2 && team.rank() == me % 2, "split");
+    // A team's messages name world ranks.
+    std::vector<float> send(4, float(me)), recv(4);
+    const auto t0 = mpi_bytes::tally();
+    auto r = team.irecv(recv.data(), 4, 1 - team.rank(), 9);
+    team.isend(send.data(), 4, 1 - team.rank(), 9).wait();
+    r.wait();
+    const auto handed = mpi_bytes::since(t0);
+    const int partner = me ^ 1;
+    const mpi_bytes::Tally want{{{Kind::Send, 2, partner, 9}, {1, 16}},
+                                {{Kind::Recv, 2, partner, 9}, {1, 16}}};
+    check(recv[0] == float(partner) && handed == want, "team isend/irecv name the world ranks");
   }
   bool threw = false;
   try {
@@ -196,6 +406,80 @@ int test_comm(comm::Communicator& world) {
   check(threw, "isend to a rank outside the group raises a clear error");
   ctr.reset();
   return failures;
+}
+
+// A configuration to run: the group's ranks in layout order are world ranks world_of.
+struct Case {
+  AttnConfig c;
+  std::vector<int> world_of;
+  bool ring_intra = false;
+};
+
+// What rank `me` of the group handed to MPI in each phase of `r` against its schedule (sends per
+// peer and tag, their number), the closed forms (`form`: point-to-point; collective_bytes), and
+// the Communicator's counters.
+void check_handed(const Run& r, const AttnConfig& c, int P, int me,
+                  const std::vector<int>& world_of, const ScheduleTotals& form,
+                  const std::string& name,
+                  const std::function<void(bool, const std::string&)>& check) {
+  const auto sends = scheduled_sends(c, P, me, world_of);
+  const auto coll = collective_bytes(c, P);
+  const int me_world = world_of[size_t(me)];
+  for (int phase = 0; phase < 2; ++phase) {
+    const std::string what = name + (phase ? " backward" : " forward");
+    const auto& want = sends[size_t(phase)];
+    const auto& cb = coll[size_t(phase)];
+    const Handed h = sort_handed(r.handed[size_t(phase)], want.tags, me_world);
+    const std::string diff = first_difference(h.p2p, want.bytes);
+    check(diff.empty(),
+          fmt::format("{}: point-to-point sends differ from the schedule: {}", what, diff));
+    const int64_t form_bytes = phase ? form.p2p_bytes_bwd : form.p2p_bytes_fwd;
+    const int64_t form_sends = phase ? form.p2p_sends_bwd : form.p2p_sends_fwd;
+    check(h.p2p_bytes == form_bytes && h.p2p_sends == want.sends && want.sends == form_sends,
+          fmt::format("{}: handed MPI {} B in {} sends; schedule {} sends; formula {} B in {}",
+                      what, h.p2p_bytes, h.p2p_sends, want.sends, form_bytes, form_sends));
+    // Collectives. The reduce-scatters of WallFacer-C send a block to every member of the team.
+    std::map<int, int64_t> exchange;
+    if (cb.exchange > 0) {
+      for (int m = me / c.teams * c.teams; m < (me / c.teams + 1) * c.teams; ++m)
+        exchange[world_of[size_t(m)]] = cb.exchange;
+    }
+    const std::string ediff = first_difference(h.exchange, exchange);
+    check(ediff.empty(),
+          fmt::format("{}: sends on other tags than the schedule's (reduce-scatter exchange): {}",
+                      what, ediff));
+    check(h.all_gather == cb.all_gather && h.all_to_all == cb.all_to_all,
+          fmt::format("{}: handed MPI_Allgather {} B (formula {}), MPI_Alltoall {} B (formula {})",
+                      what, h.all_gather, cb.all_gather, h.all_to_all, cb.all_to_all));
+    check(h.other == mpi_bytes::Count{},
+          fmt::format("{}: {} unexpected all-reduce, reduce-scatter, broadcast or barrier calls "
+                      "({} B)",
+                      what, h.other.calls, h.other.bytes));
+    // The Communicator counts what MPI was handed.
+    const auto& st = r.stats;
+    const int64_t p2p = phase ? st.p2p_bytes_bwd : st.p2p_bytes_fwd;
+    const int64_t coll_counted = phase ? st.coll_bytes_bwd : st.coll_bytes_fwd;
+    check(p2p == h.p2p_bytes && coll_counted == h.ring_volume,
+          fmt::format("{}: the Communicator counted {} B sent and {} B of collectives; MPI was "
+                      "handed {} B and {} B (ring-algorithm volume)",
+                      what, p2p, coll_counted, h.p2p_bytes, h.ring_volume));
+  }
+}
+
+// Every byte handed to MPI for another rank (both phases of `r`) was posted to be received there
+// from this rank: the same on every rank.
+bool sends_match_receives(comm::Communicator& world, const Run& r) {
+  const int P = world.size(), me = world.rank();
+  std::vector<double> sent(size_t(P * P), 0.0), posted(size_t(P * P), 0.0);  // [from * P + to]
+  for (const auto& t : r.handed) {
+    for (const auto& [k, v] : t) {
+      if (k.kind == mpi_bytes::Kind::Send) sent[size_t(me * P + k.peer)] += double(v.bytes);
+      if (k.kind == mpi_bytes::Kind::Recv) posted[size_t(k.peer * P + me)] += double(v.bytes);
+    }
+  }
+  world.all_reduce_sum(sent.data(), int64_t(sent.size()));
+  world.all_reduce_sum(posted.data(), int64_t(posted.size()));
+  return sent == posted;
 }
 
 // Bytes the planner's attention program of a hybrid sends from `rank` (simulated on one node):
@@ -302,14 +586,23 @@ int main(int argc, char** argv) {
       AttnTensors ref;
       if (rank == 0) ref = reference_attention(base, in, /*fp64=*/true);
 
-      std::vector<AttnConfig> cfgs;
+      std::vector<Case> cases;
       auto add = [&](Strategy s, int C, int u = 1, bool keep_kv = false) {
-        AttnConfig c = base;
-        c.strategy = s;
-        c.teams = C;
-        c.ulysses = u;
-        c.keep_kv = keep_kv;
-        cfgs.push_back(c);
+        Case k;
+        k.c = base;
+        k.c.strategy = s;
+        k.c.teams = C;
+        k.c.ulysses = u;
+        k.c.keep_kv = keep_kv;
+        k.world_of.resize(size_t(P));
+        std::iota(k.world_of.begin(), k.world_of.end(), 0);
+        cases.push_back(k);
+        if (s != Strategy::WallFacer || C == 1) return;
+        // WallFacer-C ring-intra: the sub-rings on consecutive ranks (when that is another order).
+        k.world_of = plan::candidate_devices({s, C, u, plan::Placement::RingIntra, keep_kv}, P);
+        if (k.world_of == cases.back().world_of) return;
+        k.ring_intra = true;
+        cases.push_back(k);
       };
       if (kv_div != 2) {
         add(Strategy::Ring, 1);
@@ -331,18 +624,24 @@ int main(int argc, char** argv) {
 
       int64_t ring_fwd = -1;
       std::vector<float> ring_o;
-      for (const auto& c : cfgs) {
+      for (const auto& [c, world_of, ring_intra] : cases) {
         ++configs;
-        const auto r = run(world, c, in, failures);
-        const std::string name = fmt::format(
-            "{}{} C={}{} causal={} Hkv={} B={} P={}",
-            c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "", strategy_name(c.strategy),
-            c.teams, c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
-        // Bytes and steps: measured == schedule counter == closed form, on every rank (hybrids:
-        // their Ulysses and ring schedules summed, and the planner's program of the two).
+        // The group numbered by layout rank: group rank r is world rank world_of[r].
+        auto group =
+            ring_intra ? world.split(0, plan::inverse_order(world_of)[size_t(rank)]) : world;
+        const int me = group.rank();
+        const auto r = run(group, c, in, failures);
+        const std::string name =
+            fmt::format("{}{} C={}{}{} causal={} Hkv={} B={} P={}",
+                        c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
+                        strategy_name(c.strategy), c.teams, ring_intra ? " ring-intra" : "",
+                        c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
+        // Bytes and steps: the Communicator's counters == schedule counter == closed form, on every
+        // rank (hybrids: their Ulysses and ring schedules summed, and the planner's program of the
+        // two); what MPI was handed against all three.
         const auto sched =
-            c.ulysses > 1 ? hybrid_totals(c, P, rank) : schedule_totals(make_schedule(c, P, rank));
-        const auto form = formula_totals(c, P, rank);
+            c.ulysses > 1 ? hybrid_totals(c, P, me) : schedule_totals(make_schedule(c, P, me));
+        const auto form = formula_totals(c, P, me);
         const auto& st = r.stats;
         const int64_t measured[] = {st.p2p_bytes_fwd,  st.p2p_bytes_bwd, st.coll_bytes_fwd,
                                     st.coll_bytes_bwd, st.p2p_steps_fwd, st.p2p_steps_bwd};
@@ -354,9 +653,11 @@ int main(int argc, char** argv) {
           check(measured[i] == counted[i] && counted[i] == closed[i],
                 fmt::format("{}: counter {} measured {} schedule {} formula {}", name, i,
                             measured[i], counted[i], closed[i]));
+        check_handed(r, c, P, me, world_of, form, name, check);
+        check(sends_match_receives(world, r), name + ": bytes sent differ from bytes received");
         check(st.attn_flops == sched.flops_fwd, name + ": flops differ from the schedule");
         if (c.ulysses > 1) {
-          const auto planned = planned_bytes(c, P, rank);
+          const auto planned = planned_bytes(c, P, me);
           const int64_t got[] = {st.p2p_bytes_fwd, st.coll_bytes_fwd, st.p2p_bytes_bwd,
                                  st.coll_bytes_bwd};
           for (int i = 0; i < 4; ++i)
@@ -373,7 +674,10 @@ int main(int argc, char** argv) {
         if (c.causal && c.strategy != Strategy::Ring)
           check(imbalance <= 1.05, fmt::format("{}: work imbalance {}", name, imbalance));
         // WallFacer-C sends 1/C of ring's point-to-point volume, up to the placement hop.
-        const int64_t p2p_fwd = max_over_ranks(world, st.p2p_bytes_fwd);
+        const int64_t p2p_fwd =
+            max_over_ranks(world, mpi_bytes::sum(r.handed[0], [](const auto& k) {
+                                    return k.kind == mpi_bytes::Kind::Send;
+                                  }).bytes);
         const int64_t hop = 2 * c.batch * (c.seq / P) * c.kv_heads * c.head_dim * 4;
         if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_fwd = p2p_fwd;
         // (C = 1 is ring; C > 1: C times the volume, placement included, is ring's plus one hop.)

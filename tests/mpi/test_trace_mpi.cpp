@@ -2,8 +2,9 @@
 // zigzag, Ulysses and WallFacer-C the merged file is valid JSON in the documented format; every op
 // of every rank's schedule appears exactly once (forward and backward); the spans of a rank's
 // sequential ops never overlap; every send pairs with its receive (same bytes, the receive ends
-// after the send starts, within the stated alignment error). An unwritable path fails on every
-// rank without hanging and leaves no file.
+// after the send starts, within the stated alignment error); the bytes of a rank's send spans are
+// those it handed to MPI for them (mpi_bytes.h). An unwritable path fails on every rank without
+// hanging and leaves no file.
 // Usage: mpirun -np P test_trace_mpi DIR
 
 #include <fmt/format.h>
@@ -12,10 +13,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "mpi_bytes.h"
 #include "mpi_check.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/comm/trace_merge.h"
@@ -134,6 +137,29 @@ void check_file(const std::string& path, const AttnConfig& cfg, int P) {
   }
 }
 
+// This rank's send spans against what it handed to MPI while they were recorded (`handed`): per
+// (peer, tag) of its schedule's sends, the spans' bytes sum to what MPI's sends were given.
+void check_sends_handed(const mpi_bytes::Tally& handed, const Schedule& s,
+                        const std::string& what) {
+  std::set<int> tags;
+  for (const auto* ops : {&s.fwd, &s.bwd})
+    for (const Op& op : *ops)
+      if (op.kind == OpKind::Send) tags.insert(op.tag);
+  std::map<std::pair<int64_t, int64_t>, int64_t> traced, sent;
+  for (const auto& e : trace::events()) {
+    if (std::string(e.name) != "send") continue;
+    std::map<std::string, int64_t> arg;
+    for (int i = 0; i < e.nargs; ++i) arg[e.args[size_t(i)].key] = e.args[size_t(i)].num;
+    traced[{arg["peer"], arg["tag"]}] += arg["bytes"];
+  }
+  for (const auto& [k, v] : handed)
+    if (k.kind == mpi_bytes::Kind::Send && tags.count(k.tag)) sent[{k.peer, k.tag}] += v.bytes;
+  check(traced == sent && traced.empty() == tags.empty(),
+        fmt::format("{} rank {}: the send spans' bytes differ from what MPI's sends "
+                    "were handed",
+                    what, s.rank));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -174,10 +200,13 @@ int main(int argc, char** argv) {
     DistAttention attn(cfg, world);
     attn.set_progress_rows(8);  // many progress tests: transfers complete between sub-blocks
     trace::start(4096);
+    const mpi_bytes::Tally before = mpi_bytes::tally();
     attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
     attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
                   dk.data(), dv.data());
     trace::stop();
+    check_sends_handed(mpi_bytes::since(before), make_schedule(cfg, P, rank),
+                       fmt::format("{} C={}", strategy_name(cfg.strategy), cfg.teams));
     comm::write_trace(world, path, clocks, {{"test", "trace_mpi"}});
     if (rank == 0) check_file(path, cfg, P);
   }
