@@ -1,10 +1,12 @@
 #include "wallfacer/comm/communicator.h"
 
+#include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -156,6 +158,24 @@ void watchdog_loop() {
   }
 }
 
+// Under a launcher that retries a job none of whose ranks started (tests/mpirun.sh): leaves a file
+// named after this process in the folder WALLFACER_LAUNCH_MARKERS names, the proof that this rank
+// reached the program. Returns "" or what went wrong.
+std::string mark_launched() {
+  const char* dir = std::getenv("WALLFACER_LAUNCH_MARKERS");
+  if (dir == nullptr || *dir == '\0') return "";
+  const std::string path = fmt::format("{}/{}", dir, getpid());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return fmt::format(
+        "cannot create '{}' ({}): WALLFACER_LAUNCH_MARKERS must name a writable "
+        "folder, or be unset",
+        path, std::strerror(errno));
+  }
+  ::close(fd);
+  return "";
+}
+
 // MPI_Init_thread, errors returned instead of fatal, the error communicator and the watchdog.
 void start_mpi(int* argc, char*** argv) {
   // More ranks on this machine than cores (mpirun --oversubscribe): a rank that waits for a message
@@ -167,6 +187,8 @@ void start_mpi(int* argc, char*** argv) {
   int provided = 0;
   const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   if (rc != MPI_SUCCESS) fail(rc, "MPI_Init_thread", -1, kNoPeer);
+  const std::string marker_error = mark_launched();
+  WF_CHECK(marker_error.empty(), "{}", marker_error);
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
         world_rank());
   Faults& f = faults();
@@ -207,6 +229,7 @@ int launched_size() {
 }
 
 int end_job_with_error(const std::string& prefix, const std::string& message, int code) {
+  mark_launched();  // this rank got going: its error is the job's outcome, not a failed launch
   auto print = [&](const std::string& who) {
     std::fprintf(stderr, "%s: error: %s%s\n", prefix.c_str(), who.c_str(), message.c_str());
     std::fflush(stderr);

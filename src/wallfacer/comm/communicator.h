@@ -87,6 +87,9 @@ class Communicator {
 // MPI_Init_thread / MPI_Finalize for the lifetime of the object (once per process). When the
 // object is destroyed by an exception, MPI is left running: MPI_Finalize waits for every rank, and
 // the others may be waiting in a collective for this one; end_job_with_error ends the job instead.
+// Right after MPI_Init, when WALLFACER_LAUNCH_MARKERS names a folder, the rank creates a file there
+// named after its process id: the proof for tests/mpirun.sh that the launch reached the program
+// (end_job_with_error leaves one too).
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
