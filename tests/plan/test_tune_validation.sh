@@ -20,7 +20,7 @@ ok_all=1
 for P in 2 4; do
   ok=0
   for attempt in 1 2 3; do
-    run $P "$wf" tune --calibrate --out "$tmp/local.toml" >/dev/null 2>&1 || { echo "calibrate P=$P failed"; exit 1; }
+    out=$(run $P "$wf" tune --calibrate --out "$tmp/local.toml" 2>&1) || { echo "calibrate P=$P failed: $(echo "$out" | tail -3)"; exit 1; }
     worst_ok=1
     for model in tiny tiny-causal; do
       out=$(run $P "$wf" tune --cluster "$tmp/local.toml" --model "$src/tests/plan/$model.toml" \
