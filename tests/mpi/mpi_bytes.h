@@ -39,6 +39,11 @@ struct Key {
 struct Count {
   int64_t calls = 0;
   int64_t bytes = 0;
+  Count& operator+=(const Count& o) {
+    calls += o.calls;
+    bytes += o.bytes;
+    return *this;
+  }
   bool operator==(const Count&) const = default;
 };
 
@@ -54,11 +59,8 @@ Tally since(const Tally& before);
 template <class Pick>
 Count sum(const Tally& t, Pick&& pick) {
   Count c;
-  for (const auto& [k, v] : t) {
-    if (!pick(k)) continue;
-    c.calls += v.calls;
-    c.bytes += v.bytes;
-  }
+  for (const auto& [k, v] : t)
+    if (pick(k)) c += v;
   return c;
 }
 

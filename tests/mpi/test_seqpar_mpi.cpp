@@ -160,9 +160,9 @@ std::array<ScheduledSends, 2> scheduled_sends(const AttnConfig& c, int P, int ra
 
 // What one rank hands to MPI's collectives in one phase, from what each collective call carries.
 struct CollectiveBytes {
-  int64_t all_gather = 0;  // the rank's own blocks, summed over the MPI_Allgather calls
-  int64_t all_to_all = 0;  // the whole send buffers of the MPI_Alltoall calls
-  int64_t exchange = 0;    // reduce-scatter by MPI_Isend: to each team member (itself included)
+  mpi_bytes::Count all_gather;  // MPI_Allgather calls and their own blocks
+  mpi_bytes::Count all_to_all;  // MPI_Alltoall calls and their whole send buffers
+  int64_t exchange = 0;         // reduce-scatter by MPI_Isend: to each team member (itself too)
 };
 
 std::array<CollectiveBytes, 2> collective_bytes(const AttnConfig& c, int P) {
@@ -175,15 +175,15 @@ std::array<CollectiveBytes, 2> collective_bytes(const AttnConfig& c, int P) {
   if (c.ulysses > 1 || (c.strategy == Strategy::Ulysses && P > 1)) {
     // Each local tensor goes to head shards or comes back in one all-to-all of the team (all P
     // ranks for Ulysses): forward k,v, q, o, lse; backward k,v, the query package, dq, dk,dv.
-    out[0].all_to_all = kv + q + q + stat;
-    out[1].all_to_all = kv + qpack + q + kv;
+    out[0].all_to_all = {4, kv + q + q + stat};
+    out[1].all_to_all = {4, kv + qpack + q + kv};
   } else if (c.strategy == Strategy::WallFacer && c.teams > 1) {
     // Team of C. Forward: all-gather of k,v and of q; the reduce-scatter of the partial (o, lse)
     // is an all-to-all of C blocks of each. Backward: all-gather of the query package and, unless
     // the forward's k,v were kept, of k,v; reduce-scatter of dq and of dk,dv.
-    out[0].all_gather = kv + q;
-    out[0].all_to_all = c.teams * (q + stat);
-    out[1].all_gather = qpack + (c.keep_kv ? 0 : kv);
+    out[0].all_gather = {2, kv + q};
+    out[0].all_to_all = {2, c.teams * (q + stat)};
+    out[1].all_gather = c.keep_kv ? mpi_bytes::Count{1, qpack} : mpi_bytes::Count{2, qpack + kv};
     out[1].exchange = q + kv;
   }
   return out;
@@ -198,7 +198,7 @@ struct Handed {
   std::map<std::pair<int, int>, int64_t> p2p;
   int64_t p2p_bytes = 0, p2p_sends = 0;
   std::map<int, int64_t> exchange;  // world rank of the peer -> bytes
-  int64_t all_gather = 0, all_to_all = 0;
+  mpi_bytes::Count all_gather, all_to_all;
   mpi_bytes::Count other;  // all-reduce, reduce-scatter, broadcast, barrier
   int64_t ring_volume = 0;
 };
@@ -222,19 +222,18 @@ Handed sort_handed(const mpi_bytes::Tally& t, const std::set<int>& tags, int me_
       case Kind::Recv:
         break;
       case Kind::AllGather:
-        h.all_gather += v.bytes;
+        h.all_gather += v;
         h.ring_volume += (n - 1) * v.bytes;
         break;
       case Kind::AllToAll:
-        h.all_to_all += v.bytes;
+        h.all_to_all += v;
         h.ring_volume += (n - 1) * v.bytes / n;
         break;
       case Kind::AllReduce:
       case Kind::ReduceScatter:
       case Kind::Bcast:
       case Kind::Barrier:
-        h.other.calls += v.calls;
-        h.other.bytes += v.bytes;
+        h.other += v;
         h.ring_volume += (k.kind == Kind::AllReduce ? 2 : 1) * (n - 1) * v.bytes / n;
         break;
     }
@@ -448,9 +447,15 @@ void check_handed(const Run& r, const AttnConfig& c, int P, int me,
     check(ediff.empty(),
           fmt::format("{}: sends on other tags than the schedule's (reduce-scatter exchange): {}",
                       what, ediff));
-    check(h.all_gather == cb.all_gather && h.all_to_all == cb.all_to_all,
-          fmt::format("{}: handed MPI_Allgather {} B (formula {}), MPI_Alltoall {} B (formula {})",
-                      what, h.all_gather, cb.all_gather, h.all_to_all, cb.all_to_all));
+    auto calls_bytes = [](const mpi_bytes::Count& n) {
+      return fmt::format("{} calls, {} B", n.calls, n.bytes);
+    };
+    check(h.all_gather == cb.all_gather,
+          fmt::format("{}: MPI_Allgather handed {}; closed form {}", what,
+                      calls_bytes(h.all_gather), calls_bytes(cb.all_gather)));
+    check(h.all_to_all == cb.all_to_all,
+          fmt::format("{}: MPI_Alltoall handed {}; closed form {}", what, calls_bytes(h.all_to_all),
+                      calls_bytes(cb.all_to_all)));
     check(h.other == mpi_bytes::Count{},
           fmt::format("{}: {} unexpected all-reduce, reduce-scatter, broadcast or barrier calls "
                       "({} B)",
