@@ -32,5 +32,28 @@ TEST(TrainConfig, SetStringsMustBeUtf8) {
   EXPECT_EQ(c.data_dir, "runs/d\xc3\xa9j\xc3\xa0");
 }
 
+TEST(TrainConfig, DitClipShapesAreBounded) {
+  const std::string dit = "[model]\nkind = \"dit\"\n";
+  // The largest clip: 2^20 frames of 2^16 pixels, patches of 2^10: 2^20 x 64 x 64 tokens.
+  const TrainConfig big =
+      TrainConfig::from_toml(dit + "patch = 1024\n[data]\nframes = 1048576\nsize = 65536\n", "t");
+  EXPECT_EQ(big.seq, int64_t(1) << 32);
+  // Beyond it the tokens are not counted (frames x size^2 would wrap int64), and validate says why.
+  TrainConfig c = TrainConfig::from_toml(
+      dit + "patch = 1\n[data]\nframes = 2147483647\nsize = 2147483647\n", "t");
+  EXPECT_NE(usage_error([&] { c.validate(1); }).find("data.frames must be in 1..1048576"),
+            std::string::npos);
+  c.set("data.frames=8");
+  EXPECT_NE(usage_error([&] { c.validate(1); }).find("data.size must be in 1..65536"),
+            std::string::npos);
+  c.set("model.patch=2048");
+  c.set("data.size=65536");
+  EXPECT_NE(
+      usage_error([&] { c.validate(1); }).find("model.patch (2048), which must be in 1..1024"),
+      std::string::npos);
+  c.set("model.patch=1024");
+  EXPECT_EQ(c.seq, 8 * 64 * 64);
+}
+
 }  // namespace
 }  // namespace wallfacer::train

@@ -257,7 +257,7 @@ VideoSpec TrainConfig::video_spec() const {
 }
 
 void TrainConfig::derive() {
-  if (kind == "dit" && patch >= 1 && size % patch == 0) seq = dit_model().tokens();
+  if (kind == "dit" && dit_model().clip_shape_ok()) seq = dit_model().tokens();
 }
 
 seqpar::AttnConfig TrainConfig::attn_config(int P) const {
