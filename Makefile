@@ -7,7 +7,7 @@ PRESET ?= release
 # reached the program is retried, by tests/mpirun.sh.
 CTEST = ctest --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build build-asan test test-asan demo bench format clean
+.PHONY: all deps build build-asan build-fuzz test test-asan fuzz demo bench format clean
 
 all: build
 
@@ -22,11 +22,30 @@ build-asan: deps
 	@cmake --preset asan >/dev/null
 	@cmake --build build-asan -j $(JOBS) --target wallfacer_unit_tests
 
-# All tests of the release build, then the unit tests again under ASan+UBSan.
-test: build build-asan
+# The libFuzzer targets (clang, ASan+UBSan): tests/fuzz, docs/faults.md "Fuzzing".
+build-fuzz: deps
+	@cmake --preset fuzz >/dev/null
+	@cmake --build build-fuzz -j $(JOBS)
+
+# All tests of the release build, then the unit tests again under ASan+UBSan, then every fuzz
+# target for 15 s from its committed corpus (never repeated: a crash fails at once).
+test: build build-asan build-fuzz
 	cd build && $(CTEST)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(CTEST) -L unit
+	cd build-fuzz && ctest --output-on-failure -j $(JOBS) -L fuzz
+
+# Longer fuzzing: each target (or those in FUZZ_TARGETS) for FUZZ_SECONDS, one after another.
+# New inputs are kept in FUZZ_DIR/NAME/corpus (outside the repository) for the next run; a
+# crash prints the reproducer and how to commit it as a regression input.
+FUZZ_SECONDS ?= 300
+FUZZ_DIR ?= /tmp/wallfacer-fuzz
+FUZZ_TARGETS ?= $(notdir $(wildcard tests/fuzz/corpus/*))
+fuzz: build-fuzz
+	@fail=0; for t in $(FUZZ_TARGETS); do \
+	  tests/fuzz/run.sh build-fuzz/tests/fuzz/fuzz_$$t tests/fuzz/corpus/$$t $(FUZZ_SECONDS) \
+	    $(FUZZ_DIR)/$$t --keep || fail=1; \
+	done; exit $$fail
 
 # The main job: the King James Bible as byte tokens (prepared once into data/kjv), a small GPT
 # trained with 4 ranks of WallFacer-C (configs/gpt-kjv.toml), the loss plot, and a sample.
@@ -44,4 +63,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

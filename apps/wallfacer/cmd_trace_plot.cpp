@@ -27,19 +27,16 @@ struct PlotOptions {
   int width = 1000;
 };
 
-// A title from the file's metadata: "ring P=4 seq=4096 causal (measured)".
-std::string default_title(const nlohmann::json& meta) {
-  if (!meta.contains("config") || !meta["config"].is_object()) return "wallfacer trace";
-  const auto& c = meta["config"];
-  std::string s = c.value("strategy", std::string("?"));
-  if (c.value("C", 1) > 1) s += fmt::format(" C={}", c.value("C", 1));
-  if (c.value("ulysses", 1) > 1) s = fmt::format("ulysses{} x {}", c.value("ulysses", 1), s);
-  s += fmt::format(" P={} seq={}", c.value("P", 0), c.value("seq", 0));
-  if (c.value("causal", false)) s += " causal";
-  const std::string cmd = meta.value("command", std::string());
-  if (cmd == "plan") s += " (predicted)";
-  if (cmd == "attn" || cmd == "train") s += " (measured)";
-  return s;
+// A gnuplot string literal holding `s` as it is: single quotes, in which gnuplot substitutes
+// nothing (no backquoted commands, no escapes), a quote doubled, control characters dropped.
+std::string gnuplot_string(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) continue;
+    out += c;
+    if (c == '\'') out += c;
+  }
+  return out + "'";
 }
 
 int run_plot(const PlotOptions& o) {
@@ -47,16 +44,14 @@ int run_plot(const PlotOptions& o) {
                  "trace-plot needs a trace file (wallfacer trace-plot FILE.json)");
   WF_USAGE_CHECK(o.width >= 200 && o.width <= 8000, "--width must lie in 200..8000 (got {})",
                  o.width);
-  nlohmann::json meta;
-  std::vector<trace::ParsedSpan> spans;
+  trace::Timeline t;
   try {
-    spans = trace::parse_chrome_trace(read_file(o.input), &meta);
+    t = trace::read_timeline(read_file(o.input));
   } catch (const UsageError& e) {
     throw UsageError(fmt::format("'{}': {}", o.input, e.what()));
   }
-  WF_USAGE_CHECK(!spans.empty(), "'{}' holds no spans", o.input);
-  int ranks = 0;
-  for (const auto& s : spans) ranks = std::max(ranks, s.rank + 1);
+  WF_USAGE_CHECK(!t.spans.empty(), "'{}' holds no spans", o.input);
+  const int ranks = t.ranks;
 
   // Boxes by colour: x (ms) from, to; y from, to. Row r spans y in [-r - 0.45, -r + 0.45].
   const fs::path dir = fs::temp_directory_path() /
@@ -64,11 +59,8 @@ int run_plot(const PlotOptions& o) {
   fs::create_directories(dir);
   std::map<std::string, std::ofstream> files;
   for (const char* k : {"compute", "comm", "wait"}) files[k].open(dir / (std::string(k) + ".dat"));
-  double t_end = 0, bwd_start = -1;  // attention: where rank 0's backward starts
-  for (const auto& s : spans) {
-    if (s.rank == 0 && s.args.value("phase", std::string()) == "backward" &&
-        (bwd_start < 0 || s.ts < bwd_start))
-      bwd_start = s.ts;
+  double t_end = 0;
+  for (const auto& s : t.spans) {
     if (s.cat == "phase") continue;
     const std::string kind = s.cat == "wait" ? "wait" : s.cat == "comm" ? "comm" : "compute";
     const double x0 = s.ts * 1e-3, x1 = (s.ts + s.dur) * 1e-3, y = -double(s.rank);
@@ -89,23 +81,24 @@ int run_plot(const PlotOptions& o) {
     std::ofstream gp(script);
     const int height = std::clamp(130 + 42 * ranks, 240, 4000);
     gp << fmt::format("set terminal png size {},{} font 'sans,9'\n", o.width, height)
-       << fmt::format("set output '{}'\n", tmp_png)
-       << fmt::format("set title \"{}\" offset 0,0.4\n",
-                      o.title.empty() ? default_title(meta) : o.title)
+       << fmt::format("set output {}\n", gnuplot_string(tmp_png))
+       << fmt::format("set title {} offset 0,0.4\n",
+                      gnuplot_string(o.title.empty() ? t.title : o.title))
        << "set xlabel \"time (ms)     row: upper bar the rank's ops in order, lower bar its "
           "transfers in flight\"\nset yrange ["
        << -double(ranks) + 0.4 << ":0.6]\n"
        << fmt::format("set xrange [0:{}]\n", t_end > 0 ? t_end * 1.01 : 1.0) << "set ytics (";
     // Several nodes: the host beside each rank and a line between nodes.
-    std::vector<std::string> hosts(static_cast<size_t>(ranks));
-    if (meta.contains("hosts") && meta["hosts"].is_array() && int(meta["hosts"].size()) == ranks)
-      for (int r = 0; r < ranks; ++r)
-        hosts[size_t(r)] = meta["hosts"][size_t(r)].get<std::string>();
+    std::vector<std::string> hosts = t.hosts;
+    hosts.resize(static_cast<size_t>(ranks));
     const bool nodes = std::any_of(hosts.begin(), hosts.end(),
                                    [&](const std::string& h) { return h != hosts[0]; });
     for (int r = 0; r < ranks; ++r)
       gp << (r ? ", " : "")
-         << fmt::format("'rank {}{}' {}", r, nodes ? " · " + hosts[size_t(r)] : "", -r);
+         << fmt::format(
+                "{} {}",
+                gnuplot_string(fmt::format("rank {}{}", r, nodes ? " · " + hosts[size_t(r)] : "")),
+                -r);
     gp << ")\n";
     for (int r = 1; r < ranks && nodes; ++r)
       if (hosts[size_t(r)] != hosts[size_t(r) - 1])
@@ -115,18 +108,17 @@ int run_plot(const PlotOptions& o) {
             0.5 - r);
     gp << "set grid xtics\nset key outside bottom center horizontal\nset bmargin 5\n"
        << "set style fill solid 0.85 noborder\n";
-    const std::string cmd = meta.value("command", std::string());
-    if (bwd_start > 0 && (cmd == "attn" || cmd == "plan"))
+    if (t.backward_start_us > 0 && (t.command == "attn" || t.command == "plan"))
       gp << fmt::format(
           "set arrow from {0},graph 0 to {0},graph 1 nohead dt 2 lw 1.5 lc rgb '#222222' front\n"
           "set label 'backward' at {0},graph 1 offset 0.3,0.5 font ',8' tc rgb '#222222' front\n",
-          bwd_start * 1e-3);
-    gp << "plot '" << (dir / "compute.dat").string()
-       << "' using 1:2:3:4:5:6 with boxxyerror lc rgb '#3a9d4f' title 'compute', \\\n"
-       << "     '" << (dir / "comm.dat").string()
-       << "' using 1:2:3:4:5:6 with boxxyerror lc rgb '#3b6fd0' title 'communication', \\\n"
-       << "     '" << (dir / "wait.dat").string()
-       << "' using 1:2:3:4:5:6 with boxxyerror lc rgb '#d9412b' title 'wait'\n";
+          t.backward_start_us * 1e-3);
+    gp << "plot " << gnuplot_string((dir / "compute.dat").string())
+       << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#3a9d4f' title 'compute', \\\n"
+       << "     " << gnuplot_string((dir / "comm.dat").string())
+       << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#3b6fd0' title 'communication', \\\n"
+       << "     " << gnuplot_string((dir / "wait.dat").string())
+       << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#d9412b' title 'wait'\n";
   }
   const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script.string()).c_str());
   std::error_code ec;
@@ -138,7 +130,7 @@ int run_plot(const PlotOptions& o) {
         o.out));
   }
   fs::rename(tmp_png, o.out);
-  std::printf("%s: %d ranks, %zu spans\n", o.out.c_str(), ranks, spans.size());
+  std::printf("%s: %d ranks, %zu spans\n", o.out.c_str(), ranks, t.spans.size());
   return 0;
 }
 

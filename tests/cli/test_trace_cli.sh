@@ -2,7 +2,8 @@
 # Traces through the CLI (docs/trace.md): attn --trace on every strategy passes
 # tests/cli/check_trace.py and trace-plot draws it; plan --trace writes the predicted run of the
 # best or a named configuration in the same format; bad input (an unwritable path, an unknown
-# configuration, a file that is not a trace) exits non-zero with one line and leaves nothing.
+# configuration, a file that is not a trace) exits non-zero with one line and leaves nothing; text
+# from a trace's metadata reaches gnuplot as text, never as a command.
 set -u
 wf=$1
 mpirun=$2
@@ -53,6 +54,21 @@ echo "$out" | grep -q "'ring'" || err "plan --config spiral does not list the la
 out=$("${plan[@]}" --trace "$work/no/such/x.json" 2>&1); rc=$?
 [ $rc -ne 0 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] || err "plan unwritable --trace: rc $rc: $out"
 [ ! -e "$work/no" ] || err "plan unwritable --trace left something"
+
+# A trace whose labels try to run commands through gnuplot: backquotes in the title (substituted
+# inside double quotes), a quote that ends a label and calls system() in a host name.
+python3 - "$work/plan.json" "$work/evil.json" "$work" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["otherData"]["config"]["strategy"] = "`touch %s/pwned-title`" % sys.argv[3]
+ranks = 1 + max(e["args"]["rank"] for e in j["traceEvents"] if e["ph"] == "X")
+j["otherData"]["hosts"] = ["a' . system('touch %s/pwned-host') . '" % sys.argv[3]] + \
+    ["b\nunset output"] * (ranks - 1)
+json.dump(j, open(sys.argv[2], "w"))
+PY
+out=$("$wf" trace-plot "$work/evil.json" --out "$work/evil.png" 2>&1) || err "trace-plot evil: $out"
+png "$work/evil.png" || err "trace-plot evil wrote no PNG"
+[ ! -e "$work/pwned-title" ] && [ ! -e "$work/pwned-host" ] || err "trace-plot ran a trace's text"
 
 # trace-plot on what is not a trace.
 echo "not json" > "$work/bad.json"

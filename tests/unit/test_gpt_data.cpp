@@ -2,6 +2,7 @@
 // it (a synthetic shard whose tokens encode their own position), and damaged shards are refused.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -96,6 +97,39 @@ TEST(GptData, ShardRoundTripAndDamage) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
   }
+}
+
+// A shard's bytes by hand (the layout in data.h), in 2-byte aligned memory.
+std::vector<uint16_t> shard_words(const std::vector<uint16_t>& tokens, uint32_t vocab) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 of the token bytes
+  for (uint16_t t : tokens)
+    for (int b = 0; b < 2; ++b) h = (h ^ ((t >> (8 * b)) & 0xff)) * 0x100000001b3ULL;
+  std::string bytes = "WFTOKENS";
+  auto put = [&](uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) bytes += char((v >> (8 * i)) & 0xff);
+  };
+  put(1, 4), put(64, 4), put(2, 4), put(vocab, 4), put(tokens.size(), 8), put(h, 8);
+  bytes.resize(64, '\0');
+  for (uint16_t t : tokens) put(t, 2);
+  std::vector<uint16_t> words(bytes.size() / 2);
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  return words;
+}
+
+TEST(GptData, CheckShardFromBytes) {
+  const auto words = shard_words({5, 0, 6, 5}, 7);
+  const ShardView v = check_shard(words.data(), words.size() * 2, "w.bin");
+  EXPECT_EQ(v.size, 4);
+  EXPECT_EQ(v.vocab, 7);
+  EXPECT_EQ(v.tokens[2], 6);
+  EXPECT_THROW(check_shard(words.data(), words.size() * 2 - 2, "w.bin"), UsageError);
+  EXPECT_THROW(check_shard(words.data(), 10, "w.bin"), UsageError);
+  const auto outside = shard_words({5, 7}, 7);
+  EXPECT_THROW(check_shard(outside.data(), outside.size() * 2, "w.bin"), UsageError);
+  // Not 2-byte aligned: refused before any token is read.
+  std::vector<char> odd(words.size() * 2 + 1);
+  std::memcpy(odd.data() + 1, words.data(), words.size() * 2);
+  EXPECT_THROW(check_shard(odd.data() + 1, words.size() * 2, "w.bin"), Error);
 }
 
 }  // namespace

@@ -44,5 +44,50 @@ TEST(Npy, HeaderAndRoundTrip) {
   EXPECT_THROW(read_npy(path, shape), Error);
 }
 
+// A version 1.0 file by hand: magic, header length, the dict, then the data bytes.
+std::string npy_bytes(const std::string& shape, const std::string& data) {
+  const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }\n";
+  return std::string("\x93NUMPY\x01\x00", 8) + char(dict.size() & 0xff) + char(dict.size() >> 8) +
+         dict + data;
+}
+
+TEST(Npy, ParsesShapesFromBytes) {
+  std::vector<int64_t> shape;
+  const std::string two_floats("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);  // 1, -2
+  EXPECT_EQ(parse_npy(npy_bytes("(2,)", two_floats), "x", shape), (std::vector<float>{1, -2}));
+  EXPECT_EQ(shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(parse_npy(npy_bytes("(1, 2)", two_floats), "x", shape).size(), 2u);
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(parse_npy(npy_bytes("()", two_floats.substr(0, 4)), "x", shape),
+            (std::vector<float>{1}));
+  EXPECT_TRUE(shape.empty());
+  // A zero dimension holds nothing, whatever the others say.
+  EXPECT_TRUE(parse_npy(npy_bytes("(4611686018427387904, 0)", ""), "x", shape).empty());
+  EXPECT_EQ(shape, (std::vector<int64_t>{4611686018427387904, 0}));
+}
+
+TEST(Npy, RefusesBytesThatDoNotFitTheirShape) {
+  std::vector<int64_t> shape;
+  const std::string eight(32, '\0');
+  auto refused = [&](const std::string& bytes, const std::string& why) {
+    try {
+      parse_npy(bytes, "x.npy", shape);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused(npy_bytes("(9,)", eight), "needs more than the 32 bytes");
+  refused(npy_bytes("(7,)", eight), "needs 28 bytes of data, the file holds 32");
+  // Products that wrap in 64 bits, negative and non-numeric dimensions, a cut-off header.
+  refused(npy_bytes("(4294967296, 4294967296, 2)", eight), "needs more than");
+  refused(npy_bytes("(-1, -8)", eight), "'-1', not a dimension");
+  refused(npy_bytes("(x,)", eight), "'x', not a dimension");
+  refused(npy_bytes("(99999999999999999999,)", eight), "not a dimension");
+  refused(npy_bytes("(2,,)", eight), "'', not a dimension");
+  refused(npy_bytes("(8,)", eight).substr(0, 40), "cut off");
+  refused(std::string("\x93NUMPY\x01", 7), "not a version 1 .npy file");
+}
+
 }  // namespace
 }  // namespace wallfacer

@@ -61,6 +61,23 @@ TEST(PlanConfig, ClusterRoundTripsThroughToml) {
   EXPECT_EQ(c.inter_pair_bandwidth, 0);
   a.inter_pair_bandwidth = 6.25e8;
   EXPECT_DOUBLE_EQ(parse_cluster(cluster_to_toml(a), "roundtrip").inter_pair_bandwidth, 6.25e8);
+  // Every value reads back exactly: text with quotes and control characters, and numbers that
+  // seven digits would round onto a bound (reserved up to memory, head dims onto each other).
+  a.name = "\n\"a\\b\tc\x01";
+  a.memory = 1.0000001e9;
+  a.memory_reserved = 1.00000004e9;
+  a.attention_head_dims = {64, 64.0000001};
+  a.attention_fwd_by_head_dim = {1e9, 1.23456789e9};
+  a.attention_bwd_by_head_dim = {2e9, 2e9};
+  const Cluster d = parse_cluster(cluster_to_toml(a), "roundtrip");
+  EXPECT_EQ(d.name, a.name);
+  EXPECT_EQ(d.memory, a.memory);
+  EXPECT_EQ(d.memory_reserved, a.memory_reserved);
+  EXPECT_EQ(d.attention_head_dims, a.attention_head_dims);
+  EXPECT_EQ(d.attention_fwd_by_head_dim, a.attention_fwd_by_head_dim);
+  // Seven digits where they are exact, as before.
+  EXPECT_NE(cluster_to_toml(a).find("gemm_flops = " + fmt::format("{:.6e}", a.gemm_flops)),
+            std::string::npos);
 }
 
 // Rates by head dim: exact at the measured dims, interpolated in log(head_dim) between them (96
@@ -153,6 +170,22 @@ TEST(PlanConfig, ShippedModelsAndParameterCounts) {
   // Forward FLOPs per token: QKV 6 h^2, out 2 h^2, MLP 16 h^2 = 24 h^2.
   EXPECT_DOUBLE_EQ(layer_dense_flops_per_token(m7), 24.0 * 4096 * 4096);
   EXPECT_DOUBLE_EQ(head_flops_per_token(m7), 2.0 * 4096 * 257);
+}
+
+TEST(PlanConfig, TheLargestModelCountsItsParametersIn64Bits) {
+  const std::string big = "[model]\ndim = 1048576\nheads = 1\nmlp_ratio = 64\nvocab = 16777216\n";
+  const ModelSpec m = parse_model(big + "layers = 10000\n", "m");
+  // A layer of width h with one head and MLP 64 h: 132 h^2 weights and 73 h biases and norms.
+  const int64_t h = 1 << 20;
+  EXPECT_EQ(param_count(m), 10000 * (132 * h * h + 73 * h) + 2 * h + 16777216 * h);
+  try {
+    parse_model(big + "layers = 10001\n", "m");
+    FAIL() << "10001 layers accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers' = 10001 is out of range [1, 10000]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(PlanConfig, GqaShrinksTheKvProjection) {

@@ -118,5 +118,63 @@ TEST(Trace, ParseRejectsWhatIsNotATrace) {
   EXPECT_TRUE(parse_chrome_trace("{\"traceEvents\": []}").empty());
 }
 
+// A trace file's text with the given events (as JSON text) and metadata.
+std::string trace_text(const std::string& events, const std::string& other = "{}") {
+  return "{\"traceEvents\": [" + events + "], \"otherData\": " + other + "}";
+}
+
+TEST(Trace, TimelineLabelsFromTheMetadata) {
+  const std::string events =
+      R"({"ph": "X", "name": "a", "ts": 5, "dur": 1, "tid": 0, "args": {"phase": "forward"}},
+         {"ph": "X", "name": "b", "ts": 9, "dur": 1, "tid": 0, "args": {"phase": "backward"}},
+         {"ph": "X", "name": "c", "ts": 7, "dur": 1, "tid": 101, "args": {"phase": "backward"}},
+         {"ph": "X", "name": "d", "ts": 8, "dur": 2, "tid": 203, "args": {}})";
+  const Timeline t =
+      read_timeline(trace_text(events, R"({"command": "attn", "hosts": ["n0", "n0", "n\u00071"],
+                  "config": {"strategy": "zigzag", "C": 2, "ulysses": 2, "P": 8,
+                             "seq": 4096, "causal": true}})"));
+  ASSERT_EQ(t.spans.size(), 4u);
+  EXPECT_EQ(t.ranks, 3);
+  EXPECT_EQ(t.spans[3].rank, 2);
+  EXPECT_EQ(t.spans[3].lane, 3);
+  EXPECT_EQ(t.hosts, (std::vector<std::string>{"n0", "n0", "n1"}));  // control character dropped
+  EXPECT_EQ(t.command, "attn");
+  EXPECT_EQ(t.title, "ulysses2 x zigzag C=2 P=8 seq=4096 causal (measured)");
+  EXPECT_DOUBLE_EQ(t.backward_start_us, 9);  // rank 0's, not rank 1's earlier one
+
+  // Metadata of other types than written is left out, not an error.
+  const Timeline u = read_timeline(trace_text(events, R"({"command": 3, "hosts": ["n0", 1, "n2"],
+                  "config": {"strategy": 7, "C": "x", "P": 1.5, "causal": "yes"}})"));
+  EXPECT_TRUE(u.hosts.empty());
+  EXPECT_EQ(u.command, "");
+  EXPECT_EQ(u.title, "? P=0 seq=0");
+  EXPECT_EQ(read_timeline(trace_text(events, "[1]")).title, "wallfacer trace");
+  EXPECT_TRUE(read_timeline(trace_text(events, R"({"hosts": ["a"]})")).hosts.empty());
+}
+
+TEST(Trace, ParseRefusesRanksTimesAndNestingOutOfRange) {
+  auto refused = [](const std::string& text, const std::string& why) {
+    try {
+      parse_chrome_trace(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  const std::string span = R"({"ph": "X", "name": "a", "ts": 0, "dur": 1)";
+  refused(trace_text(span + R"(, "tid": 1e300})"), "has tid 1e+300");
+  refused(trace_text(span + R"(, "tid": -1})"), "has tid -1");
+  refused(trace_text(span + R"(, "tid": 104857600})"), "has tid 104857600");
+  refused(trace_text(span + R"(, "args": {"rank": 1048576}})"), "has rank 1048576");
+  refused(trace_text(span + R"(, "args": {"rank": 2.0}})"), "has rank 2.0");
+  refused(trace_text(span + R"(, "args": [1]})"), "\"args\" must be an object");
+  refused(trace_text(R"({"ph": "X", "name": "a", "ts": 1e308, "dur": 1e308})"), "finite times");
+  refused(trace_text(R"({"ph": "X", "name": "a", "ts": 0, "dur": -1})"), "dur >= 0");
+  refused(trace_text(span + R"(, "args": {"x": )" + std::string(100, '[') + std::string(100, ']') +
+                     "}}"),
+          "nested deeper than 64 levels");
+  EXPECT_EQ(parse_chrome_trace(trace_text(span + R"(, "tid": 104857599})"))[0].rank, 1048575);
+}
+
 }  // namespace
 }  // namespace wallfacer::trace

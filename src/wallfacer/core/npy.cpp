@@ -1,11 +1,13 @@
 #include "wallfacer/core/npy.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 
 namespace wallfacer {
 
@@ -41,34 +43,59 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
            std::strerror(errno));
 }
 
-std::vector<float> read_npy(const std::string& path, std::vector<int64_t>& shape) {
-  std::ifstream f(path, std::ios::binary);
-  WF_CHECK(f.good(), "cannot open {}", path);
-  char magic[10];
-  f.read(magic, 10);
-  WF_CHECK(f.good() && std::memcmp(magic, "\x93NUMPY", 6) == 0 && magic[6] == 1,
-           "{} is not a version 1 .npy file", path);
-  const size_t len = uint8_t(magic[8]) | size_t(uint8_t(magic[9])) << 8;
-  std::string header(len, ' ');
-  f.read(header.data(), std::streamsize(len));
-  WF_CHECK(header.find("'descr': '<f4'") != std::string::npos &&
-               header.find("'fortran_order': False") != std::string::npos,
-           "{}: only little-endian float32 in C order is supported", path);
-  const size_t open = header.find('('), close = header.find(')');
-  WF_CHECK(open != std::string::npos && close != std::string::npos, "{}: no shape", path);
+std::vector<float> parse_npy(std::string_view bytes, const std::string& name,
+                             std::vector<int64_t>& shape) {
+  WF_CHECK(bytes.size() >= 10 && bytes.substr(0, 6) == "\x93NUMPY" && bytes[6] == 1,
+           "{} is not a version 1 .npy file", name);
+  const size_t len = uint8_t(bytes[8]) | size_t(uint8_t(bytes[9])) << 8;
+  WF_CHECK(bytes.size() - 10 >= len, "{}: the header of {} bytes is cut off after {}", name, len,
+           bytes.size() - 10);
+  const std::string_view header = bytes.substr(10, len), data = bytes.substr(10 + len);
+  WF_CHECK(header.find("'descr': '<f4'") != std::string_view::npos &&
+               header.find("'fortran_order': False") != std::string_view::npos,
+           "{}: only little-endian float32 in C order is supported", name);
+  constexpr std::string_view kShape = "'shape': (";
+  const size_t open = header.find(kShape);
+  const size_t close = open == std::string_view::npos ? open : header.find(')', open);
+  WF_CHECK(close != std::string_view::npos, "{}: no shape in the header", name);
+  std::string_view dims = header.substr(open + kShape.size(), close - open - kShape.size());
+  // Dimensions separated by commas, one trailing comma allowed: "()", "(7,)", "(2, 3, 5)".
   shape.clear();
-  std::stringstream dims(header.substr(open + 1, close - open - 1));
-  std::string item;
-  int64_t count = 1;
-  while (std::getline(dims, item, ',')) {
-    if (item.find_first_not_of(' ') == std::string::npos) continue;
-    shape.push_back(std::stoll(item));
-    count *= shape.back();
+  for (bool more = !dims.empty(); more;) {
+    const size_t comma = dims.find(',');
+    std::string_view item = dims.substr(0, comma);
+    more = comma != std::string_view::npos;
+    dims = more ? dims.substr(comma + 1) : std::string_view();
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.empty() && !more && !shape.empty()) break;  // after the trailing comma
+    int64_t d = -1;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), d);
+    WF_CHECK(ec == std::errc() && end == item.data() + item.size() && d >= 0,
+             "{}: the shape holds '{}', not a dimension (a non-negative integer)", name, item);
+    shape.push_back(d);
   }
-  std::vector<float> data(static_cast<size_t>(count));
-  f.read(reinterpret_cast<char*>(data.data()), std::streamsize(count * sizeof(float)));
-  WF_CHECK(f.good(), "{}: truncated data", path);
-  return data;
+  // The product is compared with the floats the data holds before it is formed: it cannot wrap.
+  const uint64_t floats = data.size() / sizeof(float);
+  uint64_t count = 1;
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) count = 0;
+  for (size_t i = 0; i < shape.size() && count > 0; ++i) {
+    const auto d = uint64_t(shape[i]);
+    WF_CHECK(count <= floats / d,
+             "{}: the shape ({}) needs more than the {} bytes of data the file holds", name,
+             fmt::join(shape, ", "), data.size());
+    count *= d;
+  }
+  WF_CHECK(data.size() == count * sizeof(float),
+           "{}: the shape ({}) needs {} bytes of data, the file holds {}", name,
+           fmt::join(shape, ", "), count * sizeof(float), data.size());
+  std::vector<float> out(count);
+  if (count > 0) std::memcpy(out.data(), data.data(), data.size());
+  return out;
+}
+
+std::vector<float> read_npy(const std::string& path, std::vector<int64_t>& shape) {
+  return parse_npy(read_file(path), path, shape);
 }
 
 }  // namespace wallfacer

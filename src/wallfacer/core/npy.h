@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace wallfacer {
@@ -12,6 +13,12 @@ namespace wallfacer {
 void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
 
 // Reads a float32 .npy file written by write_npy (or NumPy): returns the data, sets `shape`.
+// Throws wallfacer::Error naming the path when the file cannot be read or is not such a file.
 std::vector<float> read_npy(const std::string& path, std::vector<int64_t>& shape);
+
+// The same from the file's bytes; `name` names them in messages. The shape must account for
+// exactly the data bytes that follow the header (checked before anything is allocated).
+std::vector<float> parse_npy(std::string_view bytes, const std::string& name,
+                             std::vector<int64_t>& shape);
 
 }  // namespace wallfacer

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "wallfacer/core/error.h"
 
@@ -225,10 +226,39 @@ nlohmann::json chrome_trace(const std::vector<RankTrace>& ranks, nlohmann::json 
   return {{"traceEvents", std::move(out)}, {"displayTimeUnit", "ms"}, {"otherData", metadata}};
 }
 
+namespace {
+
+constexpr int kMaxJsonDepth = 64;
+
+// A JSON integer node as int64 within [lo, hi], or nullopt when the node is not an integer in it.
+std::optional<int64_t> integer_in(const nlohmann::json& n, int64_t lo, int64_t hi) {
+  if (n.is_number_unsigned()) {
+    const auto v = n.get<uint64_t>();
+    if (v > uint64_t(hi)) return std::nullopt;
+    return int64_t(v);
+  }
+  if (!n.is_number_integer()) return std::nullopt;
+  const auto v = n.get<int64_t>();
+  if (v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
 std::vector<ParsedSpan> parse_chrome_trace(const std::string& text, nlohmann::json* metadata) {
+  // Traces nest four levels deep; deeper input is refused before values are copied (recursively).
+  const nlohmann::json::parser_callback_t depth_limit = [](int depth, nlohmann::json::parse_event_t,
+                                                           nlohmann::json&) {
+    if (depth > kMaxJsonDepth)
+      throw UsageError(
+          fmt::format("not a trace: JSON nested deeper than {} levels", kMaxJsonDepth));
+    return true;
+  };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::json::parse(text, depth_limit);
+  } catch (const UsageError&) {
+    throw;
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("not JSON: {}", e.what()));
   }
@@ -244,16 +274,89 @@ std::vector<ParsedSpan> parse_chrome_trace(const std::string& text, nlohmann::js
       s.cat = e.value("cat", "");
       s.ts = e.at("ts").get<double>();
       s.dur = e.at("dur").get<double>();
+      WF_USAGE_CHECK(std::isfinite(s.ts + s.dur) && s.dur >= 0,
+                     "span '{}' has ts = {} and dur = {}: finite times and dur >= 0 expected",
+                     s.name, s.ts, s.dur);
       s.args = e.value("args", nlohmann::json::object());
-      const int tid = e.value("tid", 0);
-      s.rank = s.args.value("rank", tid / 100);
-      s.lane = tid % 100;
+      WF_USAGE_CHECK(s.args.is_object(), "span '{}': \"args\" must be an object", s.name);
+      const nlohmann::json tid_node = e.value("tid", nlohmann::json(0));
+      const auto tid = integer_in(tid_node, 0, 100 * int64_t(kMaxTraceRank) + 99);
+      WF_USAGE_CHECK(tid, "span '{}' has tid {}: an integer in 0..{} expected", s.name,
+                     tid_node.dump(), 100 * int64_t(kMaxTraceRank) + 99);
+      const nlohmann::json rank_node = s.args.value("rank", nlohmann::json(*tid / 100));
+      const auto rank = integer_in(rank_node, 0, kMaxTraceRank);
+      WF_USAGE_CHECK(rank, "span '{}' has rank {}: an integer in 0..{} expected", s.name,
+                     rank_node.dump(), kMaxTraceRank);
+      s.rank = int(*rank);
+      s.lane = int(*tid % 100);
       out.push_back(std::move(s));
     }
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(fmt::format("malformed trace event: {}", e.what()));
   }
   return out;
+}
+
+namespace {
+
+// Printable text: control characters dropped.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    if (static_cast<unsigned char>(c) >= 0x20 && c != 0x7f) out += c;
+  return out;
+}
+
+// Typed reads of metadata values that fall back when the key is absent or of another type.
+std::string text_or(const nlohmann::json& obj, const char* key, const std::string& fallback) {
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? printable(it->get<std::string>()) : fallback;
+}
+int64_t integer_or(const nlohmann::json& obj, const char* key, int64_t fallback) {
+  const auto it = obj.find(key);
+  if (it == obj.end()) return fallback;
+  return integer_in(*it, INT64_MIN, INT64_MAX).value_or(fallback);
+}
+bool flag_or(const nlohmann::json& obj, const char* key, bool fallback) {
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+}  // namespace
+
+Timeline read_timeline(const std::string& text) {
+  Timeline t;
+  nlohmann::json meta;
+  t.spans = parse_chrome_trace(text, &meta);
+  if (!meta.is_object()) meta = nlohmann::json::object();
+  for (const auto& s : t.spans) {
+    t.ranks = std::max(t.ranks, s.rank + 1);
+    if (s.rank == 0 && text_or(s.args, "phase", "") == "backward" &&
+        (t.backward_start_us < 0 || s.ts < t.backward_start_us))
+      t.backward_start_us = s.ts;
+  }
+  t.command = text_or(meta, "command", "");
+  const auto hosts = meta.find("hosts");
+  if (hosts != meta.end() && hosts->is_array() && hosts->size() == size_t(t.ranks) &&
+      std::all_of(hosts->begin(), hosts->end(), [](const auto& h) { return h.is_string(); })) {
+    for (const auto& h : *hosts) t.hosts.push_back(printable(h.template get<std::string>()));
+  }
+  const auto config = meta.find("config");
+  if (config == meta.end() || !config->is_object()) {
+    t.title = "wallfacer trace";
+    return t;
+  }
+  const auto& c = *config;
+  std::string s = text_or(c, "strategy", "?");
+  if (integer_or(c, "C", 1) > 1) s += fmt::format(" C={}", integer_or(c, "C", 1));
+  if (integer_or(c, "ulysses", 1) > 1)
+    s = fmt::format("ulysses{} x {}", integer_or(c, "ulysses", 1), s);
+  s += fmt::format(" P={} seq={}", integer_or(c, "P", 0), integer_or(c, "seq", 0));
+  if (flag_or(c, "causal", false)) s += " causal";
+  if (t.command == "plan") s += " (predicted)";
+  if (t.command == "attn" || t.command == "train") s += " (measured)";
+  t.title = s;
+  return t;
 }
 
 }  // namespace wallfacer::trace

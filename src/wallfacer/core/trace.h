@@ -111,8 +111,25 @@ struct ParsedSpan {
   double ts = 0, dur = 0;  // us
   nlohmann::json args;
 };
-// Throws UsageError when `text` is not a trace in this format.
+// The largest rank a trace may hold (a span's args.rank or tid / 100).
+constexpr int kMaxTraceRank = (1 << 20) - 1;
+// Throws UsageError when `text` is not a trace in this format: not JSON or nested deeper than 64
+// levels, no "traceEvents" array, an "X" event without a name, finite ts and dur >= 0, or with a
+// rank outside 0..kMaxTraceRank.
 std::vector<ParsedSpan> parse_chrome_trace(const std::string& text,
                                            nlohmann::json* metadata = nullptr);
+
+// A trace file as trace-plot draws it: the spans, one row per rank, and labels from the
+// metadata (printable text: control characters dropped).
+struct Timeline {
+  std::vector<ParsedSpan> spans;
+  int ranks = 0;                   // 1 + the highest rank of a span
+  std::vector<std::string> hosts;  // per rank when "hosts" names each rank's node, else empty
+  std::string command;             // "command" of the metadata (attn, train, plan), or ""
+  std::string title;               // "ring P=4 seq=4096 causal (measured)", from "config"
+  double backward_start_us = -1;   // the first span of rank 0 in the backward phase, or -1
+};
+// Throws UsageError as parse_chrome_trace; metadata keys of other types than written are ignored.
+Timeline read_timeline(const std::string& text);
 
 }  // namespace wallfacer::trace

@@ -16,10 +16,14 @@ namespace wallfacer::model {
 namespace k = wallfacer::kernels;
 
 void DitConfig::validate() const {
-  WF_USAGE_CHECK(channels >= 1, "model.channels must be >= 1 (got {})", channels);
-  WF_USAGE_CHECK(patch >= 1 && size >= 1 && size % patch == 0,
-                 "data.size ({}) must be a positive multiple of model.patch ({})", size, patch);
-  WF_USAGE_CHECK(frames >= 1, "data.frames must be >= 1 (got {})", frames);
+  WF_USAGE_CHECK(channels >= 1, "data.channels must be >= 1 (got {})", channels);
+  WF_USAGE_CHECK(frames >= 1 && frames <= kDitMaxFrames, "data.frames must be in 1..{} (got {})",
+                 kDitMaxFrames, frames);
+  WF_USAGE_CHECK(size >= 1 && size <= kDitMaxSize, "data.size must be in 1..{} (got {})",
+                 kDitMaxSize, size);
+  WF_USAGE_CHECK(patch >= 1 && patch <= kDitMaxPatch && size % patch == 0,
+                 "data.size ({}) must be a multiple of model.patch ({}), which must be in 1..{}",
+                 size, patch, kDitMaxPatch);
   WF_USAGE_CHECK(layers >= 1, "model.layers must be >= 1 (got {})", layers);
   WF_USAGE_CHECK(heads >= 1 && dim % heads == 0,
                  "model.dim ({}) must be a multiple of model.heads ({})", dim, heads);

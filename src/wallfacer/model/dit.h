@@ -24,6 +24,10 @@
 
 namespace wallfacer::model {
 
+// The largest clips and patches: tokens, values per clip and values per patch stay far inside
+// their integer types (int64, int64, int).
+inline constexpr int kDitMaxFrames = 1 << 20, kDitMaxSize = 1 << 16, kDitMaxPatch = 1 << 10;
+
 struct DitConfig {
   int channels = 3;  // pixel channels
   int patch = 4;     // patch side p
@@ -40,6 +44,12 @@ struct DitConfig {
   int64_t tokens() const { return int64_t(frames) * grid() * grid(); }  // per clip
   int patch_dim() const { return patch * patch * channels; }            // values per token
   int64_t clip_values() const { return int64_t(frames) * size * size * channels; }
+  // Whether frames, size and patch lie within the bounds above and the patches tile a frame:
+  // tokens() and clip_values() are then exact.
+  bool clip_shape_ok() const {
+    return frames >= 1 && frames <= kDitMaxFrames && size >= 1 && size <= kDitMaxSize &&
+           patch >= 1 && patch <= kDitMaxPatch && size % patch == 0;
+  }
   // Throws UsageError when the shapes do not fit together.
   void validate() const;
 };

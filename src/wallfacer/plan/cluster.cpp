@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "wallfacer/core/error.h"
@@ -127,32 +128,54 @@ Cluster load_cluster(const std::string& path) {
   return parse_cluster(detail::read_text_file(path, "cluster"), path);
 }
 
+namespace {
+
+// Seven significant digits, or as many more as it takes to read back the same double (a value
+// rounded to seven digits could cross a bound: memory_reserved up to memory).
+std::string exact(double v) {
+  for (int digits = 6;; ++digits) {
+    std::string s = fmt::format("{:.{}e}", v, digits);
+    if (digits >= 16 || std::strtod(s.c_str(), nullptr) == v) return s;
+  }
+}
+
+}  // namespace
+
 std::string cluster_to_toml(const Cluster& c) {
+  // A TOML basic string: quotes, backslashes and control characters escaped.
   auto q = [](const std::string& s) {
     std::string out = "\"";
     for (char ch : s) {
-      if (ch == '"' || ch == '\\') out += '\\';
-      out += ch;
+      if (ch == '"' || ch == '\\') {
+        out += '\\';
+        out += ch;
+      } else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+        out += fmt::format("\\u{:04X}", static_cast<unsigned char>(ch));
+      } else {
+        out += ch;
+      }
     }
     return out + "\"";
   };
   const char* dtype = c.dtype_bytes == 2 ? "bf16" : "fp32";
   std::string attention_extra;
   if (c.attention_fwd_flops > 0)
-    attention_extra += fmt::format("attention_fwd_flops = {:.6e}\n", c.attention_fwd_flops);
+    attention_extra += fmt::format("attention_fwd_flops = {}\n", exact(c.attention_fwd_flops));
   if (c.attention_bwd_flops > 0)
-    attention_extra += fmt::format("attention_bwd_flops = {:.6e}\n", c.attention_bwd_flops);
-  auto list = [](const std::vector<double>& v) {
+    attention_extra += fmt::format("attention_bwd_flops = {}\n", exact(c.attention_bwd_flops));
+  // Head dims in their shortest exact form ("64"), rates as the other numbers.
+  auto list = [](const std::vector<double>& v, bool dims) {
     std::string out = "[";
-    for (size_t i = 0; i < v.size(); ++i) out += fmt::format("{}{:.6g}", i ? ", " : "", v[i]);
+    for (size_t i = 0; i < v.size(); ++i)
+      out += (i ? ", " : "") + (dims ? fmt::format("{}", v[i]) : exact(v[i]));
     return out + "]";
   };
   if (!c.attention_head_dims.empty())
     attention_extra += fmt::format(
         "attention_head_dims = {}\nattention_fwd_flops_by_head_dim = {}\n"
         "attention_bwd_flops_by_head_dim = {}\n",
-        list(c.attention_head_dims), list(c.attention_fwd_by_head_dim),
-        list(c.attention_bwd_by_head_dim));
+        list(c.attention_head_dims, true), list(c.attention_fwd_by_head_dim, false),
+        list(c.attention_bwd_by_head_dim, false));
   if (c.attention_tile_q > 0)
     attention_extra += fmt::format("attention_tile_q = {}\nattention_tile_k = {}\n",
                                    c.attention_tile_q, c.attention_tile_k);
@@ -160,16 +183,18 @@ std::string cluster_to_toml(const Cluster& c) {
       "name = {}\n"
       "description = {}\n\n"
       "[nodes]\ncount = {}\ndevices_per_node = {}\n\n"
-      "[device]\nname = {}\ngemm_flops = {:.6e}\nattention_flops = {:.6e}\n{}memory = {:.6e}\n"
-      "memory_reserved = {:.6e}\ndtype = \"{}\"\n\n"
-      "[links.intra]\nbandwidth = {:.6e}\nlatency = {:.6e}\n\n"
-      "[links.inter]\nbandwidth = {:.6e}\nlatency = {:.6e}\ndevices_per_nic = {}\n{}\n"
+      "[device]\nname = {}\ngemm_flops = {}\nattention_flops = {}\n{}memory = {}\n"
+      "memory_reserved = {}\ndtype = \"{}\"\n\n"
+      "[links.intra]\nbandwidth = {}\nlatency = {}\n\n"
+      "[links.inter]\nbandwidth = {}\nlatency = {}\ndevices_per_nic = {}\n{}\n"
       "[software]\nzero = {}\ngrad_sync_overlap = {}\n",
-      q(c.name), q(c.description), c.nodes, c.devices_per_node, q(c.device), c.gemm_flops,
-      c.attention_flops, attention_extra, c.memory, c.memory_reserved, dtype, c.intra.bandwidth,
-      c.intra.latency, c.inter.bandwidth, c.inter.latency, c.devices_per_nic,
-      c.inter_pair_bandwidth > 0 ? fmt::format("pair_bandwidth = {:.6e}\n", c.inter_pair_bandwidth)
-                                 : std::string(),
+      q(c.name), q(c.description), c.nodes, c.devices_per_node, q(c.device), exact(c.gemm_flops),
+      exact(c.attention_flops), attention_extra, exact(c.memory), exact(c.memory_reserved), dtype,
+      exact(c.intra.bandwidth), exact(c.intra.latency), exact(c.inter.bandwidth),
+      exact(c.inter.latency), c.devices_per_nic,
+      c.inter_pair_bandwidth > 0
+          ? fmt::format("pair_bandwidth = {}\n", exact(c.inter_pair_bandwidth))
+          : std::string(),
       c.zero, c.grad_sync_overlap ? "true" : "false");
 }
 

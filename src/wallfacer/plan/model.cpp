@@ -15,7 +15,8 @@ ModelSpec parse_model(std::string_view toml_text, const std::string& source) {
   WF_USAGE_CHECK(kind == "gpt" || kind == "dit", "{}: model.kind '{}' is not one of gpt, dit",
                  source, kind);
   m.kind = kind == "gpt" ? ModelKind::Gpt : ModelKind::Dit;
-  m.layers = t.integer("layers", 1, 100000);
+  // The bounds of training configs (TrainConfig::validate): the parameter count fits in 64 bits.
+  m.layers = t.integer("layers", 1, 10000);
   m.dim = t.integer("dim", 1, 1 << 20);
   m.heads = t.integer("heads", 1, 1 << 16);
   m.kv_heads = t.integer_or("kv_heads", m.heads, 1, m.heads);

@@ -103,6 +103,40 @@ void store_int(const Field& f, int64_t v) {
   }
 }
 
+// Whether `s` is UTF-8 (RFC 3629: no overlong forms, no surrogates, at most U+10FFFF), as TOML
+// strings are: a config's strings must read back unchanged from the TOML a checkpoint records.
+bool is_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (b < 0x80) {
+      ++i;
+      continue;
+    } else if (b >= 0xc2 && b <= 0xdf) {
+      n = 1, cp = b & 0x1fu;
+    } else if (b >= 0xe0 && b <= 0xef) {
+      n = 2, cp = b & 0x0fu;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+      n = 3, cp = b & 0x07u;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= n) return false;
+    for (size_t k = 1; k <= n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xc0u) != 0x80u) return false;
+      cp = cp << 6 | (c & 0x3fu);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 // "[a, b]" or "a,b": a pair of integers.
 std::array<int64_t, 2> parse_pair(std::string_view key, std::string_view s) {
   if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
@@ -182,6 +216,7 @@ void TrainConfig::set(const std::string& assignment) {
   auto fs = fields(*this);
   const Field& f = *find_field(fs, key);
   if (auto p = std::get_if<std::string*>(&f.ptr)) {
+    WF_USAGE_CHECK(is_utf8(value), "{} expects UTF-8 text, got bytes that are not", key);
     **p = value;
   } else if (auto pair = std::get_if<std::array<int64_t, 2>*>(&f.ptr)) {
     **pair = parse_pair(key, value);
@@ -222,7 +257,7 @@ VideoSpec TrainConfig::video_spec() const {
 }
 
 void TrainConfig::derive() {
-  if (kind == "dit" && patch >= 1 && size % patch == 0) seq = dit_model().tokens();
+  if (kind == "dit" && dit_model().clip_shape_ok()) seq = dit_model().tokens();
 }
 
 seqpar::AttnConfig TrainConfig::attn_config(int P) const {

@@ -85,7 +85,8 @@ struct TrainConfig {
   int dp(int P) const { return P / sp; }
   model::DitConfig dit_model() const;
   VideoSpec video_spec() const;
-  // For the DiT, sets train.seq to the tokens of a clip (after reading or overriding keys).
+  // For the DiT, sets train.seq to the tokens of a clip (after reading or overriding keys) when
+  // the clip's shape is in range (validate refuses it otherwise).
   void derive();
   seqpar::AttnConfig attn_config(int P) const;
 };

@@ -68,6 +68,39 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, i
   write_file_atomic(path, bytes);
 }
 
+ShardView check_shard(const void* bytes, size_t size, const std::string& name) {
+  WF_CHECK(reinterpret_cast<uintptr_t>(bytes) % alignof(uint16_t) == 0,
+           "token shard '{}' is not 2-byte aligned in memory", name);
+  auto fail = [&](const std::string& why) {
+    throw UsageError(fmt::format("token shard '{}': {}", name, why));
+  };
+  if (size < kHeaderBytes)
+    fail(fmt::format("truncated ({} bytes, header needs {})", size, kHeaderBytes));
+  ShardHeader h;
+  std::memcpy(&h, bytes, sizeof(h));
+  if (std::memcmp(h.magic, kMagic, 8) != 0) fail("not a wallfacer token shard (bad magic)");
+  if (h.version != kVersion) fail(fmt::format("version {} (expected {})", h.version, kVersion));
+  if (h.header_bytes != kHeaderBytes || h.token_bytes != 2) fail("unsupported header layout");
+  // Sizes compared without a product that could wrap.
+  if ((size - kHeaderBytes) % 2 != 0 || (size - kHeaderBytes) / 2 != h.num_tokens) {
+    fail(fmt::format("truncated: {} bytes for {} tokens", size, h.num_tokens));
+  }
+  if (h.vocab < 1 || h.vocab > 65536)
+    fail(fmt::format("vocabulary {} outside 1..65536 (16-bit tokens)", h.vocab));
+  const auto* tokens =
+      reinterpret_cast<const uint16_t*>(static_cast<const char*>(bytes) + kHeaderBytes);
+  if (fnv1a64(tokens, h.num_tokens * 2) != h.checksum) fail("checksum mismatch (corrupt file)");
+  // Every token id inside the vocabulary: the model indexes embeddings and logits with them.
+  for (uint64_t i = 0; i < h.num_tokens; ++i) {
+    if (tokens[i] >= h.vocab)
+      fail(
+          fmt::format("token {} at position {} is outside its vocabulary of {} (corrupt file, or "
+                      "written for another vocabulary: run `wallfacer prepare` again)",
+                      tokens[i], i, h.vocab));
+  }
+  return {tokens, int64_t(h.num_tokens), int(h.vocab)};
+}
+
 TokenShard::TokenShard(const std::string& path) : path_(path) {
   std::error_code ec;
   WF_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
@@ -77,43 +110,31 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
   WF_USAGE_CHECK(fd >= 0, "cannot open token shard '{}': {} (run `wallfacer prepare` first)", path,
                  std::strerror(errno));
   struct stat st {};
-  ::fstat(fd, &st);
-  map_bytes_ = size_t(st.st_size);
-  if (map_bytes_ < kHeaderBytes) {
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
     ::close(fd);
-    throw UsageError(fmt::format("token shard '{}' is truncated ({} bytes, header needs {})", path,
-                                 map_bytes_, kHeaderBytes));
+    throw UsageError(fmt::format("cannot read token shard '{}': {}", path, std::strerror(e)));
   }
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  map_bytes_ = size_t(st.st_size);
+  if (map_bytes_ > 0) {  // an empty file cannot be mapped; check_shard refuses it below
+    map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map_ == MAP_FAILED) {
+      const int e = errno;
+      map_ = nullptr;
+      ::close(fd);
+      raise_error(__FILE__, __LINE__,
+                  fmt::format("mmap of '{}' failed: {}", path, std::strerror(e)));
+    }
+  }
   ::close(fd);
-  WF_CHECK(map_ != MAP_FAILED, "mmap of '{}' failed: {}", path, std::strerror(errno));
-  ShardHeader h;
-  std::memcpy(&h, map_, sizeof(h));
-  auto fail = [&](const std::string& why) {
-    ::munmap(map_, map_bytes_);
-    throw UsageError(fmt::format("token shard '{}': {}", path, why));
-  };
-  if (std::memcmp(h.magic, kMagic, 8) != 0) fail("not a wallfacer token shard (bad magic)");
-  if (h.version != kVersion) fail(fmt::format("version {} (expected {})", h.version, kVersion));
-  if (h.header_bytes != kHeaderBytes || h.token_bytes != 2) fail("unsupported header layout");
-  // Sizes compared without a product that could wrap.
-  if ((map_bytes_ - kHeaderBytes) % 2 != 0 || (map_bytes_ - kHeaderBytes) / 2 != h.num_tokens) {
-    fail(fmt::format("truncated: {} bytes for {} tokens", map_bytes_, h.num_tokens));
+  static const uint16_t kNothing = 0;
+  try {
+    view_ = check_shard(map_ ? map_ : &kNothing, map_bytes_, path);
+  } catch (...) {
+    if (map_) ::munmap(map_, map_bytes_);
+    map_ = nullptr;
+    throw;
   }
-  if (h.vocab < 1 || h.vocab > 65536)
-    fail(fmt::format("vocabulary {} outside 1..65536 (16-bit tokens)", h.vocab));
-  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map_) + kHeaderBytes);
-  if (fnv1a64(tokens_, h.num_tokens * 2) != h.checksum) fail("checksum mismatch (corrupt file)");
-  // Every token id inside the vocabulary: the model indexes embeddings and logits with them.
-  for (uint64_t i = 0; i < h.num_tokens; ++i) {
-    if (tokens_[i] >= h.vocab)
-      fail(
-          fmt::format("token {} at position {} is outside its vocabulary of {} (corrupt file, or "
-                      "written for another vocabulary: run `wallfacer prepare` again)",
-                      tokens_[i], i, h.vocab));
-  }
-  n_ = int64_t(h.num_tokens);
-  vocab_ = int(h.vocab);
 }
 
 TokenShard::~TokenShard() {

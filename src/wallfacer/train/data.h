@@ -33,24 +33,32 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325
 // Writes a shard atomically (temp name, fsync, rename).
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens, int vocab);
 
-// A shard mapped read-only; the header and checksum are verified on open.
+// The tokens of a shard file whose header, size, checksum and token ids were verified.
+struct ShardView {
+  const uint16_t* tokens = nullptr;
+  int64_t size = 0;
+  int vocab = 0;
+};
+// Verifies a shard from its bytes (the whole file, 2-byte aligned) and views its tokens; `name`
+// names it in messages. Throws UsageError saying what is wrong.
+ShardView check_shard(const void* bytes, size_t size, const std::string& name);
+
+// A shard mapped read-only; verified by check_shard on open.
 class TokenShard {
  public:
   explicit TokenShard(const std::string& path);
   ~TokenShard();
   TokenShard(const TokenShard&) = delete;
   TokenShard& operator=(const TokenShard&) = delete;
-  int64_t size() const { return n_; }
-  int vocab() const { return vocab_; }
+  int64_t size() const { return view_.size; }
+  int vocab() const { return view_.vocab; }
   const std::string& path() const { return path_; }
-  int32_t operator[](int64_t i) const { return tokens_[i]; }
+  int32_t operator[](int64_t i) const { return view_.tokens[i]; }
 
  private:
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
-  const uint16_t* tokens_ = nullptr;
-  int64_t n_ = 0;
-  int vocab_ = 0;
+  ShardView view_;
   std::string path_;
 };
 

@@ -1,0 +1,59 @@
+// Training configs read from TOML and --set (train/config.h): what they refuse, and that the TOML
+// a checkpoint records reads back to the same values.
+#include <gtest/gtest.h>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/train/config.h"
+
+namespace wallfacer::train {
+namespace {
+
+// The UsageError message of `f`, or "" when it does not throw one.
+template <class F>
+std::string usage_error(F&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainConfig, SetStringsMustBeUtf8) {
+  TrainConfig c;
+  c.set("data.dir=runs/d\xc3\xa9j\xc3\xa0");  // "déjà" in UTF-8
+  EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").data_dir, c.data_dir);
+  for (const char* bad : {"data.dir=\xff", "data.dir=a\xc3", "data.dir=\xc0\xaf",
+                          "data.dir=\xed\xa0\x80", "data.dir=\xf4\x90\x80\x80"}) {
+    EXPECT_NE(usage_error([&] { c.set(bad); }).find("data.dir expects UTF-8 text"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(c.data_dir, "runs/d\xc3\xa9j\xc3\xa0");
+}
+
+TEST(TrainConfig, DitClipShapesAreBounded) {
+  const std::string dit = "[model]\nkind = \"dit\"\n";
+  // The largest clip: 2^20 frames of 2^16 pixels, patches of 2^10: 2^20 x 64 x 64 tokens.
+  const TrainConfig big =
+      TrainConfig::from_toml(dit + "patch = 1024\n[data]\nframes = 1048576\nsize = 65536\n", "t");
+  EXPECT_EQ(big.seq, int64_t(1) << 32);
+  // Beyond it the tokens are not counted (frames x size^2 would wrap int64), and validate says why.
+  TrainConfig c = TrainConfig::from_toml(
+      dit + "patch = 1\n[data]\nframes = 2147483647\nsize = 2147483647\n", "t");
+  EXPECT_NE(usage_error([&] { c.validate(1); }).find("data.frames must be in 1..1048576"),
+            std::string::npos);
+  c.set("data.frames=8");
+  EXPECT_NE(usage_error([&] { c.validate(1); }).find("data.size must be in 1..65536"),
+            std::string::npos);
+  c.set("model.patch=2048");
+  c.set("data.size=65536");
+  EXPECT_NE(
+      usage_error([&] { c.validate(1); }).find("model.patch (2048), which must be in 1..1024"),
+      std::string::npos);
+  c.set("model.patch=1024");
+  EXPECT_EQ(c.seq, 8 * 64 * 64);
+}
+
+}  // namespace
+}  // namespace wallfacer::train
