@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
@@ -20,6 +21,12 @@
 namespace wallfacer::kernels {
 namespace {
 
+using attn_testing::Case;
+using attn_testing::dims_of;
+using attn_testing::random_floats;
+using attn_testing::ref_problem;
+using attn_testing::rel_err;
+using attn_testing::to_double;
 using reference::AttnRefProblem;
 
 // Tolerances relative to the largest reference magnitude of each quantity (docs/numerics.md).
@@ -29,50 +36,6 @@ constexpr double kTolLse = 8 * kEps;
 constexpr double kTolGrad = 32 * kEps;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct Case {
-  int batch = 1, seq_q = 0, seq_k = 0, heads = 1, kv_heads = 1, head_dim = 0;
-  bool causal = false;
-  int64_t q_pos0 = 0, k_pos0 = 0;
-  std::string name;
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = dist(gen);
-  return x;
-}
-
-std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
-
-// Relative error max |x - ref| / max |ref|; rows where ref is -inf must be -inf in x as well
-// (and count as error 1e30 otherwise). When ref is all zero the absolute error is returned.
-double rel_err(const std::vector<float>& x, const std::vector<double>& ref) {
-  EXPECT_EQ(x.size(), ref.size());
-  double max_ref = 0, max_err = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isinf(ref[i])) {
-      if (x[i] != ref[i]) max_err = 1e30;
-      continue;
-    }
-    if (!std::isfinite(x[i])) return 1e30;
-    max_ref = std::max(max_ref, std::fabs(ref[i]));
-    max_err = std::max(max_err, std::fabs(double(x[i]) - ref[i]));
-  }
-  return max_ref > 0 ? max_err / max_ref : max_err;
-}
-
-AttnDims dims_of(const Case& c) {
-  return {c.batch, c.seq_q, c.seq_k, c.heads, c.kv_heads, c.head_dim};
-}
-
-AttnRefProblem ref_problem(const Case& c) {
-  return {dims_of(c), 1.0 / std::sqrt(double(c.head_dim)), c.causal, c.q_pos0, c.k_pos0};
-}
 
 // Inputs, kernel outputs and reference outputs of one problem (contiguous tensors).
 struct Problem {
@@ -345,29 +308,10 @@ TEST(Attn, TwoRunsBitIdentical) {
   EXPECT_TRUE(same(a.dv, b.dv));
 }
 
-// Sets OMP_NUM_THREADS for the lifetime of the object (wallfacer::num_threads() reads it per call).
-class ScopedThreads {
- public:
-  explicit ScopedThreads(int n) {
-    if (const char* old = std::getenv("OMP_NUM_THREADS")) saved_ = old, had_ = true;
-    setenv("OMP_NUM_THREADS", std::to_string(n).c_str(), 1);
-  }
-  ~ScopedThreads() {
-    if (had_)
-      setenv("OMP_NUM_THREADS", saved_.c_str(), 1);
-    else
-      unsetenv("OMP_NUM_THREADS");
-  }
-
- private:
-  std::string saved_;
-  bool had_ = false;
-};
-
 // One (batch, kv head) task and 4 threads: the backward splits the keys into parts with private dQ
 // buffers. Still exact, deterministic, and accumulating.
 TEST(Attn, BackwardSplitsKeysWhenFewTasks) {
-  ScopedThreads threads(4);
+  attn_testing::ScopedEnv threads("OMP_NUM_THREADS", "4");
   Case c{1, 300, 700, 4, 1, 16, true, 400, 0, "mqa_split"};
   Problem a(c), b(c);
   const Reference ref(a);
