@@ -1,0 +1,35 @@
+#pragma once
+// bfloat16 storage: the upper half of an IEEE fp32 (sign, 8 exponent bits, 7 mantissa bits), so
+// it has fp32's range with 8 significant bits (unit roundoff 2^-8 ≈ 3.9e-3). Arithmetic is done in
+// fp32; bf16 is how values are stored.
+
+#include <bit>
+#include <cstdint>
+
+namespace wallfacer {
+
+struct bf16 {
+  uint16_t bits = 0;
+  // Bitwise equality (a NaN equals the same NaN; +0 and -0 differ).
+  friend bool operator==(bf16, bf16) = default;
+};
+
+// fp32 -> bf16 rounded to nearest, ties to even. NaN stays NaN (quiet, same sign and top payload
+// bits), +-inf stay, finite values beyond the largest bf16 (about 3.39e38) become +-inf, and
+// subnormals are rounded like every other value.
+inline bf16 to_bf16(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return bf16{static_cast<uint16_t>(nan ? quiet_nan : rounded)};
+}
+
+// bf16 -> fp32, exact.
+inline float to_float(bf16 x) { return std::bit_cast<float>(uint32_t(x.bits) << 16); }
+
+// Bulk conversions of n contiguous values, elementwise as above (vectorised).
+void fp32_to_bf16(const float* in, bf16* out, int64_t n);
+void bf16_to_fp32(const bf16* in, float* out, int64_t n);
+
+}  // namespace wallfacer
