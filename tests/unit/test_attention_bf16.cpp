@@ -201,18 +201,6 @@ TEST(Bf16Gemm, Avx512MatchesPortableBitForBit) {
 
 // --- Attention ----------------------------------------------------------------------------------
 
-std::vector<bf16> rounded(const std::vector<float>& x) {
-  std::vector<bf16> y(x.size());
-  fp32_to_bf16(x.data(), y.data(), int64_t(x.size()));
-  return y;
-}
-
-std::vector<float> widen(const std::vector<bf16>& x) {
-  std::vector<float> y(x.size());
-  bf16_to_fp32(x.data(), y.data(), int64_t(x.size()));
-  return y;
-}
-
 // The paths a test runs: portable always, AVX512-BF16 where the CPU has it.
 std::vector<const char*> paths() {
   std::vector<const char*> p{"portable"};
@@ -232,74 +220,47 @@ struct Out {
       h.assign(n, bf16{});
   }
   AttnOutput view(Strides3 s) { return {fp32 ? nullptr : h.data(), fp32 ? f.data() : nullptr, s}; }
-  std::vector<float> values() const { return fp32 ? f : widen(h); }
+  std::vector<float> values() const { return fp32 ? f : to_fp32(h); }
 };
 
 // Inputs and outputs of one problem (contiguous tensors); inputs are random in [-1, 1] rounded to
 // bf16.
-struct Problem {
-  Case c;
-  AttnDims d;
+struct Problem : attn_testing::ProblemShape {
   std::vector<bf16> q, k, v, dout;
   Out o, dq, dk, dv;
   std::vector<float> lse, delta;
 
   Problem(const Case& cs, bool fp32_outputs, uint32_t seed = 1)
-      : c(cs),
-        d(dims_of(cs)),
-        q(rounded(random_floats(nq(), seed))),
-        k(rounded(random_floats(nk(), seed + 1))),
-        v(rounded(random_floats(nk(), seed + 2))),
-        dout(rounded(random_floats(nq(), seed + 3))),
+      : ProblemShape(cs),
+        q(to_bf16(random_floats(nq(), seed))),
+        k(to_bf16(random_floats(nk(), seed + 1))),
+        v(to_bf16(random_floats(nk(), seed + 2))),
+        dout(to_bf16(random_floats(nq(), seed + 3))),
         o(nq(), fp32_outputs),
         dq(nq(), fp32_outputs),
         dk(nk(), fp32_outputs),
         dv(nk(), fp32_outputs),
         lse(size_t(d.batch) * d.heads * d.seq_q),
         delta(lse.size()) {}
-  size_t nq() const { return size_t(c.batch) * c.seq_q * c.heads * c.head_dim; }
-  size_t nk() const { return size_t(c.batch) * c.seq_k * c.kv_heads * c.head_dim; }
-  float scale() const { return 1.0f / std::sqrt(float(d.head_dim)); }
-  Strides3 qs() const { return Strides3::contiguous(d.seq_q, d.heads, d.head_dim); }
-  Strides3 ks() const { return Strides3::contiguous(d.seq_k, d.kv_heads, d.head_dim); }
-  Strides2 ls() const { return Strides2::contiguous(d.heads, d.seq_q); }
 
   AttnFwdBf16Params fwd_params() {
     AttnFwdBf16Params p;
-    p.dims = d;
-    p.q = q.data(), p.q_stride = qs();
-    p.k = k.data(), p.k_stride = ks();
-    p.v = v.data(), p.v_stride = ks();
+    attn_testing::set_inputs(p, *this);
     p.o = o.view(qs());
-    p.lse = lse.data(), p.lse_stride = ls();
-    p.scale = scale();
-    p.causal = c.causal;
-    p.q_pos0 = c.q_pos0;
-    p.k_pos0 = c.k_pos0;
     return p;
   }
   AttnBwdBf16Params bwd_params() {
     AttnBwdBf16Params p;
-    p.dims = d;
-    p.q = q.data(), p.q_stride = qs();
-    p.k = k.data(), p.k_stride = ks();
-    p.v = v.data(), p.v_stride = ks();
-    p.dout = dout.data(), p.dout_stride = qs();
-    p.lse = lse.data(), p.lse_stride = ls();
-    p.delta = delta.data(), p.delta_stride = ls();
+    attn_testing::set_inputs(p, *this);
     p.dq = dq.view(qs());
     p.dk = dk.view(ks());
     p.dv = dv.view(ks());
-    p.scale = scale();
-    p.causal = c.causal;
-    p.q_pos0 = c.q_pos0;
-    p.k_pos0 = c.k_pos0;
     return p;
   }
   void forward() { attn_fwd_bf16(fwd_params()); }
   // delta from O as the model would store it: bf16.
   void backward() {
-    const std::vector<bf16> o16 = o.fp32 ? rounded(o.f) : o.h;
+    const std::vector<bf16> o16 = o.fp32 ? to_bf16(o.f) : o.h;
     attn_bwd_preprocess_bf16(d, o16.data(), qs(), dout.data(), qs(), delta.data(), ls());
     attn_bwd_bf16(bwd_params());
   }
@@ -310,9 +271,10 @@ struct Reference {
   std::vector<double> o, lse, dq, dk, dv;
   explicit Reference(const Problem& pb) {
     const reference::AttnRefProblem pr = ref_problem(pb.c);
-    const auto q = to_double(widen(pb.q)), k = to_double(widen(pb.k)), v = to_double(widen(pb.v));
+    const auto q = to_double(to_fp32(pb.q)), k = to_double(to_fp32(pb.k)),
+               v = to_double(to_fp32(pb.v));
     reference::attn_fwd_ref(pr, q, k, v, o, lse);
-    reference::attn_bwd_ref(pr, q, k, v, to_double(widen(pb.dout)), dq, dk, dv);
+    reference::attn_bwd_ref(pr, q, k, v, to_double(to_fp32(pb.dout)), dq, dk, dv);
   }
 };
 
@@ -368,31 +330,12 @@ class AttnBf16VsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttnBf16VsReference, ForwardAndBackward) { check_case(GetParam(), false); }
 
+// Sequence lengths that are not multiples of any tile (nor even) and one longer causal case; head
+// dims that are multiples of 16, of 2 only, and odd (and 256).
 std::vector<Case> reference_cases() {
-  std::vector<Case> cs;
-  auto add = [&](Case c) { cs.push_back(c); };
-  // Sequence lengths that are not multiples of any tile (nor even), full and causal.
-  for (int s : {1, 7, 97, 300})
-    for (bool causal : {false, true})
-      add({1, s, s, 2, 1, 32, causal, 0, 0, fmt::format("S{}{}", s, causal ? "_causal" : "")});
-  add({1, 600, 600, 1, 1, 64, true, 0, 0, "S600_causal_D64"});
-  // head_dim: multiples of 16, a multiple of 2 only, odd.
-  for (int hd : {16, 64, 128, 40, 2, 3, 1, 77})
-    add({2, 33, 41, 2, 2, hd, hd % 2 == 0, 0, 0, fmt::format("D{}", hd)});
-  add({1, 20, 300, 1, 1, 256, false, 0, 0, "D256"});
-  // Sq != Sk, both ways.
-  add({1, 5, 300, 4, 2, 16, false, 0, 0, "Sq5_Sk300"});
-  add({1, 300, 5, 4, 2, 16, false, 0, 0, "Sq300_Sk5"});
-  // Causal by global position.
-  add({1, 70, 90, 2, 1, 32, true, 1000, 100, "keys_in_past"});
-  add({1, 130, 130, 2, 1, 32, true, 500, 500, "diagonal"});
-  add({1, 70, 300, 2, 1, 32, true, 100, 150, "first_rows_masked"});
-  add({1, 300, 70, 2, 1, 32, true, 250, 120, "long_q_short_k"});
-  // GQA ratios 1, 2, 8 and MQA.
-  add({2, 65, 65, 8, 8, 32, true, 0, 0, "gqa1"});
-  add({2, 65, 65, 8, 4, 32, true, 0, 0, "gqa2"});
-  add({1, 65, 80, 8, 1, 32, false, 0, 0, "gqa8"});
-  add({1, 65, 80, 16, 1, 24, true, 3, 0, "mqa16"});
+  std::vector<Case> cs =
+      attn_testing::reference_cases({1, 7, 97, 300}, 2, 32, {16, 64, 128, 40, 2, 3, 1, 77});
+  cs.push_back({1, 600, 600, 1, 1, 64, true, 0, 0, "S600_causal_D64"});
   return cs;
 }
 
@@ -410,11 +353,11 @@ TEST(AttnBf16, Fp32OutputsAreTheUnroundedResult) {
     h.backward();
     f.forward();
     f.backward();
-    EXPECT_EQ(h.o.h, rounded(f.o.f)) << c.name;
+    EXPECT_EQ(h.o.h, to_bf16(f.o.f)) << c.name;
     EXPECT_TRUE(same_bits(h.lse, f.lse)) << c.name;
-    EXPECT_EQ(h.dq.h, rounded(f.dq.f)) << c.name;
-    EXPECT_EQ(h.dk.h, rounded(f.dk.f)) << c.name;
-    EXPECT_EQ(h.dv.h, rounded(f.dv.f)) << c.name;
+    EXPECT_EQ(h.dq.h, to_bf16(f.dq.f)) << c.name;
+    EXPECT_EQ(h.dk.h, to_bf16(f.dk.f)) << c.name;
+    EXPECT_EQ(h.dv.h, to_bf16(f.dv.f)) << c.name;
   }
 }
 
@@ -445,7 +388,7 @@ TEST(AttnBf16, KeySplitsAccumulateToWhole) {
       fp.accumulate = true;
       attn_fwd_bf16(fp);
     }
-    const std::vector<bf16> o16 = rounded(whole.o.f);
+    const std::vector<bf16> o16 = to_bf16(whole.o.f);
     attn_bwd_preprocess_bf16(whole.d, o16.data(), qs, whole.dout.data(), qs, whole.delta.data(),
                              ls);
     for (int part = 0; part < 3; ++part) {
@@ -474,20 +417,15 @@ TEST(AttnBf16, BackwardAccumulateAdds) {
   const auto g0q = random_floats(pb.nq(), 11), g0k = random_floats(pb.nk(), 12),
              g0v = random_floats(pb.nk(), 13);
   pb.dq.f = g0q, pb.dk.f = g0k, pb.dv.f = g0v;
-  const std::vector<bf16> o16 = rounded(pb.o.f);
+  const std::vector<bf16> o16 = to_bf16(pb.o.f);
   attn_bwd_preprocess_bf16(pb.d, o16.data(), pb.qs(), pb.dout.data(), pb.qs(), pb.delta.data(),
                            pb.ls());
   AttnBwdBf16Params bp = pb.bwd_params();
   bp.accumulate = true;
   attn_bwd_bf16(bp);
-  auto added = [](const std::vector<double>& r, const std::vector<float>& g0) {
-    std::vector<double> s(r.size());
-    for (size_t i = 0; i < r.size(); ++i) s[i] = r[i] + g0[i];
-    return s;
-  };
-  EXPECT_LE(rel_err(pb.dq.f, added(ref.dq, g0q)), kTolGradFp32);
-  EXPECT_LE(rel_err(pb.dk.f, added(ref.dk, g0k)), kTolGradFp32);
-  EXPECT_LE(rel_err(pb.dv.f, added(ref.dv, g0v)), kTolGradFp32);
+  EXPECT_LE(rel_err(pb.dq.f, attn_testing::plus(ref.dq, g0q)), kTolGradFp32);
+  EXPECT_LE(rel_err(pb.dk.f, attn_testing::plus(ref.dk, g0k)), kTolGradFp32);
+  EXPECT_LE(rel_err(pb.dv.f, attn_testing::plus(ref.dv, g0v)), kTolGradFp32);
 }
 
 TEST(AttnBf16, FullyMaskedRowsAreZeroAndFinite) {
@@ -552,81 +490,35 @@ TEST(AttnBf16, BackwardSplitsKeysWhenFewTasks) {
             attn_bwd_bf16_workspace_bytes(runs[0].d, 1, true));
 }
 
-// q, k, v are slices of one packed (B, S, 3, H, D) buffer; o, dq, dk, dv live in padded rows;
-// lse and delta have padded (B, H) strides.
+// q, k, v, dout, the outputs, lse and delta in the strided layout of attn_testing::StridedLayout:
+// the same bits as the contiguous run.
 TEST(AttnBf16, NonContiguousStrides) {
   const Case c{2, 45, 45, 3, 3, 20, true, 0, 0, "strided"};
   Problem pb(c, false);
-  const Reference ref(pb);
   pb.forward();
   pb.backward();
-  const int B = c.batch, S = c.seq_q, H = c.heads, D = c.head_dim;
-  const Strides3 packed{int64_t(S) * 3 * H * D, int64_t(3) * H * D, D};
-  const int pad = 5;
-  const Strides3 padded{int64_t(S) * (H * D + pad), H * D + pad, D};
-  const Strides2 lpad{int64_t(H) * (S + 3), S + 3};
-  std::vector<bf16> qkv(size_t(B) * packed.batch), dout(size_t(B) * padded.batch);
-  auto at = [&](const Strides3& s, int b, int t, int h, int e) {
-    return size_t(b * s.batch + t * s.seq + h * s.head + e);
-  };
-  auto contiguous = [&](int b, int t, int h, int e) {
-    return ((size_t(b) * S + t) * H + h) * D + e;
-  };
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < S; ++t)
-      for (int h = 0; h < H; ++h)
-        for (int e = 0; e < D; ++e) {
-          qkv[at(packed, b, t, h, e)] = pb.q[contiguous(b, t, h, e)];
-          qkv[at(packed, b, t, h, e) + H * D] = pb.k[contiguous(b, t, h, e)];
-          qkv[at(packed, b, t, h, e) + 2 * H * D] = pb.v[contiguous(b, t, h, e)];
-          dout[at(padded, b, t, h, e)] = pb.dout[contiguous(b, t, h, e)];
-        }
+  attn_testing::StridedLayout<bf16> lay(pb);
   const bf16 sentinel = to_bf16(7.0f);
-  std::vector<bf16> o(size_t(B) * padded.batch, sentinel), dq(o.size()), dk(o.size()), dv(o.size());
-  std::vector<float> lse(size_t(B) * lpad.batch), delta(lse.size());
+  std::vector<bf16> o(lay.padded_size(), sentinel), dq(o.size()), dk(o.size()), dv(o.size());
   AttnFwdBf16Params fp;
-  fp.dims = pb.d;
-  fp.q = qkv.data(), fp.q_stride = packed;
-  fp.k = qkv.data() + H * D, fp.k_stride = packed;
-  fp.v = qkv.data() + 2 * H * D, fp.v_stride = packed;
-  fp.o = {o.data(), nullptr, padded};
-  fp.lse = lse.data(), fp.lse_stride = lpad;
-  fp.scale = pb.scale();
-  fp.causal = true;
+  lay.set_inputs(fp, pb.d, pb.scale(), true);
+  fp.o = {o.data(), nullptr, lay.padded};
   attn_fwd_bf16(fp);
-  attn_bwd_preprocess_bf16(pb.d, o.data(), padded, dout.data(), padded, delta.data(), lpad);
+  attn_bwd_preprocess_bf16(pb.d, o.data(), lay.padded, lay.dout.data(), lay.padded,
+                           lay.delta.data(), lay.lpad);
   AttnBwdBf16Params bp;
-  bp.dims = pb.d;
-  bp.q = fp.q, bp.q_stride = packed;
-  bp.k = fp.k, bp.k_stride = packed;
-  bp.v = fp.v, bp.v_stride = packed;
-  bp.dout = dout.data(), bp.dout_stride = padded;
-  bp.lse = lse.data(), bp.lse_stride = lpad;
-  bp.delta = delta.data(), bp.delta_stride = lpad;
-  bp.dq = {dq.data(), nullptr, padded};
-  bp.dk = {dk.data(), nullptr, padded};
-  bp.dv = {dv.data(), nullptr, padded};
-  bp.scale = pb.scale();
-  bp.causal = true;
+  lay.set_inputs(bp, pb.d, pb.scale(), true);
+  bp.dq = {dq.data(), nullptr, lay.padded};
+  bp.dk = {dk.data(), nullptr, lay.padded};
+  bp.dv = {dv.data(), nullptr, lay.padded};
   attn_bwd_bf16(bp);
-  // The same bits as the contiguous run, and the padding left alone.
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < S; ++t)
-      for (int h = 0; h < H; ++h) {
-        EXPECT_EQ(lse[b * lpad.batch + h * lpad.head + t], pb.lse[(size_t(b) * H + h) * S + t]);
-        for (int e = 0; e < D; ++e) {
-          const size_t x = at(padded, b, t, h, e), y = contiguous(b, t, h, e);
-          ASSERT_EQ(o[x], pb.o.h[y]);
-          ASSERT_EQ(dq[x], pb.dq.h[y]);
-          ASSERT_EQ(dk[x], pb.dk.h[y]);
-          ASSERT_EQ(dv[x], pb.dv.h[y]);
-        }
-        if (h == H - 1) {
-          for (int e = H * D; e < H * D + pad; ++e)
-            EXPECT_EQ(o[b * padded.batch + t * padded.seq + e], sentinel);
-        }
-      }
-  expect_within(errors(pb, ref), false, "strided");
+  EXPECT_EQ(lay.gather(o), pb.o.h);
+  EXPECT_TRUE(same_bits(lay.gather_lse(), pb.lse));
+  EXPECT_EQ(lay.gather(dq), pb.dq.h);
+  EXPECT_EQ(lay.gather(dk), pb.dk.h);
+  EXPECT_EQ(lay.gather(dv), pb.dv.h);
+  EXPECT_TRUE(lay.padding_is(o, sentinel));
+  expect_within(errors(pb, Reference(pb)), false, "strided");
 }
 
 TEST(AttnBf16, ChecksArguments) {

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <vector>
 
 namespace wallfacer {
 
@@ -17,19 +18,24 @@ struct bf16 {
 // fp32 -> bf16 rounded to nearest, ties to even. NaN stays NaN (quiet, same sign and top payload
 // bits), +-inf stay, finite values beyond the largest bf16 (about 3.39e38) become +-inf, and
 // subnormals are rounded like every other value.
-inline bf16 to_bf16(float x) {
+// The _bits forms work on the bit patterns (loops over them vectorise where the struct does not).
+inline uint16_t to_bf16_bits(float x) {
   const uint32_t u = std::bit_cast<uint32_t>(x);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const uint32_t quiet_nan = (u >> 16) | 0x40u;
   const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-  return bf16{static_cast<uint16_t>(nan ? quiet_nan : rounded)};
+  return static_cast<uint16_t>(nan ? quiet_nan : rounded);
 }
+inline bf16 to_bf16(float x) { return bf16{to_bf16_bits(x)}; }
 
 // bf16 -> fp32, exact.
-inline float to_float(bf16 x) { return std::bit_cast<float>(uint32_t(x.bits) << 16); }
+inline float bits_to_float(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
+inline float to_float(bf16 x) { return bits_to_float(x.bits); }
 
 // Bulk conversions of n contiguous values, elementwise as above (vectorised).
 void fp32_to_bf16(const float* in, bf16* out, int64_t n);
 void bf16_to_fp32(const bf16* in, float* out, int64_t n);
+std::vector<bf16> to_bf16(const std::vector<float>& x);
+std::vector<float> to_fp32(const std::vector<bf16>& x);
 
 }  // namespace wallfacer

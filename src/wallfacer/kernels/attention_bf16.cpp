@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string_view>
 #include <vector>
@@ -25,10 +26,14 @@ namespace {
 using detail::Bf16Gemm;
 using detail::check_dims;
 using detail::check_strides;
-using detail::exp_approx;
+using detail::exp2_approx;
 using detail::visible_keys;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// The softmax works in base 2: scores are scaled by scale * log2(e) and exponentiated with
+// exp2_approx; LSE is converted back to base e.
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147180559945309f;
 // Key tiles are multiples of 16 (the packed B rows are read in vectors of 16 columns) and query
 // tiles are even (the backward pairs query rows).
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
@@ -56,26 +61,43 @@ struct HeadDims {
 // and j < ncols; zero beyond `rows` or beyond D. As B of a product over D whose columns are rows.
 void pack_column_pairs(const bf16* src, int64_t row_stride, int rows, const HeadDims& hd, int ncols,
                        bf16* dst) {
-  for (int c = 0; c < hd.d2 / 2; ++c)
-    for (int j = 0; j < ncols; ++j)
-      for (int r = 0; r < 2; ++r) {
-        const int e = 2 * c + r;
-        dst[(int64_t(c) * ncols + j) * 2 + r] =
-            j < rows && e < hd.d ? src[j * row_stride + e] : bf16{};
-      }
+  const int pairs = hd.d2 / 2, full = hd.d / 2;
+  const int64_t step = 2 * int64_t(ncols);  // from pair c to pair c + 1 of one column
+  for (int j = 0; j < ncols; ++j) {
+    bf16* out = dst + 2 * j;
+    if (j >= rows) {
+      for (int c = 0; c < pairs; ++c) out[c * step] = out[c * step + 1] = bf16{};
+      continue;
+    }
+    const bf16* row = src + j * row_stride;
+    for (int c = 0; c < full; ++c) std::memcpy(out + c * step, row + 2 * c, 2 * sizeof(bf16));
+    if (full < pairs) {
+      out[full * step] = row[hd.d - 1];
+      out[full * step + 1] = bf16{};
+    }
+  }
 }
 
 // Pairs of rows: dst[(t * d16 + e) * 2 + r] = row 2t + r, element e of src, for 2t < round_up(rows,
 // 2) and e < d16; zero beyond `rows` or beyond D. As B of a product over rows whose columns are D.
 void pack_row_pairs(const bf16* src, int64_t row_stride, int rows, const HeadDims& hd, bf16* dst) {
-  const int pairs = (rows + 1) / 2;
-  for (int t = 0; t < pairs; ++t)
-    for (int e = 0; e < hd.d16; ++e)
-      for (int r = 0; r < 2; ++r) {
-        const int j = 2 * t + r;
-        dst[(int64_t(t) * hd.d16 + e) * 2 + r] =
-            j < rows && e < hd.d ? src[j * row_stride + e] : bf16{};
+  for (int t = 0; 2 * t < rows; ++t) {
+    const bf16* __restrict r0 = src + 2 * t * row_stride;
+    bf16* __restrict out = dst + int64_t(t) * hd.d16 * 2;
+    if (2 * t + 1 < rows) {
+      const bf16* __restrict r1 = r0 + row_stride;
+      for (int e = 0; e < hd.d; ++e) {
+        out[2 * e].bits = r0[e].bits;
+        out[2 * e + 1].bits = r1[e].bits;
       }
+    } else {
+      for (int e = 0; e < hd.d; ++e) {
+        out[2 * e].bits = r0[e].bits;
+        out[2 * e + 1].bits = 0;
+      }
+    }
+    std::fill(out + 2 * hd.d, out + 2 * hd.d16, bf16{});
+  }
 }
 
 // Rows copied with D padded to d2 (zero): as A of a product over D.
@@ -87,14 +109,17 @@ void copy_rows(const bf16* src, int64_t row_stride, int rows, const HeadDims& hd
 }
 
 // Transposed: dst[e * ld + i] = row i, element e of src for e < D, i < round_up(rows, 2) (zero at
-// i = rows when rows is odd). As A of a product over rows whose rows are D.
+// i = rows when rows is odd). As A of a product over rows whose rows are D. In blocks of 16 rows,
+// so that the rows being read stay in cache while every e is written.
 void transpose_rows(const bf16* src, int64_t row_stride, int rows, int head_dim, int64_t ld,
                     bf16* dst) {
-  for (int e = 0; e < head_dim; ++e) {
-    bf16* out = dst + e * ld;
-    for (int i = 0; i < rows; ++i) out[i] = src[i * row_stride + e];
-    if (rows % 2) out[rows] = bf16{};
+  for (int i0 = 0; i0 < rows; i0 += 16) {
+    const int ni = std::min(16, rows - i0);
+    for (int e = 0; e < head_dim; ++e)
+      for (int i = 0; i < ni; ++i) dst[e * ld + i0 + i] = src[(i0 + i) * row_stride + e];
   }
+  if (rows % 2)
+    for (int e = 0; e < head_dim; ++e) dst[e * ld + rows] = bf16{};
 }
 
 // --- Outputs ------------------------------------------------------------------------------------
@@ -153,45 +178,61 @@ void zero_output(const AttnOutput& out, int batch, int seq, int heads, int head_
   return m;
 }
 
-// pt[j] = bf16(exp(s[j] - shift)) for j < n; returns the sum of the rounded values.
+// pt[j] = bf16(2^(s[j] - shift)) for j < n; returns the sum of the rounded values.
 [[gnu::noinline]] float exp_round_sum(const float* __restrict s, int n, float shift,
                                       bf16* __restrict pt) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; ++j) {
-    const bf16 p = to_bf16(exp_approx(s[j] - shift));
-    pt[j] = p;
-    sum += to_float(p);
+    const uint16_t p = to_bf16_bits(exp2_approx(s[j] - shift));
+    pt[j].bits = p;
+    sum += bits_to_float(p);
   }
   return sum;
 }
 
-// p[j] = exp(scale s[j] - lse) and dp[j] = p[j] (dp[j] - delta) scale for j < n (in place).
-[[gnu::noinline]] void probs_and_grads(float* __restrict s, float* __restrict dp, int n,
-                                       float scale, float lse, float delta) {
-#pragma omp simd
-  for (int j = 0; j < n; ++j) {
-    const float p = exp_approx(s[j] * scale - lse);
-    s[j] = p;
-    dp[j] = p * (dp[j] - delta) * scale;
-  }
-}
+// One query row of a (query block, key tile) in the backward: its scores s and dP values dp (fp32),
+// how many keys it sees (0 when its LSE is -inf), lse2 = LSE log2(e) and delta.
+struct BwdRow {
+  const float* s;
+  const float* dp;
+  int vis;
+  float lse2, delta;
+};
 
-// Rounds two fp32 rows (x1 may be null: zeros) to bf16 pairs out[2j + r] = bf16(x_r[j]), j < n.
-[[gnu::noinline]] void round_row_pair(const float* __restrict x0, const float* __restrict x1, int n,
-                                      bf16* __restrict out) {
-  if (x1) {
+// P = 2^(scale2 s - lse2) and dS = P (dP - delta) scale of two rows for j < n (zero from column vis
+// on), rounded to bf16 into the pair layouts pt and dst (out[2j + r] for row r) and dS also into
+// the rows ds0, ds1; scale2 = scale log2(e). Columns that both rows see first, without masks (so
+// the loop vectorises well), then the rest.
+[[gnu::noinline]] void bwd_row_pair(BwdRow r0, BwdRow r1, int n, float scale, float scale2,
+                                    bf16* __restrict pt, bf16* __restrict dst, bf16* __restrict ds0,
+                                    bf16* __restrict ds1) {
+  const float* __restrict s0 = r0.s, * __restrict s1 = r1.s;
+  const float* __restrict dp0 = r0.dp, * __restrict dp1 = r1.dp;
+  const float l0 = r0.lse2, l1 = r1.lse2, delta0 = r0.delta, delta1 = r1.delta;
+  const int both = std::min(r0.vis, r1.vis);
 #pragma omp simd
-    for (int j = 0; j < n; ++j) {
-      out[2 * j] = to_bf16(x0[j]);
-      out[2 * j + 1] = to_bf16(x1[j]);
-    }
-  } else {
-#pragma omp simd
-    for (int j = 0; j < n; ++j) {
-      out[2 * j] = to_bf16(x0[j]);
-      out[2 * j + 1] = bf16{};
-    }
+  for (int j = 0; j < both; ++j) {
+    const float p0 = exp2_approx(s0[j] * scale2 - l0);
+    const float p1 = exp2_approx(s1[j] * scale2 - l1);
+    const uint16_t d0 = to_bf16_bits(p0 * (dp0[j] - delta0) * scale);
+    const uint16_t d1 = to_bf16_bits(p1 * (dp1[j] - delta1) * scale);
+    pt[2 * j].bits = to_bf16_bits(p0);
+    pt[2 * j + 1].bits = to_bf16_bits(p1);
+    dst[2 * j].bits = d0;
+    dst[2 * j + 1].bits = d1;
+    ds0[j].bits = d0;
+    ds1[j].bits = d1;
+  }
+  for (int j = both; j < n; ++j) {
+    const float p0 = j < r0.vis ? exp2_approx(s0[j] * scale2 - l0) : 0.0f;
+    const float p1 = j < r1.vis ? exp2_approx(s1[j] * scale2 - l1) : 0.0f;
+    const bf16 d0 = to_bf16(j < r0.vis ? p0 * (dp0[j] - delta0) * scale : 0.0f);
+    const bf16 d1 = to_bf16(j < r1.vis ? p1 * (dp1[j] - delta1) * scale : 0.0f);
+    pt[2 * j] = to_bf16(p0);
+    pt[2 * j + 1] = to_bf16(p1);
+    dst[2 * j] = ds0[j] = d0;
+    dst[2 * j + 1] = ds1[j] = d1;
   }
 }
 
@@ -303,6 +344,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
   const int D = hd.d;
   const int group = d.heads / d.kv_heads;
   const int nthreads = num_threads();
+  const float scale2 = p.scale * kLog2e;
 
   FwdPacked pk(d, hd, bk);
   pk.kd.resize(size_t(d.batch) * d.kv_heads * pk.kd_head);
@@ -364,12 +406,12 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
           float* srow = s + int64_t(i) * bk;
           bf16* prow = pt + int64_t(i) * bk;
           const int vis = partial ? visible_keys(qpos_first + i, kpos_first, nk) : nk;
-          const float m_new = std::max(m[i], scale_max(srow, vis, p.scale));
+          const float m_new = std::max(m[i], scale_max(srow, vis, scale2));
           if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
             std::fill_n(prow, nk2, bf16{});
             continue;
           }
-          const float alpha = exp_approx(m[i] - m_new);
+          const float alpha = exp2_approx(m[i] - m_new);
           const float sum = exp_round_sum(srow, vis, m_new, prow);
           std::fill(prow + vis, prow + nk2, bf16{});
           l[i] = l[i] * alpha + sum;
@@ -398,7 +440,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
         const float inv = 1.0f / l[i];
         float* orow = oacc + int64_t(i) * D;
         for (int e = 0; e < D; ++e) orow[e] *= inv;
-        lb[i] = m[i] + std::log(l[i]);
+        lb[i] = m[i] * kLn2 + std::log(l[i]);
       }
       const int64_t o_at = b * p.o.stride.batch + i0 * p.o.stride.seq + h * p.o.stride.head;
       float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head + i0;
@@ -417,19 +459,7 @@ void attn_bwd_preprocess_bf16(const AttnDims& dims, const bf16* o, Strides3 o_st
                               Strides2 delta_stride) {
   check_dims(dims);
   WF_CHECK(o && dout && delta, "attn_bwd_preprocess_bf16: null pointer among o, dout, delta");
-  const int64_t tasks = int64_t(dims.batch) * dims.heads;
-#pragma omp parallel for num_threads(num_threads()) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t b = t / dims.heads, h = t % dims.heads;
-    for (int i = 0; i < dims.seq_q; ++i) {
-      const bf16* orow = o + b * o_stride.batch + i * o_stride.seq + h * o_stride.head;
-      const bf16* grow = dout + b * dout_stride.batch + i * dout_stride.seq + h * dout_stride.head;
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int e = 0; e < dims.head_dim; ++e) acc += to_float(orow[e]) * to_float(grow[e]);
-      delta[b * delta_stride.batch + h * delta_stride.head + i] = acc;
-    }
-  }
+  detail::bwd_delta(dims, o, o_stride, dout, dout_stride, delta, delta_stride, num_threads());
 }
 
 // --- Backward -----------------------------------------------------------------------------------
@@ -479,12 +509,7 @@ struct BwdTile {
   }
 };
 
-struct BwdTask {
-  int b, hk;
-  int j_begin, j_end;  // key rows [j_begin, j_end)
-  float* dq;           // dQ (fp32): head h at dq + (h - first head) * dq_head
-  int64_t dq_head, dq_seq;
-};
+using detail::BwdTask;
 
 // Backward of one kv head over key rows [j_begin, j_end), all query heads of its group: adds into
 // task.dq and writes (or adds into) the rows of dk, dv it owns.
@@ -493,6 +518,7 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
   const AttnDims& d = p.dims;
   const HeadDims& hd = w.hd;
   const int bq = w.bq, bk = w.bk, D = hd.d;
+  const float scale2 = p.scale * kLog2e;
   const int group = d.heads / d.kv_heads;
   const int b = task.b, hk = task.hk;
   const bf16* k = p.k + b * p.k_stride.batch + hk * p.k_stride.head;
@@ -515,24 +541,27 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
       const bf16* dot = pk.dot.data() + (int64_t(b) * d.heads + h) * pk.head;
       float* dq = task.dq + g * task.dq_head;
       // Query blocks that end before the key tile starts are entirely masked under causal.
-      int i_start = 0;
-      if (p.causal) {
-        const int64_t first = kpos_first - p.q_pos0;  // first query row that sees a key of the tile
-        if (first >= d.seq_q) continue;
-        i_start = static_cast<int>(std::max<int64_t>(0, first) / bq * bq);
-      }
+      const int i_start = p.causal ? detail::first_query_block(d, p.q_pos0, kpos_first, bq) : 0;
       for (int i0 = i_start; i0 < d.seq_q; i0 += bq) {
         const int nq = std::min(bq, d.seq_q - i0), nq2 = nq + nq % 2;
         const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
         if (p.causal && kpos_first > qpos_last) continue;
         const bool partial = p.causal && kpos_last > qpos_first;
-        copy_rows(q + i0 * p.q_stride.seq, p.q_stride.seq, nq, hd, w.qb.data());
-        copy_rows(dout + i0 * p.dout_stride.seq, p.dout_stride.seq, nq, hd, w.dob.data());
+        // Q and dO rows are the A of the products over D as they are, unless D is odd (then
+        // copied with a zero after the last element).
+        const bf16 *qi = q + i0 * p.q_stride.seq, *doi = dout + i0 * p.dout_stride.seq;
+        int64_t ldq = p.q_stride.seq, lddo = p.dout_stride.seq;
+        if (hd.d2 != D) {
+          copy_rows(qi, ldq, nq, hd, w.qb.data());
+          copy_rows(doi, lddo, nq, hd, w.dob.data());
+          qi = w.qb.data(), doi = w.dob.data();
+          ldq = lddo = hd.d2;
+        }
         gemm({.m = nq,
               .n = nk,
               .kp = hd.d2 / 2,
-              .a = w.qb.data(),
-              .lda = hd.d2,
+              .a = qi,
+              .lda = ldq,
               .b = w.kd.data(),
               .ldb = 2 * bk,
               .c = w.s.data(),
@@ -541,31 +570,30 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
         gemm({.m = nq,
               .n = nk,
               .kp = hd.d2 / 2,
-              .a = w.dob.data(),
-              .lda = hd.d2,
+              .a = doi,
+              .lda = lddo,
               .b = w.vd.data(),
               .ldb = 2 * bk,
               .c = w.dp.data(),
               .ldc = bk,
               .accumulate = false});
-        for (int i = 0; i < nq; ++i) {
-          float* prow = w.s.data() + int64_t(i) * bk;
-          float* dsrow = w.dp.data() + int64_t(i) * bk;
-          const float l = lse[i0 + i];
-          const int vis = l == kNegInf ? 0
-                          : partial    ? visible_keys(qpos_first + i, kpos_first, nk)
-                                       : nk;
-          probs_and_grads(prow, dsrow, vis, p.scale, l, delta[i0 + i]);
-          std::fill(prow + vis, prow + nk2, 0.0f);
-          std::fill(dsrow + vis, dsrow + nk2, 0.0f);
-          fp32_to_bf16(dsrow, w.dsr.data() + int64_t(i) * bk, nk2);
-        }
+        // P and dS by pairs of rows (bq is even, so a missing second row still has buffer rows).
         for (int i = 0; i < nq; i += 2) {
-          const bool two = i + 1 < nq;
-          const float* s0 = w.s.data() + int64_t(i) * bk;
-          const float* ds0 = w.dp.data() + int64_t(i) * bk;
-          round_row_pair(s0, two ? s0 + bk : nullptr, nk, w.pt.data() + int64_t(i) * bk);
-          round_row_pair(ds0, two ? ds0 + bk : nullptr, nk, w.dst.data() + int64_t(i) * bk);
+          BwdRow rows[2];
+          for (int r = 0; r < 2; ++r) {
+            const int ii = i + r;
+            BwdRow& row = rows[r];
+            row.s = w.s.data() + int64_t(ii) * bk;
+            row.dp = w.dp.data() + int64_t(ii) * bk;
+            row.vis = 0, row.lse2 = 0.0f, row.delta = 0.0f;
+            if (ii >= nq || lse[i0 + ii] == kNegInf) continue;
+            row.vis = partial ? visible_keys(qpos_first + ii, kpos_first, nk) : nk;
+            row.lse2 = lse[i0 + ii] * kLog2e;
+            row.delta = delta[i0 + ii];
+          }
+          bwd_row_pair(rows[0], rows[1], nk2, p.scale, scale2, w.pt.data() + int64_t(i) * bk,
+                       w.dst.data() + int64_t(i) * bk, w.dsr.data() + int64_t(i) * bk,
+                       w.dsr.data() + int64_t(i + 1) * bk);
         }
         // dV^T += dO^T P ; dK^T += Q^T dS (sums over query rows) ; dQ += dS K (over keys)
         gemm({.m = D,
@@ -643,7 +671,6 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   }
   const AttnTiling tile = attn_bwd_bf16_tiling(d);
   const HeadDims hd(D);
-  const int group = d.heads / d.kv_heads;
   const int nthreads = num_threads();
 
   BwdPacked pk(d);
@@ -668,59 +695,20 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     dq_main = dq_fp32.data();
     dq_main_stride = Strides3::contiguous(d.seq_q, d.heads, D);
   }
-  const int tasks = d.batch * d.kv_heads;
-  const int parts = detail::bwd_key_parts(d, nthreads, tile.block_k);
-  const std::vector<int> cut =
-      detail::split_keys(d, p.causal, p.q_pos0, p.k_pos0, tile.block_k, parts);
-  const int64_t dq_task = int64_t(group) * d.seq_q * D;  // private dQ of one (task, part)
-  std::vector<float> dq_extra(detail::bwd_extra_dq_floats(d, parts));
-
-#pragma omp parallel num_threads(nthreads)
-  {
-    BwdTile w(tile.block_q, tile.block_k, hd);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < int64_t(tasks) * parts; ++u) {
-      const int t = static_cast<int>(u / parts), part = static_cast<int>(u % parts);
-      BwdTask task;
-      task.b = t / d.kv_heads;
-      task.hk = t % d.kv_heads;
-      task.j_begin = cut[part];
-      task.j_end = cut[part + 1];
-      if (part == 0) {
-        task.dq = dq_main + task.b * dq_main_stride.batch +
-                  int64_t(task.hk) * group * dq_main_stride.head;
-        task.dq_head = dq_main_stride.head;
-        task.dq_seq = dq_main_stride.seq;
-        if (!p.accumulate && p.dq.fp32_data)
-          for (int g = 0; g < group; ++g)
-            detail::zero_rows(task.dq + g * task.dq_head, task.dq_seq, d.seq_q, D);
-      } else {
-        task.dq = dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task;
-        task.dq_head = int64_t(d.seq_q) * D;
-        task.dq_seq = D;
-      }
-      bwd_kv_range(p, pk, gemm, task, w);
-    }
-  }
-  if (parts == 1 && !p.dq.bf16_data) return;
-  // dq = dq_main + the private parts, in part order (rounded when dq is bf16).
-  const int64_t rows = int64_t(tasks) * group * d.seq_q;
+  std::vector<BwdTile> tiles;
+  for (int t = 0; t < nthreads; ++t) tiles.emplace_back(tile.block_q, tile.block_k, hd);
+  detail::run_bwd_tasks(
+      d, p.causal, p.q_pos0, p.k_pos0, tile.block_k, nthreads, dq_main, dq_main_stride,
+      !p.accumulate && p.dq.fp32_data != nullptr,
+      [&](const BwdTask& task, int thread) { bwd_kv_range(p, pk, gemm, task, tiles[thread]); });
+  if (!p.dq.bf16_data) return;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r / (int64_t(group) * d.seq_q), g = r / d.seq_q % group, i = r % d.seq_q;
-    const int64_t b = t / d.kv_heads, h = (t % d.kv_heads) * group + g;
-    float* acc =
-        dq_main + b * dq_main_stride.batch + i * dq_main_stride.seq + h * dq_main_stride.head;
-    for (int part = 1; part < parts; ++part) {
-      const float* add =
-          dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task + (g * d.seq_q + i) * D;
-      for (int c = 0; c < D; ++c) acc[c] += add[c];
-    }
-    if (p.dq.bf16_data) {
-      bf16* out =
-          p.dq.bf16_data + b * p.dq.stride.batch + i * p.dq.stride.seq + h * p.dq.stride.head;
-      fp32_to_bf16(acc, out, D);
-    }
+  for (int64_t r = 0; r < int64_t(d.batch) * d.heads * d.seq_q; ++r) {
+    const int64_t b = r / (int64_t(d.heads) * d.seq_q), h = r / d.seq_q % d.heads, i = r % d.seq_q;
+    fp32_to_bf16(
+        dq_fp32.data() + b * dq_main_stride.batch + i * dq_main_stride.seq +
+            h * dq_main_stride.head,
+        p.dq.bf16_data + b * p.dq.stride.batch + i * p.dq.stride.seq + h * p.dq.stride.head, D);
   }
 }
 

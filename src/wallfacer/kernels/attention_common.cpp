@@ -11,6 +11,12 @@ int visible_keys(int64_t q_pos, int64_t k_pos_first, int nk) {
   return static_cast<int>(std::clamp<int64_t>(v, 0, nk));
 }
 
+int first_query_block(const AttnDims& d, int64_t q_pos0, int64_t k_pos_first, int block_q) {
+  const int64_t first = k_pos_first - q_pos0;  // first query row that sees a key of the tile
+  if (first >= d.seq_q) return d.seq_q;
+  return static_cast<int>(std::max<int64_t>(0, first) / block_q * block_q);
+}
+
 void check_strides(const char* name, const Strides3& s, int seq, int heads, int head_dim) {
   WF_CHECK(s.seq >= head_dim || seq <= 1,
            "attention: {} seq stride {} is smaller than head_dim {}; rows must not overlap", name,
