@@ -34,10 +34,10 @@ void bf16_gemm_portable(const Bf16Gemm& g) {
       for (int r = 0; r < 2; ++r) bf[(2 * t + r) * n + col] = read(g.b[t * g.ldb + 2 * col + r]);
   for (int i = 0; i < g.m; ++i) {
     float* __restrict c = g.c + i * g.ldc;
-    if (g.accumulate)
-      for (int64_t col = 0; col < n; ++col) c[col] = flush(c[col]);
-    else
+    if (!g.accumulate)
       std::fill(c, c + n, 0.0f);
+    else if (g.kp > 0)  // the first step reads C as the instruction does: subnormals as zero
+      for (int64_t col = 0; col < n; ++col) c[col] = flush(c[col]);
     const bf16* a = g.a + i * g.lda;
     for (int t = 0; t < g.kp; ++t) {
       const float a0 = read(a[2 * t]), a1 = read(a[2 * t + 1]);
