@@ -491,7 +491,7 @@ struct BwdTile {
   HeadDims hd;
   std::vector<bf16> kd, vd, kj;    // key tile packed: pairs of D ([d2/2][bk][2]) / of keys
   std::vector<bf16> qb, dob;       // query block rows (bq, d2)
-  std::vector<float> s, dp;        // (bq, bk): scores then P; dP then dS
+  std::vector<float> s, dp;        // (bq, bk): scores S and dP
   std::vector<bf16> pt, dst, dsr;  // P, dS in pairs of rows ([bq/2][bk][2]); dS in rows
   std::vector<float> dkt, dvt;     // (D, bk): dK^T, dV^T of the key tile
   BwdTile(int block_q, int block_k, const HeadDims& h)
