@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
@@ -20,6 +21,12 @@
 namespace wallfacer::kernels {
 namespace {
 
+using attn_testing::Case;
+using attn_testing::dims_of;
+using attn_testing::random_floats;
+using attn_testing::ref_problem;
+using attn_testing::rel_err;
+using attn_testing::to_double;
 using reference::AttnRefProblem;
 
 // Tolerances relative to the largest reference magnitude of each quantity (docs/numerics.md).
@@ -30,106 +37,36 @@ constexpr double kTolGrad = 32 * kEps;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-struct Case {
-  int batch = 1, seq_q = 0, seq_k = 0, heads = 1, kv_heads = 1, head_dim = 0;
-  bool causal = false;
-  int64_t q_pos0 = 0, k_pos0 = 0;
-  std::string name;
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = dist(gen);
-  return x;
-}
-
-std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
-
-// Relative error max |x - ref| / max |ref|; rows where ref is -inf must be -inf in x as well
-// (and count as error 1e30 otherwise). When ref is all zero the absolute error is returned.
-double rel_err(const std::vector<float>& x, const std::vector<double>& ref) {
-  EXPECT_EQ(x.size(), ref.size());
-  double max_ref = 0, max_err = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isinf(ref[i])) {
-      if (x[i] != ref[i]) max_err = 1e30;
-      continue;
-    }
-    if (!std::isfinite(x[i])) return 1e30;
-    max_ref = std::max(max_ref, std::fabs(ref[i]));
-    max_err = std::max(max_err, std::fabs(double(x[i]) - ref[i]));
-  }
-  return max_ref > 0 ? max_err / max_ref : max_err;
-}
-
-AttnDims dims_of(const Case& c) {
-  return {c.batch, c.seq_q, c.seq_k, c.heads, c.kv_heads, c.head_dim};
-}
-
-AttnRefProblem ref_problem(const Case& c) {
-  return {dims_of(c), 1.0 / std::sqrt(double(c.head_dim)), c.causal, c.q_pos0, c.k_pos0};
-}
-
 // Inputs, kernel outputs and reference outputs of one problem (contiguous tensors).
-struct Problem {
-  Case c;
-  AttnDims d;
+struct Problem : attn_testing::ProblemShape {
   std::vector<float> q, k, v, dout;
   std::vector<float> o, lse, delta, dq, dk, dv;
 
-  explicit Problem(const Case& cs, uint32_t seed = 1) : c(cs), d(dims_of(cs)) {
-    const size_t nq = size_t(d.batch) * d.seq_q * d.heads * d.head_dim;
-    const size_t nk = size_t(d.batch) * d.seq_k * d.kv_heads * d.head_dim;
-    q = random_floats(nq, seed);
-    k = random_floats(nk, seed + 1);
-    v = random_floats(nk, seed + 2);
-    dout = random_floats(nq, seed + 3);
-    o.assign(nq, 0);
-    dq.assign(nq, 0);
-    dk.assign(nk, 0);
-    dv.assign(nk, 0);
+  explicit Problem(const Case& cs, uint32_t seed = 1) : ProblemShape(cs) {
+    q = random_floats(nq(), seed);
+    k = random_floats(nk(), seed + 1);
+    v = random_floats(nk(), seed + 2);
+    dout = random_floats(nq(), seed + 3);
+    o.assign(nq(), 0);
+    dq.assign(nq(), 0);
+    dk.assign(nk(), 0);
+    dv.assign(nk(), 0);
     lse.assign(size_t(d.batch) * d.heads * d.seq_q, 0);
     delta.assign(lse.size(), 0);
   }
-  float scale() const { return 1.0f / std::sqrt(float(d.head_dim)); }
-  Strides3 qs() const { return Strides3::contiguous(d.seq_q, d.heads, d.head_dim); }
-  Strides3 ks() const { return Strides3::contiguous(d.seq_k, d.kv_heads, d.head_dim); }
-  Strides2 ls() const { return Strides2::contiguous(d.heads, d.seq_q); }
 
   AttnFwdParams fwd_params() {
     AttnFwdParams p;
-    p.dims = d;
-    p.q = q.data(), p.q_stride = qs();
-    p.k = k.data(), p.k_stride = ks();
-    p.v = v.data(), p.v_stride = ks();
+    attn_testing::set_inputs(p, *this);
     p.o = o.data(), p.o_stride = qs();
-    p.lse = lse.data(), p.lse_stride = ls();
-    p.scale = scale();
-    p.causal = c.causal;
-    p.q_pos0 = c.q_pos0;
-    p.k_pos0 = c.k_pos0;
     return p;
   }
   AttnBwdParams bwd_params() {
     AttnBwdParams p;
-    p.dims = d;
-    p.q = q.data(), p.q_stride = qs();
-    p.k = k.data(), p.k_stride = ks();
-    p.v = v.data(), p.v_stride = ks();
-    p.dout = dout.data(), p.dout_stride = qs();
-    p.lse = lse.data(), p.lse_stride = ls();
-    p.delta = delta.data(), p.delta_stride = ls();
+    attn_testing::set_inputs(p, *this);
     p.dq = dq.data(), p.dq_stride = qs();
     p.dk = dk.data(), p.dk_stride = ks();
     p.dv = dv.data(), p.dv_stride = ks();
-    p.scale = scale();
-    p.causal = c.causal;
-    p.q_pos0 = c.q_pos0;
-    p.k_pos0 = c.k_pos0;
     return p;
   }
   void forward() { attn_fwd(fwd_params()); }
@@ -166,33 +103,9 @@ TEST_P(AttnVsReference, ForwardAndBackward) {
   expect_matches_reference(pb, Reference(pb));
 }
 
+// Sequence lengths that are not multiples of any tile; head_dim 1, 3, 80, 128 (and 256).
 std::vector<Case> reference_cases() {
-  std::vector<Case> cs;
-  auto add = [&](Case c) { cs.push_back(c); };
-  // Awkward sequence lengths (not multiples of any tile), full and causal.
-  for (int s : {1, 7, 97, 1000})
-    for (bool causal : {false, true})
-      add({1, s, s, 1, 1, 16, causal, 0, 0, fmt::format("S{}{}", s, causal ? "_causal" : "")});
-  // head_dim 1, 3, 64, 80, 128, 256.
-  for (int hd : {1, 3, 80, 128})
-    add({2, 33, 41, 2, 2, hd, hd % 2 == 0, 0, 0, fmt::format("D{}", hd)});
-  add({1, 20, 300, 1, 1, 256, false, 0, 0, "D256"});
-  // Sq != Sk, both ways.
-  add({1, 5, 300, 4, 2, 16, false, 0, 0, "Sq5_Sk300"});
-  add({1, 300, 5, 4, 2, 16, false, 0, 0, "Sq300_Sk5"});
-  // Causal by global position: key block in the past, straddling the diagonal, in the future,
-  // and rows fully masked at the start of a block.
-  add({1, 70, 90, 2, 1, 32, true, 1000, 100, "keys_in_past"});
-  add({1, 130, 130, 2, 1, 32, true, 500, 500, "diagonal"});
-  add({1, 70, 90, 2, 1, 32, true, 100, 1000, "keys_in_future"});
-  add({1, 70, 300, 2, 1, 32, true, 100, 150, "first_rows_masked"});
-  add({1, 300, 70, 2, 1, 32, true, 250, 120, "long_q_short_k"});
-  // GQA ratios 1, 2, 8 and MQA.
-  add({2, 65, 65, 8, 8, 32, true, 0, 0, "gqa1"});
-  add({2, 65, 65, 8, 4, 32, true, 0, 0, "gqa2"});
-  add({1, 65, 80, 8, 1, 32, false, 0, 0, "gqa8"});
-  add({1, 65, 80, 16, 1, 24, true, 3, 0, "mqa16"});
-  return cs;
+  return attn_testing::reference_cases({1, 7, 97, 1000}, 1, 16, {1, 3, 80, 128});
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttnVsReference, ::testing::ValuesIn(reference_cases()),
@@ -318,14 +231,9 @@ TEST(Attn, BackwardAccumulateAdds) {
   AttnBwdParams bp = pb.bwd_params();
   bp.accumulate = true;
   attn_bwd(bp);
-  auto added = [](const std::vector<double>& r, const std::vector<float>& g0) {
-    std::vector<double> s(r.size());
-    for (size_t i = 0; i < r.size(); ++i) s[i] = r[i] + g0[i];
-    return s;
-  };
-  EXPECT_LE(rel_err(pb.dq, added(ref.dq, g0q)), kTolGrad);
-  EXPECT_LE(rel_err(pb.dk, added(ref.dk, g0k)), kTolGrad);
-  EXPECT_LE(rel_err(pb.dv, added(ref.dv, g0v)), kTolGrad);
+  EXPECT_LE(rel_err(pb.dq, attn_testing::plus(ref.dq, g0q)), kTolGrad);
+  EXPECT_LE(rel_err(pb.dk, attn_testing::plus(ref.dk, g0k)), kTolGrad);
+  EXPECT_LE(rel_err(pb.dv, attn_testing::plus(ref.dv, g0v)), kTolGrad);
 }
 
 TEST(Attn, TwoRunsBitIdentical) {
@@ -345,29 +253,10 @@ TEST(Attn, TwoRunsBitIdentical) {
   EXPECT_TRUE(same(a.dv, b.dv));
 }
 
-// Sets OMP_NUM_THREADS for the lifetime of the object (wallfacer::num_threads() reads it per call).
-class ScopedThreads {
- public:
-  explicit ScopedThreads(int n) {
-    if (const char* old = std::getenv("OMP_NUM_THREADS")) saved_ = old, had_ = true;
-    setenv("OMP_NUM_THREADS", std::to_string(n).c_str(), 1);
-  }
-  ~ScopedThreads() {
-    if (had_)
-      setenv("OMP_NUM_THREADS", saved_.c_str(), 1);
-    else
-      unsetenv("OMP_NUM_THREADS");
-  }
-
- private:
-  std::string saved_;
-  bool had_ = false;
-};
-
 // One (batch, kv head) task and 4 threads: the backward splits the keys into parts with private dQ
 // buffers. Still exact, deterministic, and accumulating.
 TEST(Attn, BackwardSplitsKeysWhenFewTasks) {
-  ScopedThreads threads(4);
+  attn_testing::ScopedEnv threads("OMP_NUM_THREADS", "4");
   Case c{1, 300, 700, 4, 1, 16, true, 400, 0, "mqa_split"};
   Problem a(c), b(c);
   const Reference ref(a);
@@ -438,88 +327,31 @@ TEST(Attn, KeyBlockEntirelyInFuture) {
   for (float x : pb.dv) EXPECT_EQ(x, 0.0f);
 }
 
-// q, k, v are slices of one packed (B, S, 3, H, D) buffer; o, dq, dk, dv live in padded rows;
-// lse and delta have padded (B, H) strides.
+// q, k, v, dout, the outputs, lse and delta in the strided layout of attn_testing::StridedLayout.
 TEST(Attn, NonContiguousStrides) {
   Case c{2, 45, 45, 3, 3, 20, true, 0, 0, "strided"};
   Problem pb(c);
   const Reference ref(pb);
-  const int B = c.batch, S = c.seq_q, H = c.heads, D = c.head_dim;
-  std::vector<float> qkv(size_t(B) * S * 3 * H * D);
-  const Strides3 packed{int64_t(S) * 3 * H * D, int64_t(3) * H * D, D};
-  for (int b = 0; b < B; ++b)
-    for (int s = 0; s < S; ++s)
-      for (int h = 0; h < H; ++h)
-        for (int x = 0; x < D; ++x) {
-          const size_t src = ((size_t(b) * S + s) * H + h) * D + x;
-          const size_t dst = b * packed.batch + s * packed.seq + h * packed.head + x;
-          qkv[dst] = pb.q[src];
-          qkv[dst + H * D] = pb.k[src];
-          qkv[dst + 2 * H * D] = pb.v[src];
-        }
-  const int pad = 5;
-  const Strides3 padded{int64_t(S) * (H * D + pad), H * D + pad, D};
-  const Strides2 lpad{int64_t(H) * (S + 3), S + 3};
-  const size_t big = size_t(B) * padded.batch;
-  std::vector<float> o(big, 7.0f), dq(big), dk(big), dv(big), dout(big);
-  std::vector<float> lse(size_t(B) * lpad.batch), delta(lse.size());
-  for (int b = 0; b < B; ++b)
-    for (int s = 0; s < S; ++s)
-      for (int h = 0; h < H; ++h)
-        for (int x = 0; x < D; ++x)
-          dout[b * padded.batch + s * padded.seq + h * padded.head + x] =
-              pb.dout[((size_t(b) * S + s) * H + h) * D + x];
+  attn_testing::StridedLayout<float> lay(pb);
+  std::vector<float> o(lay.padded_size(), 7.0f), dq(o.size()), dk(o.size()), dv(o.size());
   AttnFwdParams fp;
-  fp.dims = pb.d;
-  fp.q = qkv.data(), fp.q_stride = packed;
-  fp.k = qkv.data() + H * D, fp.k_stride = packed;
-  fp.v = qkv.data() + 2 * H * D, fp.v_stride = packed;
-  fp.o = o.data(), fp.o_stride = padded;
-  fp.lse = lse.data(), fp.lse_stride = lpad;
-  fp.scale = pb.scale();
-  fp.causal = true;
+  lay.set_inputs(fp, pb.d, pb.scale(), true);
+  fp.o = o.data(), fp.o_stride = lay.padded;
   attn_fwd(fp);
-  attn_bwd_preprocess(pb.d, o.data(), padded, dout.data(), padded, delta.data(), lpad);
+  attn_bwd_preprocess(pb.d, o.data(), lay.padded, lay.dout.data(), lay.padded, lay.delta.data(),
+                      lay.lpad);
   AttnBwdParams bp;
-  bp.dims = pb.d;
-  bp.q = fp.q, bp.q_stride = packed;
-  bp.k = fp.k, bp.k_stride = packed;
-  bp.v = fp.v, bp.v_stride = packed;
-  bp.dout = dout.data(), bp.dout_stride = padded;
-  bp.lse = lse.data(), bp.lse_stride = lpad;
-  bp.delta = delta.data(), bp.delta_stride = lpad;
-  bp.dq = dq.data(), bp.dq_stride = padded;
-  bp.dk = dk.data(), bp.dk_stride = padded;
-  bp.dv = dv.data(), bp.dv_stride = padded;
-  bp.scale = pb.scale();
-  bp.causal = true;
+  lay.set_inputs(bp, pb.d, pb.scale(), true);
+  bp.dq = dq.data(), bp.dq_stride = lay.padded;
+  bp.dk = dk.data(), bp.dk_stride = lay.padded;
+  bp.dv = dv.data(), bp.dv_stride = lay.padded;
   attn_bwd(bp);
-  // Gather back into contiguous layout.
-  auto gather = [&](const std::vector<float>& x) {
-    std::vector<float> y(size_t(B) * S * H * D);
-    for (int b = 0; b < B; ++b)
-      for (int s = 0; s < S; ++s)
-        for (int h = 0; h < H; ++h)
-          for (int e = 0; e < D; ++e)
-            y[((size_t(b) * S + s) * H + h) * D + e] =
-                x[b * padded.batch + s * padded.seq + h * padded.head + e];
-    return y;
-  };
-  std::vector<float> l2(size_t(B) * H * S);
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < H; ++h)
-      for (int s = 0; s < S; ++s)
-        l2[(size_t(b) * H + h) * S + s] = lse[b * lpad.batch + h * lpad.head + s];
-  EXPECT_LE(rel_err(gather(o), ref.o), kTolO);
-  EXPECT_LE(rel_err(l2, ref.lse), kTolLse);
-  EXPECT_LE(rel_err(gather(dq), ref.dq), kTolGrad);
-  EXPECT_LE(rel_err(gather(dk), ref.dk), kTolGrad);
-  EXPECT_LE(rel_err(gather(dv), ref.dv), kTolGrad);
-  // The padding was left alone.
-  for (int b = 0; b < B; ++b)
-    for (int s = 0; s < S; ++s)
-      for (int x = H * D; x < H * D + pad; ++x)
-        EXPECT_EQ(o[b * padded.batch + s * padded.seq + x], 7.0f);
+  EXPECT_LE(rel_err(lay.gather(o), ref.o), kTolO);
+  EXPECT_LE(rel_err(lay.gather_lse(), ref.lse), kTolLse);
+  EXPECT_LE(rel_err(lay.gather(dq), ref.dq), kTolGrad);
+  EXPECT_LE(rel_err(lay.gather(dk), ref.dk), kTolGrad);
+  EXPECT_LE(rel_err(lay.gather(dv), ref.dv), kTolGrad);
+  EXPECT_TRUE(lay.padding_is(o, 7.0f));
 }
 
 TEST(LseMerge, Rows) {

@@ -12,12 +12,17 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threads.h"
+#include "wallfacer/kernels/attention_common.h"
 #include "wallfacer/kernels/vec_math.h"
 
 namespace wallfacer::kernels {
 namespace {
 
+using detail::check_dims;
+using detail::check_strides;
 using detail::exp_approx;
+using detail::visible_keys;
+using detail::zero_rows;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
@@ -41,41 +46,6 @@ constexpr int kBwdBlockQ = 128, kBwdBlockK = 256;
 #pragma omp simd reduction(max : m)
   for (int j = 0; j < n; ++j) m = m > s[j] ? m : s[j];
   return m;
-}
-
-// Number of leading keys of a tile of nk keys starting at global position k_pos_first that a query
-// at global position q_pos may see under a causal mask.
-inline int visible_keys(int64_t q_pos, int64_t k_pos_first, int nk) {
-  const int64_t v = q_pos - k_pos_first + 1;
-  return static_cast<int>(std::clamp<int64_t>(v, 0, nk));
-}
-
-void check_strides(const char* name, const Strides3& s, int seq, int heads, int head_dim) {
-  WF_CHECK(s.seq >= head_dim || seq <= 1,
-           "attention: {} seq stride {} is smaller than head_dim {}; rows must not overlap", name,
-           s.seq, head_dim);
-  WF_CHECK(s.head >= head_dim || heads <= 1,
-           "attention: {} head stride {} is smaller than head_dim {}", name, s.head, head_dim);
-  WF_CHECK(s.batch >= 0 && s.seq >= 0 && s.head >= 0, "attention: {} has a negative stride", name);
-}
-
-void check_dims(const AttnDims& d) {
-  WF_CHECK(d.batch >= 1, "attention: batch must be >= 1, got {}", d.batch);
-  WF_CHECK(d.seq_q >= 0 && d.seq_k >= 0, "attention: seq_q {} and seq_k {} must be >= 0", d.seq_q,
-           d.seq_k);
-  WF_CHECK(d.heads >= 1 && d.kv_heads >= 1, "attention: heads {} and kv_heads {} must be >= 1",
-           d.heads, d.kv_heads);
-  WF_CHECK(d.heads % d.kv_heads == 0,
-           "attention: heads {} must be a multiple of kv_heads {} (grouped-query attention)",
-           d.heads, d.kv_heads);
-  WF_CHECK(d.head_dim >= 1 && d.head_dim <= kMaxHeadDim, "attention: head_dim {} not in [1, {}]",
-           d.head_dim, kMaxHeadDim);
-}
-
-// Zeroes rows [0, rows) of one head of a (B, S, H, D) tensor.
-void zero_rows(float* base, int64_t row_stride, int rows, int head_dim) {
-  for (int i = 0; i < rows; ++i)
-    std::fill(base + i * row_stride, base + i * row_stride + head_dim, 0.0f);
 }
 
 // Leading dimension for BLAS: at least head_dim even when a single row makes the stride moot.
@@ -151,59 +121,12 @@ int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads) {
   return per * threads * int64_t(sizeof(float));
 }
 
-namespace {
-
-// Backward work splitting. The main decomposition is one task per (batch, kv head): it owns dK, dV
-// of its kv head and dQ of the query heads of its group, so nothing is shared. When there are fewer
-// such tasks than threads (e.g. MQA with batch 1), each task's keys are also split into `parts`
-// ranges; part 0 adds into dq directly, the others into private dQ buffers that are added to dq
-// afterwards in part order, so results do not depend on scheduling.
-int bwd_key_parts(const AttnDims& d, int threads) {
-  const int tasks = d.batch * d.kv_heads;
-  if (tasks >= threads || d.seq_k == 0) return 1;
-  const int key_tiles = (d.seq_k + kBwdBlockK - 1) / kBwdBlockK;
-  return std::min((threads + tasks - 1) / tasks, key_tiles);
-}
-
-// Floats of private dQ the split needs.
-int64_t bwd_extra_dq_floats(const AttnDims& d, int parts) {
-  return int64_t(parts - 1) * d.batch * d.heads * d.seq_q * d.head_dim;
-}
-
-// Key-row boundaries (parts + 1 of them) splitting [0, seq_k) into ranges of whole tiles with about
-// equal work; under a causal mask a key tile's work is the number of query rows that see it.
-std::vector<int> split_keys(const AttnBwdParams& p, int bk, int parts) {
-  const AttnDims& d = p.dims;
-  const int tiles = (d.seq_k + bk - 1) / bk;
-  std::vector<double> work(tiles);
-  double total = 0;
-  for (int jt = 0; jt < tiles; ++jt) {
-    int64_t rows = d.seq_q;
-    if (p.causal) {
-      const int64_t first = p.k_pos0 + int64_t(jt) * bk - p.q_pos0;  // first row seeing the tile
-      rows = d.seq_q - std::clamp<int64_t>(first, 0, d.seq_q);
-    }
-    work[jt] = double(rows) + 1.0;
-    total += work[jt];
-  }
-  std::vector<int> cut(parts + 1, d.seq_k);
-  cut[0] = 0;
-  double acc = 0;
-  int next = 1;
-  for (int jt = 0; jt < tiles && next < parts; ++jt) {
-    acc += work[jt];
-    if (acc >= total * next / parts) cut[next++] = std::min((jt + 1) * bk, d.seq_k);
-  }
-  return cut;
-}
-
-}  // namespace
-
 int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads) {
   const AttnTiling t = attn_bwd_tiling(dims);
   // per thread: P tile and dP tile (bq x bk each); plus the private dQ of a key split
   const int64_t per = 2 * int64_t(t.block_q) * t.block_k;
-  return (per * threads + bwd_extra_dq_floats(dims, bwd_key_parts(dims, threads))) *
+  return (per * threads +
+          detail::bwd_extra_dq_floats(dims, detail::bwd_key_parts(dims, threads, kBwdBlockK))) *
          int64_t(sizeof(float));
 }
 
@@ -295,29 +218,12 @@ void attn_bwd_preprocess(const AttnDims& dims, const float* o, Strides3 o_stride
                          Strides3 dout_stride, float* delta, Strides2 delta_stride) {
   check_dims(dims);
   WF_CHECK(o && dout && delta, "attn_bwd_preprocess: null pointer among o, dout, delta");
-  const int64_t tasks = int64_t(dims.batch) * dims.heads;
-#pragma omp parallel for num_threads(num_threads()) schedule(static)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int64_t b = t / dims.heads, h = t % dims.heads;
-    for (int i = 0; i < dims.seq_q; ++i) {
-      const float* orow = o + b * o_stride.batch + i * o_stride.seq + h * o_stride.head;
-      const float* grow = dout + b * dout_stride.batch + i * dout_stride.seq + h * dout_stride.head;
-      float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-      for (int k = 0; k < dims.head_dim; ++k) acc += orow[k] * grow[k];
-      delta[b * delta_stride.batch + h * delta_stride.head + i] = acc;
-    }
-  }
+  detail::bwd_delta(dims, o, o_stride, dout, dout_stride, delta, delta_stride, num_threads());
 }
 
 namespace {
 
-struct BwdTask {
-  int b, hk;
-  int j_begin, j_end;  // key rows [j_begin, j_end)
-  float* dq;           // dQ target: head h at dq + (h - first head) * dq_head
-  int64_t dq_head, dq_seq;
-};
+using detail::BwdTask;
 
 // Backward of one kv head over key rows [j_begin, j_end), all query heads of its group,
 // accumulating into dq (given target) and into dk, dv (rows owned by this call).
@@ -352,12 +258,7 @@ void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float*
       const float* delta = p.delta + b * p.delta_stride.batch + h * p.delta_stride.head;
       float* dq = task.dq + g * task.dq_head;
       // Query blocks that end before the key tile starts are entirely masked under causal.
-      int i_start = 0;
-      if (p.causal) {
-        const int64_t first = kpos_first - p.q_pos0;  // first query row that sees a key of the tile
-        if (first >= d.seq_q) continue;
-        i_start = static_cast<int>(std::max<int64_t>(0, first) / bq * bq);
-      }
+      const int i_start = p.causal ? detail::first_query_block(d, p.q_pos0, kpos_first, bq) : 0;
       for (int i0 = i_start; i0 < d.seq_q; i0 += bq) {
         const int nq = std::min(bq, d.seq_q - i0);
         const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
@@ -429,55 +330,15 @@ void attn_bwd(const AttnBwdParams& p) {
     return;
   }
   const AttnTiling tile = attn_bwd_tiling(d);
-  const int group = d.heads / d.kv_heads;
   const int nthreads = num_threads();
   const int64_t per_thread = 2 * int64_t(tile.block_q) * tile.block_k;
   std::vector<float> work(per_thread * nthreads);
-  const int tasks = d.batch * d.kv_heads;
-  const int parts = bwd_key_parts(d, nthreads);
-  const std::vector<int> cut = split_keys(p, tile.block_k, parts);
-  const int64_t dq_task = int64_t(group) * d.seq_q * D;  // private dQ of one (task, part)
-  std::vector<float> dq_extra(bwd_extra_dq_floats(d, parts));
-
-  {
-    BlasSingleThreaded blas_guard;
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
-    for (int64_t u = 0; u < int64_t(tasks) * parts; ++u) {
-      const int t = static_cast<int>(u / parts), part = static_cast<int>(u % parts);
-      float* ps = work.data() + per_thread * omp_get_thread_num();
-      BwdTask task;
-      task.b = t / d.kv_heads;
-      task.hk = t % d.kv_heads;
-      task.j_begin = cut[part];
-      task.j_end = cut[part + 1];
-      if (part == 0) {
-        task.dq = p.dq + task.b * p.dq_stride.batch + int64_t(task.hk) * group * p.dq_stride.head;
-        task.dq_head = p.dq_stride.head;
-        task.dq_seq = p.dq_stride.seq;
-        if (!p.accumulate)
-          for (int g = 0; g < group; ++g)
-            zero_rows(task.dq + g * task.dq_head, task.dq_seq, d.seq_q, D);
-      } else {
-        task.dq = dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task;
-        task.dq_head = int64_t(d.seq_q) * D;
-        task.dq_seq = D;
-      }
-      bwd_kv_range(p, task, ps, ps + per_thread / 2);
-    }
-  }
-  if (parts == 1) return;
-  const int64_t rows = int64_t(tasks) * group * d.seq_q;
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r / (int64_t(group) * d.seq_q), g = r / d.seq_q % group, i = r % d.seq_q;
-    const int64_t b = t / d.kv_heads, h = (t % d.kv_heads) * group + g;
-    float* out = p.dq + b * p.dq_stride.batch + i * p.dq_stride.seq + h * p.dq_stride.head;
-    for (int part = 1; part < parts; ++part) {
-      const float* add =
-          dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task + (g * d.seq_q + i) * D;
-      for (int c = 0; c < D; ++c) out[c] += add[c];
-    }
-  }
+  BlasSingleThreaded blas_guard;
+  detail::run_bwd_tasks(d, p.causal, p.q_pos0, p.k_pos0, tile.block_k, nthreads, p.dq, p.dq_stride,
+                        !p.accumulate, [&](const BwdTask& task, int thread) {
+                          float* ps = work.data() + per_thread * thread;
+                          bwd_kv_range(p, task, ps, ps + per_thread / 2);
+                        });
 }
 
 }  // namespace wallfacer::kernels

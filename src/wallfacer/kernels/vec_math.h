@@ -39,6 +39,29 @@ inline float exp_approx(float x) {
   return p * std::bit_cast<float>((n_int + 127) << 23);
 }
 
+// 2^x, for softmax rows whose scores were scaled by log2(e) (the bf16 attention kernels): x = n + r
+// with n = round(x), |r| <= 1/2 (exact), 2^r by the degree-5 polynomial that interpolates it at the
+// Chebyshev nodes of [-1/2, 1/2] (relative error below 1.1e-7 in exact arithmetic, about one fp32
+// rounding), 2^n from the exponent bits. Meant for x <= 0: clamped at -127 as exp_approx is, where
+// n = -127 gives exponent bits 0, so exp2(-inf) is exactly 0 and anything below about -126.5 is 0.
+inline float exp2_approx(float x) {
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to the nearest integer
+  constexpr float kMin = -127.0f;
+  const float xc =
+      std::bit_cast<float>(std::min(std::bit_cast<uint32_t>(x), std::bit_cast<uint32_t>(kMin)));
+  const float t = xc + kRound;
+  const float n = t - kRound;
+  const float r = xc - n;
+  float p = 1.339086336e-3f;
+  p = p * r + 9.676031918e-3f;
+  p = p * r + 5.550357114e-2f;
+  p = p * r + 2.402210749e-1f;
+  p = p * r + 6.931471880e-1f;
+  p = p * r + 1.000000075e+0f;
+  const int32_t n_int = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  return p * std::bit_cast<float>((n_int + 127) << 23);
+}
+
 // tanh(u) = sign(u) (1 - e) / (1 + e) with e = exp(-2|u|) in (0, 1]: no overflow, absolute error
 // about 1e-7 (relative error grows only where tanh is tiny and 1 - e cancels); the sign is put back
 // from the bits of u.

@@ -1,0 +1,723 @@
+#include "wallfacer/kernels/attention_bf16.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/threads.h"
+#include "wallfacer/kernels/attention_common.h"
+#include "wallfacer/kernels/bf16_gemm.h"
+#include "wallfacer/kernels/vec_math.h"
+
+// Everything here except the tile products (detail::Bf16Gemm) is shared by both code paths: the
+// packing, the softmax rows, the rounding of P and dS and the write-back run the same code
+// whichever path multiplies, so the two paths agree bit for bit when their products do.
+
+namespace wallfacer::kernels {
+namespace {
+
+using detail::Bf16Gemm;
+using detail::check_dims;
+using detail::check_strides;
+using detail::exp2_approx;
+using detail::visible_keys;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// The softmax works in base 2: scores are scaled by scale * log2(e) and exponentiated with
+// exp2_approx; LSE is converted back to base e.
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147180559945309f;
+// Key tiles are multiples of 16 (the packed B rows are read in vectors of 16 columns) and query
+// tiles are even (the backward pairs query rows). Measured at S = 4096, H = 8, D = 64 on 2 threads:
+// the forward within 5% from 64 x 256 to 128 x 512, the backward 4-8% faster at 256 x 256 than at
+// 128 x 256 (and slower at 64 or 128 keys).
+constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
+constexpr int kBwdBlockQ = 256, kBwdBlockK = 256;
+
+using GemmFn = void (*)(const Bf16Gemm&);
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+GemmFn gemm_of(Bf16Path path) {
+  return path == Bf16Path::avx512 ? detail::bf16_gemm_avx512 : detail::bf16_gemm_portable;
+}
+
+// Padded head dimensions: pairs along D (the scores' products) and vectors of 16 along D (the
+// products whose columns are D).
+struct HeadDims {
+  int d, d2, d16;
+  explicit HeadDims(int head_dim)
+      : d(head_dim), d2(int(round_up(head_dim, 2))), d16(int(round_up(head_dim, 16))) {}
+};
+
+// --- Packing (exact data movement) --------------------------------------------------------------
+
+// Pairs of columns: dst[(c * ncols + j) * 2 + r] = row j, element 2c + r of src, for c < d2 / 2
+// and j < ncols; zero beyond `rows` or beyond D. As B of a product over D whose columns are rows.
+void pack_column_pairs(const bf16* src, int64_t row_stride, int rows, const HeadDims& hd, int ncols,
+                       bf16* dst) {
+  const int pairs = hd.d2 / 2, full = hd.d / 2;
+  const int64_t step = 2 * int64_t(ncols);  // from pair c to pair c + 1 of one column
+  for (int j = 0; j < ncols; ++j) {
+    bf16* out = dst + 2 * j;
+    if (j >= rows) {
+      for (int c = 0; c < pairs; ++c) out[c * step] = out[c * step + 1] = bf16{};
+      continue;
+    }
+    const bf16* row = src + j * row_stride;
+    for (int c = 0; c < full; ++c) std::memcpy(out + c * step, row + 2 * c, 2 * sizeof(bf16));
+    if (full < pairs) {
+      out[full * step] = row[hd.d - 1];
+      out[full * step + 1] = bf16{};
+    }
+  }
+}
+
+// Pairs of rows: dst[(t * d16 + e) * 2 + r] = row 2t + r, element e of src, for 2t < round_up(rows,
+// 2) and e < d16; zero beyond `rows` or beyond D. As B of a product over rows whose columns are D.
+void pack_row_pairs(const bf16* src, int64_t row_stride, int rows, const HeadDims& hd, bf16* dst) {
+  for (int t = 0; 2 * t < rows; ++t) {
+    const bf16* __restrict r0 = src + 2 * t * row_stride;
+    bf16* __restrict out = dst + int64_t(t) * hd.d16 * 2;
+    if (2 * t + 1 < rows) {
+      const bf16* __restrict r1 = r0 + row_stride;
+      for (int e = 0; e < hd.d; ++e) {
+        out[2 * e].bits = r0[e].bits;
+        out[2 * e + 1].bits = r1[e].bits;
+      }
+    } else {
+      for (int e = 0; e < hd.d; ++e) {
+        out[2 * e].bits = r0[e].bits;
+        out[2 * e + 1].bits = 0;
+      }
+    }
+    std::fill(out + 2 * hd.d, out + 2 * hd.d16, bf16{});
+  }
+}
+
+// Rows copied with D padded to d2 (zero): as A of a product over D.
+void copy_rows(const bf16* src, int64_t row_stride, int rows, const HeadDims& hd, bf16* dst) {
+  for (int i = 0; i < rows; ++i) {
+    std::copy_n(src + i * row_stride, hd.d, dst + int64_t(i) * hd.d2);
+    if (hd.d2 > hd.d) dst[int64_t(i) * hd.d2 + hd.d] = bf16{};
+  }
+}
+
+// Transposed: dst[e * ld + i] = row i, element e of src for e < D, i < round_up(rows, 2) (zero at
+// i = rows when rows is odd). As A of a product over rows whose rows are D. In blocks of 16 rows,
+// so that the rows being read stay in cache while every e is written.
+void transpose_rows(const bf16* src, int64_t row_stride, int rows, int head_dim, int64_t ld,
+                    bf16* dst) {
+  for (int i0 = 0; i0 < rows; i0 += 16) {
+    const int ni = std::min(16, rows - i0);
+    for (int e = 0; e < head_dim; ++e)
+      for (int i = 0; i < ni; ++i) dst[e * ld + i0 + i] = src[(i0 + i) * row_stride + e];
+  }
+  if (rows % 2)
+    for (int e = 0; e < head_dim; ++e) dst[e * ld + rows] = bf16{};
+}
+
+// --- Outputs ------------------------------------------------------------------------------------
+
+void check_output(const char* name, const AttnOutput& out, bool accumulate, int seq, int heads,
+                  int head_dim) {
+  WF_CHECK((out.bf16_data != nullptr) != (out.fp32_data != nullptr),
+           "attention bf16: set exactly one of {}.bf16_data and {}.fp32_data", name, name);
+  WF_CHECK(!accumulate || out.fp32_data,
+           "attention bf16: accumulate needs {} in fp32 (a bf16 {} would be rounded per block)",
+           name, name);
+  check_strides(name, out.stride, seq, heads, head_dim);
+}
+
+// Writes `rows` rows of a result held in fp32 to `out` at element offset `at` (row r at
+// at + r * out.stride.seq): element (r, e) of the result is src[r * src_row + e * src_col]. fp32
+// outputs are overwritten or added to, bf16 outputs get the value rounded.
+void store_rows(const AttnOutput& out, int64_t at, int rows, int head_dim, const float* src,
+                int64_t src_row, int64_t src_col, bool add) {
+  for (int r = 0; r < rows; ++r) {
+    const float* s = src + r * src_row;
+    const int64_t row = at + r * out.stride.seq;
+    if (out.bf16_data) {
+      for (int e = 0; e < head_dim; ++e) out.bf16_data[row + e] = to_bf16(s[e * src_col]);
+    } else if (add) {
+      for (int e = 0; e < head_dim; ++e) out.fp32_data[row + e] += s[e * src_col];
+    } else {
+      for (int e = 0; e < head_dim; ++e) out.fp32_data[row + e] = s[e * src_col];
+    }
+  }
+}
+
+// Sets every (b, s, h) row of an output to zero.
+void zero_output(const AttnOutput& out, int batch, int seq, int heads, int head_dim) {
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (int s = 0; s < seq; ++s) {
+        const int64_t at = b * out.stride.batch + s * out.stride.seq + h * out.stride.head;
+        if (out.bf16_data)
+          std::fill_n(out.bf16_data + at, head_dim, bf16{});
+        else
+          std::fill_n(out.fp32_data + at, head_dim, 0.0f);
+      }
+}
+
+// --- Softmax rows (fp32) ------------------------------------------------------------------------
+
+// s[j] *= scale for j < n; returns the largest s[j] (-inf when n = 0).
+[[gnu::noinline]] float scale_max(float* __restrict s, int n, float scale) {
+  float m = kNegInf;
+#pragma omp simd reduction(max : m)
+  for (int j = 0; j < n; ++j) {
+    s[j] *= scale;
+    m = m > s[j] ? m : s[j];
+  }
+  return m;
+}
+
+// pt[j] = bf16(2^(s[j] - shift)) for j < n; returns the sum of the rounded values.
+[[gnu::noinline]] float exp_round_sum(const float* __restrict s, int n, float shift,
+                                      bf16* __restrict pt) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < n; ++j) {
+    const uint16_t p = to_bf16_bits(exp2_approx(s[j] - shift));
+    pt[j].bits = p;
+    sum += bits_to_float(p);
+  }
+  return sum;
+}
+
+// One query row of a (query block, key tile) in the backward: its scores s and dP values dp (fp32),
+// how many keys it sees (0 when its LSE is -inf), lse2 = LSE log2(e) and delta.
+struct BwdRow {
+  const float* s;
+  const float* dp;
+  int vis;
+  float lse2, delta;
+};
+
+// P = 2^(scale2 s - lse2) and dS = P (dP - delta) scale of two rows for j < n (zero from column vis
+// on), rounded to bf16 into the pair layouts pt and dst (out[2j + r] for row r) and dS also into
+// the rows ds0, ds1; scale2 = scale log2(e). Columns that both rows see first, without masks (so
+// the loop vectorises well), then the rest.
+[[gnu::noinline]] void bwd_row_pair(BwdRow r0, BwdRow r1, int n, float scale, float scale2,
+                                    bf16* __restrict pt, bf16* __restrict dst, bf16* __restrict ds0,
+                                    bf16* __restrict ds1) {
+  const float* __restrict s0 = r0.s, * __restrict s1 = r1.s;
+  const float* __restrict dp0 = r0.dp, * __restrict dp1 = r1.dp;
+  const float l0 = r0.lse2, l1 = r1.lse2, delta0 = r0.delta, delta1 = r1.delta;
+  const int both = std::min(r0.vis, r1.vis);
+#pragma omp simd
+  for (int j = 0; j < both; ++j) {
+    const float p0 = exp2_approx(s0[j] * scale2 - l0);
+    const float p1 = exp2_approx(s1[j] * scale2 - l1);
+    const uint16_t d0 = to_bf16_bits(p0 * (dp0[j] - delta0) * scale);
+    const uint16_t d1 = to_bf16_bits(p1 * (dp1[j] - delta1) * scale);
+    pt[2 * j].bits = to_bf16_bits(p0);
+    pt[2 * j + 1].bits = to_bf16_bits(p1);
+    dst[2 * j].bits = d0;
+    dst[2 * j + 1].bits = d1;
+    ds0[j].bits = d0;
+    ds1[j].bits = d1;
+  }
+  // Columns only one row sees (one column per row on a causal diagonal), then zeros.
+  const int most = std::min(std::max(r0.vis, r1.vis), n);
+  for (int j = both; j < most; ++j) {
+    const float p0 = j < r0.vis ? exp2_approx(s0[j] * scale2 - l0) : 0.0f;
+    const float p1 = j < r1.vis ? exp2_approx(s1[j] * scale2 - l1) : 0.0f;
+    const bf16 d0 = to_bf16(j < r0.vis ? p0 * (dp0[j] - delta0) * scale : 0.0f);
+    const bf16 d1 = to_bf16(j < r1.vis ? p1 * (dp1[j] - delta1) * scale : 0.0f);
+    pt[2 * j] = to_bf16(p0);
+    pt[2 * j + 1] = to_bf16(p1);
+    dst[2 * j] = ds0[j] = d0;
+    dst[2 * j + 1] = ds1[j] = d1;
+  }
+  std::fill(pt + 2 * most, pt + 2 * n, bf16{});
+  std::fill(dst + 2 * most, dst + 2 * n, bf16{});
+  std::fill(ds0 + most, ds0 + n, bf16{});
+  std::fill(ds1 + most, ds1 + n, bf16{});
+}
+
+// --- Forward ------------------------------------------------------------------------------------
+
+// K and V of every (batch, kv head), packed once per call for the tile products:
+//   kd: per key tile, pairs of D by keys ([d2 / 2][bk][2]), the B of S = Q K^T;
+//   vj: pairs of keys by D ([round_up(Sk, 2) / 2][d16][2]), the B of O += P V.
+struct FwdPacked {
+  int tiles = 0;
+  int64_t kd_tile = 0, kd_head = 0, vj_head = 0;
+  std::vector<bf16> kd, vj;
+  FwdPacked(const AttnDims& d, const HeadDims& hd, int bk)
+      : tiles(int((d.seq_k + bk - 1) / bk)),
+        kd_tile(int64_t(hd.d2) * bk),
+        kd_head(tiles * kd_tile),
+        vj_head(round_up(d.seq_k, 2) * hd.d16) {}
+  static int64_t elements(const AttnDims& d, const HeadDims& hd, int bk) {
+    const FwdPacked f(d, hd, bk);
+    return int64_t(d.batch) * d.kv_heads * (f.kd_head + f.vj_head);
+  }
+};
+
+// Scratch of one thread.
+struct FwdTile {
+  std::vector<bf16> qb;          // query block rows (bq, d2)
+  std::vector<float> s;          // scores (bq, bk)
+  std::vector<bf16> pt;          // P rounded (bq, bk)
+  std::vector<float> oacc;       // O accumulator (bq, D)
+  std::vector<float> m, l, lse;  // running max, running sum of rounded P, the block's LSE
+  FwdTile(int bq, int bk, const HeadDims& h)
+      : qb(size_t(bq) * h.d2),
+        s(size_t(bq) * bk),
+        pt(s.size()),
+        oacc(size_t(bq) * h.d),
+        m(bq),
+        l(bq),
+        lse(bq) {}
+  static int64_t bytes(int bq, int bk, const HeadDims& h) {
+    return 2 * (int64_t(bq) * h.d2 + int64_t(bq) * bk) +
+           4 * (int64_t(bq) * bk + int64_t(bq) * h.d + 3 * int64_t(bq));
+  }
+};
+
+}  // namespace
+
+AttnTiling attn_fwd_bf16_tiling(const AttnDims&) { return {kFwdBlockQ, kFwdBlockK}; }
+AttnTiling attn_bwd_bf16_tiling(const AttnDims&) { return {kBwdBlockQ, kBwdBlockK}; }
+
+bool bf16_avx512_available() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok =
+      detail::bf16_gemm_avx512_built() && __builtin_cpu_supports("avx512bf16") != 0;
+  return ok;
+#else
+  return false;
+#endif
+}
+
+const char* bf16_path_name(Bf16Path path) {
+  return path == Bf16Path::avx512 ? "avx512" : "portable";
+}
+
+Bf16Path bf16_path() {
+  const char* env = std::getenv("WALLFACER_BF16_PATH");
+  const std::string_view want = env ? env : "";
+  if (want.empty() || want == "auto")
+    return bf16_avx512_available() ? Bf16Path::avx512 : Bf16Path::portable;
+  if (want == "portable") return Bf16Path::portable;
+  WF_USAGE_CHECK(want == "avx512", "WALLFACER_BF16_PATH must be auto, portable or avx512, got '{}'",
+                 want);
+  WF_USAGE_CHECK(bf16_avx512_available(),
+                 "WALLFACER_BF16_PATH=avx512, but {}; unset it or set it to portable",
+                 detail::bf16_gemm_avx512_built() ? "this CPU does not report avx512_bf16"
+                                                  : "this build has no AVX512-BF16 code");
+  return Bf16Path::avx512;
+}
+
+int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads) {
+  const HeadDims hd(dims.head_dim);
+  const AttnTiling t = attn_fwd_bf16_tiling(dims);
+  return 2 * FwdPacked::elements(dims, hd, t.block_k) +
+         threads * FwdTile::bytes(t.block_q, t.block_k, hd);
+}
+
+void attn_fwd_bf16(const AttnFwdBf16Params& p) {
+  const AttnDims& d = p.dims;
+  check_dims(d);
+  WF_CHECK(p.q && p.k && p.v && p.lse, "attn_fwd_bf16: null pointer among q, k, v, lse");
+  check_strides("q", p.q_stride, d.seq_q, d.heads, d.head_dim);
+  check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_output("o", p.o, p.accumulate, d.seq_q, d.heads, d.head_dim);
+  const GemmFn gemm = gemm_of(bf16_path());
+  if (d.seq_q == 0) return;
+  if (d.seq_k == 0) {
+    if (!p.accumulate) {
+      zero_output(p.o, d.batch, d.seq_q, d.heads, d.head_dim);
+      for (int b = 0; b < d.batch; ++b)
+        for (int h = 0; h < d.heads; ++h)
+          std::fill_n(p.lse + b * p.lse_stride.batch + h * p.lse_stride.head, d.seq_q, kNegInf);
+    }
+    return;
+  }
+
+  const AttnTiling tile = attn_fwd_bf16_tiling(d);
+  const int bq = tile.block_q, bk = tile.block_k;
+  const HeadDims hd(d.head_dim);
+  const int D = hd.d;
+  const int group = d.heads / d.kv_heads;
+  const int nthreads = num_threads();
+  const float scale2 = p.scale * kLog2e;
+
+  FwdPacked pk(d, hd, bk);
+  pk.kd.resize(size_t(d.batch) * d.kv_heads * pk.kd_head);
+  pk.vj.resize(size_t(d.batch) * d.kv_heads * pk.vj_head);
+  const int64_t pack_units = int64_t(d.batch) * d.kv_heads * pk.tiles;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+  for (int64_t u = 0; u < pack_units; ++u) {
+    const int64_t bh = u / pk.tiles;
+    const int jt = int(u % pk.tiles);
+    const int b = int(bh / d.kv_heads), hk = int(bh % d.kv_heads);
+    const int j0 = jt * bk, nk = std::min(bk, d.seq_k - j0);
+    const bf16* k = p.k + b * p.k_stride.batch + hk * p.k_stride.head + j0 * p.k_stride.seq;
+    const bf16* v = p.v + b * p.v_stride.batch + hk * p.v_stride.head + j0 * p.v_stride.seq;
+    pack_column_pairs(k, p.k_stride.seq, nk, hd, bk,
+                      pk.kd.data() + bh * pk.kd_head + jt * pk.kd_tile);
+    pack_row_pairs(v, p.v_stride.seq, nk, hd,
+                   pk.vj.data() + bh * pk.vj_head + int64_t(j0) * hd.d16);
+  }
+
+  const int64_t nqb = (d.seq_q + bq - 1) / bq;
+  const int64_t tasks = int64_t(d.batch) * d.heads * nqb;
+#pragma omp parallel num_threads(nthreads)
+  {
+    FwdTile w(bq, bk, hd);
+    float *s = w.s.data(), *oacc = w.oacc.data(), *m = w.m.data(), *l = w.l.data();
+    float* lb = w.lse.data();
+    bf16 *qb = w.qb.data(), *pt = w.pt.data();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      // Largest query blocks first: under a causal mask they carry the most work.
+      const int64_t qblk = nqb - 1 - t % nqb;
+      const int64_t bh = t / nqb;
+      const int b = static_cast<int>(bh / d.heads), h = static_cast<int>(bh % d.heads);
+      const int64_t bhk = int64_t(b) * d.kv_heads + h / group;
+      const int i0 = static_cast<int>(qblk * bq);
+      const int nq = std::min(bq, d.seq_q - i0);
+      const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
+      copy_rows(p.q + b * p.q_stride.batch + i0 * p.q_stride.seq + h * p.q_stride.head,
+                p.q_stride.seq, nq, hd, qb);
+      std::fill_n(m, nq, kNegInf);
+      std::fill_n(l, nq, 0.0f);
+      std::fill_n(oacc, int64_t(nq) * D, 0.0f);
+      for (int jt = 0; jt < pk.tiles; ++jt) {
+        const int j0 = jt * bk, nk = std::min(bk, d.seq_k - j0), nk2 = nk + nk % 2;
+        const int64_t kpos_first = p.k_pos0 + j0, kpos_last = kpos_first + nk - 1;
+        if (p.causal && kpos_first > qpos_last) break;  // this tile and all later ones are future
+        const bool partial = p.causal && kpos_last > qpos_first;
+        gemm({.m = nq,
+              .n = nk,
+              .kp = hd.d2 / 2,
+              .a = qb,
+              .lda = hd.d2,
+              .b = pk.kd.data() + bhk * pk.kd_head + jt * pk.kd_tile,
+              .ldb = 2 * bk,
+              .c = s,
+              .ldc = bk,
+              .accumulate = false});
+        for (int i = 0; i < nq; ++i) {
+          float* srow = s + int64_t(i) * bk;
+          bf16* prow = pt + int64_t(i) * bk;
+          const int vis = partial ? visible_keys(qpos_first + i, kpos_first, nk) : nk;
+          const float m_new = std::max(m[i], scale_max(srow, vis, scale2));
+          if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
+            std::fill_n(prow, nk2, bf16{});
+            continue;
+          }
+          const float alpha = exp2_approx(m[i] - m_new);
+          const float sum = exp_round_sum(srow, vis, m_new, prow);
+          std::fill(prow + vis, prow + nk2, bf16{});
+          l[i] = l[i] * alpha + sum;
+          m[i] = m_new;
+          if (alpha != 1.0f) {
+            float* orow = oacc + int64_t(i) * D;
+            for (int e = 0; e < D; ++e) orow[e] *= alpha;
+          }
+        }
+        gemm({.m = nq,
+              .n = D,
+              .kp = nk2 / 2,
+              .a = pt,
+              .lda = bk,
+              .b = pk.vj.data() + bhk * pk.vj_head + int64_t(j0) * hd.d16,
+              .ldb = 2 * hd.d16,
+              .c = oacc,
+              .ldc = D,
+              .accumulate = true});
+      }
+      for (int i = 0; i < nq; ++i) {
+        if (l[i] == 0.0f) {
+          lb[i] = kNegInf;
+          continue;
+        }
+        const float inv = 1.0f / l[i];
+        float* orow = oacc + int64_t(i) * D;
+        for (int e = 0; e < D; ++e) orow[e] *= inv;
+        lb[i] = m[i] * kLn2 + std::log(l[i]);
+      }
+      const int64_t o_at = b * p.o.stride.batch + i0 * p.o.stride.seq + h * p.o.stride.head;
+      float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head + i0;
+      if (p.accumulate) {
+        lse_merge_rows(nq, D, p.o.fp32_data + o_at, p.o.stride.seq, lse, 1, oacc, D, lb, 1);
+      } else {
+        store_rows(p.o, o_at, nq, D, oacc, D, 1, false);
+        std::copy_n(lb, nq, lse);
+      }
+    }
+  }
+}
+
+void attn_bwd_preprocess_bf16(const AttnDims& dims, const bf16* o, Strides3 o_stride,
+                              const bf16* dout, Strides3 dout_stride, float* delta,
+                              Strides2 delta_stride) {
+  check_dims(dims);
+  WF_CHECK(o && dout && delta, "attn_bwd_preprocess_bf16: null pointer among o, dout, delta");
+  detail::bwd_delta(dims, o, o_stride, dout, dout_stride, delta, delta_stride, num_threads());
+}
+
+// --- Backward -----------------------------------------------------------------------------------
+
+namespace {
+
+// Q and dO of every (batch, head) transposed once per call ([D][round_up(Sq, 2)]): the A of
+// dK^T += Q^T dS and dV^T += dO^T P, whose sums run over query rows.
+struct BwdPacked {
+  int64_t ld = 0, head = 0;
+  std::vector<bf16> qt, dot;
+  explicit BwdPacked(const AttnDims& d) : ld(round_up(d.seq_q, 2)), head(ld * d.head_dim) {}
+  static int64_t elements(const AttnDims& d) {
+    return 2 * int64_t(d.batch) * d.heads * BwdPacked(d).head;
+  }
+};
+
+// Scratch of one thread.
+struct BwdTile {
+  int bq, bk;
+  HeadDims hd;
+  std::vector<bf16> kd, vd, kj;    // key tile packed: pairs of D ([d2/2][bk][2]) / of keys
+  std::vector<bf16> qb, dob;       // query block rows (bq, d2)
+  std::vector<float> s, dp;        // (bq, bk): scores S and dP
+  std::vector<bf16> pt, dst, dsr;  // P, dS in pairs of rows ([bq/2][bk][2]); dS in rows
+  std::vector<float> dkt, dvt;     // (D, bk): dK^T, dV^T of the key tile
+  BwdTile(int block_q, int block_k, const HeadDims& h)
+      : bq(block_q),
+        bk(block_k),
+        hd(h),
+        kd(size_t(h.d2) * block_k),
+        vd(kd.size()),
+        kj(size_t(block_k) * h.d16),
+        qb(size_t(block_q) * h.d2),
+        dob(qb.size()),
+        s(size_t(block_q) * block_k),
+        dp(s.size()),
+        pt(size_t(block_q) * block_k),
+        dst(pt.size()),
+        dsr(pt.size()),
+        dkt(size_t(h.d) * block_k),
+        dvt(dkt.size()) {}
+  static int64_t bytes(int bq, int bk, const HeadDims& h) {
+    return 2 * (2 * int64_t(h.d2) * bk + int64_t(bk) * h.d16 + 2 * int64_t(bq) * h.d2 +
+                3 * int64_t(bq) * bk) +
+           4 * (2 * int64_t(bq) * bk + 2 * int64_t(h.d) * bk);
+  }
+};
+
+using detail::BwdTask;
+
+// Backward of one kv head over key rows [j_begin, j_end), all query heads of its group: adds into
+// task.dq and writes (or adds into) the rows of dk, dv it owns.
+void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, const BwdTask& task,
+                  BwdTile& w) {
+  const AttnDims& d = p.dims;
+  const HeadDims& hd = w.hd;
+  const int bq = w.bq, bk = w.bk, D = hd.d;
+  const float scale2 = p.scale * kLog2e;
+  const int group = d.heads / d.kv_heads;
+  const int b = task.b, hk = task.hk;
+  const bf16* k = p.k + b * p.k_stride.batch + hk * p.k_stride.head;
+  const bf16* v = p.v + b * p.v_stride.batch + hk * p.v_stride.head;
+  for (int j0 = task.j_begin; j0 < task.j_end; j0 += bk) {
+    const int nk = std::min(bk, task.j_end - j0), nk2 = nk + nk % 2;
+    const int64_t kpos_first = p.k_pos0 + j0, kpos_last = kpos_first + nk - 1;
+    pack_column_pairs(k + j0 * p.k_stride.seq, p.k_stride.seq, nk, hd, bk, w.kd.data());
+    pack_column_pairs(v + j0 * p.v_stride.seq, p.v_stride.seq, nk, hd, bk, w.vd.data());
+    pack_row_pairs(k + j0 * p.k_stride.seq, p.k_stride.seq, nk, hd, w.kj.data());
+    std::fill(w.dkt.begin(), w.dkt.end(), 0.0f);
+    std::fill(w.dvt.begin(), w.dvt.end(), 0.0f);
+    for (int g = 0; g < group; ++g) {
+      const int h = hk * group + g;
+      const bf16* q = p.q + b * p.q_stride.batch + h * p.q_stride.head;
+      const bf16* dout = p.dout + b * p.dout_stride.batch + h * p.dout_stride.head;
+      const float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head;
+      const float* delta = p.delta + b * p.delta_stride.batch + h * p.delta_stride.head;
+      const bf16* qt = pk.qt.data() + (int64_t(b) * d.heads + h) * pk.head;
+      const bf16* dot = pk.dot.data() + (int64_t(b) * d.heads + h) * pk.head;
+      float* dq = task.dq + g * task.dq_head;
+      // Query blocks that end before the key tile starts are entirely masked under causal.
+      const int i_start = p.causal ? detail::first_query_block(d, p.q_pos0, kpos_first, bq) : 0;
+      for (int i0 = i_start; i0 < d.seq_q; i0 += bq) {
+        const int nq = std::min(bq, d.seq_q - i0), nq2 = nq + nq % 2;
+        const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
+        if (p.causal && kpos_first > qpos_last) continue;
+        const bool partial = p.causal && kpos_last > qpos_first;
+        // Q and dO rows are the A of the products over D as they are, unless D is odd (then
+        // copied with a zero after the last element).
+        const bf16 *qi = q + i0 * p.q_stride.seq, *doi = dout + i0 * p.dout_stride.seq;
+        int64_t ldq = p.q_stride.seq, lddo = p.dout_stride.seq;
+        if (hd.d2 != D) {
+          copy_rows(qi, ldq, nq, hd, w.qb.data());
+          copy_rows(doi, lddo, nq, hd, w.dob.data());
+          qi = w.qb.data(), doi = w.dob.data();
+          ldq = lddo = hd.d2;
+        }
+        gemm({.m = nq,
+              .n = nk,
+              .kp = hd.d2 / 2,
+              .a = qi,
+              .lda = ldq,
+              .b = w.kd.data(),
+              .ldb = 2 * bk,
+              .c = w.s.data(),
+              .ldc = bk,
+              .accumulate = false});
+        gemm({.m = nq,
+              .n = nk,
+              .kp = hd.d2 / 2,
+              .a = doi,
+              .lda = lddo,
+              .b = w.vd.data(),
+              .ldb = 2 * bk,
+              .c = w.dp.data(),
+              .ldc = bk,
+              .accumulate = false});
+        // P and dS by pairs of rows (bq is even, so a missing second row still has buffer rows).
+        for (int i = 0; i < nq; i += 2) {
+          BwdRow rows[2];
+          for (int r = 0; r < 2; ++r) {
+            const int ii = i + r;
+            BwdRow& row = rows[r];
+            row.s = w.s.data() + int64_t(ii) * bk;
+            row.dp = w.dp.data() + int64_t(ii) * bk;
+            row.vis = 0, row.lse2 = 0.0f, row.delta = 0.0f;
+            if (ii >= nq || lse[i0 + ii] == kNegInf) continue;
+            row.vis = partial ? visible_keys(qpos_first + ii, kpos_first, nk) : nk;
+            row.lse2 = lse[i0 + ii] * kLog2e;
+            row.delta = delta[i0 + ii];
+          }
+          bwd_row_pair(rows[0], rows[1], nk2, p.scale, scale2, w.pt.data() + int64_t(i) * bk,
+                       w.dst.data() + int64_t(i) * bk, w.dsr.data() + int64_t(i) * bk,
+                       w.dsr.data() + int64_t(i + 1) * bk);
+        }
+        // dV^T += dO^T P ; dK^T += Q^T dS (sums over query rows) ; dQ += dS K (over keys)
+        gemm({.m = D,
+              .n = nk,
+              .kp = nq2 / 2,
+              .a = dot + i0,
+              .lda = pk.ld,
+              .b = w.pt.data(),
+              .ldb = 2 * bk,
+              .c = w.dvt.data(),
+              .ldc = bk,
+              .accumulate = true});
+        gemm({.m = D,
+              .n = nk,
+              .kp = nq2 / 2,
+              .a = qt + i0,
+              .lda = pk.ld,
+              .b = w.dst.data(),
+              .ldb = 2 * bk,
+              .c = w.dkt.data(),
+              .ldc = bk,
+              .accumulate = true});
+        gemm({.m = nq,
+              .n = D,
+              .kp = nk2 / 2,
+              .a = w.dsr.data(),
+              .lda = bk,
+              .b = w.kj.data(),
+              .ldb = 2 * hd.d16,
+              .c = dq + i0 * task.dq_seq,
+              .ldc = task.dq_seq,
+              .accumulate = true});
+      }
+    }
+    const int64_t dk_at = b * p.dk.stride.batch + hk * p.dk.stride.head + j0 * p.dk.stride.seq;
+    const int64_t dv_at = b * p.dv.stride.batch + hk * p.dv.stride.head + j0 * p.dv.stride.seq;
+    store_rows(p.dk, dk_at, nk, D, w.dkt.data(), 1, bk, p.accumulate);
+    store_rows(p.dv, dv_at, nk, D, w.dvt.data(), 1, bk, p.accumulate);
+  }
+}
+
+}  // namespace
+
+int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16) {
+  const AttnTiling t = attn_bwd_bf16_tiling(dims);
+  const int parts = detail::bwd_key_parts(dims, threads, t.block_k);
+  const int64_t dq_floats =
+      (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
+      detail::bwd_extra_dq_floats(dims, parts);
+  return 2 * BwdPacked::elements(dims) +
+         threads * BwdTile::bytes(t.block_q, t.block_k, HeadDims(dims.head_dim)) + 4 * dq_floats;
+}
+
+void attn_bwd_bf16(const AttnBwdBf16Params& p) {
+  const AttnDims& d = p.dims;
+  check_dims(d);
+  WF_CHECK(p.q && p.k && p.v && p.dout && p.lse && p.delta,
+           "attn_bwd_bf16: null pointer among q, k, v, dout, lse, delta");
+  check_strides("q", p.q_stride, d.seq_q, d.heads, d.head_dim);
+  check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
+  check_strides("dout", p.dout_stride, d.seq_q, d.heads, d.head_dim);
+  check_output("dq", p.dq, p.accumulate, d.seq_q, d.heads, d.head_dim);
+  check_output("dk", p.dk, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
+  check_output("dv", p.dv, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
+  const GemmFn gemm = gemm_of(bf16_path());
+  const int D = d.head_dim;
+  if (d.seq_q == 0 || d.seq_k == 0) {
+    if (!p.accumulate) {
+      zero_output(p.dq, d.batch, d.seq_q, d.heads, D);
+      zero_output(p.dk, d.batch, d.seq_k, d.kv_heads, D);
+      zero_output(p.dv, d.batch, d.seq_k, d.kv_heads, D);
+    }
+    return;
+  }
+  const AttnTiling tile = attn_bwd_bf16_tiling(d);
+  const HeadDims hd(D);
+  const int nthreads = num_threads();
+
+  BwdPacked pk(d);
+  pk.qt.resize(size_t(d.batch) * d.heads * pk.head);
+  pk.dot.resize(pk.qt.size());
+  const int64_t bh_count = int64_t(d.batch) * d.heads;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+  for (int64_t bh = 0; bh < bh_count; ++bh) {
+    const int64_t b = bh / d.heads, h = bh % d.heads;
+    transpose_rows(p.q + b * p.q_stride.batch + h * p.q_stride.head, p.q_stride.seq, d.seq_q, D,
+                   pk.ld, pk.qt.data() + bh * pk.head);
+    transpose_rows(p.dout + b * p.dout_stride.batch + h * p.dout_stride.head, p.dout_stride.seq,
+                   d.seq_q, D, pk.ld, pk.dot.data() + bh * pk.head);
+  }
+
+  // dQ accumulates in fp32: in dq itself when it is fp32, else in a buffer rounded at the end.
+  std::vector<float> dq_fp32;
+  float* dq_main = p.dq.fp32_data;
+  Strides3 dq_main_stride = p.dq.stride;
+  if (p.dq.bf16_data) {
+    dq_fp32.assign(size_t(d.batch) * d.seq_q * d.heads * D, 0.0f);
+    dq_main = dq_fp32.data();
+    dq_main_stride = Strides3::contiguous(d.seq_q, d.heads, D);
+  }
+  std::vector<BwdTile> tiles;
+  for (int t = 0; t < nthreads; ++t) tiles.emplace_back(tile.block_q, tile.block_k, hd);
+  detail::run_bwd_tasks(
+      d, p.causal, p.q_pos0, p.k_pos0, tile.block_k, nthreads, dq_main, dq_main_stride,
+      !p.accumulate && p.dq.fp32_data != nullptr,
+      [&](const BwdTask& task, int thread) { bwd_kv_range(p, pk, gemm, task, tiles[thread]); });
+  if (!p.dq.bf16_data) return;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+  for (int64_t r = 0; r < int64_t(d.batch) * d.heads * d.seq_q; ++r) {
+    const int64_t b = r / (int64_t(d.heads) * d.seq_q), h = r / d.seq_q % d.heads, i = r % d.seq_q;
+    fp32_to_bf16(
+        dq_fp32.data() + b * dq_main_stride.batch + i * dq_main_stride.seq +
+            h * dq_main_stride.head,
+        p.dq.bf16_data + b * p.dq.stride.batch + i * p.dq.stride.seq + h * p.dq.stride.head, D);
+  }
+}
+
+}  // namespace wallfacer::kernels

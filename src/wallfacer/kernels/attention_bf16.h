@@ -1,0 +1,116 @@
+#pragma once
+// Flash attention with bf16 storage and fp32 arithmetic: forward with row log-sum-exp, backward.
+// Layouts, masks, positions and GQA are those of attention.h; only the element types differ.
+//
+// What is bf16 and what is fp32:
+//   q, k, v, dout                 bf16 inputs
+//   o, dq, dk, dv                 bf16 or fp32 outputs (AttnOutput): bf16 is the fp32 result
+//                                 rounded once at the end; fp32 holds it exactly and is what
+//                                 `accumulate` needs (a running O across key blocks is merged in
+//                                 fp32 with lse_merge, gradients are added in fp32), so nothing is
+//                                 rounded per block; round it with fp32_to_bf16 when done
+//   lse, delta                    fp32 (B, H, Sq)
+//   inside                        every product accumulates in fp32; the running max, LSE, row
+//                                 sums, online-softmax rescaling and delta are fp32; the P tile
+//                                 (forward, backward) and the dS tile (backward) are rounded to
+//                                 bf16 before they enter the next product.
+// docs/numerics.md gives the exact order of operations and the measured errors.
+//
+// Two code paths compute the tile products: AVX512-BF16 instructions (VDPBF16PS), used when the
+// CPU reports avx512_bf16, and portable C++ that reproduces that instruction's arithmetic bit for
+// bit. Both give identical results. WALLFACER_BF16_PATH=portable forces the portable path,
+// WALLFACER_BF16_PATH=avx512 requires the other (an error where the CPU lacks it); unset or
+// `auto` chooses by the CPU. It is read at every call.
+
+#include <cstdint>
+
+#include "wallfacer/core/bf16.h"
+#include "wallfacer/kernels/attention.h"
+
+namespace wallfacer::kernels {
+
+// Where a bf16 kernel writes one (B, S, H, D) output: exactly one of the two pointers is set.
+struct AttnOutput {
+  bf16* bf16_data = nullptr;   // the fp32 result rounded to bf16 (not with `accumulate`)
+  float* fp32_data = nullptr;  // the fp32 result; with `accumulate` merged or added into
+  Strides3 stride;
+};
+
+struct AttnFwdBf16Params {
+  AttnDims dims;
+  const bf16* q = nullptr;  // (B, Sq, H, D)
+  Strides3 q_stride;
+  const bf16* k = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 k_stride;
+  const bf16* v = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 v_stride;
+  AttnOutput o;          // (B, Sq, H, D)
+  float* lse = nullptr;  // (B, H, Sq)
+  Strides2 lse_stride;
+  float scale = 1.0f;
+  bool causal = false;
+  int64_t q_pos0 = 0;
+  int64_t k_pos0 = 0;
+  // false: overwrite (o, lse). true: merge this block's result into the running fp32 (o, lse) with
+  // lse_merge (which must hold a valid partial result, e.g. from attn_fwd_init_output).
+  bool accumulate = false;
+};
+
+struct AttnBwdBf16Params {
+  AttnDims dims;
+  const bf16* q = nullptr;  // (B, Sq, H, D)
+  Strides3 q_stride;
+  const bf16* k = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 k_stride;
+  const bf16* v = nullptr;  // (B, Sk, Hkv, D)
+  Strides3 v_stride;
+  const bf16* dout = nullptr;  // (B, Sq, H, D)
+  Strides3 dout_stride;
+  const float* lse = nullptr;  // (B, H, Sq): LSE of the full (final) forward
+  Strides2 lse_stride;
+  const float* delta = nullptr;  // (B, H, Sq): from attn_bwd_preprocess_bf16
+  Strides2 delta_stride;
+  AttnOutput dq;  // (B, Sq, H, D)
+  AttnOutput dk;  // (B, Sk, Hkv, D)
+  AttnOutput dv;  // (B, Sk, Hkv, D)
+  float scale = 1.0f;
+  bool causal = false;
+  int64_t q_pos0 = 0;
+  int64_t k_pos0 = 0;
+  // false: overwrite dq, dk, dv. true: add into them (all three fp32).
+  bool accumulate = false;
+};
+
+// O and LSE of softmax(scale * Q K^T + mask) V. Checks its arguments (throws wallfacer::Error).
+void attn_fwd_bf16(const AttnFwdBf16Params& p);
+
+// delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d] in fp32 (the products of two bf16 are
+// exact), over dims.seq_q rows.
+void attn_bwd_preprocess_bf16(const AttnDims& dims, const bf16* o, Strides3 o_stride,
+                              const bf16* dout, Strides3 dout_stride, float* delta,
+                              Strides2 delta_stride);
+
+// dQ, dK, dV of the forward above, given the final LSE and delta.
+void attn_bwd_bf16(const AttnBwdBf16Params& p);
+
+// The code path that computes the tile products.
+enum class Bf16Path { portable, avx512 };
+// The path a call made now would take (reads WALLFACER_BF16_PATH; throws UsageError for a value
+// other than auto, portable or avx512, or for avx512 on a CPU without avx512_bf16).
+Bf16Path bf16_path();
+// Whether this build and CPU can run the AVX512-BF16 path.
+bool bf16_avx512_available();
+const char* bf16_path_name(Bf16Path path);
+
+// Tile sizes of the bf16 kernels (query x key rows).
+AttnTiling attn_fwd_bf16_tiling(const AttnDims& dims);
+AttnTiling attn_bwd_bf16_tiling(const AttnDims& dims);
+
+// Bytes of scratch memory the calls allocate with `threads` threads. Unlike the fp32 kernels these
+// grow with the sequence: the forward packs K and V (as large as k and v), the backward packs Q and
+// dO (as large as q and dout) and, when dq is bf16, accumulates dQ in fp32 (as large as dq in
+// fp32).
+int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads);
+int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16);
+
+}  // namespace wallfacer::kernels

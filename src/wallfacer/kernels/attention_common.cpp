@@ -1,0 +1,84 @@
+#include "wallfacer/kernels/attention_common.h"
+
+#include <algorithm>
+
+#include "wallfacer/core/error.h"
+
+namespace wallfacer::kernels::detail {
+
+int visible_keys(int64_t q_pos, int64_t k_pos_first, int nk) {
+  const int64_t v = q_pos - k_pos_first + 1;
+  return static_cast<int>(std::clamp<int64_t>(v, 0, nk));
+}
+
+int first_query_block(const AttnDims& d, int64_t q_pos0, int64_t k_pos_first, int block_q) {
+  const int64_t first = k_pos_first - q_pos0;  // first query row that sees a key of the tile
+  if (first >= d.seq_q) return d.seq_q;
+  return static_cast<int>(std::max<int64_t>(0, first) / block_q * block_q);
+}
+
+void check_strides(const char* name, const Strides3& s, int seq, int heads, int head_dim) {
+  WF_CHECK(s.seq >= head_dim || seq <= 1,
+           "attention: {} seq stride {} is smaller than head_dim {}; rows must not overlap", name,
+           s.seq, head_dim);
+  WF_CHECK(s.head >= head_dim || heads <= 1,
+           "attention: {} head stride {} is smaller than head_dim {}", name, s.head, head_dim);
+  WF_CHECK(s.batch >= 0 && s.seq >= 0 && s.head >= 0, "attention: {} has a negative stride", name);
+}
+
+void check_dims(const AttnDims& d) {
+  WF_CHECK(d.batch >= 1, "attention: batch must be >= 1, got {}", d.batch);
+  WF_CHECK(d.seq_q >= 0 && d.seq_k >= 0, "attention: seq_q {} and seq_k {} must be >= 0", d.seq_q,
+           d.seq_k);
+  WF_CHECK(d.heads >= 1 && d.kv_heads >= 1, "attention: heads {} and kv_heads {} must be >= 1",
+           d.heads, d.kv_heads);
+  WF_CHECK(d.heads % d.kv_heads == 0,
+           "attention: heads {} must be a multiple of kv_heads {} (grouped-query attention)",
+           d.heads, d.kv_heads);
+  WF_CHECK(d.head_dim >= 1 && d.head_dim <= kMaxHeadDim, "attention: head_dim {} not in [1, {}]",
+           d.head_dim, kMaxHeadDim);
+}
+
+void zero_rows(float* base, int64_t row_stride, int rows, int head_dim) {
+  for (int i = 0; i < rows; ++i)
+    std::fill(base + i * row_stride, base + i * row_stride + head_dim, 0.0f);
+}
+
+int bwd_key_parts(const AttnDims& d, int threads, int block_k) {
+  const int tasks = d.batch * d.kv_heads;
+  if (tasks >= threads || d.seq_k == 0) return 1;
+  const int key_tiles = (d.seq_k + block_k - 1) / block_k;
+  return std::min((threads + tasks - 1) / tasks, key_tiles);
+}
+
+int64_t bwd_extra_dq_floats(const AttnDims& d, int parts) {
+  return int64_t(parts - 1) * d.batch * d.heads * d.seq_q * d.head_dim;
+}
+
+std::vector<int> split_keys(const AttnDims& d, bool causal, int64_t q_pos0, int64_t k_pos0,
+                            int block_k, int parts) {
+  const int bk = block_k;
+  const int tiles = (d.seq_k + bk - 1) / bk;
+  std::vector<double> work(tiles);
+  double total = 0;
+  for (int jt = 0; jt < tiles; ++jt) {
+    int64_t rows = d.seq_q;
+    if (causal) {
+      const int64_t first = k_pos0 + int64_t(jt) * bk - q_pos0;  // first row seeing the tile
+      rows = d.seq_q - std::clamp<int64_t>(first, 0, d.seq_q);
+    }
+    work[jt] = double(rows) + 1.0;
+    total += work[jt];
+  }
+  std::vector<int> cut(parts + 1, d.seq_k);
+  cut[0] = 0;
+  double acc = 0;
+  int next = 1;
+  for (int jt = 0; jt < tiles && next < parts; ++jt) {
+    acc += work[jt];
+    if (acc >= total * next / parts) cut[next++] = std::min((jt + 1) * bk, d.seq_k);
+  }
+  return cut;
+}
+
+}  // namespace wallfacer::kernels::detail

@@ -1,0 +1,125 @@
+#pragma once
+// What the fp32 and bf16 flash-attention kernels share: argument checks, causal visibility and
+// the backward's work split. Internal to the kernels.
+
+#include <omp.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "wallfacer/core/bf16.h"
+#include "wallfacer/kernels/attention.h"
+
+namespace wallfacer::kernels::detail {
+
+// Number of leading keys of a tile of nk keys starting at global position k_pos_first that a query
+// at global position q_pos may see under a causal mask.
+int visible_keys(int64_t q_pos, int64_t k_pos_first, int nk);
+
+// The backward under a causal mask: the first query row of the first block of `block_q` rows that
+// sees a key of a tile whose first key is at global position k_pos_first (seq_q when none does).
+int first_query_block(const AttnDims& d, int64_t q_pos0, int64_t k_pos_first, int block_q);
+
+void check_dims(const AttnDims& d);
+void check_strides(const char* name, const Strides3& s, int seq, int heads, int head_dim);
+
+// Zeroes rows [0, rows) of one head of a (B, S, H, D) tensor.
+void zero_rows(float* base, int64_t row_stride, int rows, int head_dim);
+
+// Backward work splitting. The main decomposition is one task per (batch, kv head): it owns dK, dV
+// of its kv head and dQ of the query heads of its group, so nothing is shared. When there are fewer
+// such tasks than threads (e.g. MQA with batch 1), each task's keys are also split into `parts`
+// ranges of whole key tiles (block_k rows); part 0 adds into dq directly, the others into private
+// dQ buffers that are added to dq afterwards in part order, so results do not depend on scheduling.
+int bwd_key_parts(const AttnDims& d, int threads, int block_k);
+
+// Floats of private dQ the split needs.
+int64_t bwd_extra_dq_floats(const AttnDims& d, int parts);
+
+// Key-row boundaries (parts + 1 of them) splitting [0, seq_k) into ranges of whole tiles with about
+// equal work; under a causal mask a key tile's work is the number of query rows that see it.
+std::vector<int> split_keys(const AttnDims& d, bool causal, int64_t q_pos0, int64_t k_pos0,
+                            int block_k, int parts);
+
+inline float widen(float x) { return x; }
+inline float widen(bf16 x) { return to_float(x); }
+
+// delta[b, h, i] = sum_d dout[b, i, h, d] * o[b, i, h, d] in fp32 (dims.seq_q rows).
+template <typename T>
+void bwd_delta(const AttnDims& dims, const T* o, Strides3 o_stride, const T* dout,
+               Strides3 dout_stride, float* delta, Strides2 delta_stride, int threads) {
+  const int64_t tasks = int64_t(dims.batch) * dims.heads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) {
+    const int64_t b = t / dims.heads, h = t % dims.heads;
+    for (int i = 0; i < dims.seq_q; ++i) {
+      const T* orow = o + b * o_stride.batch + i * o_stride.seq + h * o_stride.head;
+      const T* grow = dout + b * dout_stride.batch + i * dout_stride.seq + h * dout_stride.head;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int k = 0; k < dims.head_dim; ++k) acc += widen(orow[k]) * widen(grow[k]);
+      delta[b * delta_stride.batch + h * delta_stride.head + i] = acc;
+    }
+  }
+}
+
+// One unit of the backward's work: a kv head over key rows [j_begin, j_end), adding dQ of the query
+// heads of its group into an fp32 target (head h at dq + (h - first head) * dq_head).
+struct BwdTask {
+  int b, hk;
+  int j_begin, j_end;
+  float* dq;
+  int64_t dq_head, dq_seq;
+};
+
+// Runs run(task, thread) for every (batch, kv head, key part) on `threads` threads (see
+// bwd_key_parts): part 0 adds into dq (fp32; its rows zeroed first when zero_dq), the other parts
+// into private buffers that are added to dq afterwards, in part order.
+template <typename Run>
+void run_bwd_tasks(const AttnDims& d, bool causal, int64_t q_pos0, int64_t k_pos0, int block_k,
+                   int threads, float* dq, Strides3 dq_stride, bool zero_dq, Run run) {
+  const int D = d.head_dim;
+  const int group = d.heads / d.kv_heads;
+  const int tasks = d.batch * d.kv_heads;
+  const int parts = bwd_key_parts(d, threads, block_k);
+  const std::vector<int> cut = split_keys(d, causal, q_pos0, k_pos0, block_k, parts);
+  const int64_t dq_task = int64_t(group) * d.seq_q * D;  // private dQ of one (task, part)
+  std::vector<float> dq_extra(bwd_extra_dq_floats(d, parts));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t u = 0; u < int64_t(tasks) * parts; ++u) {
+    const int t = static_cast<int>(u / parts), part = static_cast<int>(u % parts);
+    BwdTask task;
+    task.b = t / d.kv_heads;
+    task.hk = t % d.kv_heads;
+    task.j_begin = cut[part];
+    task.j_end = cut[part + 1];
+    if (part == 0) {
+      task.dq = dq + task.b * dq_stride.batch + int64_t(task.hk) * group * dq_stride.head;
+      task.dq_head = dq_stride.head;
+      task.dq_seq = dq_stride.seq;
+      if (zero_dq)
+        for (int g = 0; g < group; ++g)
+          zero_rows(task.dq + g * task.dq_head, task.dq_seq, d.seq_q, D);
+    } else {
+      task.dq = dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task;
+      task.dq_head = int64_t(d.seq_q) * D;
+      task.dq_seq = D;
+    }
+    run(task, omp_get_thread_num());
+  }
+  if (parts == 1) return;
+  const int64_t rows = int64_t(tasks) * group * d.seq_q;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r / (int64_t(group) * d.seq_q), g = r / d.seq_q % group, i = r % d.seq_q;
+    const int64_t b = t / d.kv_heads, h = (t % d.kv_heads) * group + g;
+    float* out = dq + b * dq_stride.batch + i * dq_stride.seq + h * dq_stride.head;
+    for (int part = 1; part < parts; ++part) {
+      const float* add =
+          dq_extra.data() + (int64_t(part - 1) * tasks + t) * dq_task + (g * d.seq_q + i) * D;
+      for (int c = 0; c < D; ++c) out[c] += add[c];
+    }
+  }
+}
+
+}  // namespace wallfacer::kernels::detail

@@ -1,0 +1,44 @@
+#pragma once
+// Products of bf16 tiles with fp32 accumulation: the one operation of the bf16 attention kernels
+// that has two code paths (AVX512-BF16 intrinsics and portable C++) with identical results.
+// Internal to the kernels.
+//
+//   C (m x n, fp32) = [C +] A (m x 2 kp, bf16) B (2 kp x n, bf16)
+//
+// A: row i holds its 2 kp values contiguously from a + i * lda (lda even, >= 2 kp).
+// B: packed in pairs of rows: element (2t + r, c) is b[t * ldb + 2c + r]. Rows are readable up to
+//    column round_up(n, 16) (ldb >= 2 round_up(n, 16)); columns at n and beyond are not used.
+// C: row i at c + i * ldc, columns [0, n) read (with accumulate) and written, nothing else.
+//
+// Every C element is one fp32 chain over t = 0, 1, ..., kp - 1, each step being what one lane of
+// the VDPBF16PS instruction does (measured bit for bit on the CPU, docs/numerics.md):
+//   c = flush(fma(a[2t + 1], b[2t + 1], flush(c)));  c = flush(fma(a[2t], b[2t], c))
+// with subnormal inputs read as zero and subnormal results flushed to zero (sign kept). The
+// product of two bf16 values is exact in fp32, so each step rounds once.
+
+#include <cstdint>
+
+#include "wallfacer/core/bf16.h"
+
+namespace wallfacer::kernels::detail {
+
+struct Bf16Gemm {
+  int m = 0, n = 0, kp = 0;
+  const bf16* a = nullptr;
+  int64_t lda = 0;
+  const bf16* b = nullptr;
+  int64_t ldb = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;  // false: C starts from 0
+};
+
+// Plain C++: the emulation of the instruction, any CPU.
+void bf16_gemm_portable(const Bf16Gemm& g);
+
+// AVX512-BF16 intrinsics (bf16_gemm_avx512.cpp, compiled with its own -m flags). Call only when
+// bf16_gemm_avx512_built() and the CPU reports avx512_bf16.
+void bf16_gemm_avx512(const Bf16Gemm& g);
+bool bf16_gemm_avx512_built();
+
+}  // namespace wallfacer::kernels::detail

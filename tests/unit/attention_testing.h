@@ -1,0 +1,259 @@
+#pragma once
+// What the fp32 and bf16 attention tests share: problem cases, random inputs, the error measure
+// of docs/numerics.md, and a guard that sets an environment variable for one scope.
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/reference/attention_ref.h"
+
+namespace wallfacer::kernels::attn_testing {
+
+struct Case {
+  int batch = 1, seq_q = 0, seq_k = 0, heads = 1, kv_heads = 1, head_dim = 0;
+  bool causal = false;
+  int64_t q_pos0 = 0, k_pos0 = 0;
+  std::string name;
+};
+
+inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = dist(gen);
+  return x;
+}
+
+template <typename T>
+std::vector<double> to_double(const std::vector<T>& x) {
+  return {x.begin(), x.end()};
+}
+
+// Relative error max |x - ref| / max |ref|; rows where ref is -inf must be -inf in x as well
+// (and count as error 1e30 otherwise). When ref is all zero the absolute error is returned.
+inline double rel_err(const std::vector<float>& x, const std::vector<double>& ref) {
+  EXPECT_EQ(x.size(), ref.size());
+  double max_ref = 0, max_err = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isinf(ref[i])) {
+      if (x[i] != ref[i]) max_err = 1e30;
+      continue;
+    }
+    if (!std::isfinite(x[i])) return 1e30;
+    max_ref = std::max(max_ref, std::fabs(ref[i]));
+    max_err = std::max(max_err, std::fabs(double(x[i]) - ref[i]));
+  }
+  return max_ref > 0 ? max_err / max_ref : max_err;
+}
+
+// Cases every attention kernel runs, whatever its element type: Sq != Sk both ways, causal masks by
+// global position (key block in the past, straddling the diagonal, in the future, rows fully masked
+// at the start of a block), GQA ratios 1, 2, 8 and MQA.
+inline std::vector<Case> shape_and_position_cases() {
+  return {
+      {1, 5, 300, 4, 2, 16, false, 0, 0, "Sq5_Sk300"},
+      {1, 300, 5, 4, 2, 16, false, 0, 0, "Sq300_Sk5"},
+      {1, 70, 90, 2, 1, 32, true, 1000, 100, "keys_in_past"},
+      {1, 130, 130, 2, 1, 32, true, 500, 500, "diagonal"},
+      {1, 70, 90, 2, 1, 32, true, 100, 1000, "keys_in_future"},
+      {1, 70, 300, 2, 1, 32, true, 100, 150, "first_rows_masked"},
+      {1, 300, 70, 2, 1, 32, true, 250, 120, "long_q_short_k"},
+      {2, 65, 65, 8, 8, 32, true, 0, 0, "gqa1"},
+      {2, 65, 65, 8, 4, 32, true, 0, 0, "gqa2"},
+      {1, 65, 80, 8, 1, 32, false, 0, 0, "gqa8"},
+      {1, 65, 80, 16, 1, 24, true, 3, 0, "mqa16"},
+  };
+}
+
+// The cases compared with the fp64 reference: sequence lengths `seqs` (square, full and causal,
+// `heads` heads of `head_dim`), the head dims `head_dims` (2 batches of 33 queries by 41 keys,
+// causal when even), D = 256 against 300 keys, then shape_and_position_cases().
+inline std::vector<Case> reference_cases(std::initializer_list<int> seqs, int heads, int head_dim,
+                                         std::initializer_list<int> head_dims) {
+  std::vector<Case> cs;
+  for (int s : seqs)
+    for (bool causal : {false, true})
+      cs.push_back({1, s, s, heads, 1, head_dim, causal, 0, 0,
+                    fmt::format("S{}{}", s, causal ? "_causal" : "")});
+  for (int hd : head_dims)
+    cs.push_back({2, 33, 41, 2, 2, hd, hd % 2 == 0, 0, 0, fmt::format("D{}", hd)});
+  cs.push_back({1, 20, 300, 1, 1, 256, false, 0, 0, "D256"});
+  for (const Case& c : shape_and_position_cases()) cs.push_back(c);
+  return cs;
+}
+
+inline AttnDims dims_of(const Case& c) {
+  return {c.batch, c.seq_q, c.seq_k, c.heads, c.kv_heads, c.head_dim};
+}
+
+inline reference::AttnRefProblem ref_problem(const Case& c) {
+  return {dims_of(c), 1.0 / std::sqrt(double(c.head_dim)), c.causal, c.q_pos0, c.k_pos0};
+}
+
+// The shape of a test problem and its contiguous strides.
+struct ProblemShape {
+  Case c;
+  AttnDims d;
+  explicit ProblemShape(const Case& cs) : c(cs), d(dims_of(cs)) {}
+  size_t nq() const { return size_t(d.batch) * d.seq_q * d.heads * d.head_dim; }
+  size_t nk() const { return size_t(d.batch) * d.seq_k * d.kv_heads * d.head_dim; }
+  float scale() const { return 1.0f / std::sqrt(float(d.head_dim)); }
+  Strides3 qs() const { return Strides3::contiguous(d.seq_q, d.heads, d.head_dim); }
+  Strides3 ks() const { return Strides3::contiguous(d.seq_k, d.kv_heads, d.head_dim); }
+  Strides2 ls() const { return Strides2::contiguous(d.heads, d.seq_q); }
+};
+
+// ref + x elementwise (the expected result of a call that adds into x).
+inline std::vector<double> plus(const std::vector<double>& ref, const std::vector<float>& x) {
+  std::vector<double> s(ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) s[i] = ref[i] + x[i];
+  return s;
+}
+
+// Points the fields that the fp32 and bf16 params structs share at a problem's contiguous tensors:
+// dims, q, k, v, lse (and dout, delta for a backward), scale, mask and positions. The outputs are
+// the caller's to set. `pb` has d, c, q, k, v, dout, lse, delta, qs(), ks(), ls() and scale().
+template <typename Params, typename Problem>
+void set_inputs(Params& p, Problem& pb) {
+  p.dims = pb.d;
+  p.q = pb.q.data(), p.q_stride = pb.qs();
+  p.k = pb.k.data(), p.k_stride = pb.ks();
+  p.v = pb.v.data(), p.v_stride = pb.ks();
+  p.lse = pb.lse.data(), p.lse_stride = pb.ls();
+  if constexpr (requires { p.dout; }) {
+    p.dout = pb.dout.data(), p.dout_stride = pb.qs();
+    p.delta = pb.delta.data(), p.delta_stride = pb.ls();
+  }
+  p.scale = pb.scale();
+  p.causal = pb.c.causal;
+  p.q_pos0 = pb.c.q_pos0;
+  p.k_pos0 = pb.c.k_pos0;
+}
+
+// The strided tests' layout of a problem with Sq = Sk and H = Hkv: q, k, v are slices of one packed
+// (B, S, 3, H, D) buffer; dout and the outputs live in rows padded by kPad elements; lse and delta
+// have padded (B, H) strides. T is the element type of the inputs (float or bf16).
+template <typename T>
+struct StridedLayout {
+  static constexpr int kPad = 5;
+  int B, S, H, D;
+  Strides3 packed, padded;
+  Strides2 lpad;
+  std::vector<T> qkv, dout;
+  std::vector<float> lse, delta;
+
+  template <typename Problem>
+  explicit StridedLayout(const Problem& pb)
+      : B(pb.d.batch),
+        S(pb.d.seq_q),
+        H(pb.d.heads),
+        D(pb.d.head_dim),
+        packed{int64_t(S) * 3 * H * D, int64_t(3) * H * D, D},
+        padded{int64_t(S) * (H * D + kPad), H * D + kPad, D},
+        lpad{int64_t(H) * (S + 3), S + 3},
+        qkv(size_t(B) * packed.batch),
+        dout(padded_size()),
+        lse(size_t(B) * lpad.batch),
+        delta(lse.size()) {
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < S; ++t)
+        for (int h = 0; h < H; ++h)
+          for (int e = 0; e < D; ++e) {
+            const size_t x = at(packed, b, t, h, e), y = contiguous(b, t, h, e);
+            qkv[x] = pb.q[y];
+            qkv[x + H * D] = pb.k[y];
+            qkv[x + 2 * H * D] = pb.v[y];
+            dout[at(padded, b, t, h, e)] = pb.dout[y];
+          }
+  }
+  size_t padded_size() const { return size_t(B) * padded.batch; }
+  size_t at(const Strides3& s, int b, int t, int h, int e) const {
+    return size_t(b * s.batch + t * s.seq + h * s.head + e);
+  }
+  size_t contiguous(int b, int t, int h, int e) const {
+    return ((size_t(b) * S + t) * H + h) * D + e;
+  }
+  // Params fields as set_inputs sets them, with this layout's tensors and strides.
+  template <typename Params>
+  void set_inputs(Params& p, const AttnDims& d, float scale, bool causal) {
+    p.dims = d;
+    p.q = qkv.data(), p.q_stride = packed;
+    p.k = qkv.data() + H * D, p.k_stride = packed;
+    p.v = qkv.data() + 2 * H * D, p.v_stride = packed;
+    p.lse = lse.data(), p.lse_stride = lpad;
+    if constexpr (requires { p.dout; }) {
+      p.dout = dout.data(), p.dout_stride = padded;
+      p.delta = delta.data(), p.delta_stride = lpad;
+    }
+    p.scale = scale;
+    p.causal = causal;
+  }
+  // A padded (B, S, H, D) tensor and this layout's LSE back in contiguous layouts.
+  template <typename U>
+  std::vector<U> gather(const std::vector<U>& x) const {
+    std::vector<U> y(size_t(B) * S * H * D);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < S; ++t)
+        for (int h = 0; h < H; ++h)
+          for (int e = 0; e < D; ++e) y[contiguous(b, t, h, e)] = x[at(padded, b, t, h, e)];
+    return y;
+  }
+  std::vector<float> gather_lse() const {
+    std::vector<float> y(size_t(B) * H * S);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h)
+        for (int t = 0; t < S; ++t)
+          y[(size_t(b) * H + h) * S + t] = lse[b * lpad.batch + h * lpad.head + t];
+    return y;
+  }
+  // Whether the kPad elements after every padded row still hold `value`.
+  template <typename U>
+  bool padding_is(const std::vector<U>& x, U value) const {
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < S; ++t)
+        for (int e = H * D; e < H * D + kPad; ++e)
+          if (!(x[b * padded.batch + t * padded.seq + e] == value)) return false;
+    return true;
+  }
+};
+
+// Sets an environment variable for the lifetime of the object (null value: unset), then restores
+// it. wallfacer::num_threads() (OMP_NUM_THREADS) and the bf16 kernels (WALLFACER_BF16_PATH) read
+// theirs at every call.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old, had_ = true;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), saved_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, saved_;
+  bool had_ = false;
+};
+
+}  // namespace wallfacer::kernels::attn_testing
