@@ -356,7 +356,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     // outputs two more; the bf16 run holds eight bf16 tensors, the spot check's fp32 copies and
     // its workspace (packed copies, fp32 dQ).
     const int hkv = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
-    const double set = 4.0 * opt.batch * s * (opt.heads + hkv) * opt.head_dim;
+    const double set = 4.0 * opt.batch * s * (double(opt.heads) + hkv) * opt.head_dim;
     const kernels::AttnDims d{opt.batch, s, s, opt.heads, hkv, opt.head_dim};
     double bytes = 2 * set;
     if (fp32) bytes += 2 * set;
