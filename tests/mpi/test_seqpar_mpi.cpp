@@ -17,8 +17,8 @@
 
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/plan/attention_program.h"
 #include "wallfacer/plan/planner.h"
-#include "wallfacer/plan/simulator.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
