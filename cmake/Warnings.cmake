@@ -1,11 +1,10 @@
-# Compiler warnings, optimisation and sanitizer flags shared by every target.
+# Compiler warnings, optimisation and sanitizer flags shared by every target. No -march: the
+# library runs on any x86-64 CPU, and the hot kernels pick their instruction set at run time
+# (cmake/Isa.cmake).
 add_library(wallfacer_flags INTERFACE)
 target_compile_options(wallfacer_flags INTERFACE -Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter)
 if(WALLFACER_WERROR)
   target_compile_options(wallfacer_flags INTERFACE -Werror)
-endif()
-if(WALLFACER_NATIVE)
-  target_compile_options(wallfacer_flags INTERFACE -march=native)
 endif()
 if(CMAKE_BUILD_TYPE STREQUAL "Release" OR CMAKE_BUILD_TYPE STREQUAL "RelWithDebInfo")
   target_compile_options(wallfacer_flags INTERFACE -O3)

@@ -19,6 +19,7 @@
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
 
 namespace wallfacer::cli {
@@ -221,9 +222,12 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   if (!opt.full_only) masks.push_back(true);
   const int threads = num_threads();
   const char* core = blas_core_name();
+  const std::string_view isa = kernels::isa::name(kernels::isa::active());
   if (!opt.json) {
-    fmt::print("# wallfacer bench kernel: flash attention fp32, threads {}, OpenBLAS core {}\n",
-               threads, core);
+    fmt::print(
+        "# wallfacer bench kernel: flash attention fp32, threads {}, OpenBLAS core {}, kernels "
+        "{}\n",
+        threads, core, isa);
     fmt::print(
         "# FLOPs: fwd 4*B*H*S*S*D, bwd 2.5x fwd, halved when causal; sgemm: (n x D)(D x n);\n"
         "# rounds of sgemm, fwd, bwd interleaved, best round reported; ratios = kernel / sgemm\n");
@@ -259,6 +263,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
                             {"workspace_bytes", r.workspace_bytes},
                             {"peak_rss_bytes", r.peak_rss_bytes},
                             {"blas_core", core},
+                            {"isa", isa},
                             {"check_err", r.check_err},
                             {"check_tol", check_tolerance(s)}};
         fmt::print("{}\n", j.dump());
