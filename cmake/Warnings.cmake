@@ -1,4 +1,5 @@
-# Compiler warnings, optimisation and sanitizer flags shared by every target. No -march: the
+# Compiler warnings, optimisation and sanitizer flags of the project's own targets. Linked only
+# inside the build (BUILD_INTERFACE): the installed targets carry none of them. No -march: the
 # library runs on any x86-64 CPU, and the hot kernels pick their instruction set at run time
 # (cmake/Isa.cmake).
 add_library(wallfacer_flags INTERFACE)
