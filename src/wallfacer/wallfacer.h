@@ -1,8 +1,9 @@
 #pragma once
-// wallfacer's public API in one include (docs/library.md): errors, communicators, distributed
-// attention, the single-process attention kernels and the planner.
+// wallfacer's public API in one include (docs/library.md): errors, communicators (also over a
+// host's MPI_Comm), distributed attention, the single-process attention kernels and the planner.
 
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/comm/mpi_comm.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/plan/cluster.h"
