@@ -7,7 +7,7 @@ PRESET ?= release
 # reached the program is retried, by tests/mpirun.sh.
 CTEST = ctest --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build build-asan build-fuzz test test-asan fuzz demo bench format clean
+.PHONY: all deps build build-asan build-fuzz test test-asan fuzz demo bench validate-planner format clean
 
 all: build
 
@@ -58,6 +58,11 @@ demo: build
 
 bench: build
 	build/wallfacer bench kernel
+
+# The calibrated cost model against measured attention times at P = 2 and 4 (a benchmark: run it on
+# a quiet machine; docs/results.md).
+validate-planner: build
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 bench/planner_validation.sh
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h')

@@ -17,6 +17,7 @@
 
 #include "command.h"
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/comm/link_probe.h"
 #include "wallfacer/comm/topology.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threads.h"
@@ -128,129 +129,7 @@ AttnRates time_attention(comm::Communicator& world, int head_dim, std::mt19937& 
   return r;
 }
 
-// One-way times (half the fastest round trip) of a ping-pong between ranks a and b, for message
-// sizes growing by 4x from 4 bytes until one message takes over 0.1 s or reaches 16 MB. Collective:
-// every rank calls it; the others wait. Rank a decides when a size has enough round trips (0.2 s,
-// at least 3) and says so in the first element of each message, so both sides stop together.
-struct LinkSamples {
-  std::vector<double> bytes, seconds;
-};
-LinkSamples ping_pong(comm::Communicator& world, int a, int b) {
-  const int rank = world.rank();
-  LinkSamples out;
-  std::vector<float> buf(size_t(1) << 22);
-  for (int64_t count = 1; count <= int64_t(1) << 22; count *= 4) {
-    world.barrier();
-    double t = 0;
-    if (rank == a || rank == b) {
-      const int peer = rank == a ? b : a;
-      std::vector<double> one;
-      Timer budget;
-      for (bool more = true; more;) {
-        Timer tt;
-        if (rank == a) {
-          buf[0] = (one.size() >= 3 && budget.seconds() > 0.2) || one.size() >= 2000 ? 0.f : 1.f;
-          more = buf[0] != 0.f;
-          world.isend(buf.data(), count, peer, 7).wait();
-          world.irecv(buf.data(), count, peer, 8).wait();
-        } else {
-          world.irecv(buf.data(), count, peer, 7).wait();
-          more = buf[0] != 0.f;
-          world.isend(buf.data(), count, peer, 8).wait();
-        }
-        one.push_back(tt.seconds() / 2);
-      }
-      one.erase(one.begin());  // the first round trip warms up
-      // The fastest round trip: a rank that loses its core only ever adds time (on a loaded
-      // machine the median of small messages is the scheduler's tick, not the link).
-      t = *std::min_element(one.begin(), one.end());
-    }
-    double shared[2] = {rank == a ? t : 0.0, 0.0};
-    world.all_reduce_sum(shared, 2);
-    out.bytes.push_back(double(count) * sizeof(float));
-    out.seconds.push_back(shared[0]);
-    if (shared[0] > 0.1) break;
-  }
-  return out;
-}
-
-constexpr int64_t kTransferCount = int64_t(1) << 20;  // floats: 4 MB, about 0.7 s at 50 Mbit/s
-
-// Seconds until the last receiver has its message when every (source, destination) pair of
-// `pairs` sends 4 MB at once (collective; each rank posts all of its transfers, then waits).
-double timed_transfers(comm::Communicator& world, const std::vector<std::pair<int, int>>& pairs) {
-  const int rank = world.rank();
-  const int64_t count = kTransferCount;
-  std::vector<float> buf(static_cast<size_t>(count));
-  world.barrier();
-  Timer t;
-  std::vector<comm::Request> reqs;
-  for (auto [src, dst] : pairs) {
-    if (rank == src) reqs.push_back(world.isend(buf.data(), count, dst, 9));
-    if (rank == dst) reqs.push_back(world.irecv(buf.data(), count, src, 9));
-  }
-  for (auto& r : reqs) r.wait();
-  std::vector<double> took(size_t(world.size()), 0.0);
-  took[size_t(rank)] = t.seconds();
-  world.all_reduce_sum(took.data(), int64_t(took.size()));
-  double last = 0;
-  for (auto [src, dst] : pairs) last = std::max(last, took[size_t(dst)]);
-  return last;
-}
-
-// The rate of the first transfer of `pairs` alone and of all of them at once (after one round
-// that sets up every connection).
-struct Spread {
-  double alone = 0, together = 0;  // bytes/s: one transfer, and all transfers added up
-  int transfers = 0;
-};
-Spread measure_spread(comm::Communicator& world, const std::vector<std::pair<int, int>>& pairs) {
-  timed_transfers(world, pairs);
-  const double bytes = double(kTransferCount) * sizeof(float);
-  Spread s;
-  s.transfers = int(pairs.size());
-  s.alone = bytes / timed_transfers(world, {pairs[0]});
-  s.together = s.transfers * bytes / timed_transfers(world, pairs);
-  return s;
-}
-
-// Node 0's card as its ranks share it: rank i of node 0 sends to rank i of node 1.
-Spread card_share(comm::Communicator& world, const comm::Topology& topo) {
-  std::vector<int> node0, node1;
-  for (int r = 0; r < int(topo.node_of.size()); ++r) {
-    if (topo.node_of[r] == 0) node0.push_back(r);
-    if (topo.node_of[r] == 1) node1.push_back(r);
-  }
-  std::vector<std::pair<int, int>> pairs;
-  for (size_t i = 0; i < std::min(node0.size(), node1.size()); ++i)
-    pairs.emplace_back(node0[i], node1[i]);
-  return measure_spread(world, pairs);
-}
-
-// Devices behind one card: the senders when together they get what one gets alone, 1 when each
-// gets what one gets alone; in between, rounded down to a divisor of the node's devices.
-int devices_per_nic(const Spread& share, int per_node) {
-  if (share.transfers <= 1 || share.together <= 0) return per_node;
-  const double n = std::clamp(double(share.transfers) * share.alone / share.together, 1.0,
-                              double(share.transfers));
-  int d = std::max(1, int(n + 0.25));
-  while (per_node % d) --d;
-  return d;
-}
-
-// Whether the traffic between two nodes is capped below the card (a per-flow limit): rank 0
-// streams 4 MB to the first rank of node 1 alone, then 4 MB to the first rank of every other node
-// at once. Needs three nodes or more.
-Spread pair_cap(comm::Communicator& world, const comm::Topology& topo) {
-  std::vector<int> first(size_t(topo.nodes()), -1);
-  for (int r = int(topo.node_of.size()) - 1; r >= 0; --r) first[size_t(topo.node_of[r])] = r;
-  std::vector<std::pair<int, int>> pairs;
-  for (size_t k = 1; k < first.size(); ++k) pairs.emplace_back(first[0], first[k]);
-  return measure_spread(world, pairs);
-}
-bool capped(const Spread& pair) { return pair.transfers >= 2 && pair.together > 1.3 * pair.alone; }
-
-void print_link(const std::string& what, const plan::Link& link, const LinkSamples& s) {
+void print_link(const std::string& what, const plan::Link& link, const comm::LinkSamples& s) {
   fmt::print("  {}: latency {:.2f} us, bandwidth {:.3f} GB/s\n", what, link.latency * 1e6,
              link.bandwidth / 1e9);
   for (size_t i = 0; i < s.bytes.size(); ++i)
@@ -293,15 +172,15 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   const int other_node = int(std::find(topo.node_of.begin(), topo.node_of.end(), 1) -
                              topo.node_of.begin());  // P when there is one node
   const bool has_intra = topo.node_of[0] == topo.node_of[1];
-  LinkSamples intra_s, inter_s;
-  if (has_intra) intra_s = ping_pong(world, 0, 1);
-  if (other_node < P) inter_s = ping_pong(world, 0, other_node);
+  comm::LinkSamples intra_s, inter_s;
+  if (has_intra) intra_s = comm::ping_pong(world, 0, 1);
+  if (other_node < P) inter_s = comm::ping_pong(world, 0, other_node);
   // How the ranks of node 0 share its card: each sends one message to a rank of node 1, one of
   // them alone and then all at once.
-  Spread share;
-  if (other_node < P) share = card_share(world, topo);
-  Spread pair;
-  if (topo.nodes() >= 3) pair = pair_cap(world, topo);
+  comm::Spread share;
+  if (other_node < P) share = comm::card_share(world, topo);
+  comm::Spread pair;
+  if (topo.nodes() >= 3) pair = comm::pair_cap(world, topo);
   world.barrier();
 
   // All-gather of 1 MB per rank, to compare with what the fitted link predicts.
@@ -360,8 +239,9 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
       c.devices_per_node = per_node;
       c.memory = mem / per_node;
       c.memory_reserved = 0.1 * c.memory;
-      c.devices_per_nic = devices_per_nic(share, per_node);
-      if (capped(pair)) {
+      c.devices_per_nic =
+          plan::devices_per_nic(share.transfers, share.alone, share.together, per_node);
+      if (plan::pair_capped(pair.transfers, pair.alone, pair.together)) {
         // The ping-pong and the card test ran between two nodes: they saw the pair's cap. The
         // card carries at least what rank 0 sent to all nodes at once; which ranks share it
         // cannot be told apart from the cap, so the node's ranks share one card.
@@ -397,10 +277,11 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
           "  pairs of nodes: rank 0 sends {:.2f} MB/s to node 1 alone, {:.2f} MB/s to {} nodes at "
           "once: {}\n",
           pair.alone / 1e6, pair.together / 1e6, pair.transfers,
-          capped(pair) ? fmt::format("traffic between two nodes is capped at {:.2f} MB/s, the "
-                                     "card carries at least {:.2f}",
-                                     c.inter_pair_bandwidth / 1e6, c.inter.bandwidth / 1e6)
-                       : std::string("no cap below the card's"));
+          plan::pair_capped(pair.transfers, pair.alone, pair.together)
+              ? fmt::format("traffic between two nodes is capped at {:.2f} MB/s, the "
+                            "card carries at least {:.2f}",
+                            c.inter_pair_bandwidth / 1e6, c.inter.bandwidth / 1e6)
+              : std::string("no cap below the card's"));
     fmt::print(
         "  all-gather 1 MB per rank over {} ranks: {:.3f} ms measured, {:.3f} ms "
         "predicted\n",

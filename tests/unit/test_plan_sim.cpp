@@ -244,6 +244,42 @@ TEST(PlanCalibrate, FitRecoversLatencyAndBandwidth) {
   EXPECT_THROW(fit_link({8}, {1e-6}), Error);
 }
 
+TEST(PlanCalibrate, FitLinkIgnoresSlowSmallMessages) {
+  // A loaded machine: some small messages waited out a scheduler slice (4 ms), slower than the
+  // largest message. A message is never slower than a larger one, so these samples are lowered to
+  // the fastest larger one and the link is still found.
+  std::vector<double> b, t;
+  for (double x = 4; x <= 16 * 1048576.0; x *= 4) {
+    b.push_back(x);
+    t.push_back(2e-6 + x / 4e9);
+  }
+  std::vector<double> loaded = t;
+  loaded[1] = loaded[4] = 4e-3;
+  const Link l = fit_link(b, loaded);
+  EXPECT_NEAR(l.bandwidth, 4e9, 1e-3);
+  EXPECT_NEAR(l.latency, 2e-6, 1e-9);
+  // Times that do not grow with the size at all: an error that says to measure again.
+  try {
+    fit_link({4, 4096, 4194304}, {5e-3, 5e-3, 5e-3});
+    ADD_FAILURE() << "flat times accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too busy to measure"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanCalibrate, DevicesPerNic) {
+  // 4 senders: together they get what one gets alone -> one card for 4 devices; each gets its own
+  // rate -> a card each; twice one's rate -> 2 devices per card.
+  EXPECT_EQ(devices_per_nic(4, 1e9, 1e9, 4), 4);
+  EXPECT_EQ(devices_per_nic(4, 1e9, 4e9, 4), 1);
+  EXPECT_EQ(devices_per_nic(4, 1e9, 2e9, 4), 2);
+  EXPECT_EQ(devices_per_nic(3, 1e9, 1e9, 4), 2);  // 3 rounded down to a divisor of 4
+  EXPECT_EQ(devices_per_nic(1, 1e9, 1e9, 8), 8);  // one sender: nothing measured
+  EXPECT_TRUE(pair_capped(3, 1e8, 2.5e8));
+  EXPECT_FALSE(pair_capped(3, 1e8, 1.1e8));
+  EXPECT_FALSE(pair_capped(1, 1e8, 5e8));
+}
+
 TEST(PlanCalibrate, Median) {
   EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
   EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);

@@ -6,9 +6,13 @@
 
 namespace wallfacer::plan {
 
-Link fit_link(const std::vector<double>& bytes, const std::vector<double>& seconds) {
-  WF_CHECK(bytes.size() == seconds.size() && bytes.size() >= 2, "fit_link needs >= 2 samples");
-  for (double t : seconds) WF_CHECK(t > 0, "fit_link: non-positive time {}", t);
+Link fit_link(const std::vector<double>& bytes, const std::vector<double>& in_seconds) {
+  WF_CHECK(bytes.size() == in_seconds.size() && bytes.size() >= 2, "fit_link needs >= 2 samples");
+  for (double t : in_seconds) WF_CHECK(t > 0, "fit_link: non-positive time {}", t);
+  std::vector<double> seconds = in_seconds;
+  for (size_t i = 0; i < bytes.size(); ++i)
+    for (size_t j = 0; j < bytes.size(); ++j)
+      if (bytes[j] > bytes[i]) seconds[i] = std::min(seconds[i], seconds[j]);
   // Bandwidth: the least-squares slope over the sizes that take at least 10x the fastest message
   // (streaming, not waiting out the latency), or the two largest when fewer do.
   const double fastest = *std::min_element(seconds.begin(), seconds.end());
@@ -30,7 +34,11 @@ Link fit_link(const std::vector<double>& bytes, const std::vector<double>& secon
   }
   WF_CHECK(sxx > 0, "fit_link needs at least two distinct message sizes");
   const double slope = sxt / sxx;
-  WF_CHECK(slope > 0, "fit_link: time does not grow with message size");
+  WF_CHECK(slope > 0,
+           "the measured message times do not grow with the message size ({:.3g} s for {:.0f} B, "
+           "{:.3g} s for {:.0f} B): the machine was too busy to measure its links; run `tune "
+           "--calibrate` again when it is quiet",
+           seconds[big.front()], bytes[big.front()], seconds[big.back()], bytes[big.back()]);
   // Latency: the median of what the other sizes take beyond streaming their bytes (a link that
   // lets a burst through at a higher rate, as a token bucket does, has none left: 0).
   std::vector<double> rest;
@@ -39,6 +47,18 @@ Link fit_link(const std::vector<double>& bytes, const std::vector<double>& secon
       rest.push_back(seconds[i] - bytes[i] * slope);
   const double latency = rest.empty() ? std::max(0.0, mt - mx * slope) : median(rest);
   return {1.0 / slope, std::max(0.0, latency)};
+}
+
+int devices_per_nic(int transfers, double alone, double together, int per_node) {
+  if (transfers <= 1 || together <= 0) return per_node;
+  const double n = std::clamp(double(transfers) * alone / together, 1.0, double(transfers));
+  int d = std::max(1, int(n + 0.25));
+  while (per_node % d) --d;
+  return d;
+}
+
+bool pair_capped(int transfers, double alone, double together) {
+  return transfers >= 2 && together > 1.3 * alone;
 }
 
 double median(std::vector<double> v) {
