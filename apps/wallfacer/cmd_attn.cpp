@@ -18,6 +18,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
+#include "wallfacer/core/stats.h"
 #include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/plan/planner.h"
@@ -53,12 +54,6 @@ struct AttnOptions {
   int64_t progress_rows = 256;
   std::string trace;  // Chrome trace file of the iterations
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 // Every rank's values, on every rank (index = rank).
 std::vector<double> all_ranks(comm::Communicator& world, double x) {

@@ -4,7 +4,6 @@
 
 #include <cblas.h>
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +20,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/threads.h"
+#include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/isa.h"
@@ -45,12 +45,6 @@ struct KernelBenchOptions {
 double now_s() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-int64_t peak_rss_bytes() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return int64_t(ru.ru_maxrss) * 1024;
 }
 
 void fill_random(std::vector<float>& x, uint32_t seed) {

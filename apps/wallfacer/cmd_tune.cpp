@@ -20,6 +20,7 @@
 #include "wallfacer/comm/link_probe.h"
 #include "wallfacer/comm/topology.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/stats.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/attention.h"
@@ -40,12 +41,10 @@ struct TuneOptions {
   bool calibrate = false, json = false, topology = false;
 };
 
-// Largest value over the ranks (as float: times in ms, rates in GFLOP/s).
+// Largest value over the ranks.
 double max_over(comm::Communicator& c, double x) {
-  std::vector<float> all(c.size());
-  const float mine = static_cast<float>(x);
-  c.all_gather(&mine, 1, all.data());
-  return *std::max_element(all.begin(), all.end());
+  c.all_reduce_max(&x, 1);
+  return x;
 }
 
 // The smallest value over the ranks: for rates, the slowest rank, which every step waits for.
@@ -397,10 +396,10 @@ Measured measure(const plan::Prediction& p, const plan::Cluster& cl, const plan:
     ef.push_back(st.exposed_comm_fwd_ms);
     eb.push_back(st.exposed_comm_bwd_ms);
   }
-  r.fwd_ms = max_over(world, plan::median(f));
-  r.bwd_ms = max_over(world, plan::median(b));
-  r.exposed_fwd_ms = max_over(world, plan::median(ef));
-  r.exposed_bwd_ms = max_over(world, plan::median(eb));
+  r.fwd_ms = max_over(world, median(f));
+  r.bwd_ms = max_over(world, median(b));
+  r.exposed_fwd_ms = max_over(world, median(ef));
+  r.exposed_bwd_ms = max_over(world, median(eb));
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/stats.h"
 #include "wallfacer/plan/calibrate.h"
 #include "wallfacer/plan/simulator.h"
 
@@ -280,9 +281,10 @@ TEST(PlanCalibrate, DevicesPerNic) {
   EXPECT_FALSE(pair_capped(1, 1e8, 5e8));
 }
 
-TEST(PlanCalibrate, Median) {
+TEST(Stats, Median) {
   EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
   EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_THROW(median({}), Error);
 }
 
 }  // namespace

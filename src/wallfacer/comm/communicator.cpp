@@ -593,6 +593,12 @@ void Communicator::all_reduce_max(uint64_t* buf, int64_t count) {
   impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(uint64_t)) / n;
 }
 
+void Communicator::all_reduce_max(double* buf, int64_t count) {
+  all_reduce_chunked(buf, count, MPI_DOUBLE, MPI_MAX, impl_->comm, impl_->wrank, impl_->group());
+  const int64_t n = size();
+  impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(double)) / n;
+}
+
 void Communicator::all_to_all(const float* send, float* recv, int64_t count_per_rank) {
   impl_->all_to_all(send, recv, count_per_rank);
   impl_->counters.coll_bytes += int64_t(size() - 1) * count_per_rank * int64_t(sizeof(float));

@@ -71,6 +71,7 @@ class Communicator {
   void all_reduce_sum(float* buf, int64_t count);
   void all_reduce_sum(double* buf, int64_t count);
   void all_reduce_max(uint64_t* buf, int64_t count);  // elementwise maximum
+  void all_reduce_max(double* buf, int64_t count);    // elementwise maximum
   void all_to_all(const float* send, float* recv, int64_t count_per_rank);
   void barrier();
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/stats.h"
 
 namespace wallfacer::plan {
 
@@ -59,13 +60,6 @@ int devices_per_nic(int transfers, double alone, double together, int per_node) 
 
 bool pair_capped(int transfers, double alone, double together) {
   return transfers >= 2 && together > 1.3 * alone;
-}
-
-double median(std::vector<double> v) {
-  WF_CHECK(!v.empty(), "median of nothing");
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace wallfacer::plan

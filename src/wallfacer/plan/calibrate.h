@@ -26,7 +26,4 @@ int devices_per_nic(int transfers, double alone, double together, int per_node);
 // clearly more than it gets to one node: the traffic of each node pair is capped below the card.
 bool pair_capped(int transfers, double alone, double together);
 
-// The median of the values (the mean of the middle two for an even count).
-double median(std::vector<double> v);
-
 }  // namespace wallfacer::plan

@@ -494,10 +494,8 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   res.tokens_per_s = timed ? global_tokens * double(timed) / time_sum : 0;
   res.step_s = timed ? time_sum / double(timed) : 0;
 
-  std::vector<double> rss(size_t(P), 0.0);
-  rss[size_t(rank)] = double(peak_rss_bytes()) / (1024.0 * 1024.0);
-  world.all_reduce_sum(rss.data(), P);
-  res.peak_rss_mib = *std::max_element(rss.begin(), rss.end());
+  res.peak_rss_mib = double(peak_rss_bytes()) / (1024.0 * 1024.0);
+  world.all_reduce_max(&res.peak_rss_mib, 1);
   if (rank == 0 && opt.report) {
     metrics.close();
     progress.message(
