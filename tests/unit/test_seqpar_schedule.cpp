@@ -1,6 +1,6 @@
 // Layouts and schedules of the sequence-parallel strategies, without MPI: the WallFacer-C geometry,
 // coverage of every (query block, key block) pair, and the schedule counter against the closed-form
-// volumes and the NumPy specification's counts.
+// volumes and the reference counts of tests/golden/wallfacer_counts.py.
 
 #include <gtest/gtest.h>
 
@@ -348,12 +348,13 @@ TEST(SeqparSchedule, CausalWorkIsBalanced) {
   EXPECT_GT(last, 10 * first);
 }
 
-// The NumPy specification (docs, wallfacer_schedule_sim.py) counts, per rank and with one head:
-// forward the K,V hops; backward G hops of (q, dout, dq) including the hop home, and dK,dV back
-// along the inverse placement. The schedule differs in three documented ways: the backward
-// re-places K,V (DistAttention::backward does not rely on forward state), q and dout do not travel
-// the hop home (only dQ needs it), and the lse and delta rows travel with the package.
-TEST(SeqparSchedule, MatchesSpecificationCounts) {
+// The reference count (tests/golden/wallfacer_counts.py, the algorithm of docs/algorithm.md moved
+// block by block) counts, per rank and with one head: forward the K,V hops; backward G hops of
+// (q, dout, dq) including the hop home (counted even when G = 1, a hop from a rank to itself), and
+// dK,dV back along the inverse placement. The schedule differs in three ways (docs/seqpar.md): the
+// backward re-places K,V (DistAttention::backward does not rely on forward state), q and dout do
+// not travel the hop home (only dQ needs it), and the lse and delta rows travel with the package.
+TEST(SeqparSchedule, MatchesReferenceCounts) {
   struct Row {
     int P, C;
     bool causal;
@@ -361,7 +362,7 @@ TEST(SeqparSchedule, MatchesSpecificationCounts) {
     int64_t p2p;
   };
   const Row rows[] = {
-#include "wallfacer_sim_bytes.inc"
+#include "wallfacer_counts.inc"
   };
   for (const auto& row : rows) {
     auto c = config(Strategy::WallFacer, row.S, 1, 1, row.D, row.causal, row.C);

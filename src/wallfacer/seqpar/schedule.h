@@ -160,9 +160,9 @@ ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b);
 // A hybrid's totals of `rank`: its Ulysses schedule in the team plus its ring schedule.
 ScheduleTotals hybrid_totals(const AttnConfig& cfg, int P, int rank);
 
-// Closed-form volumes of one rank (docs/wallfacer-algorithm.md section 6, extended to the
-// backward, GQA, and the LSE and delta rows that travel with O and the query packages); hybrids:
-// the sum of their Ulysses and ring volumes. flops fields are left 0.
+// Closed-form volumes of one rank (docs/algorithm.md, "Volumes": forward and backward, GQA, and
+// the LSE and delta rows that travel with O and the query packages); hybrids: the sum of their
+// Ulysses and ring volumes. flops fields are left 0.
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank);
 
 // WallFacer-C geometry (C = 1: ring). Ranks are in the sequence-parallel group.
