@@ -1,6 +1,6 @@
-// wallfacer bench kernel: flash-attention forward/backward GFLOP/s (fp32 and/or bf16 kernels)
-// against OpenBLAS sgemm measured in the same run, one row per case and dtype (nccl-tests style),
-// or one JSON object per case and dtype.
+// wallfacer bench kernel (and gemm, bench_gemm.cpp): flash-attention forward/backward GFLOP/s (fp32
+// and/or bf16 kernels) against OpenBLAS sgemm measured in the same run, one row per case and dtype
+// (nccl-tests style), or one JSON object per case and dtype.
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_gemm.h"
 #include "command.h"
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
@@ -448,7 +449,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
 }
 
 Action setup_bench(CLI::App& root) {
-  CLI::App* bench = root.add_subcommand("bench", "Benchmarks (kernel: flash attention vs sgemm)");
+  CLI::App* bench = root.add_subcommand(
+      "bench", "Benchmarks (kernel: flash attention vs sgemm; gemm: bf16 vs fp32 dense products)");
   auto opt = std::make_shared<KernelBenchOptions>();
   CLI::App* kernel = bench->add_subcommand(
       "kernel", "Flash-attention forward/backward GFLOP/s against OpenBLAS sgemm, same threads");
@@ -471,9 +473,12 @@ Action setup_bench(CLI::App& root) {
   kernel->add_option(
       "--iters", opt->iters,
       "Timed rounds per case, best round reported (default: 1 to 10 by the case's FLOPs)");
-  return [opt, kernel]() -> int {
+  CLI::App* gemm = nullptr;
+  const Action run_gemm = setup_bench_gemm(*bench, gemm);
+  return [opt, kernel, gemm, run_gemm]() -> int {
     if (kernel->parsed()) return run_kernel_bench(*opt);
-    throw UsageError("bench: choose a benchmark, e.g. 'wallfacer bench kernel'");
+    if (gemm->parsed()) return run_gemm();
+    throw UsageError("bench: choose a benchmark, e.g. 'wallfacer bench kernel' or 'bench gemm'");
   };
 }
 

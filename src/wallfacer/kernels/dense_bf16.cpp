@@ -1,0 +1,234 @@
+#include "wallfacer/kernels/dense_bf16.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/ops.h"
+
+namespace wallfacer::kernels {
+namespace {
+
+void check_shape(const char* what, int64_t N, int C, int OC) {
+  WF_CHECK(N >= 0 && N < (int64_t(1) << 31) && C >= 0 && OC >= 0,
+           "{}: shape N = {}, C = {}, OC = {} must be non-negative with N < 2^31", what, N, C, OC);
+}
+
+// ---- avx512 path: oneDNN matmul primitives, one per shape ----
+
+using dnnl::memory;
+using Dt = memory::data_type;
+
+enum class Product { fwd, fwd_bias, dinp, dinp_accumulate, dweight };
+
+struct Primitive {
+  dnnl::matmul matmul;
+  memory::desc src, weights, bias, dst;
+};
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+memory::desc desc(int64_t rows, int64_t cols, Dt type, int64_t row_stride, int64_t col_stride) {
+  return memory::desc({rows, cols}, type, {row_stride, col_stride});
+}
+
+// C (M, K) x (K, Nc) products of the three kinds, every matrix a strided view of the caller's
+// row-major arrays:
+//   fwd      inp (N, C) x weight^T (C, OC) -> out (N, OC) bf16 [+ bias]
+//   dinp     dout (N, OC) x weight (OC, C) -> dinp (N, C) bf16 [+ dinp]
+//   dweight  dout^T (OC, N) x inp (N, C) -> dweight (OC, C) fp32 + dweight
+Primitive make(Product kind, int64_t N, int C, int OC) {
+  Primitive p;
+  dnnl::primitive_attr attr;
+  dnnl::post_ops sum;
+  sum.append_sum(1.0f);
+  switch (kind) {
+    case Product::fwd:
+    case Product::fwd_bias:
+      p.src = desc(N, C, Dt::bf16, C, 1);
+      p.weights = desc(C, OC, Dt::bf16, 1, C);
+      p.dst = desc(N, OC, Dt::bf16, OC, 1);
+      if (kind == Product::fwd_bias) p.bias = desc(1, OC, Dt::f32, OC, 1);
+      break;
+    case Product::dinp:
+    case Product::dinp_accumulate:
+      p.src = desc(N, OC, Dt::bf16, OC, 1);
+      p.weights = desc(OC, C, Dt::bf16, C, 1);
+      p.dst = desc(N, C, Dt::bf16, C, 1);
+      if (kind == Product::dinp_accumulate) attr.set_post_ops(sum);
+      break;
+    case Product::dweight:
+      p.src = desc(OC, N, Dt::bf16, 1, OC);
+      p.weights = desc(N, C, Dt::bf16, C, 1);
+      p.dst = desc(OC, C, Dt::f32, C, 1);
+      attr.set_post_ops(sum);
+      break;
+  }
+  const dnnl::matmul::desc d = kind == Product::fwd_bias
+                                   ? dnnl::matmul::desc(p.src, p.weights, p.bias, p.dst)
+                                   : dnnl::matmul::desc(p.src, p.weights, p.dst);
+  p.matmul = dnnl::matmul(dnnl::matmul::primitive_desc(d, attr, engine()));
+  return p;
+}
+
+// Creating a primitive costs about a millisecond; a training step reuses a handful of shapes.
+const Primitive& primitive(Product kind, int64_t N, int C, int OC) {
+  static std::mutex mutex;
+  static std::map<std::tuple<Product, int64_t, int, int>, Primitive> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kind, N, C, OC);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make(kind, N, C, OC)).first;
+  return it->second;
+}
+
+void run(const Primitive& p, const void* src, const void* weights, const float* bias, void* dst) {
+  dnnl::stream stream(engine());
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, memory(p.src, engine(), const_cast<void*>(src))},
+      {DNNL_ARG_WEIGHTS, memory(p.weights, engine(), const_cast<void*>(weights))},
+      {DNNL_ARG_DST, memory(p.dst, engine(), dst)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, engine(), const_cast<float*>(bias)));
+  p.matmul.execute(stream, args);
+  stream.wait();
+}
+
+void run_checked(const char* what, const Primitive& p, const void* src, const void* weights,
+                 const float* bias, void* dst) {
+  try {
+    run(p, src, weights, bias, dst);
+  } catch (const dnnl::error& e) {
+    WF_CHECK(false, "{}: oneDNN matmul failed: {} (status {})", what, e.what(), int(e.status));
+  }
+}
+
+const Primitive& primitive_checked(const char* what, Product kind, int64_t N, int C, int OC) {
+  const Primitive* p = nullptr;
+  try {
+    p = &primitive(kind, N, C, OC);
+  } catch (const dnnl::error& e) {
+    WF_CHECK(false, "{}: oneDNN could not create a bf16 matmul for N = {}, C = {}, OC = {}: {}",
+             what, N, C, OC, e.what());
+  }
+  return *p;
+}
+
+// dbias (OC) += column sums of dout (N, OC), fp32, each thread a range of columns.
+void column_sums(float* dbias, const bf16* dout, int64_t N, int OC) {
+  constexpr int kCols = 256;
+#pragma omp parallel for schedule(static)
+  for (int o0 = 0; o0 < OC; o0 += kCols) {
+    const int n_cols = std::min(kCols, OC - o0);
+    float sum[kCols] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const uint16_t* row = reinterpret_cast<const uint16_t*>(dout + n * OC + o0);
+      for (int o = 0; o < n_cols; ++o) sum[o] += bits_to_float(row[o]);
+    }
+    for (int o = 0; o < n_cols; ++o) dbias[o0 + o] += sum[o];
+  }
+}
+
+// ---- portable path: widen to fp32 in blocks of rows, then the fp32 kernels ----
+
+constexpr int64_t kPortableRows = 256;
+
+}  // namespace
+
+const char* dense_bf16_backend() {
+  static const std::string name = [] {
+    const dnnl_version_t* v = dnnl_version();
+    return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
+  }();
+  return name.c_str();
+}
+
+void matmul_fwd_bf16(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int64_t N,
+                     int C, int OC) {
+  check_shape("matmul_fwd_bf16", N, C, OC);
+  if (N == 0 || OC == 0) return;
+  WF_CHECK(out && (C == 0 || (inp && weight)), "matmul_fwd_bf16: null out, inp or weight");
+  if (C == 0) {  // no products: the bias, or zero
+    for (int64_t n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) out[n * OC + o] = bias ? to_bf16(bias[o]) : bf16{};
+    return;
+  }
+  if (bf16_path() == Bf16Path::avx512) {
+    const Primitive& p =
+        primitive_checked("matmul_fwd_bf16", bias ? Product::fwd_bias : Product::fwd, N, C, OC);
+    run_checked("matmul_fwd_bf16", p, inp, weight, bias, out);
+    return;
+  }
+  const std::vector<float> w = to_fp32(std::vector<bf16>(weight, weight + int64_t(OC) * C));
+  std::vector<float> x, y;
+  for (int64_t n0 = 0; n0 < N; n0 += kPortableRows) {
+    const int64_t rows = std::min(kPortableRows, N - n0);
+    x.resize(size_t(rows * C));
+    y.resize(size_t(rows * OC));
+    bf16_to_fp32(inp + n0 * C, x.data(), rows * C);
+    matmul_fwd(y.data(), x.data(), w.data(), bias, rows, C, OC);
+    fp32_to_bf16(y.data(), out + n0 * OC, rows * OC);
+  }
+}
+
+void matmul_bwd_bf16(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
+                     const bf16* weight, int64_t N, int C, int OC, bool accumulate_dinp) {
+  check_shape("matmul_bwd_bf16", N, C, OC);
+  if (N == 0) return;
+  if (OC == 0) {  // no products: dinp is zero (or unchanged), nothing to add
+    if (dinp && !accumulate_dinp) std::fill(dinp, dinp + N * C, bf16{});
+    return;
+  }
+  WF_CHECK(dout, "matmul_bwd_bf16: null dout");
+  WF_CHECK(!dinp || C == 0 || weight, "matmul_bwd_bf16: dinp set but weight null");
+  WF_CHECK(!dweight || C == 0 || inp, "matmul_bwd_bf16: dweight set but inp null");
+  if (C == 0) {
+    if (dbias) column_sums(dbias, dout, N, OC);
+    return;
+  }
+  if (bf16_path() == Bf16Path::avx512) {
+    if (dinp) {
+      const Primitive& p = primitive_checked(
+          "matmul_bwd_bf16", accumulate_dinp ? Product::dinp_accumulate : Product::dinp, N, C, OC);
+      run_checked("matmul_bwd_bf16", p, dout, weight, nullptr, dinp);
+    }
+    if (dweight) {
+      const Primitive& p = primitive_checked("matmul_bwd_bf16", Product::dweight, N, C, OC);
+      run_checked("matmul_bwd_bf16", p, dout, inp, nullptr, dweight);
+    }
+    if (dbias) column_sums(dbias, dout, N, OC);
+    return;
+  }
+  std::vector<float> w;
+  if (dinp) w = to_fp32(std::vector<bf16>(weight, weight + int64_t(OC) * C));
+  std::vector<float> dy, x, dx;
+  for (int64_t n0 = 0; n0 < N; n0 += kPortableRows) {
+    const int64_t rows = std::min(kPortableRows, N - n0);
+    dy.resize(size_t(rows * OC));
+    bf16_to_fp32(dout + n0 * OC, dy.data(), rows * OC);
+    if (dweight) {
+      x.resize(size_t(rows * C));
+      bf16_to_fp32(inp + n0 * C, x.data(), rows * C);
+    }
+    if (dinp) {
+      dx.resize(size_t(rows * C));
+      if (accumulate_dinp) bf16_to_fp32(dinp + n0 * C, dx.data(), rows * C);
+    }
+    matmul_bwd(dinp ? dx.data() : nullptr, dweight, dbias, dy.data(), x.data(), w.data(), rows, C,
+               OC, accumulate_dinp);
+    if (dinp) fp32_to_bf16(dx.data(), dinp + n0 * C, rows * C);
+  }
+}
+
+}  // namespace wallfacer::kernels
