@@ -140,8 +140,7 @@ std::array<ScheduledSends, 2> scheduled_sends(const AttnConfig& c, int P, int ra
     for (int phase = 0; phase < 2; ++phase) {
       for (const Op& op : phase ? s.bwd : s.fwd) {
         if (op.kind != OpKind::Send) continue;
-        out[size_t(phase)].bytes[{world_of[size_t(to_group(op.peer))], op.tag}] +=
-            op.elements * int64_t(sizeof(float));
+        out[size_t(phase)].bytes[{world_of[size_t(to_group(op.peer))], op.tag}] += op.bytes;
         out[size_t(phase)].sends += 1;
         out[size_t(phase)].tags.insert(op.tag);
       }
@@ -398,7 +397,7 @@ int test_comm(comm::Communicator& world) {
   }
   bool threw = false;
   try {
-    world.isend(nullptr, 1, P, 0);
+    world.isend(static_cast<const float*>(nullptr), 1, P, 0);
   } catch (const Error& e) {
     threw = std::string(e.what()).find("destination") != std::string::npos;
   }
@@ -496,7 +495,7 @@ std::vector<int64_t> planned_bytes(const AttnConfig& c, int P, int rank) {
   for (int r = 0; r < P; ++r) m.device_of.push_back(r);
   std::vector<int64_t> out;
   for (bool bwd : {false, true}) {
-    const auto res = plan::simulate(plan::attention_program(c, P, bwd, 4.0), m);
+    const auto res = plan::simulate(plan::attention_program(c, P, bwd), m);
     out.push_back(int64_t(res.ranks[size_t(rank)].p2p_bytes));
     out.push_back(int64_t(res.ranks[size_t(rank)].coll_bytes));
   }
