@@ -1,7 +1,8 @@
 // wallfacer attn: distributed exact attention, forward and backward, on seeded random inputs.
 //   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C]
 //     [--ulysses U] [--placement {team-intra,ring-intra}] --seq N
-//     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--check] [--iters K]
+//     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--dtype {fp32,bf16}]
+//     [--check] [--iters K]
 //     [--json] [--dump DIR] [--trace FILE.json]
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/comm/topology.h"
 #include "wallfacer/comm/trace_merge.h"
+#include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
@@ -45,6 +47,7 @@ struct AttnOptions {
   int head_dim = 0;
   bool causal = false;
   bool keep_kv = false;
+  std::string dtype = "fp32";
   bool check = false;
   bool json = false;
   int iters = 1;
@@ -123,6 +126,7 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
     fsum += t.flops_fwd;
   }
   nlohmann::json j = plan::describe_config(cfg, P, placement);
+  j["dtype"] = seqpar::dtype_name(cfg.dtype);
   if (node_size > 0) {
     std::vector<int> node_of;
     for (int r = 0; r < P; ++r) node_of.push_back(r / node_size);
@@ -139,12 +143,13 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf(
-        "%s P=%d C=%d: bytes/rank p2p fwd %lld bwd %lld, collective fwd %lld bwd %lld; "
+        "%s %s P=%d C=%d: bytes/rank p2p fwd %lld bwd %lld, collective fwd %lld bwd %lld; "
         "p2p steps fwd %lld bwd %lld; work imbalance %.4f\n",
-        label(cfg).c_str(), P, cfg.teams, (long long)worst.p2p_bytes_fwd,
-        (long long)worst.p2p_bytes_bwd, (long long)worst.coll_bytes_fwd,
-        (long long)worst.coll_bytes_bwd, (long long)worst.p2p_steps_fwd,
-        (long long)worst.p2p_steps_bwd, double(j["work_imbalance"]));
+        label(cfg).c_str(), std::string(seqpar::dtype_name(cfg.dtype)).c_str(), P, cfg.teams,
+        (long long)worst.p2p_bytes_fwd, (long long)worst.p2p_bytes_bwd,
+        (long long)worst.coll_bytes_fwd, (long long)worst.coll_bytes_bwd,
+        (long long)worst.p2p_steps_fwd, (long long)worst.p2p_steps_bwd,
+        double(j["work_imbalance"]));
     if (node_size > 0)
       std::printf("  across nodes of %d ranks: fwd %lld bwd %lld bytes (all nodes' cards)\n",
                   node_size, (long long)j["inter_node_bytes"]["fwd"],
@@ -167,6 +172,7 @@ int run_attn(const AttnOptions& o) {
   cfg.head_dim = o.head_dim;
   cfg.causal = o.causal;
   cfg.keep_kv = o.keep_kv;
+  cfg.dtype = seqpar::parse_dtype(o.dtype);
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
   WF_USAGE_CHECK(o.count >= 0, "--count is {}; give a number of ranks >= 1", o.count);
   WF_USAGE_CHECK(o.progress_rows >= 0, "--progress-rows is {}; give 0 (whole blocks) or more",
@@ -221,6 +227,13 @@ int run_attn(const AttnOptions& o) {
                       dout.data());
   std::vector<float> out(q.size()), lse(size_t(B * cfg.heads * n)), dq(q.size()), dk(k.size()),
       dv(v.size());
+  // bf16: the inputs rounded, the outputs bf16 (widened to fp32 afterwards, exactly).
+  const bool half = cfg.dtype == seqpar::Dtype::bf16;
+  std::vector<bf16> q16, k16, v16, dout16, out16, dq16, dk16, dv16;
+  if (half) {
+    q16 = to_bf16(q), k16 = to_bf16(k), v16 = to_bf16(v), dout16 = to_bf16(dout);
+    out16.resize(q.size()), dq16.resize(q.size()), dk16.resize(k.size()), dv16.resize(v.size());
+  }
 
   seqpar::DistAttention attn(cfg, world);
   attn.set_progress_rows(o.progress_rows);
@@ -241,9 +254,15 @@ int run_attn(const AttnOptions& o) {
   for (int it = 0; it < o.iters; ++it) {
     world.barrier();
     trace::Span span("iteration", trace::Cat::Phase, {{"iter", it}});
-    attn.forward(q.data(), k.data(), v.data(), out.data(), lse.data());
-    attn.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
-                  dk.data(), dv.data());
+    if (half) {
+      attn.forward(q16.data(), k16.data(), v16.data(), out16.data(), lse.data());
+      attn.backward(q16.data(), k16.data(), v16.data(), out16.data(), lse.data(), dout16.data(),
+                    dq16.data(), dk16.data(), dv16.data());
+    } else {
+      attn.forward(q.data(), k.data(), v.data(), out.data(), lse.data());
+      attn.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                    dk.data(), dv.data());
+    }
     const auto& st = attn.stats();
     fwd_ms.push_back(st.fwd_ms);
     bwd_ms.push_back(st.bwd_ms);
@@ -251,11 +270,15 @@ int run_attn(const AttnOptions& o) {
     bwd_exp.push_back(st.exposed_comm_bwd_ms);
   }
   trace::stop();
+  if (half) {
+    out = to_fp32(out16), dq = to_fp32(dq16), dk = to_fp32(dk16), dv = to_fp32(dv16);
+  }
   const auto st = attn.stats();
   const auto flops = all_ranks(world, st.attn_flops);
   double mean_flops = 0;
   for (double f : flops) mean_flops += f / P;
   nlohmann::json j = plan::describe_config(cfg, P, placement);
+  j["dtype"] = seqpar::dtype_name(cfg.dtype);
   j["iters"] = o.iters;
   j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
   if (!o.cluster.empty()) j.update(predicted_json(cl, cfg, P, placement));
@@ -296,8 +319,10 @@ int run_attn(const AttnOptions& o) {
         const bool fp64 = work <= 4e9;
         const auto ref = seqpar::reference_attention(cfg, in, fp64);
         const auto e = seqpar::attention_errors(got, ref);
-        seqpar::AttnTolerance tol;
-        if (!fp64) tol = {2 * tol.out, 2 * tol.lse, 2 * tol.grad};
+        // bf16: the reference sees the same (rounded) inputs; the fp32 kernel's error is far
+        // below the bf16 tolerances, which stay as they are.
+        seqpar::AttnTolerance tol = seqpar::attn_tolerance(cfg.dtype);
+        if (!fp64 && !half) tol = {2 * tol.out, 2 * tol.lse, 2 * tol.grad};
         j["max_err"] = {{"out", e.out}, {"lse", e.lse}, {"dq", e.dq}, {"dk", e.dk}, {"dv", e.dv}};
         j["reference"] = fp64 ? "fp64" : "fp32";
         j["check"] = e.within(tol) ? "pass" : "fail";
@@ -329,9 +354,11 @@ int run_attn(const AttnOptions& o) {
     if (o.json) {
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d%s\n",
-                  label(cfg).c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads,
-                  cfg.kv_heads, cfg.head_dim, cfg.causal ? " causal" : "");
+      std::printf(
+          "attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d dtype=%s%s\n",
+          label(cfg).c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads,
+          cfg.kv_heads, cfg.head_dim, std::string(seqpar::dtype_name(cfg.dtype)).c_str(),
+          cfg.causal ? " causal" : "");
       std::printf("  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld\n",
                   (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
                   (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"]);
@@ -392,6 +419,12 @@ Action setup(CLI::App& root) {
   cmd->add_option("--kv-heads", o->kv_heads, "key/value heads (default: H)");
   cmd->add_option("--head-dim", o->head_dim, "head dimension D (required)");
   cmd->add_flag("--causal", o->causal, "causal mask");
+  cmd->add_option("--dtype", o->dtype,
+                  "element type of q, k, v, o and the gradients and of their messages: fp32, or "
+                  "bf16 (bf16 kernels; lse, delta and the gradients between ranks stay fp32; "
+                  "--check uses the bf16 tolerances)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_flag("--keep-kv", o->keep_kv,
                 "WallFacer: keep the placed K,V of the forward for the backward (no K,V gather or "
                 "placement hop in the backward; one team K,V block more memory)");

@@ -4,6 +4,7 @@
 
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/comm/mpi_comm.h"
+#include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/plan/cluster.h"

@@ -20,6 +20,22 @@ for key in '"strategy":"wallfacer"' '"P":4' '"C":2' '"seq":256' '"heads":4' '"kv
   echo "$out" | grep -qF "$key" || err "json lacks $key: $out"
 done
 
+# --dtype bf16: passes its check, says so in the JSON and sends half of fp32's forward bytes.
+p2p_fwd() { echo "$1" | grep -o '"p2p_fwd":[0-9]*' | head -1 | cut -d: -f2; }
+args=(attn --strategy wallfacer --teams 2 --seq 256 --heads 4 --head-dim 8 --check --json)
+out16=$(run 4 "$wf" "${args[@]}" --dtype bf16 2>&1); rc=$?
+[ $rc -eq 0 ] || err "--dtype bf16 --check exited $rc: $out16"
+for key in '"dtype":"bf16"' '"check":"pass"'; do
+  echo "$out16" | grep -qF "$key" || err "bf16 json lacks $key: $out16"
+done
+out32=$(run 4 "$wf" "${args[@]}" 2>&1)
+echo "$out32" | grep -qF '"dtype":"fp32"' || err "fp32 json lacks \"dtype\":\"fp32\": $out32"
+b16=$(p2p_fwd "$out16"); b32=$(p2p_fwd "$out32")
+[ -n "$b16" ] && [ -n "$b32" ] && [ $((2 * b16)) -eq "$b32" ] && [ "$b32" -gt 0 ] ||
+  err "bf16 forward p2p bytes $b16 are not half of fp32's $b32"
+out=$(run 1 "$wf" attn --strategy ring --seq 64 --heads 2 --head-dim 8 --dtype fp16 2>&1); rc=$?
+[ $rc -eq 2 ] || err "--dtype fp16 exited $rc (want 2): $out"
+
 for s in ring zigzag ulysses; do
   out=$(run 2 "$wf" attn --strategy $s --seq 128 --heads 4 --head-dim 8 --check 2>&1); rc=$?
   [ $rc -eq 0 ] || err "$s --check exited $rc: $out"

@@ -11,7 +11,11 @@
 // schedule's sends and the closed form; what it handed to each kind of collective equals a closed
 // form of what each collective call carries; every byte sent was posted to be received; and the
 // Communicator's own counters agree with what MPI was handed.
-// Usage: mpirun -np P test_seqpar_mpi [ring-wallfacer]   (only ring and WallFacer with C >= 2)
+// Every configuration runs in fp32 and in bf16 (AttnConfig::dtype): bf16 against the fp64 reference
+// of its bf16 inputs with the bf16 tolerances, against the same attention on one rank, and with
+// exactly half of fp32's forward bytes (K,V) and the closed forms with 2-byte tensor elements.
+// Usage: mpirun -np P test_seqpar_mpi [ring-wallfacer] [bf16]
+//   ring-wallfacer: only ring and WallFacer with C >= 2, fp32 only; bf16: only the bf16 runs.
 
 #include <fmt/format.h>
 
@@ -60,37 +64,106 @@ std::vector<float> local_rows(const std::vector<float>& full, const AttnConfig& 
   return out;
 }
 
+// The tensors of one rank, fp32 or bf16, and DistAttention's forward and backward on them.
+template <class T>
+struct Tensors {
+  std::vector<T> q, k, v, dout, o, dq, dk, dv;
+  std::vector<float> lse;
+  void forward(DistAttention& a) { a.forward(q.data(), k.data(), v.data(), o.data(), lse.data()); }
+  void backward(DistAttention& a) {
+    a.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+               dk.data(), dv.data());
+  }
+};
+
+// Forward (and the layer in between, for keep_kv) and backward on the tensors of `t`; the
+// outputs widened to fp32 in o, lse, dq, dk, dv.
+template <class T>
+void run_calls(DistAttention& attn, const AttnConfig& c, Tensors<T>& t, Run& r,
+               std::vector<float>* out[5]) {
+  const mpi_bytes::Tally before = mpi_bytes::tally();
+  t.forward(attn);
+  r.handed[0] = mpi_bytes::since(before);
+  if (c.keep_kv) {
+    // Another layer's forward and backward in between (as in training): the kept K,V are last
+    // in, first out, so the outer backward still sees its own.
+    Tensors<T> t2 = t;
+    for (auto* x : {&t2.q, &t2.k, &t2.v})
+      for (auto& e : *x) e = T(0.5f - float(e));
+    t2.forward(attn);
+    t2.backward(attn);
+  }
+  const mpi_bytes::Tally between = mpi_bytes::tally();
+  t.backward(attn);
+  r.handed[1] = mpi_bytes::since(between);
+  const std::vector<T>* got[5] = {&t.o, nullptr, &t.dq, &t.dk, &t.dv};
+  for (int i = 0; i < 5; ++i)
+    if (got[i]) {
+      out[i]->clear();
+      for (const T& e : *got[i]) out[i]->push_back(float(e));
+    }
+  *out[1] = t.lse;
+}
+
+// bf16 <-> float for the template above.
+struct Half {
+  bf16 x;
+  Half() = default;
+  explicit Half(float f) : x(to_bf16(f)) {}
+  explicit operator float() const { return to_float(x); }
+};
+static_assert(sizeof(Half) == sizeof(bf16));
+
+template <>
+void Tensors<Half>::forward(DistAttention& a) {
+  auto b = [](auto& v) { return reinterpret_cast<bf16*>(v.data()); };
+  a.forward(b(q), b(k), b(v), b(o), lse.data());
+}
+template <>
+void Tensors<Half>::backward(DistAttention& a) {
+  auto b = [](auto& v) { return reinterpret_cast<bf16*>(v.data()); };
+  a.backward(b(q), b(k), b(v), b(o), lse.data(), b(dout), b(dq), b(dk), b(dv));
+}
+
+template <class T>
+Tensors<T> make_tensors(const AttnConfig& c, int P, int rank, const AttnTensors& in) {
+  auto rows = [&](const std::vector<float>& full, int heads) {
+    const auto x = local_rows(full, c, P, rank, heads);
+    std::vector<T> out;
+    for (float e : x) out.push_back(T(e));
+    return out;
+  };
+  Tensors<T> t;
+  t.q = rows(in.q, c.heads);
+  t.k = rows(in.k, c.kv_heads);
+  t.v = rows(in.v, c.kv_heads);
+  t.dout = rows(in.dout, c.heads);
+  t.o.resize(t.q.size());
+  t.dq.resize(t.q.size());
+  t.dk.resize(t.k.size());
+  t.dv.resize(t.v.size());
+  t.lse.resize(size_t(c.batch) * c.heads * (c.seq / P));
+  return t;
+}
+
 Run run(comm::Communicator& group, const AttnConfig& c, const AttnTensors& in, int& failures) {
   const int P = group.size(), rank = group.rank();
-  const int64_t n = c.seq / P;
-  const auto q = local_rows(in.q, c, P, rank, c.heads),
-             k = local_rows(in.k, c, P, rank, c.kv_heads),
-             v = local_rows(in.v, c, P, rank, c.kv_heads),
-             dout = local_rows(in.dout, c, P, rank, c.heads);
-  std::vector<float> o(q.size()), lse(size_t(c.batch * c.heads * n)), dq(q.size()), dk(k.size()),
-      dv(v.size());
+  std::vector<float> o, lse, dq, dk, dv;
+  std::vector<float>* out[5] = {&o, &lse, &dq, &dk, &dv};
   DistAttention attn(c, group);
   Run r;
   std::vector<float> first;
+  Tensors<float> t32;
+  Tensors<Half> t16;
+  if (c.dtype == Dtype::bf16)
+    t16 = make_tensors<Half>(c, P, rank, in);
+  else
+    t32 = make_tensors<float>(c, P, rank, in);
   for (int call = 0; call < 2; ++call) {  // the second call reuses the buffers: same bits
-    const mpi_bytes::Tally before = mpi_bytes::tally();
-    attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
-    r.handed[0] = mpi_bytes::since(before);
-    if (c.keep_kv && call == 0) {
-      // Another layer's forward and backward in between (as in training): the kept K,V are last
-      // in, first out, so the outer backward still sees its own.
-      std::vector<float> q2 = q, k2 = k, v2 = v, o2(o.size()), lse2(lse.size()), d2(dq.size()),
-                         dk2(dk.size()), dv2(dv.size());
-      for (auto* t : {&q2, &k2, &v2})
-        for (auto& x : *t) x = 0.5f - x;
-      attn.forward(q2.data(), k2.data(), v2.data(), o2.data(), lse2.data());
-      attn.backward(q2.data(), k2.data(), v2.data(), o2.data(), lse2.data(), dout.data(), d2.data(),
-                    dk2.data(), dv2.data());
-    }
-    const mpi_bytes::Tally between = mpi_bytes::tally();
-    attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
-                  dk.data(), dv.data());
-    r.handed[1] = mpi_bytes::since(between);
+    if (c.dtype == Dtype::bf16)
+      run_calls(attn, c, t16, r, out);
+    else
+      run_calls(attn, c, t32, r, out);
     std::vector<float> all = o;
     for (auto* x : {&lse, &dq, &dk, &dv}) all.insert(all.end(), x->begin(), x->end());
     if (call == 0) {
@@ -140,8 +213,7 @@ std::array<ScheduledSends, 2> scheduled_sends(const AttnConfig& c, int P, int ra
     for (int phase = 0; phase < 2; ++phase) {
       for (const Op& op : phase ? s.bwd : s.fwd) {
         if (op.kind != OpKind::Send) continue;
-        out[size_t(phase)].bytes[{world_of[size_t(to_group(op.peer))], op.tag}] +=
-            op.elements * int64_t(sizeof(float));
+        out[size_t(phase)].bytes[{world_of[size_t(to_group(op.peer))], op.tag}] += op.bytes;
         out[size_t(phase)].sends += 1;
         out[size_t(phase)].tags.insert(op.tag);
       }
@@ -166,17 +238,21 @@ struct CollectiveBytes {
 };
 
 std::array<CollectiveBytes, 2> collective_bytes(const AttnConfig& c, int P) {
-  const int64_t B = c.batch, n = c.seq / P, f = sizeof(float);
-  // This rank's rows of q (also o, dout, dq), of k and v together (dk and dv), of lse (delta).
-  const int64_t q = B * n * c.heads * c.head_dim * f, kv = B * n * 2 * c.kv_heads * c.head_dim * f,
-                stat = B * n * c.heads * f;
+  // e: bytes of a tensor element (4, or 2 in bf16); f: of a statistic and of a gradient that
+  // travels (fp32 in both).
+  const int64_t B = c.batch, n = c.seq / P, f = 4, e = c.dtype == Dtype::bf16 ? 2 : 4;
+  const int64_t rows_q = B * n * c.heads * c.head_dim,
+                rows_kv = B * n * 2 * c.kv_heads * c.head_dim;
+  // This rank's rows of q (also o, dout), of k and v together, of lse (delta), of the gradients.
+  const int64_t q = rows_q * e, kv = rows_kv * e, stat = B * n * c.heads * f;
+  const int64_t dq = rows_q * f, dkv = rows_kv * f;
   const int64_t qpack = 2 * q + 2 * stat;  // q, dout, lse, delta
   std::array<CollectiveBytes, 2> out;
   if (c.ulysses > 1 || (c.strategy == Strategy::Ulysses && P > 1)) {
     // Each local tensor goes to head shards or comes back in one all-to-all of the team (all P
     // ranks for Ulysses): forward k,v, q, o, lse; backward k,v, the query package, dq, dk,dv.
     out[0].all_to_all = {4, kv + q + q + stat};
-    out[1].all_to_all = {4, kv + qpack + q + kv};
+    out[1].all_to_all = {4, kv + qpack + dq + dkv};
   } else if (c.strategy == Strategy::WallFacer && c.teams > 1) {
     // Team of C. Forward: all-gather of k,v and of q; the reduce-scatter of the partial (o, lse)
     // is an all-to-all of C blocks of each. Backward: all-gather of the query package and, unless
@@ -184,7 +260,7 @@ std::array<CollectiveBytes, 2> collective_bytes(const AttnConfig& c, int P) {
     out[0].all_gather = {2, kv + q};
     out[0].all_to_all = {2, c.teams * (q + stat)};
     out[1].all_gather = c.keep_kv ? mpi_bytes::Count{1, qpack} : mpi_bytes::Count{2, qpack + kv};
-    out[1].exchange = q + kv;
+    out[1].exchange = dq + dkv;
   }
   return out;
 }
@@ -398,7 +474,7 @@ int test_comm(comm::Communicator& world) {
   }
   bool threw = false;
   try {
-    world.isend(nullptr, 1, P, 0);
+    world.isend(static_cast<const float*>(nullptr), 1, P, 0);
   } catch (const Error& e) {
     threw = std::string(e.what()).find("destination") != std::string::npos;
   }
@@ -496,7 +572,7 @@ std::vector<int64_t> planned_bytes(const AttnConfig& c, int P, int rank) {
   for (int r = 0; r < P; ++r) m.device_of.push_back(r);
   std::vector<int64_t> out;
   for (bool bwd : {false, true}) {
-    const auto res = plan::simulate(plan::attention_program(c, P, bwd, 4.0), m);
+    const auto res = plan::simulate(plan::attention_program(c, P, bwd), m);
     out.push_back(int64_t(res.ranks[size_t(rank)].p2p_bytes));
     out.push_back(int64_t(res.ranks[size_t(rank)].coll_bytes));
   }
@@ -566,7 +642,15 @@ int main(int argc, char** argv) {
   comm::MpiSession session(&argc, &argv);
   auto world = comm::Communicator::world();
   const int P = world.size(), rank = world.rank();
-  const bool wallfacer_only = argc > 1 && std::string(argv[1]) == "ring-wallfacer";
+  bool wallfacer_only = false, bf16_only = false;
+  for (int i = 1; i < argc; ++i) {
+    wallfacer_only = wallfacer_only || std::string(argv[i]) == "ring-wallfacer";
+    bf16_only = bf16_only || std::string(argv[i]) == "bf16";
+  }
+  // The P = 16 launch (ring-wallfacer) runs fp32 only, to stay short; bf16 runs at P <= 8.
+  std::vector<Dtype> dtypes{Dtype::fp32, Dtype::bf16};
+  if (bf16_only) dtypes = {Dtype::bf16};
+  if (wallfacer_only) dtypes = {Dtype::fp32};
   int failures = test_comm(world) + (rank == 0 ? test_bad_hybrids() : 0), configs = 0;
   auto check = [&](bool ok, const std::string& what) {
     if (!ok) {
@@ -574,144 +658,175 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rank %d: FAIL %s\n", rank, what.c_str());
     }
   };
-  const AttnTolerance tol;
   const int H = 8, D = 8;
   const int64_t S = std::max(64, 16 * P);
   for (bool causal : {false, true}) {
     for (int kv_div : {1, 2, 4}) {
       if (kv_div == 2 && (wallfacer_only || P < 4)) continue;  // GQA of the hybrids only
-      AttnConfig base;
-      base.seq = S;
-      base.heads = H;
-      base.kv_heads = H / kv_div;
-      base.head_dim = D;
-      base.causal = causal;
-      base.batch = kv_div > 1 ? 2 : 1;
-      const auto in = make_inputs(base, 1234 + kv_div);
-      AttnTensors ref;
-      if (rank == 0) ref = reference_attention(base, in, /*fp64=*/true);
+      std::map<std::string, int64_t> fp32_p2p_fwd;  // by configuration: this rank's forward sends
+      for (Dtype dtype : dtypes) {
+        AttnConfig base;
+        base.dtype = dtype;
+        base.seq = S;
+        base.heads = H;
+        base.kv_heads = H / kv_div;
+        base.head_dim = D;
+        base.causal = causal;
+        base.batch = kv_div > 1 ? 2 : 1;
+        // bf16: the inputs rounded to bf16, and the reference of the rounded inputs.
+        const auto in = make_inputs(base, 1234 + kv_div);
+        AttnTensors ref;
+        if (rank == 0) ref = reference_attention(base, in, /*fp64=*/true);
+        const AttnTolerance tol = attn_tolerance(dtype);
+        // bf16: the same attention on one rank (every rank alone), which the distributed results
+        // must match within the bf16 tolerances.
+        Run single;
+        if (dtype == Dtype::bf16 && P > 1) {
+          auto alone = world.split(rank, 0);
+          single = run(alone, base, in, failures);
+        }
 
-      std::vector<Case> cases;
-      auto add = [&](Strategy s, int C, int u = 1, bool keep_kv = false) {
-        Case k;
-        k.c = base;
-        k.c.strategy = s;
-        k.c.teams = C;
-        k.c.ulysses = u;
-        k.c.keep_kv = keep_kv;
-        k.world_of.resize(size_t(P));
-        std::iota(k.world_of.begin(), k.world_of.end(), 0);
-        cases.push_back(k);
-        if (s != Strategy::WallFacer || C == 1) return;
-        // WallFacer-C ring-intra: the sub-rings on consecutive ranks (when that is another order).
-        k.world_of = plan::candidate_devices({s, C, u, plan::Placement::RingIntra, keep_kv}, P);
-        if (k.world_of == cases.back().world_of) return;
-        k.ring_intra = true;
-        cases.push_back(k);
-      };
-      if (kv_div != 2) {
-        add(Strategy::Ring, 1);
-        if (!wallfacer_only) {
-          add(Strategy::Zigzag, 1);
-          if (H % P == 0 && base.kv_heads % P == 0) add(Strategy::Ulysses, 1);
+        std::vector<Case> cases;
+        auto add = [&](Strategy s, int C, int u = 1, bool keep_kv = false) {
+          Case k;
+          k.c = base;
+          k.c.strategy = s;
+          k.c.teams = C;
+          k.c.ulysses = u;
+          k.c.keep_kv = keep_kv;
+          k.world_of.resize(size_t(P));
+          std::iota(k.world_of.begin(), k.world_of.end(), 0);
+          cases.push_back(k);
+          if (s != Strategy::WallFacer || C == 1) return;
+          // WallFacer-C ring-intra: the sub-rings on consecutive ranks (when that is another
+          // order).
+          k.world_of = plan::candidate_devices({s, C, u, plan::Placement::RingIntra, keep_kv}, P);
+          if (k.world_of == cases.back().world_of) return;
+          k.ring_intra = true;
+          cases.push_back(k);
+        };
+        if (kv_div != 2) {
+          add(Strategy::Ring, 1);
+          if (!wallfacer_only) {
+            add(Strategy::Zigzag, 1);
+            if (H % P == 0 && base.kv_heads % P == 0) add(Strategy::Ulysses, 1);
+          }
+          for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C) {
+            if (P % (C * C) != 0) continue;
+            add(Strategy::WallFacer, C);
+            if (C > 1) add(Strategy::WallFacer, C, 1, /*keep_kv=*/true);
+          }
         }
-        for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C) {
-          if (P % (C * C) != 0) continue;
-          add(Strategy::WallFacer, C);
-          if (C > 1) add(Strategy::WallFacer, C, 1, /*keep_kv=*/true);
+        for (int u = 2; u < P && !wallfacer_only; ++u) {
+          if (P % u != 0 || H % u != 0 || base.kv_heads % u != 0) continue;
+          add(Strategy::Ring, 1, u);
+          if (causal) add(Strategy::Zigzag, 1, u);
         }
-      }
-      for (int u = 2; u < P && !wallfacer_only; ++u) {
-        if (P % u != 0 || H % u != 0 || base.kv_heads % u != 0) continue;
-        add(Strategy::Ring, 1, u);
-        if (causal) add(Strategy::Zigzag, 1, u);
-      }
 
-      int64_t ring_fwd = -1;
-      std::vector<float> ring_o;
-      for (const auto& [c, world_of, ring_intra] : cases) {
-        ++configs;
-        // The group numbered by layout rank: group rank r is world rank world_of[r].
-        auto group =
-            ring_intra ? world.split(0, plan::inverse_order(world_of)[size_t(rank)]) : world;
-        const int me = group.rank();
-        const auto r = run(group, c, in, failures);
-        const std::string name =
-            fmt::format("{}{} C={}{}{} causal={} Hkv={} B={} P={}",
-                        c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
-                        strategy_name(c.strategy), c.teams, ring_intra ? " ring-intra" : "",
-                        c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
-        // Bytes and steps: the Communicator's counters == schedule counter == closed form, on every
-        // rank (hybrids: their Ulysses and ring schedules summed, and the planner's program of the
-        // two); what MPI was handed against all three.
-        const auto sched =
-            c.ulysses > 1 ? hybrid_totals(c, P, me) : schedule_totals(make_schedule(c, P, me));
-        const auto form = formula_totals(c, P, me);
-        const auto& st = r.stats;
-        const int64_t measured[] = {st.p2p_bytes_fwd,  st.p2p_bytes_bwd, st.coll_bytes_fwd,
-                                    st.coll_bytes_bwd, st.p2p_steps_fwd, st.p2p_steps_bwd};
-        const int64_t counted[] = {sched.p2p_bytes_fwd,  sched.p2p_bytes_bwd, sched.coll_bytes_fwd,
-                                   sched.coll_bytes_bwd, sched.p2p_steps_fwd, sched.p2p_steps_bwd};
-        const int64_t closed[] = {form.p2p_bytes_fwd,  form.p2p_bytes_bwd, form.coll_bytes_fwd,
-                                  form.coll_bytes_bwd, form.p2p_steps_fwd, form.p2p_steps_bwd};
-        for (int i = 0; i < 6; ++i)
-          check(measured[i] == counted[i] && counted[i] == closed[i],
-                fmt::format("{}: counter {} measured {} schedule {} formula {}", name, i,
-                            measured[i], counted[i], closed[i]));
-        check_handed(r, c, P, me, world_of, form, name, check);
-        check(sends_match_receives(world, r), name + ": bytes sent differ from bytes received");
-        check(st.attn_flops == sched.flops_fwd, name + ": flops differ from the schedule");
-        if (c.ulysses > 1) {
-          const auto planned = planned_bytes(c, P, me);
-          const int64_t got[] = {st.p2p_bytes_fwd, st.coll_bytes_fwd, st.p2p_bytes_bwd,
-                                 st.coll_bytes_bwd};
-          for (int i = 0; i < 4; ++i)
-            check(got[i] == planned[size_t(i)], fmt::format("{}: bytes {} measured {} planner {}",
-                                                            name, i, got[i], planned[size_t(i)]));
+        int64_t ring_fwd = -1;
+        std::vector<float> ring_o;
+        for (const auto& [c, world_of, ring_intra] : cases) {
+          ++configs;
+          // The group numbered by layout rank: group rank r is world rank world_of[r].
+          auto group =
+              ring_intra ? world.split(0, plan::inverse_order(world_of)[size_t(rank)]) : world;
+          const int me = group.rank();
+          const auto r = run(group, c, in, failures);
+          const std::string config =
+              fmt::format("{}{} C={}{}{} causal={} Hkv={} B={} P={}",
+                          c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
+                          strategy_name(c.strategy), c.teams, ring_intra ? " ring-intra" : "",
+                          c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
+          const std::string name = c.dtype == Dtype::bf16 ? config + " bf16" : config;
+          // Bytes and steps: the Communicator's counters == schedule counter == closed form, on
+          // every rank (hybrids: their Ulysses and ring schedules summed, and the planner's program
+          // of the two); what MPI was handed against all three.
+          const auto sched =
+              c.ulysses > 1 ? hybrid_totals(c, P, me) : schedule_totals(make_schedule(c, P, me));
+          const auto form = formula_totals(c, P, me);
+          const auto& st = r.stats;
+          const int64_t measured[] = {st.p2p_bytes_fwd,  st.p2p_bytes_bwd, st.coll_bytes_fwd,
+                                      st.coll_bytes_bwd, st.p2p_steps_fwd, st.p2p_steps_bwd};
+          const int64_t counted[] = {sched.p2p_bytes_fwd,  sched.p2p_bytes_bwd,
+                                     sched.coll_bytes_fwd, sched.coll_bytes_bwd,
+                                     sched.p2p_steps_fwd,  sched.p2p_steps_bwd};
+          const int64_t closed[] = {form.p2p_bytes_fwd,  form.p2p_bytes_bwd, form.coll_bytes_fwd,
+                                    form.coll_bytes_bwd, form.p2p_steps_fwd, form.p2p_steps_bwd};
+          for (int i = 0; i < 6; ++i)
+            check(measured[i] == counted[i] && counted[i] == closed[i],
+                  fmt::format("{}: counter {} measured {} schedule {} formula {}", name, i,
+                              measured[i], counted[i], closed[i]));
+          check_handed(r, c, P, me, world_of, form, name, check);
+          check(sends_match_receives(world, r), name + ": bytes sent differ from bytes received");
+          check(st.attn_flops == sched.flops_fwd, name + ": flops differ from the schedule");
+          if (c.ulysses > 1) {
+            const auto planned = planned_bytes(c, P, me);
+            const int64_t got[] = {st.p2p_bytes_fwd, st.coll_bytes_fwd, st.p2p_bytes_bwd,
+                                   st.coll_bytes_bwd};
+            for (int i = 0; i < 4; ++i)
+              check(got[i] == planned[size_t(i)], fmt::format("{}: bytes {} measured {} planner {}",
+                                                              name, i, got[i], planned[size_t(i)]));
+          }
+          // Work balance.
+          double mx = 0, sum = 0;
+          for (double f : r.flops) {
+            mx = std::max(mx, f);
+            sum += f;
+          }
+          const double imbalance = mx / (sum / P);
+          if (c.causal && c.strategy != Strategy::Ring)
+            check(imbalance <= 1.05, fmt::format("{}: work imbalance {}", name, imbalance));
+          // WallFacer-C sends 1/C of ring's point-to-point volume, up to the placement hop.
+          const int64_t p2p_fwd =
+              max_over_ranks(world, mpi_bytes::sum(r.handed[0], [](const auto& k) {
+                                      return k.kind == mpi_bytes::Kind::Send;
+                                    }).bytes);
+          const int64_t hop =
+              2 * c.batch * (c.seq / P) * c.kv_heads * c.head_dim * dtype_bytes(c.dtype);
+          // Every forward point-to-point byte is K,V: bf16 sends exactly half of fp32's.
+          const int64_t my_p2p_fwd = mpi_bytes::sum(r.handed[0], [](const auto& k) {
+                                       return k.kind == mpi_bytes::Kind::Send;
+                                     }).bytes;
+          if (c.dtype == Dtype::fp32) fp32_p2p_fwd[config] = my_p2p_fwd;
+          if (c.dtype == Dtype::bf16 && fp32_p2p_fwd.count(config))
+            check(2 * my_p2p_fwd == fp32_p2p_fwd[config],
+                  fmt::format("{}: forward sends {} B, fp32 {} B (not half)", name, my_p2p_fwd,
+                              fp32_p2p_fwd[config]));
+          if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_fwd = p2p_fwd;
+          // (C = 1 is ring; C > 1: C times the volume, placement included, is ring's plus one hop.)
+          if (c.strategy == Strategy::WallFacer && ring_fwd >= 0 && P > 1)
+            check(c.teams == 1 ? p2p_fwd == ring_fwd : c.teams * p2p_fwd == ring_fwd + hop,
+                  fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));
+          // Results.
+          double errs[5] = {0, 0, 0, 0, 0};
+          if (rank == 0) {
+            const auto e = attention_errors(r.got, ref);
+            errs[0] = e.out;
+            errs[1] = e.lse;
+            errs[2] = e.dq;
+            errs[3] = e.dk;
+            errs[4] = e.dv;
+            std::printf(
+                "%-44s err o %.1e lse %.1e dq %.1e dk %.1e dv %.1e  p2p %lld+%lld B  "
+                "coll %lld+%lld B  steps %lld+%lld  imbalance %.3f\n",
+                name.c_str(), e.out, e.lse, e.dq, e.dk, e.dv, (long long)st.p2p_bytes_fwd,
+                (long long)st.p2p_bytes_bwd, (long long)st.coll_bytes_fwd,
+                (long long)st.coll_bytes_bwd, (long long)st.p2p_steps_fwd,
+                (long long)st.p2p_steps_bwd, imbalance);
+            check(e.within(tol), name + ": error above tolerance");
+            if (!single.got.o.empty()) {
+              const auto d = attention_errors(r.got, single.got);
+              std::printf("%-44s vs P=1: o %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", name.c_str(),
+                          d.out, d.lse, d.dq, d.dk, d.dv);
+              check(d.within(tol), name + ": differs from the same attention on one rank");
+            }
+            // WallFacer-1 on the contiguous layout is ring, bit for bit.
+            if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_o = r.got.o;
+            if (c.strategy == Strategy::WallFacer && c.teams == 1 && !c.causal && !ring_o.empty())
+              check(r.got.o == ring_o, name + ": differs from ring");
+          }
+          world.all_reduce_sum(errs, 5);
         }
-        // Work balance.
-        double mx = 0, sum = 0;
-        for (double f : r.flops) {
-          mx = std::max(mx, f);
-          sum += f;
-        }
-        const double imbalance = mx / (sum / P);
-        if (c.causal && c.strategy != Strategy::Ring)
-          check(imbalance <= 1.05, fmt::format("{}: work imbalance {}", name, imbalance));
-        // WallFacer-C sends 1/C of ring's point-to-point volume, up to the placement hop.
-        const int64_t p2p_fwd =
-            max_over_ranks(world, mpi_bytes::sum(r.handed[0], [](const auto& k) {
-                                    return k.kind == mpi_bytes::Kind::Send;
-                                  }).bytes);
-        const int64_t hop = 2 * c.batch * (c.seq / P) * c.kv_heads * c.head_dim * 4;
-        if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_fwd = p2p_fwd;
-        // (C = 1 is ring; C > 1: C times the volume, placement included, is ring's plus one hop.)
-        if (c.strategy == Strategy::WallFacer && ring_fwd >= 0 && P > 1)
-          check(c.teams == 1 ? p2p_fwd == ring_fwd : c.teams * p2p_fwd == ring_fwd + hop,
-                fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));
-        // Results.
-        double errs[5] = {0, 0, 0, 0, 0};
-        if (rank == 0) {
-          const auto e = attention_errors(r.got, ref);
-          errs[0] = e.out;
-          errs[1] = e.lse;
-          errs[2] = e.dq;
-          errs[3] = e.dk;
-          errs[4] = e.dv;
-          std::printf(
-              "%-44s err o %.1e lse %.1e dq %.1e dk %.1e dv %.1e  p2p %lld+%lld B  "
-              "coll %lld+%lld B  steps %lld+%lld  imbalance %.3f\n",
-              name.c_str(), e.out, e.lse, e.dq, e.dk, e.dv, (long long)st.p2p_bytes_fwd,
-              (long long)st.p2p_bytes_bwd, (long long)st.coll_bytes_fwd,
-              (long long)st.coll_bytes_bwd, (long long)st.p2p_steps_fwd,
-              (long long)st.p2p_steps_bwd, imbalance);
-          check(e.within(tol), name + ": error above tolerance");
-          // WallFacer-1 on the contiguous layout is ring, bit for bit.
-          if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_o = r.got.o;
-          if (c.strategy == Strategy::WallFacer && c.teams == 1 && !c.causal && !ring_o.empty())
-            check(r.got.o == ring_o, name + ": differs from ring");
-        }
-        world.all_reduce_sum(errs, 5);
       }
     }
   }

@@ -122,7 +122,7 @@ TEST(PlanPlanner, ProgramVolumesEqualTheScheduleFormulas) {
     Cluster cl = toy_cluster(1, k.P, k.P);
     Machine m = Machine::from(cl, identity(k.P));
     for (bool bwd : {false, true}) {
-      SimResult r = simulate(attention_program(cfg, k.P, bwd, 4.0), m);
+      SimResult r = simulate(attention_program(cfg, k.P, bwd), m);
       for (int rank = 0; rank < k.P; ++rank) {
         auto f = seqpar::formula_totals(cfg, k.P, rank);
         EXPECT_DOUBLE_EQ(r.ranks[rank].p2p_bytes, double(bwd ? f.p2p_bytes_bwd : f.p2p_bytes_fwd))
@@ -142,7 +142,7 @@ TEST(PlanPlanner, InterNodeBytesOfRingAndHybrid) {
   auto cfg = attn(seqpar::Strategy::Ring, 1, 1024, false);
   auto ring = predict_attention(cl, cfg, P, identity(P));
   const double kv = 128.0 * 2 * 4 * 32 * 4;  // one rank's K,V block in bytes
-  Program fwd = attention_program(cfg, P, false, 4.0);
+  Program fwd = attention_program(cfg, P, false);
   SimResult r = simulate(fwd, Machine::from(cl, identity(P)));
   EXPECT_DOUBLE_EQ(r.ranks[1].inter_bytes, (P - 1) * kv);
   EXPECT_DOUBLE_EQ(r.ranks[0].inter_bytes, 0);
@@ -151,7 +151,7 @@ TEST(PlanPlanner, InterNodeBytesOfRingAndHybrid) {
   // half the heads: each crossing rank sends 3 blocks of half the K,V of 256 rows.
   auto hybrid = cfg;
   hybrid.ulysses = 2;
-  SimResult h = simulate(attention_program(hybrid, P, false, 4.0), Machine::from(cl, identity(P)));
+  SimResult h = simulate(attention_program(hybrid, P, false), Machine::from(cl, identity(P)));
   double most = 0;
   for (const auto& rt : h.ranks) most = std::max(most, rt.inter_bytes);
   EXPECT_DOUBLE_EQ(most, 3 * 256.0 * 2 * 2 * 32 * 4);

@@ -167,12 +167,16 @@ TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
       for (int K : {12, 4}) {
         if (K % u) continue;
         auto c = hybrid(causal ? Strategy::Zigzag : Strategy::Ring, 48 * P, 12, K, u, causal, 2);
-        for (int r = 0; r < P; ++r) {
-          auto got = hybrid_totals(c, P, r);
-          EXPECT_GT(got.p2p_bytes_fwd, 0);
-          EXPECT_GT(got.coll_bytes_bwd, 0);
-          got.flops_fwd = got.flops_bwd = 0;
-          EXPECT_EQ(got, formula_totals(c, P, r)) << "P=" << P << " u=" << u << " rank " << r;
+        for (Dtype d : {Dtype::fp32, Dtype::bf16}) {
+          c.dtype = d;
+          for (int r = 0; r < P; ++r) {
+            auto got = hybrid_totals(c, P, r);
+            EXPECT_GT(got.p2p_bytes_fwd, 0);
+            EXPECT_GT(got.coll_bytes_bwd, 0);
+            got.flops_fwd = got.flops_bwd = 0;
+            EXPECT_EQ(got, formula_totals(c, P, r))
+                << "P=" << P << " u=" << u << " rank " << r << " " << dtype_name(d);
+          }
         }
         EXPECT_THROW(make_schedule(c, P, 0), Error);  // no single schedule
       }
@@ -264,18 +268,42 @@ TEST(SeqparSchedule, TotalsEqualFormulas) {
         for (int B : {1, 2}) {
           auto c = config(cs.s, 2 * 1024, 64, K, 16, causal, cs.C, B);
           if (cs.s == Strategy::Ulysses && K % cs.P) continue;
-          for (int r = 0; r < cs.P; r += std::max(1, cs.P / 16)) {
-            auto sched = make_schedule(c, cs.P, r);
-            auto got = schedule_totals(sched);
-            auto want = formula_totals(c, cs.P, r);
-            got.flops_fwd = got.flops_bwd = 0;
-            EXPECT_EQ(got, want) << strategy_name(cs.s) << " P=" << cs.P << " C=" << cs.C
-                                 << " causal=" << causal << " K=" << K << " rank " << r;
+          for (int variant = 0; variant < 3; ++variant) {  // fp32, bf16, bf16 with keep_kv
+            c.dtype = variant ? Dtype::bf16 : Dtype::fp32;
+            c.keep_kv = variant == 2;
+            if (c.keep_kv && (cs.s != Strategy::WallFacer || cs.C == 1)) continue;
+            for (int r = 0; r < cs.P; r += std::max(1, cs.P / 16)) {
+              auto sched = make_schedule(c, cs.P, r);
+              auto got = schedule_totals(sched);
+              auto want = formula_totals(c, cs.P, r);
+              got.flops_fwd = got.flops_bwd = 0;
+              EXPECT_EQ(got, want) << strategy_name(cs.s) << " P=" << cs.P << " C=" << cs.C
+                                   << " causal=" << causal << " K=" << K << " rank " << r << " "
+                                   << dtype_name(c.dtype) << (c.keep_kv ? " keep_kv" : "");
+            }
           }
         }
       }
     }
   }
+}
+
+// bf16 by hand: ring P = 4, H = Hkv = 2, D = 8, n = 16 rows per rank. Forward: 3 K,V hops of
+// 16 rows x 2 x 2 x 8 bf16 = 1024 B each. Backward (query packages travel): 3 hops of 16 rows x 2
+// heads x (2 x 8 x 2 B + 2 x 4 B) = 1280 B and 4 hops of dQ, 16 x 2 x 8 fp32 = 1024 B. Ulysses
+// P = 2 forward: half of q (16 rows x 1 head x 8 bf16 = 256 B), of K,V (512 B), of O (256 B) and
+// of LSE (16 fp32 = 64 B) go to the other rank.
+TEST(SeqparSchedule, Bf16BytesByHand) {
+  auto c = config(Strategy::Ring, 64, 2, 2, 8, false);
+  c.dtype = Dtype::bf16;
+  const auto t = schedule_totals(make_schedule(c, 4, 1));
+  EXPECT_EQ(t.p2p_bytes_fwd, 3 * 1024);
+  EXPECT_EQ(t.p2p_bytes_bwd, 3 * 1280 + 4 * 1024);
+  c.dtype = Dtype::fp32;
+  EXPECT_EQ(schedule_totals(make_schedule(c, 4, 1)).p2p_bytes_fwd, 2 * 3 * 1024);
+  auto u = config(Strategy::Ulysses, 32, 2, 2, 8, false);
+  u.dtype = Dtype::bf16;
+  EXPECT_EQ(schedule_totals(make_schedule(u, 2, 0)).coll_bytes_fwd, 256 + 512 + 256 + 64);
 }
 
 // Ring bytes from the architecture doc's table: 2 B N H (P-1)/P elements forward (H counting

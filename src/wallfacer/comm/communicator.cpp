@@ -27,6 +27,18 @@ namespace {
 // Largest element count passed to one MPI call (MPI counts are int).
 constexpr int64_t kMaxCount = int64_t(1) << 30;
 
+// The MPI type of an element type (bf16 travels as its 16 bits).
+template <class T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_type<bf16>() {
+  return MPI_UINT16_T;
+}
+
 constexpr int kNoPeer = -1;
 
 [[noreturn]] void fail(int rc, const char* call, int rank, int peer) {
@@ -413,18 +425,19 @@ struct Communicator::Impl {
 
   // Pairwise exchange: block j of `send` goes to rank j, block i of `recv` comes from rank i
   // (blocks of `count` elements); chunked so that any count works. Used for large counts.
-  void exchange(const float* send, float* recv, int64_t count, const char* what) {
+  template <class T>
+  void exchange(const T* send, T* recv, int64_t count, const char* what) {
     std::vector<MPI_Request> reqs;
     for (int step = 0; step < size; ++step) {
       const int to = (rank + step) % size, from = (rank - step + size) % size;
       for (int64_t off = 0; off < count; off += kMaxCount) {
         const int c = int(std::min(kMaxCount, count - off));
         reqs.emplace_back();
-        check(MPI_Irecv(recv + int64_t(from) * count + off, c, MPI_FLOAT, from, 0x7e11, comm,
+        check(MPI_Irecv(recv + int64_t(from) * count + off, c, mpi_type<T>(), from, 0x7e11, comm,
                         &reqs.back()),
               "MPI_Irecv", wrank, from);
         reqs.emplace_back();
-        check(MPI_Isend(send + int64_t(to) * count + off, c, MPI_FLOAT, to, 0x7e11, comm,
+        check(MPI_Isend(send + int64_t(to) * count + off, c, mpi_type<T>(), to, 0x7e11, comm,
                         &reqs.back()),
               "MPI_Isend", wrank, to);
       }
@@ -433,14 +446,72 @@ struct Communicator::Impl {
     check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), what, wrank);
   }
 
-  void all_to_all(const float* send, float* recv, int64_t count) {
+  template <class T>
+  void all_to_all(const T* send, T* recv, int64_t count) {
     if (count <= INT_MAX) {
       Watch w("MPI_Alltoall", kNoPeer, 0, group());
-      check(MPI_Alltoall(send, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, comm),
+      check(MPI_Alltoall(send, int(count), mpi_type<T>(), recv, int(count), mpi_type<T>(), comm),
             "MPI_Alltoall", wrank);
     } else {
       exchange(send, recv, count, "MPI_Waitall (all-to-all)");
     }
+  }
+
+  template <class T>
+  Request isend(const T* buf, int64_t count, int dest, int tag) {
+    WF_CHECK(count >= 0 && dest >= 0 && dest < size, "isend: bad count {} or destination {}", count,
+             dest);
+    Request r;
+    r.impl_ = std::make_unique<Request::Impl>();
+    r.impl_->rank = wrank;
+    r.impl_->peer = to_world(dest);
+    r.impl_->op = "MPI_Waitall on a send";
+    for (int64_t off = 0; off < count || off == 0; off += kMaxCount) {
+      const int c = int(std::min(kMaxCount, count - off));
+      r.impl_->reqs.emplace_back();
+      check(MPI_Isend(buf + off, c, mpi_type<T>(), dest, tag, comm, &r.impl_->reqs.back()),
+            "MPI_Isend", wrank, dest);
+      if (count == 0) break;
+    }
+    counters.p2p_bytes += count * int64_t(sizeof(T));
+    counters.p2p_sends += 1;
+    return r;
+  }
+
+  template <class T>
+  Request irecv(T* buf, int64_t count, int src, int tag) {
+    WF_CHECK(count >= 0 && src >= 0 && src < size, "irecv: bad count {} or source {}", count, src);
+    Request r;
+    r.impl_ = std::make_unique<Request::Impl>();
+    r.impl_->rank = wrank;
+    r.impl_->peer = to_world(src);
+    r.impl_->op = "MPI_Waitall on a receive";
+    for (int64_t off = 0; off < count || off == 0; off += kMaxCount) {
+      const int c = int(std::min(kMaxCount, count - off));
+      r.impl_->reqs.emplace_back();
+      check(MPI_Irecv(buf + off, c, mpi_type<T>(), src, tag, comm, &r.impl_->reqs.back()),
+            "MPI_Irecv", wrank, src);
+      if (count == 0) break;
+    }
+    return r;
+  }
+
+  template <class T>
+  void all_gather(const T* send, int64_t count, T* recv) {
+    T* own = recv + int64_t(rank) * count;
+    if (count <= INT_MAX) {
+      const void* src = send == own ? MPI_IN_PLACE : static_cast<const void*>(send);
+      Watch w("MPI_Allgather", kNoPeer, 0, group());
+      check(MPI_Allgather(src, int(count), mpi_type<T>(), recv, int(count), mpi_type<T>(), comm),
+            "MPI_Allgather", wrank);
+    } else {
+      // Every rank sends its block to every rank: an exchange with the block replicated.
+      std::vector<T> rep(size_t(size) * size_t(count));
+      for (int j = 0; j < size; ++j)
+        std::memcpy(rep.data() + int64_t(j) * count, send, size_t(count) * sizeof(T));
+      exchange(rep.data(), recv, count, "MPI_Waitall (all-gather)");
+    }
+    counters.coll_bytes += int64_t(size - 1) * count * int64_t(sizeof(T));
   }
 };
 
@@ -495,57 +566,27 @@ Communicator Communicator::split(int color, int key) const {
 }
 
 Request Communicator::isend(const float* buf, int64_t count, int dest, int tag) {
-  WF_CHECK(count >= 0 && dest >= 0 && dest < size(), "isend: bad count {} or destination {}", count,
-           dest);
-  Request r;
-  r.impl_ = std::make_unique<Request::Impl>();
-  r.impl_->rank = impl_->wrank;
-  r.impl_->peer = impl_->to_world(dest);
-  r.impl_->op = "MPI_Waitall on a send";
-  for (int64_t off = 0; off < count || off == 0; off += kMaxCount) {
-    const int c = int(std::min(kMaxCount, count - off));
-    r.impl_->reqs.emplace_back();
-    check(MPI_Isend(buf + off, c, MPI_FLOAT, dest, tag, impl_->comm, &r.impl_->reqs.back()),
-          "MPI_Isend", impl_->wrank, dest);
-    if (count == 0) break;
-  }
-  impl_->counters.p2p_bytes += count * int64_t(sizeof(float));
-  impl_->counters.p2p_sends += 1;
-  return r;
+  return impl_->isend(buf, count, dest, tag);
 }
 
 Request Communicator::irecv(float* buf, int64_t count, int src, int tag) {
-  WF_CHECK(count >= 0 && src >= 0 && src < size(), "irecv: bad count {} or source {}", count, src);
-  Request r;
-  r.impl_ = std::make_unique<Request::Impl>();
-  r.impl_->rank = impl_->wrank;
-  r.impl_->peer = impl_->to_world(src);
-  r.impl_->op = "MPI_Waitall on a receive";
-  for (int64_t off = 0; off < count || off == 0; off += kMaxCount) {
-    const int c = int(std::min(kMaxCount, count - off));
-    r.impl_->reqs.emplace_back();
-    check(MPI_Irecv(buf + off, c, MPI_FLOAT, src, tag, impl_->comm, &r.impl_->reqs.back()),
-          "MPI_Irecv", impl_->wrank, src);
-    if (count == 0) break;
-  }
-  return r;
+  return impl_->irecv(buf, count, src, tag);
+}
+
+Request Communicator::isend(const bf16* buf, int64_t count, int dest, int tag) {
+  return impl_->isend(buf, count, dest, tag);
+}
+
+Request Communicator::irecv(bf16* buf, int64_t count, int src, int tag) {
+  return impl_->irecv(buf, count, src, tag);
 }
 
 void Communicator::all_gather(const float* send, int64_t count, float* recv) {
-  const int n = size();
-  float* own = recv + int64_t(rank()) * count;
-  if (count <= INT_MAX) {
-    const void* src = send == own ? MPI_IN_PLACE : static_cast<const void*>(send);
-    Watch w("MPI_Allgather", kNoPeer, 0, impl_->group());
-    check(MPI_Allgather(src, int(count), MPI_FLOAT, recv, int(count), MPI_FLOAT, impl_->comm),
-          "MPI_Allgather", impl_->wrank);
-  } else {
-    // Every rank sends its block to every rank: an exchange with the block replicated.
-    std::vector<float> rep(size_t(n) * size_t(count));
-    for (int j = 0; j < n; ++j) std::memcpy(rep.data() + int64_t(j) * count, send, count * 4);
-    impl_->exchange(rep.data(), recv, count, "MPI_Waitall (all-gather)");
-  }
-  impl_->counters.coll_bytes += int64_t(n - 1) * count * int64_t(sizeof(float));
+  impl_->all_gather(send, count, recv);
+}
+
+void Communicator::all_gather(const bf16* send, int64_t count, bf16* recv) {
+  impl_->all_gather(send, count, recv);
 }
 
 void Communicator::reduce_scatter_sum(const float* send, float* recv, int64_t count) {
@@ -604,6 +645,11 @@ void Communicator::all_to_all(const float* send, float* recv, int64_t count_per_
   impl_->counters.coll_bytes += int64_t(size() - 1) * count_per_rank * int64_t(sizeof(float));
 }
 
+void Communicator::all_to_all(const bf16* send, bf16* recv, int64_t count_per_rank) {
+  impl_->all_to_all(send, recv, count_per_rank);
+  impl_->counters.coll_bytes += int64_t(size() - 1) * count_per_rank * int64_t(sizeof(bf16));
+}
+
 void Communicator::agree(const std::function<void()>& f) {
   std::string message;
   int code = 0;  // 0: fine, 1: Error, 2: UsageError
@@ -654,6 +700,33 @@ void Communicator::barrier() {
   check(MPI_Barrier(impl_->comm), "MPI_Barrier", impl_->wrank);
 }
 
+namespace {
+
+// Merges n partial (O, LSE) blocks, block j at o_got + j * o_block and l_got + j * l_block, in
+// block order into o (B, rows, H, D) and lse (B, H, rows), which start as block 0.
+void merge_partials(int n, const float* o_got, const float* l_got, float* o, float* lse, int batch,
+                    int64_t rows, int heads, int head_dim) {
+  const int64_t o_block = int64_t(batch) * rows * heads * head_dim;
+  const int64_t l_block = int64_t(batch) * heads * rows;
+  std::memcpy(o, o_got, o_block * sizeof(float));
+  std::memcpy(lse, l_got, l_block * sizeof(float));
+  const int64_t o_row = int64_t(heads) * head_dim;
+  for (int j = 1; j < n; ++j) {
+    const float* o2 = o_got + int64_t(j) * o_block;
+    const float* l2 = l_got + int64_t(j) * l_block;
+    for (int b = 0; b < batch; ++b) {
+      for (int h = 0; h < heads; ++h) {
+        const int64_t oo = int64_t(b) * rows * o_row + int64_t(h) * head_dim;
+        const int64_t lo = (int64_t(b) * heads + h) * rows;
+        kernels::lse_merge_rows(int(rows), head_dim, o + oo, o_row, lse + lo, 1, o2 + oo, o_row,
+                                l2 + lo, 1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void Communicator::reduce_scatter_lse(const float* o_send, const float* lse_send, float* o_recv,
                                       float* lse_recv, int batch, int64_t rows, int heads,
                                       int head_dim) {
@@ -664,22 +737,26 @@ void Communicator::reduce_scatter_lse(const float* o_send, const float* lse_send
   std::vector<float> o_got(size_t(n) * o_block), l_got(size_t(n) * l_block);
   impl_->all_to_all(o_send, o_got.data(), o_block);
   impl_->all_to_all(lse_send, l_got.data(), l_block);
-  std::memcpy(o_recv, o_got.data(), o_block * sizeof(float));
-  std::memcpy(lse_recv, l_got.data(), l_block * sizeof(float));
-  const int64_t o_row = int64_t(heads) * head_dim;
-  for (int j = 1; j < n; ++j) {
-    const float* o2 = o_got.data() + int64_t(j) * o_block;
-    const float* l2 = l_got.data() + int64_t(j) * l_block;
-    for (int b = 0; b < batch; ++b) {
-      for (int h = 0; h < heads; ++h) {
-        const int64_t oo = int64_t(b) * rows * o_row + int64_t(h) * head_dim;
-        const int64_t lo = (int64_t(b) * heads + h) * rows;
-        kernels::lse_merge_rows(int(rows), head_dim, o_recv + oo, o_row, lse_recv + lo, 1, o2 + oo,
-                                o_row, l2 + lo, 1);
-      }
-    }
-  }
+  merge_partials(n, o_got.data(), l_got.data(), o_recv, lse_recv, batch, rows, heads, head_dim);
   impl_->counters.coll_bytes += int64_t(n - 1) * (o_block + l_block) * int64_t(sizeof(float));
+}
+
+void Communicator::reduce_scatter_lse(const bf16* o_send, const float* lse_send, bf16* o_recv,
+                                      float* lse_recv, int batch, int64_t rows, int heads,
+                                      int head_dim) {
+  const int n = size();
+  const int64_t o_block = int64_t(batch) * rows * heads * head_dim;
+  const int64_t l_block = int64_t(batch) * heads * rows;
+  std::vector<bf16> o_wire(size_t(n) * o_block);
+  std::vector<float> o_got(o_wire.size()), l_got(size_t(n) * l_block),
+      o(static_cast<size_t>(o_block));
+  impl_->all_to_all(o_send, o_wire.data(), o_block);
+  impl_->all_to_all(lse_send, l_got.data(), l_block);
+  bf16_to_fp32(o_wire.data(), o_got.data(), int64_t(o_wire.size()));
+  merge_partials(n, o_got.data(), l_got.data(), o.data(), lse_recv, batch, rows, heads, head_dim);
+  fp32_to_bf16(o.data(), o_recv, o_block);
+  impl_->counters.coll_bytes +=
+      int64_t(n - 1) * (o_block * int64_t(sizeof(bf16)) + l_block * int64_t(sizeof(float)));
 }
 
 // ---------------------------------------------------------------------------------------------

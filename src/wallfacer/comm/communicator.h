@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "wallfacer/core/bf16.h"
+
 namespace wallfacer::comm {
 
 struct ByteCounters {
@@ -61,18 +63,24 @@ class Communicator {
   // The sub-group owns its MPI communicator, freed when its last copy is destroyed.
   Communicator split(int color, int key) const;
 
-  // Non-blocking point-to-point on float buffers (counts in elements).
+  // Non-blocking point-to-point on float or bf16 buffers (counts in elements; bytes counted as
+  // elements times 4 or 2).
   Request isend(const float* buf, int64_t count, int dest, int tag);
   Request irecv(float* buf, int64_t count, int src, int tag);
+  Request isend(const bf16* buf, int64_t count, int dest, int tag);
+  Request irecv(bf16* buf, int64_t count, int src, int tag);
 
-  // Collectives on float buffers (counts in elements per rank).
-  void all_gather(const float* send, int64_t count, float* recv);          // recv: size() * count
+  // Collectives on float buffers (counts in elements per rank); all-gather and all-to-all also on
+  // bf16 buffers (they only move data).
+  void all_gather(const float* send, int64_t count, float* recv);  // recv: size() * count
+  void all_gather(const bf16* send, int64_t count, bf16* recv);
   void reduce_scatter_sum(const float* send, float* recv, int64_t count);  // send: size() * count
   void all_reduce_sum(float* buf, int64_t count);
   void all_reduce_sum(double* buf, int64_t count);
   void all_reduce_max(uint64_t* buf, int64_t count);  // elementwise maximum
   void all_reduce_max(double* buf, int64_t count);    // elementwise maximum
   void all_to_all(const float* send, float* recv, int64_t count_per_rank);
+  void all_to_all(const bf16* send, bf16* recv, int64_t count_per_rank);
   void barrier();
 
   // Reduce-scatter of partial attention results with the LSE combine (kernels::lse_merge_rows):
@@ -81,6 +89,10 @@ class Communicator {
   // (B, rows, H, D) and lse_recv (B, H, rows). Counted as (n-1)/n of the full (O, LSE) buffer.
   void reduce_scatter_lse(const float* o_send, const float* lse_send, float* o_recv,
                           float* lse_recv, int batch, int64_t rows, int heads, int head_dim);
+  // The same with bf16 partial O on the wire: the blocks are widened to fp32 and merged in fp32,
+  // and the merged O is rounded to bf16 once; lse stays fp32.
+  void reduce_scatter_lse(const bf16* o_send, const float* lse_send, bf16* o_recv, float* lse_recv,
+                          int batch, int64_t rows, int heads, int head_dim);
 
   // Runs f on every rank and agrees on the outcome (collective): when f throws on any rank, every
   // rank throws the error of the lowest rank that failed (a UsageError stays one), its message

@@ -8,9 +8,10 @@
 namespace wallfacer::plan {
 
 // Programs of the attention (forward or backward) of every rank, built from the seqpar schedules;
-// element counts become bytes with `elem_bytes`.
+// messages carry the schedules' bytes, which follow cfg.dtype (tensors of 4 or 2 bytes per
+// element, statistics and travelling gradients of 4).
 // tile_q, tile_k: the kernel tile (Cluster::attention_tile_*) by which causal work is counted.
-Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, double elem_bytes,
-                          int tile_q = 0, int tile_k = 0, double* scratch_elements = nullptr);
+Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q = 0,
+                          int tile_k = 0, double* scratch_elements = nullptr);
 
 }  // namespace wallfacer::plan

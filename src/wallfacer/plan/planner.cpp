@@ -30,8 +30,14 @@ std::string Candidate::label() const {
   return fmt::format("{} {}", s, placement_name(placement));
 }
 
-seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c) {
+seqpar::Dtype attention_dtype(const Cluster& cl) {
+  return cl.dtype_bytes == 2 ? seqpar::Dtype::bf16 : seqpar::Dtype::fp32;
+}
+
+seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c,
+                                    seqpar::Dtype dtype) {
   seqpar::AttnConfig cfg;
+  cfg.dtype = dtype;
   cfg.strategy = c.strategy;
   cfg.teams = c.strategy == Strategy::WallFacer ? c.teams : 1;
   cfg.batch = m.batch;
@@ -71,7 +77,7 @@ double scratch_of(const seqpar::Schedule& s) {
 // the first compute op (and drops the others): a hybrid runs its ring there.
 void emit(Program& prog, int self, const seqpar::Schedule& s, const std::vector<seqpar::Op>& ops,
           const std::function<int(int)>& map, const std::vector<int>& world, int req_base,
-          double eb, int tile_q, int tile_k, const std::function<void()>& at_compute) {
+          int tile_q, int tile_k, const std::function<void()>& at_compute) {
   const int layout_rank = map(self);
   auto& out = prog.ops[layout_rank];
   bool computed = false;
@@ -82,10 +88,10 @@ void emit(Program& prog, int self, const seqpar::Schedule& s, const std::vector<
       case seqpar::OpKind::Local:
         break;
       case seqpar::OpKind::Send:
-        out.push_back(Op::send(map(o.peer), double(o.elements) * eb, req, o.tag));
+        out.push_back(Op::send(map(o.peer), double(o.bytes), req, o.tag));
         break;
       case seqpar::OpKind::Recv:
-        out.push_back(Op::recv(map(o.peer), double(o.elements) * eb, req, o.tag));
+        out.push_back(Op::recv(map(o.peer), double(o.bytes), req, o.tag));
         break;
       case seqpar::OpKind::Wait:
         for (int w : o.waits) out.push_back(Op::wait(req_base + w));
@@ -113,7 +119,7 @@ void emit(Program& prog, int self, const seqpar::Schedule& s, const std::vector<
             c = Coll::AllToAll;
             break;
         }
-        out.push_back(Op::collective(c, prog.group(members), double(o.elements) * eb));
+        out.push_back(Op::collective(c, prog.group(members), double(o.bytes)));
         break;
       }
       case seqpar::OpKind::Compute:
@@ -140,8 +146,8 @@ constexpr int kRingRequestBase = 1 << 24;
 
 }  // namespace
 
-Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, double elem_bytes,
-                          int tile_q, int tile_k, double* scratch_elements) {
+Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q,
+                          int tile_k, double* scratch_elements) {
   Program prog(P);
   double scratch = 0;
   auto phase = [&](const seqpar::Schedule& s) -> const std::vector<seqpar::Op>& {
@@ -154,8 +160,7 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, d
       seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
       scratch = std::max(scratch, scratch_of(s));
       emit(
-          prog, r, s, phase(s), [](int q) { return q; }, world, 0, elem_bytes, tile_q, tile_k,
-          nullptr);
+          prog, r, s, phase(s), [](int q) { return q; }, world, 0, tile_q, tile_k, nullptr);
     }
   } else {
     seqpar::validate(cfg, P);
@@ -174,11 +179,11 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, d
         auto run_ring = [&] {
           emit(
               prog, j, sr, phase(sr), [&](int k) { return k * u + a; }, ring, kRingRequestBase,
-              elem_bytes, tile_q, tile_k, nullptr);
+              tile_q, tile_k, nullptr);
         };
         emit(
-            prog, a, su, phase(su), [&](int b) { return j * u + b; }, team, 0, elem_bytes, tile_q,
-            tile_k, run_ring);
+            prog, a, su, phase(su), [&](int b) { return j * u + b; }, team, 0, tile_q, tile_k,
+            run_ring);
       }
   }
   if (scratch_elements) *scratch_elements = scratch;
@@ -191,8 +196,8 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   const Machine m = Machine::from(cl, device_of, cfg.head_dim);
   double scratch = 0;
   for (bool bwd : {false, true}) {
-    Program prog = attention_program(cfg, P, bwd, cl.dtype_bytes, cl.attention_tile_q,
-                                     cl.attention_tile_k, &scratch);
+    Program prog =
+        attention_program(cfg, P, bwd, cl.attention_tile_q, cl.attention_tile_k, &scratch);
     SimResult r = simulate(prog, m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
@@ -211,8 +216,7 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   return a;
 }
 
-NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of,
-                     double elem_bytes) {
+NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of) {
   WF_CHECK(int(node_of.size()) == P, "node_of has {} ranks, the layout {}", node_of.size(), P);
   const int nodes = *std::max_element(node_of.begin(), node_of.end()) + 1;
   std::vector<int> per_node(size_t(nodes), 0);
@@ -226,7 +230,7 @@ NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int
   for (int n : node_of) m.device_of.push_back(n * width + per_node[size_t(n)]++);
   NodeBytes out;
   for (bool bwd : {false, true}) {
-    const SimResult r = simulate(attention_program(cfg, P, bwd, elem_bytes), m);
+    const SimResult r = simulate(attention_program(cfg, P, bwd), m);
     auto& v = bwd ? out.bwd : out.fwd;
     v.assign(size_t(nodes), 0.0);
     for (int q = 0; q < P; ++q) v[size_t(node_of[q])] += r.ranks[size_t(q)].inter_bytes;
@@ -272,7 +276,7 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   const int P = in.gpus;
   AttentionPrediction a;
   try {
-    const seqpar::AttnConfig cfg = attention_config(m, in.seq, c);
+    const seqpar::AttnConfig cfg = attention_config(m, in.seq, c, attention_dtype(cl));
     seqpar::validate(cfg, P);
     a = predict_attention(cl, cfg, P, candidate_devices(c, P));
   } catch (const UsageError& e) {

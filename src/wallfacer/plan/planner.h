@@ -18,7 +18,7 @@
 // seconds, bytes, FLOP/s and tokens/s. Bad input (gpus outside the cluster, seq < 1) throws
 // UsageError; a configuration that cannot run is listed as infeasible with its reason.
 //
-// To run a prediction: attention_config(model, seq, cand) is the seqpar::AttnConfig of the
+// To run a prediction: attention_config(model, seq, cand, dtype) is the seqpar::AttnConfig of the
 // candidate, and candidate_devices(cand, P) its rank order (seqpar/attention.h, Placement).
 
 #include <cstdint>
@@ -99,11 +99,16 @@ struct NodeBytes {
   std::vector<double> fwd, bwd;  // per node: bytes its card sends
   double total_fwd = 0, total_bwd = 0;
 };
-NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of,
-                     double elem_bytes = 4);
+NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of);
 
-// The AttnConfig the candidate runs for this model and sequence (for hybrids, of the whole group).
-seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c);
+// The attention's element type on a cluster: its device.dtype (fp32; bf16 and fp16, 2 bytes, run
+// as the bf16 wire format of seqpar::Dtype::bf16).
+seqpar::Dtype attention_dtype(const Cluster& cl);
+
+// The AttnConfig the candidate runs for this model and sequence (for hybrids, of the whole group),
+// in `dtype` (the planner's predictions use attention_dtype of the cluster).
+seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c,
+                                    seqpar::Dtype dtype = seqpar::Dtype::fp32);
 
 // The rank order of the candidate's layout under its placement (layout rank -> device).
 std::vector<int> candidate_devices(const Candidate& c, int P);

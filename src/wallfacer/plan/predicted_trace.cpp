@@ -66,14 +66,13 @@ trace::Event to_event(const Program& prog, const Op& o, const SimSpan& s, const 
 nlohmann::json predicted_trace(const PlanInput& in, const Candidate& c) {
   const Cluster& cl = in.cluster;
   const int P = in.gpus;
-  const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, c);
+  const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, c, attention_dtype(cl));
   seqpar::validate(cfg, P);
   const Machine m = Machine::from(cl, candidate_devices(c, P), cfg.head_dim);
   std::vector<std::vector<trace::Event>> events(static_cast<size_t>(P));
   double t = 0, fwd_s = 0, bwd_s = 0;
   for (bool bwd : {false, true}) {
-    const Program prog =
-        attention_program(cfg, P, bwd, cl.dtype_bytes, cl.attention_tile_q, cl.attention_tile_k);
+    const Program prog = attention_program(cfg, P, bwd, cl.attention_tile_q, cl.attention_tile_k);
     std::vector<SimSpan> spans;
     const SimResult r = simulate(prog, m, &spans);
     for (const SimSpan& s : spans)

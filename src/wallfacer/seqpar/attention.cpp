@@ -10,29 +10,28 @@
 namespace wallfacer::seqpar {
 namespace {
 
-// u blocks, block i at `stride` * i, each of m groups of n rows of w floats (rows `pitch` floats
-// apart), against the (m, u*n, w) tensor whose rows [i*n, (i+1)*n) of every group are block i.
+// u blocks, block i at `stride` bytes * i, each of m groups of n rows of w elements (rows `pitch`
+// elements apart), against the (m, u*n, w) tensor whose rows [i*n, (i+1)*n) of every group are
+// block i.
 struct Blocks {
   int u = 1;
   int64_t stride = 0, m = 0, n = 0, w = 0, pitch = 0;
 };
 
-template <class F>
-void each_row(const Blocks& g, F&& f) {
+// Copies between the blocks (elements of type bt) and the rows (type rt), converting the types.
+void move_rows(const Blocks& g, bool to_rows, std::byte* blocks, Dtype bt, std::byte* rows,
+               Dtype rt) {
+  const int64_t be = dtype_bytes(bt), re = dtype_bytes(rt);
   for (int i = 0; i < g.u; ++i)
     for (int64_t mm = 0; mm < g.m; ++mm)
-      for (int64_t r = 0; r < g.n; ++r)
-        f(i * g.stride + (mm * g.n + r) * g.pitch, ((mm * g.u + i) * g.n + r) * g.w);
-}
-
-void blocks_to_rows(const Blocks& g, const float* blocks, float* rows) {
-  each_row(g,
-           [&](int64_t b, int64_t x) { std::memcpy(rows + x, blocks + b, g.w * sizeof(float)); });
-}
-
-void rows_to_blocks(const Blocks& g, const float* rows, float* blocks) {
-  each_row(g,
-           [&](int64_t b, int64_t x) { std::memcpy(blocks + b, rows + x, g.w * sizeof(float)); });
+      for (int64_t r = 0; r < g.n; ++r) {
+        std::byte* b = blocks + i * g.stride + (mm * g.n + r) * g.pitch * be;
+        std::byte* x = rows + ((mm * g.u + i) * g.n + r) * g.w * re;
+        if (to_rows)
+          copy_elements(b, bt, x, rt, g.w);
+        else
+          copy_elements(x, rt, b, bt, g.w);
+      }
 }
 
 // The executor of `cfg` on `group`; for a hybrid, of its Ulysses schedule inside the team.
@@ -54,14 +53,17 @@ struct DistAttention::Impl {
   Executor exec;
   AttnStats stats;
   PhaseStats last[2];  // of the latest forward, backward
+  Dtype dtype = Dtype::fp32;
   // Hybrids: the ring over the teams, run by the Ulysses schedule's compute hook on the rows of
-  // the team's heads (held here in its (B, u*n, heads/u, D) layout).
+  // the team's heads (held here in its (B, u*n, heads/u, D) layout: q, dout, o (also dq), k, v,
+  // dk, dv of the dtype, lse and delta fp32).
   std::unique_ptr<Impl> inner;
   std::vector<float> staging;
-  float *q = nullptr, *dout = nullptr, *o = nullptr, *k = nullptr, *v = nullptr, *dk = nullptr,
-        *dv = nullptr, *lse = nullptr, *delta = nullptr;  // o also holds dq
+  std::byte *q = nullptr, *dout = nullptr, *o = nullptr, *k = nullptr, *v = nullptr, *dk = nullptr,
+            *dv = nullptr, *lse = nullptr, *delta = nullptr;
 
-  Impl(const AttnConfig& cfg, comm::Communicator& group) : exec(make_executor(cfg, group)) {
+  Impl(const AttnConfig& cfg, comm::Communicator& group)
+      : exec(make_executor(cfg, group)), dtype(cfg.dtype) {
     if (cfg.ulysses <= 1) return;
     const auto h = hybrid_configs(cfg, group.size());
     auto ring = group.split(group.rank() % h.u, group.rank());
@@ -71,60 +73,70 @@ struct DistAttention::Impl {
     const int64_t B = cfg.batch, n = cfg.seq / group.size(), D = cfg.head_dim,
                   hd = int64_t(h.inner.heads) * D, kd = int64_t(h.inner.kv_heads) * D;
     const int u = h.u, H = h.inner.heads;
-    const int64_t rows = B * u * n;
-    staging.assign(size_t(hybrid_staging_elements(cfg, group.size())), 0.0f);
-    float* next = staging.data();
-    auto take = [&](int64_t elements) { return std::exchange(next, next + elements); };
-    q = take(rows * hd);
-    dout = take(rows * hd);
-    o = take(rows * hd);
-    k = take(rows * kd);
-    v = take(rows * kd);
-    dk = take(rows * kd);
-    dv = take(rows * kd);
-    lse = take(rows * H);
-    delta = take(rows * H);
-    WF_CHECK(next == staging.data() + staging.size(), "hybrid staging miscounted");
-    // Ulysses buffers (u blocks of n rows): Rows of H heads, KV of kv heads, Stat, QPack.
-    const Blocks rows_g{u, B * n * hd, B, n, hd, hd};
-    const Blocks kv_g{u, B * n * 2 * kd, B, n, kd, 2 * kd};
-    const Blocks stat_g{u, B * H * n, B * H, n, 1, 1};
-    const int64_t qpack = B * n * H * (2 * D + 2);
+    const int64_t rows = B * u * n, e = dtype_bytes(cfg.dtype), f = 4;
+    const int64_t bytes = rows * (3 * hd + 4 * kd) * e + rows * 2 * H * f;
+    staging.assign(size_t(bytes / 4 + 1), 0.0f);
+    std::byte* next = reinterpret_cast<std::byte*>(staging.data());
+    auto take = [&](int64_t b) { return std::exchange(next, next + b); };
+    lse = take(rows * H * f);  // the fp32 ones first: aligned
+    delta = take(rows * H * f);
+    q = take(rows * hd * e);
+    dout = take(rows * hd * e);
+    o = take(rows * hd * e);
+    k = take(rows * kd * e);
+    v = take(rows * kd * e);
+    dk = take(rows * kd * e);
+    dv = take(rows * kd * e);
+    WF_CHECK(next == reinterpret_cast<std::byte*>(staging.data()) + bytes,
+             "hybrid staging miscounted");
+    // Ulysses buffers (u blocks of n rows): Rows of H heads, KV of kv heads, Stat, QPack (q and
+    // dout of the dtype, lse and delta fp32); strides in bytes.
+    const Dtype w = cfg.dtype, fp32 = Dtype::fp32;
+    const Blocks rows_g{u, B * n * hd * e, B, n, hd, hd};
+    const Blocks acc_g{u, B * n * hd * f, B, n, hd, hd};  // Rows of fp32 accumulators
+    const Blocks kv_g{u, B * n * 2 * kd * e, B, n, kd, 2 * kd};
+    const Blocks dkv_g{u, B * n * 2 * kd * f, B, n, kd, 2 * kd};
+    const Blocks stat_g{u, B * H * n * f, B * H, n, 1, 1};
+    const int64_t qpack = B * n * H * (2 * D * e + 2 * f), qpart = B * n * hd * e;
     const Blocks qp_rows{u, qpack, B, n, hd, hd};
     const Blocks qp_stat{u, qpack, B * H, n, 1, 1};
-    exec.set_compute_hook(
-        [=, this](const Op& op, const float* src, const float* src2, float* dst, float* dst2) {
-          blocks_to_rows(kv_g, src2, k);
-          blocks_to_rows(kv_g, src2 + kd, v);
-          UserTensors t{};
-          t[kInK] = k;
-          t[kInV] = v;
-          t[kInQ] = q;
-          if (!op.backward) {
-            blocks_to_rows(rows_g, src, q);
-            t[kOutO] = o;
-            t[kOutLse] = lse;
-            inner->run(false, t);
-            rows_to_blocks(rows_g, o, dst);
-            rows_to_blocks(stat_g, lse, dst2);
-          } else {
-            // QPack blocks: q | dout | lse | delta.
-            blocks_to_rows(qp_rows, src, q);
-            blocks_to_rows(qp_rows, src + B * n * hd, dout);
-            blocks_to_rows(qp_stat, src + 2 * B * n * hd, lse);
-            blocks_to_rows(qp_stat, src + 2 * B * n * hd + B * H * n, delta);
-            t[kInDout] = dout;
-            t[kInLse] = lse;
-            t[kInDelta] = delta;
-            t[kOutDq] = o;
-            t[kOutDk] = dk;
-            t[kOutDv] = dv;
-            inner->run(true, t);
-            rows_to_blocks(rows_g, o, dst);
-            rows_to_blocks(kv_g, dk, dst2);
-            rows_to_blocks(kv_g, dv, dst2 + kd);
-          }
-        });
+    exec.set_compute_hook([=, this](const Op& op, const void* src_in, const void* src2_in,
+                                    void* dst_in, void* dst2_in) {
+      auto* src = static_cast<std::byte*>(const_cast<void*>(src_in));
+      auto* src2 = static_cast<std::byte*>(const_cast<void*>(src2_in));
+      auto* dst = static_cast<std::byte*>(dst_in);
+      auto* dst2 = static_cast<std::byte*>(dst2_in);
+      move_rows(kv_g, true, src2, w, k, w);
+      move_rows(kv_g, true, src2 + kd * e, w, v, w);
+      UserTensors t{};
+      t[kInK] = k;
+      t[kInV] = v;
+      t[kInQ] = q;
+      if (!op.backward) {
+        move_rows(rows_g, true, src, w, q, w);
+        t[kOutO] = o;
+        t[kOutLse] = lse;
+        inner->run(false, t);
+        move_rows(acc_g, false, dst, fp32, o, w);
+        move_rows(stat_g, false, dst2, fp32, lse, fp32);
+      } else {
+        // QPack blocks: q | dout | lse | delta.
+        move_rows(qp_rows, true, src, w, q, w);
+        move_rows(qp_rows, true, src + qpart, w, dout, w);
+        move_rows(qp_stat, true, src + 2 * qpart, fp32, lse, fp32);
+        move_rows(qp_stat, true, src + 2 * qpart + B * H * n * f, fp32, delta, fp32);
+        t[kInDout] = dout;
+        t[kInLse] = lse;
+        t[kInDelta] = delta;
+        t[kOutDq] = o;
+        t[kOutDk] = dk;
+        t[kOutDv] = dv;
+        inner->run(true, t);
+        move_rows(acc_g, false, dst, fp32, o, w);
+        move_rows(dkv_g, false, dst2, fp32, dk, w);
+        move_rows(dkv_g, false, dst2 + kd * f, fp32, dv, w);
+      }
+    });
   }
 
   // One phase. A hybrid adds its inner ring's counters (the ring's time is already in the
@@ -162,29 +174,64 @@ DistAttention::DistAttention(const AttnConfig& cfg, comm::Communicator& group) {
 
 DistAttention::~DistAttention() = default;
 
-void DistAttention::forward(const float* q, const float* k, const float* v, float* o, float* lse) {
+namespace {
+
+template <class T>
+UserTensors forward_tensors(const T* q, const T* k, const T* v, T* o, float* lse) {
   UserTensors t{};
-  t[kInQ] = const_cast<float*>(q);
-  t[kInK] = const_cast<float*>(k);
-  t[kInV] = const_cast<float*>(v);
+  t[kInQ] = const_cast<T*>(q);
+  t[kInK] = const_cast<T*>(k);
+  t[kInV] = const_cast<T*>(v);
   t[kOutO] = o;
   t[kOutLse] = lse;
-  impl_->run(false, t);
+  return t;
+}
+
+template <class T>
+UserTensors backward_tensors(const T* q, const T* k, const T* v, const T* o, const float* lse,
+                             const T* dout, T* dq, T* dk, T* dv) {
+  UserTensors t{};
+  t[kInQ] = const_cast<T*>(q);
+  t[kInK] = const_cast<T*>(k);
+  t[kInV] = const_cast<T*>(v);
+  t[kInO] = const_cast<T*>(o);
+  t[kInLse] = const_cast<float*>(lse);
+  t[kInDout] = const_cast<T*>(dout);
+  t[kOutDq] = dq;
+  t[kOutDk] = dk;
+  t[kOutDv] = dv;
+  return t;
+}
+
+void check_dtype(Dtype built, Dtype called) {
+  WF_USAGE_CHECK(built == called,
+                 "this DistAttention was built for {} tensors and is called with {} ones; pass "
+                 "{} tensors or build it with AttnConfig::dtype = {}",
+                 dtype_name(built), dtype_name(called), dtype_name(built), dtype_name(called));
+}
+
+}  // namespace
+
+void DistAttention::forward(const float* q, const float* k, const float* v, float* o, float* lse) {
+  check_dtype(impl_->dtype, Dtype::fp32);
+  impl_->run(false, forward_tensors(q, k, v, o, lse));
 }
 
 void DistAttention::backward(const float* q, const float* k, const float* v, const float* o,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv) {
-  UserTensors t{};
-  t[kInQ] = const_cast<float*>(q);
-  t[kInK] = const_cast<float*>(k);
-  t[kInV] = const_cast<float*>(v);
-  t[kInO] = const_cast<float*>(o);
-  t[kInLse] = const_cast<float*>(lse);
-  t[kInDout] = const_cast<float*>(dout);
-  t[kOutDq] = dq;
-  t[kOutDk] = dk;
-  t[kOutDv] = dv;
-  impl_->run(true, t);
+  check_dtype(impl_->dtype, Dtype::fp32);
+  impl_->run(true, backward_tensors(q, k, v, o, lse, dout, dq, dk, dv));
+}
+
+void DistAttention::forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) {
+  check_dtype(impl_->dtype, Dtype::bf16);
+  impl_->run(false, forward_tensors(q, k, v, o, lse));
+}
+
+void DistAttention::backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                             const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) {
+  check_dtype(impl_->dtype, Dtype::bf16);
+  impl_->run(true, backward_tensors(q, k, v, o, lse, dout, dq, dk, dv));
 }
 
 const AttnStats& DistAttention::stats() const { return impl_->stats; }

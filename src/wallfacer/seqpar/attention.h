@@ -4,14 +4,20 @@
 // rows of the tokens that the strategy's layout gives it (local_positions), computes q, k, v for
 // them, and gets back o, lse (forward) and dq, dk, dv (backward) for the same rows. The result
 // equals single-process attention on the whole sequence (kernels::attn_fwd / attn_bwd) within
-// fp32 rounding (docs/numerics.md).
+// fp32 rounding, or within the bf16 tolerances with AttnConfig::dtype = bf16 (docs/numerics.md).
 //
-// Tensors (fp32, contiguous, row-major; n = seq / P rows, in local_positions order):
+// Tensors (contiguous, row-major; n = seq / P rows, in local_positions order; fp32, or with
+// AttnConfig::dtype = bf16 every one but lse bf16):
 //   q, o, dout, dq   (B, n, H, D)       B = batch, H = heads, D = head_dim
 //   k, v, dk, dv     (B, n, Hkv, D)     Hkv = kv_heads
 //   lse              (B, H, n)          natural log of each row's softmax denominator (scaled
 //                                       scores), -inf for a row that sees no key
 // Scores are q.k / sqrt(D); causal masks compare global token positions.
+//
+// bf16 (AttnConfig::dtype = bf16): q, k, v, o, dout, dq, dk, dv are wallfacer::bf16 and lse is
+// fp32; the bf16 kernels (kernels/attention_bf16.h) compute in fp32, the tensors travel between
+// ranks as bf16, and the partial O and the gradients are accumulated in fp32 (the gradients also
+// travel in fp32) and rounded to bf16 once, into o, dq, dk, dv (docs/seqpar.md, "bf16").
 //
 // Memory: the caller owns every tensor; wallfacer reads and writes them only during the call and
 // keeps no pointer. A DistAttention owns its scratch buffers (allocated when it is built; with
@@ -39,6 +45,7 @@
 #include <memory>
 
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/bf16.h"
 #include "wallfacer/seqpar/config.h"
 
 namespace wallfacer::seqpar {
@@ -65,7 +72,9 @@ class DistAttention {
 
   // Collective. This rank's rows: q (B, n, H, D), k, v (B, n, Hkv, D) in; o (B, n, H, D),
   // lse (B, H, n) out (overwritten). Inputs are not modified; outputs must not overlap inputs.
+  // The float forms need AttnConfig::dtype = fp32, the bf16 forms bf16 (else UsageError).
   void forward(const float* q, const float* k, const float* v, float* o, float* lse);
+  void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse);
 
   // Collective. Gradients of the loss for the same rows, given dout = dLoss/do (B, n, H, D) and
   // the inputs and outputs of the matching forward: dq (B, n, H, D), dk, dv (B, n, Hkv, D), each
@@ -73,6 +82,8 @@ class DistAttention {
   // out (as the layers of a model run them).
   void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
                 const float* dout, float* dq, float* dk, float* dv);
+  void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                const bf16* dout, bf16* dq, bf16* dk, bf16* dv);
 
   const AttnStats& stats() const;
 

@@ -22,6 +22,20 @@ enum class Strategy { Ring, Zigzag, Ulysses, WallFacer };
 Strategy parse_strategy(std::string_view name);
 std::string_view strategy_name(Strategy s);
 
+// The element type of the caller's tensors and of the tensor messages (docs/seqpar.md, "bf16"):
+//   fp32  every buffer and message is fp32.
+//   bf16  q, k, v, o, dout, dq, dk, dv are bf16 (wallfacer::bf16), and so is every message of
+//         them: K,V blocks, the team all-gathers of q and K,V, the query packages' q and dout, the
+//         partial O of the reduce-scatter, Ulysses' all-to-alls of q, K,V and O. The per-row
+//         statistics (lse, delta) and the gradient accumulators that travel (dq, dk, dv between
+//         ranks) stay fp32; the kernels accumulate in fp32 and the outputs are rounded once.
+enum class Dtype { fp32, bf16 };
+// "fp32" | "bf16"; throws UsageError naming the bad value.
+Dtype parse_dtype(std::string_view name);
+std::string_view dtype_name(Dtype d);
+// Bytes of one element: 4 or 2.
+int64_t dtype_bytes(Dtype d);
+
 // One attention of one layer, the same on every rank of the group. validate() states what a
 // group of P ranks accepts; in short: seq divisible by P (by 2P for the zigzag layout), heads a
 // multiple of kv_heads, head_dim 1..256 (kernels::kMaxHeadDim).
@@ -43,6 +57,8 @@ struct AttnConfig {
   // one team K,V block, (B, C*seq/P, 2, kv_heads, D), per forward not yet followed by its backward
   // (per layer in training): the executor keeps them last in, first out.
   bool keep_kv = false;
+  // Element type of the tensors and of their messages (see Dtype).
+  Dtype dtype = Dtype::fp32;
 };
 
 // The two configs a Ulysses x ring hybrid composes: `inner` runs on the P/u ranks with the same

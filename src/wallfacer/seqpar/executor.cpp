@@ -10,20 +10,33 @@
 #include "wallfacer/core/timer.h"
 #include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/attention_bf16.h"
 
 namespace wallfacer::seqpar {
+
+void copy_elements(const void* src, Dtype from, void* dst, Dtype to, int64_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, size_t(n * dtype_bytes(from)));
+  } else if (to == Dtype::bf16) {
+    fp32_to_bf16(static_cast<const float*>(src), static_cast<bf16*>(dst), n);
+  } else {
+    bf16_to_fp32(static_cast<const bf16*>(src), static_cast<float*>(dst), n);
+  }
+}
+
 namespace {
 
 using kernels::Strides2;
 using kernels::Strides3;
 
 // Copies `nh` heads of every row: rows of `src_heads` heads starting at head src_h0 to rows of
-// `dst_heads` heads starting at dst_h0 (D floats per head).
-void copy_heads(const float* src, int src_heads, int src_h0, float* dst, int dst_heads, int dst_h0,
-                int nh, int64_t rows, int D) {
-  const size_t bytes = size_t(nh) * D * sizeof(float);
+// `dst_heads` heads starting at dst_h0 (D elements per head), converting between the types.
+void copy_heads(const std::byte* src, Dtype st, int src_heads, int src_h0, std::byte* dst, Dtype dt,
+                int dst_heads, int dst_h0, int nh, int64_t rows, int D) {
+  const int64_t se = dtype_bytes(st), de = dtype_bytes(dt), count = int64_t(nh) * D;
   for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(dst + (i * dst_heads + dst_h0) * D, src + (i * src_heads + src_h0) * D, bytes);
+    copy_elements(src + (i * src_heads + src_h0) * D * se, st,
+                  dst + (i * dst_heads + dst_h0) * D * de, dt, count);
 }
 
 // (B, H, n) statistics: copies heads [src_h0, src_h0 + nh) of every batch to [dst_h0, ...).
@@ -34,19 +47,29 @@ void copy_stat_heads(const float* src, int src_heads, int src_h0, float* dst, in
                 src + (int64_t(b) * src_heads + src_h0) * n, size_t(nh) * n * sizeof(float));
 }
 
+// The parts of one QPack block of `h` heads: q, dout (B, n, h, D) of the block's dtype, then lse,
+// delta (B, h, n) fp32.
+struct QPackParts {
+  std::byte *q, *dout;
+  float *lse, *delta;
+};
+QPackParts qpack_parts(std::byte* block, Dtype dt, int batch, int64_t n, int h, int D) {
+  const int64_t part = int64_t(batch) * n * h * D * dtype_bytes(dt);
+  float* lse = reinterpret_cast<float*>(block + 2 * part);
+  return {block, block + part, lse, lse + int64_t(batch) * h * n};
+}
+
 }  // namespace
 
 Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicator team)
     : s_(std::move(schedule)), group_(std::move(group)), team_(std::move(team)) {
   scratch_.resize(s_.buffers.size());
   for (size_t id = kNumUserBuffers; id < s_.buffers.size(); ++id) {
-    const auto& spec = s_.buffers[id];
-    if (spec.kept) {
+    if (s_.buffers[id].kept) {
       kept_ids_.push_back(int(id));
       continue;
     }
-    scratch_[id].assign(size_t(spec.blocks * block_elements(spec, s_.cfg.batch, s_.cfg.head_dim)),
-                        0.0f);
+    scratch_[id].assign(size_t((buffer_bytes(int(id)) + 3) / 4), 0.0f);
   }
   // World ranks of the group's ranks, for the peers in trace spans (ranks < 2^24: exact floats).
   const float me = float(comm::Communicator::world().rank());
@@ -55,9 +78,14 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
   world_rank_.assign(world.begin(), world.end());
 }
 
-float* Executor::ptr(int buf, int block) {
+int64_t Executor::buffer_bytes(int buf) const {
+  const auto& spec = s_.buffers[size_t(buf)];
+  return spec.blocks * block_bytes(spec, s_.cfg.batch, s_.cfg.head_dim);
+}
+
+std::byte* Executor::ptr(int buf, int block) {
   WF_CHECK(buf >= 0 && buf < int(s_.buffers.size()), "schedule names buffer {}", buf);
-  float* base = nullptr;
+  void* base = nullptr;
   if (buf < kNumUserBuffers) {
     base = user_[buf];
   } else if (s_.buffers[buf].kept) {
@@ -69,13 +97,31 @@ float* Executor::ptr(int buf, int block) {
     base = scratch_[buf].data();
   }
   WF_CHECK(base != nullptr, "buffer {} ({}) is not bound", buf, s_.buffers[buf].name);
-  return base + int64_t(block) * block_elements(s_.buffers[buf], s_.cfg.batch, s_.cfg.head_dim);
+  return static_cast<std::byte*>(base) +
+         int64_t(block) * block_bytes(s_.buffers[buf], s_.cfg.batch, s_.cfg.head_dim);
+}
+
+float* Executor::f32(int buf, int block) {
+  std::byte* p = ptr(buf, block);
+  WF_CHECK(s_.buffers[buf].dtype == Dtype::fp32 || s_.buffers[buf].fmt == Fmt::Stat,
+           "buffer {} is {}, used as fp32", s_.buffers[buf].name,
+           dtype_name(s_.buffers[buf].dtype));
+  return reinterpret_cast<float*>(p);
+}
+
+bf16* Executor::b16(int buf, int block) {
+  std::byte* p = ptr(buf, block);
+  WF_CHECK(s_.buffers[buf].dtype == Dtype::bf16 && s_.buffers[buf].fmt != Fmt::Stat,
+           "buffer {} is {}, used as bf16", s_.buffers[buf].name,
+           dtype_name(s_.buffers[buf].dtype));
+  return reinterpret_cast<bf16*>(p);
 }
 
 void Executor::local(const Op& op) {
   const auto& c = s_.cfg;
   const int B = c.batch, D = c.head_dim, H = c.heads, K = c.kv_heads;
   const int64_t n = s_.n, rows = int64_t(B) * n;
+  auto dt = [&](int buf) { return s_.buffers[size_t(buf)].dtype; };
   auto elems = [&](int buf) {
     const auto& spec = s_.buffers[buf];
     return spec.blocks * block_elements(spec, B, D);
@@ -84,38 +130,44 @@ void Executor::local(const Op& op) {
     case LocalKind::PackKV: {
       const int ks = K / op.shards;
       for (int j = 0; j < op.shards; ++j) {
-        float* dst = ptr(op.dst, j);
-        copy_heads(ptr(kInK), K, j * ks, dst, 2 * ks, 0, ks, rows, D);
-        copy_heads(ptr(kInV), K, j * ks, dst, 2 * ks, ks, ks, rows, D);
+        std::byte* dst = ptr(op.dst, j);
+        copy_heads(ptr(kInK), dt(kInK), K, j * ks, dst, dt(op.dst), 2 * ks, 0, ks, rows, D);
+        copy_heads(ptr(kInV), dt(kInV), K, j * ks, dst, dt(op.dst), 2 * ks, ks, ks, rows, D);
       }
       break;
     }
     case LocalKind::UnpackKV: {
       const int ks = K / op.shards;
       for (int j = 0; j < op.shards; ++j) {
-        const float* src = ptr(op.src, j);
-        copy_heads(src, 2 * ks, 0, ptr(kOutDk), K, j * ks, ks, rows, D);
-        copy_heads(src, 2 * ks, ks, ptr(kOutDv), K, j * ks, ks, rows, D);
+        const std::byte* src = ptr(op.src, j);
+        copy_heads(src, dt(op.src), 2 * ks, 0, ptr(kOutDk), dt(kOutDk), K, j * ks, ks, rows, D);
+        copy_heads(src, dt(op.src), 2 * ks, ks, ptr(kOutDv), dt(kOutDv), K, j * ks, ks, rows, D);
       }
       break;
     }
     case LocalKind::PackQPack: {
       const int hs = H / op.shards;
-      const int64_t qpart = rows * hs * D, spart = int64_t(B) * hs * n;
+      const Dtype w = dt(op.dst);
       for (int j = 0; j < op.shards; ++j) {
-        float* dst = ptr(op.dst, j);
-        copy_heads(ptr(kInQ), H, j * hs, dst, hs, 0, hs, rows, D);
-        copy_heads(ptr(kInDout), H, j * hs, dst + qpart, hs, 0, hs, rows, D);
-        copy_stat_heads(ptr(kInLse), H, j * hs, dst + 2 * qpart, hs, 0, hs, B, n);
+        const QPackParts part = qpack_parts(ptr(op.dst, j), w, B, n, hs, D);
+        copy_heads(ptr(kInQ), dt(kInQ), H, j * hs, part.q, w, hs, 0, hs, rows, D);
+        copy_heads(ptr(kInDout), dt(kInDout), H, j * hs, part.dout, w, hs, 0, hs, rows, D);
+        copy_stat_heads(f32(kInLse), H, j * hs, part.lse, hs, 0, hs, B, n);
         if (user_[kInDelta] != nullptr) {
-          copy_stat_heads(ptr(kInDelta), H, j * hs, dst + 2 * qpart + spart, hs, 0, hs, B, n);
+          copy_stat_heads(f32(kInDelta), H, j * hs, part.delta, hs, 0, hs, B, n);
           continue;
         }
         kernels::AttnDims dims{B, int(n), int(n), hs, hs, D};
         const auto full = Strides3::contiguous(int(n), H, D);
-        kernels::attn_bwd_preprocess(dims, ptr(kInO) + int64_t(j) * hs * D, full,
-                                     ptr(kInDout) + int64_t(j) * hs * D, full,
-                                     dst + 2 * qpart + spart, Strides2::contiguous(hs, int(n)));
+        const auto st = Strides2::contiguous(hs, int(n));
+        const int64_t off = int64_t(j) * hs * D;
+        if (dt(kInO) == Dtype::bf16) {
+          kernels::attn_bwd_preprocess_bf16(dims, b16(kInO) + off, full, b16(kInDout) + off, full,
+                                            part.delta, st);
+        } else {
+          kernels::attn_bwd_preprocess(dims, f32(kInO) + off, full, f32(kInDout) + off, full,
+                                       part.delta, st);
+        }
       }
       break;
     }
@@ -128,36 +180,40 @@ void Executor::local(const Op& op) {
       for (int j = 0; j < op.shards; ++j) {
         if (spec.fmt == Fmt::Stat) {
           if (shard)
-            copy_stat_heads(ptr(one), spec.heads, j * hs, ptr(many, j), hs, 0, hs, B, n);
+            copy_stat_heads(f32(one), spec.heads, j * hs, f32(many, j), hs, 0, hs, B, n);
           else
-            copy_stat_heads(ptr(many, j), hs, 0, ptr(one), spec.heads, j * hs, hs, B, n);
+            copy_stat_heads(f32(many, j), hs, 0, f32(one), spec.heads, j * hs, hs, B, n);
         } else {
           WF_CHECK(spec.fmt == Fmt::Rows, "shard/merge of buffer {}", spec.name);
           if (shard)
-            copy_heads(ptr(one), spec.heads, j * hs, ptr(many, j), hs, 0, hs, rows, D);
+            copy_heads(ptr(one), dt(one), spec.heads, j * hs, ptr(many, j), dt(many), hs, 0, hs,
+                       rows, D);
           else
-            copy_heads(ptr(many, j), hs, 0, ptr(one), spec.heads, j * hs, hs, rows, D);
+            copy_heads(ptr(many, j), dt(many), hs, 0, ptr(one), dt(one), spec.heads, j * hs, hs,
+                       rows, D);
         }
       }
       break;
     }
     case LocalKind::InitOut: {
-      std::fill_n(ptr(op.dst), elems(op.dst), 0.0f);
-      std::fill_n(ptr(op.dst2), elems(op.dst2), -std::numeric_limits<float>::infinity());
+      std::fill_n(f32(op.dst), elems(op.dst), 0.0f);
+      std::fill_n(f32(op.dst2), elems(op.dst2), -std::numeric_limits<float>::infinity());
       break;
     }
     case LocalKind::Zero:
-      std::fill_n(ptr(op.dst), elems(op.dst), 0.0f);
+      std::memset(ptr(op.dst), 0, size_t(buffer_bytes(op.dst)));  // 0 in fp32 and bf16
       break;
     case LocalKind::Add: {
-      float* d = ptr(op.dst);
-      const float* x = ptr(op.src);
+      float* d = f32(op.dst);
+      const float* x = f32(op.src);
       const int64_t m = elems(op.dst);
       for (int64_t i = 0; i < m; ++i) d[i] += x[i];
       break;
     }
     case LocalKind::Copy:
-      std::memcpy(ptr(op.dst), ptr(op.src), elems(op.dst) * sizeof(float));
+      WF_CHECK(elems(op.src) == elems(op.dst), "copy of buffer {} into {} of another size",
+               s_.buffers[op.src].name, s_.buffers[op.dst].name);
+      copy_elements(ptr(op.src), dt(op.src), ptr(op.dst), dt(op.dst), elems(op.dst));
       break;
   }
 }
@@ -170,10 +226,15 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   const Strides3 qs{n * h * D, int64_t(h) * D, D};           // Rows blocks of h heads
   const Strides3 kvs{n * 2 * k * D, 2 * int64_t(k) * D, D};  // KV blocks of k heads
   const Strides2 st{int64_t(h) * n, n};                      // Stat blocks of h heads
-  const float* qb = ptr(op.src, op.qseg.block);
-  const float* kvb = ptr(op.src2, op.kseg.block) + op.kseg.row0 * 2 * k * D;
-  float* ob = ptr(op.dst, op.qseg.block);
-  float* o2b = ptr(op.dst2, op.dst2 >= 0 ? (op.backward ? op.kseg.block : op.qseg.block) : 0);
+  const bool half = s_.buffers[op.src].dtype == Dtype::bf16;
+  const int64_t e = dtype_bytes(s_.buffers[op.src].dtype);
+  // The inputs (q or query package, K,V) are of the schedule's dtype, the outputs fp32.
+  std::byte* qb = ptr(op.src, op.qseg.block);
+  const std::byte* kvb = ptr(op.src2, op.kseg.block) + op.kseg.row0 * 2 * k * D * e;
+  float* ob = f32(op.dst, op.qseg.block);
+  float* o2b = f32(op.dst2, op.dst2 >= 0 ? (op.backward ? op.kseg.block : op.qseg.block) : 0);
+  auto at = [](const std::byte* p, int64_t i) { return reinterpret_cast<const float*>(p) + i; };
+  auto at16 = [](const std::byte* p, int64_t i) { return reinterpret_cast<const bf16*>(p) + i; };
 
   // Sub-blocks of query rows: between them the pending transfers get MPI progress.
   bool pending = poll(reqs);
@@ -182,14 +243,14 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
     const int64_t rows = std::min(chunk, op.qseg.rows - r0);
     const int64_t row = op.qseg.row0 + r0;
     kernels::AttnDims dims{B, int(rows), int(op.kseg.rows), h, k, D};
-    if (!op.backward) {
+    if (!op.backward && !half) {
       kernels::AttnFwdParams p;
       p.dims = dims;
-      p.q = qb + row * h * D;
+      p.q = at(qb, row * h * D);
       p.q_stride = qs;
-      p.k = kvb;
+      p.k = at(kvb, 0);
       p.k_stride = kvs;
-      p.v = kvb + int64_t(k) * D;
+      p.v = at(kvb, int64_t(k) * D);
       p.v_stride = kvs;
       p.o = ob + row * h * D;
       p.o_stride = qs;
@@ -201,35 +262,79 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
       p.k_pos0 = op.kseg.pos0;
       p.accumulate = true;
       kernels::attn_fwd(p);
-    } else {
-      // QPack block: q | dout | lse | delta.
-      const int64_t qpart = int64_t(B) * n * h * D, spart = int64_t(B) * h * n;
-      kernels::AttnBwdParams p;
+    } else if (!op.backward) {
+      kernels::AttnFwdBf16Params p;
       p.dims = dims;
-      p.q = qb + row * h * D;
+      p.q = at16(qb, row * h * D);
       p.q_stride = qs;
-      p.dout = qb + qpart + row * h * D;
-      p.dout_stride = qs;
-      p.lse = qb + 2 * qpart + row;
-      p.lse_stride = st;
-      p.delta = qb + 2 * qpart + spart + row;
-      p.delta_stride = st;
-      p.k = kvb;
+      p.k = at16(kvb, 0);
       p.k_stride = kvs;
-      p.v = kvb + int64_t(k) * D;
+      p.v = at16(kvb, int64_t(k) * D);
       p.v_stride = kvs;
-      p.dq = ob + row * h * D;
-      p.dq_stride = qs;
-      p.dk = o2b + op.kseg.row0 * 2 * k * D;
-      p.dk_stride = kvs;
-      p.dv = o2b + op.kseg.row0 * 2 * k * D + int64_t(k) * D;
-      p.dv_stride = kvs;
+      p.o = {nullptr, ob + row * h * D, qs};
+      p.lse = o2b + row;
+      p.lse_stride = st;
       p.scale = scale;
       p.causal = op.masked;
       p.q_pos0 = op.qseg.pos0 + r0;
       p.k_pos0 = op.kseg.pos0;
       p.accumulate = true;
-      kernels::attn_bwd(p);
+      kernels::attn_fwd_bf16(p);
+    } else {
+      const QPackParts part = qpack_parts(qb, s_.buffers[op.src].dtype, B, n, h, D);
+      float* dk = o2b + op.kseg.row0 * 2 * k * D;
+      if (!half) {
+        kernels::AttnBwdParams p;
+        p.dims = dims;
+        p.q = at(part.q, row * h * D);
+        p.q_stride = qs;
+        p.dout = at(part.dout, row * h * D);
+        p.dout_stride = qs;
+        p.lse = part.lse + row;
+        p.lse_stride = st;
+        p.delta = part.delta + row;
+        p.delta_stride = st;
+        p.k = at(kvb, 0);
+        p.k_stride = kvs;
+        p.v = at(kvb, int64_t(k) * D);
+        p.v_stride = kvs;
+        p.dq = ob + row * h * D;
+        p.dq_stride = qs;
+        p.dk = dk;
+        p.dk_stride = kvs;
+        p.dv = dk + int64_t(k) * D;
+        p.dv_stride = kvs;
+        p.scale = scale;
+        p.causal = op.masked;
+        p.q_pos0 = op.qseg.pos0 + r0;
+        p.k_pos0 = op.kseg.pos0;
+        p.accumulate = true;
+        kernels::attn_bwd(p);
+      } else {
+        kernels::AttnBwdBf16Params p;
+        p.dims = dims;
+        p.q = at16(part.q, row * h * D);
+        p.q_stride = qs;
+        p.dout = at16(part.dout, row * h * D);
+        p.dout_stride = qs;
+        p.lse = part.lse + row;
+        p.lse_stride = st;
+        p.delta = part.delta + row;
+        p.delta_stride = st;
+        p.k = at16(kvb, 0);
+        p.k_stride = kvs;
+        p.v = at16(kvb, int64_t(k) * D);
+        p.v_stride = kvs;
+        p.dq = {nullptr, ob + row * h * D, qs};
+        p.dk = {nullptr, dk, kvs};
+        p.dv = {nullptr, dk + int64_t(k) * D, kvs};
+        p.scale = scale;
+        p.causal = op.masked;
+        p.q_pos0 = op.qseg.pos0 + r0;
+        p.k_pos0 = op.kseg.pos0;
+        p.accumulate = true;
+        kernels::attn_bwd_bf16(p);
+      }
     }
     if (pending) pending = poll(reqs);
   }
@@ -239,20 +344,32 @@ void Executor::collective(const Op& op) {
   auto& comm = op.group == Group::Team ? team_ : group_;
   WF_CHECK(comm.size() == op.group_size, "collective over {} ranks in a group of {}", op.group_size,
            comm.size());
+  // bf16 buffers move as 2-byte elements (a QPack's fp32 statistics as two each).
+  const bool half = s_.buffers[op.src].dtype == Dtype::bf16;
   switch (op.coll) {
     case CollKind::AllGather:
-      comm.all_gather(ptr(op.src), op.elements, ptr(op.dst));
+      if (half)
+        comm.all_gather(b16(op.src), op.bytes / 2, b16(op.dst));
+      else
+        comm.all_gather(f32(op.src), op.bytes / 4, f32(op.dst));
       break;
     case CollKind::ReduceScatterSum:
-      comm.reduce_scatter_sum(ptr(op.src), ptr(op.dst), op.elements);
+      comm.reduce_scatter_sum(f32(op.src), f32(op.dst), op.bytes / 4);
       break;
     case CollKind::AllToAll:
-      comm.all_to_all(ptr(op.src), ptr(op.dst), op.elements);
+      if (half)
+        comm.all_to_all(b16(op.src), b16(op.dst), op.bytes / 2);
+      else
+        comm.all_to_all(f32(op.src), f32(op.dst), op.bytes / 4);
       break;
     case CollKind::ReduceScatterLse: {
       const auto& spec = s_.buffers[op.dst];
-      comm.reduce_scatter_lse(ptr(op.src), ptr(op.src2), ptr(op.dst), ptr(op.dst2), s_.cfg.batch,
-                              s_.n, spec.heads, s_.cfg.head_dim);
+      if (half)
+        comm.reduce_scatter_lse(b16(op.src), f32(op.src2), b16(op.dst), f32(op.dst2), s_.cfg.batch,
+                                s_.n, spec.heads, s_.cfg.head_dim);
+      else
+        comm.reduce_scatter_lse(f32(op.src), f32(op.src2), f32(op.dst), f32(op.dst2), s_.cfg.batch,
+                                s_.n, spec.heads, s_.cfg.head_dim);
       break;
     }
   }
@@ -265,11 +382,7 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   if (!kept_ids_.empty() && !backward) {  // this forward's copies of the kept buffers
     if (spare_.empty()) {
       std::vector<std::vector<float>> fresh;
-      for (int id : kept_ids_) {
-        const auto& spec = s_.buffers[id];
-        fresh.emplace_back(
-            size_t(spec.blocks * block_elements(spec, s_.cfg.batch, s_.cfg.head_dim)), 0.0f);
-      }
+      for (int id : kept_ids_) fresh.emplace_back(size_t((buffer_bytes(id) + 3) / 4), 0.0f);
       spare_.push_back(std::move(fresh));
     }
     kept_.push_back(std::move(spare_.back()));
@@ -292,11 +405,17 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
         local(op);
         break;
       case OpKind::Send:
-        reqs[i] = group_.isend(ptr(op.src), op.elements, op.peer, op.tag);
+        if (s_.buffers[op.src].dtype == Dtype::bf16)
+          reqs[i] = group_.isend(b16(op.src), op.bytes / 2, op.peer, op.tag);
+        else
+          reqs[i] = group_.isend(f32(op.src), op.bytes / 4, op.peer, op.tag);
         rounds.insert(op.round);
         break;
       case OpKind::Recv:
-        reqs[i] = group_.irecv(ptr(op.dst), op.elements, op.peer, op.tag);
+        if (s_.buffers[op.dst].dtype == Dtype::bf16)
+          reqs[i] = group_.irecv(b16(op.dst), op.bytes / 2, op.peer, op.tag);
+        else
+          reqs[i] = group_.irecv(f32(op.dst), op.bytes / 4, op.peer, op.tag);
         break;
       case OpKind::Wait: {
         Timer t;
@@ -399,7 +518,7 @@ void Executor::note_done(size_t i) {
   const bool send = op.kind == OpKind::Send;
   trace::record(send ? "send" : "recv", trace::Cat::Comm, posted_ns_[i], trace::now_ns(),
                 {{"peer", world_rank_[size_t(op.peer)]},
-                 {"bytes", op.elements * int64_t(sizeof(float))},
+                 {"bytes", op.bytes},
                  {"round", op.round},
                  {"tag", op.tag},
                  {"op", int64_t(i)},
@@ -454,7 +573,7 @@ void Executor::trace_op(int i, int64_t start_ns) {
       trace::record(coll_name(op.coll), trace::Cat::Comm, start_ns, now,
                     {{"group", 0, op.group == Group::Team ? "team" : "world"},
                      {"group_size", op.group_size},
-                     {"bytes", op.elements * int64_t(sizeof(float))},
+                     {"bytes", op.bytes},
                      index,
                      phase,
                      sched});
@@ -466,7 +585,7 @@ void Executor::trace_op(int i, int64_t start_ns) {
         const Op& t = (*traced_ops_)[size_t(w)];
         (t.kind == OpKind::Recv ? recv_from : send_to) = world_rank_[size_t(t.peer)];
         round = std::max<int64_t>(round, t.round);
-        bytes += t.elements * int64_t(sizeof(float));
+        bytes += t.bytes;
       }
       trace::record("wait", trace::Cat::Wait, start_ns, now,
                     {{"recv_from", recv_from},

@@ -4,6 +4,7 @@
 // executor drives MPI progress between kernel sub-blocks so that they move while the kernel runs.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -13,8 +14,13 @@
 
 namespace wallfacer::seqpar {
 
-// The caller's tensors, indexed by UserBuffer (inputs are never written).
-using UserTensors = std::array<float*, kNumUserBuffers>;
+// The caller's tensors, indexed by UserBuffer (inputs are never written), each of the element type
+// its BufferSpec gives (float or bf16).
+using UserTensors = std::array<void*, kNumUserBuffers>;
+
+// n elements from src (of type `from`) to dst (of type `to`): copied, or converted (fp32 -> bf16
+// rounds to nearest even, bf16 -> fp32 is exact).
+void copy_elements(const void* src, Dtype from, void* dst, Dtype to, int64_t n);
 
 struct PhaseStats {
   int64_t p2p_bytes = 0, p2p_sends = 0, p2p_steps = 0, coll_bytes = 0;
@@ -44,18 +50,22 @@ class Executor {
   void set_progress_rows(int64_t rows) { progress_rows_ = rows; }
 
   // When set, a phase's Compute ops are not run: the hook is called once, at the first of them,
-  // with that op and its four buffers (src, src2, dst, dst2; every block) and must leave in dst,
-  // dst2 what the ops would have accumulated there. A Ulysses x ring hybrid computes the heads
-  // its Ulysses schedule gathered with a ring over the teams this way.
-  using ComputeHook = std::function<void(const Op& op, const float* src, const float* src2,
-                                         float* dst, float* dst2)>;
+  // with that op and its four buffers (src, src2, dst, dst2; every block, of their BufferSpec's
+  // types) and must leave in dst, dst2 what the ops would have accumulated there. A Ulysses x ring
+  // hybrid computes the heads its Ulysses schedule gathered with a ring over the teams this way.
+  using ComputeHook =
+      std::function<void(const Op& op, const void* src, const void* src2, void* dst, void* dst2)>;
   void set_compute_hook(ComputeHook hook) { hook_ = std::move(hook); }
 
   // The "schedule" argument of this executor's trace spans (a static string; default "attention").
   void set_trace_label(const char* label) { trace_label_ = label; }
 
  private:
-  float* ptr(int buf, int block = 0);
+  // Block `block` of buffer `buf`; f32 / b16 check the buffer's element type.
+  std::byte* ptr(int buf, int block = 0);
+  float* f32(int buf, int block = 0);
+  bf16* b16(int buf, int block = 0);
+  int64_t buffer_bytes(int buf) const;
   void local(const Op& op);
   void compute(const Op& op, std::vector<comm::Request>& reqs);
   void collective(const Op& op);
@@ -69,9 +79,9 @@ class Executor {
 
   Schedule s_;
   comm::Communicator group_, team_;
-  std::vector<std::vector<float>> scratch_;
-  std::vector<int> kept_ids_;                           // buffers marked kept
-  std::vector<std::vector<std::vector<float>>> kept_;   // per pending forward: one per kept id
+  std::vector<std::vector<float>> scratch_;            // sized in bytes, rounded up to whole floats
+  std::vector<int> kept_ids_;                          // buffers marked kept
+  std::vector<std::vector<std::vector<float>>> kept_;  // per pending forward: one per kept id
   std::vector<std::vector<std::vector<float>>> spare_;  // freed copies, reused
   UserTensors user_{};
   int64_t progress_rows_ = 256;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
@@ -67,7 +68,15 @@ AttnTensors make_inputs(const AttnConfig& cfg, uint64_t seed) {
   fill_inputs(seed, InputTensor::K, pos, cfg.batch, cfg.kv_heads, cfg.head_dim, t.k.data());
   fill_inputs(seed, InputTensor::V, pos, cfg.batch, cfg.kv_heads, cfg.head_dim, t.v.data());
   fill_inputs(seed, InputTensor::Dout, pos, cfg.batch, cfg.heads, cfg.head_dim, t.dout.data());
+  if (cfg.dtype == Dtype::bf16)
+    for (auto* x : {&t.q, &t.k, &t.v, &t.dout}) *x = to_fp32(to_bf16(*x));
   return t;
+}
+
+AttnTolerance attn_tolerance(Dtype dtype) {
+  if (dtype == Dtype::fp32) return {};
+  const double u = 1.0 / 256;
+  return {3 * u, u / 2, 3 * u};
 }
 
 std::vector<float> gather_rows(comm::Communicator& group, const AttnConfig& cfg, const float* local,

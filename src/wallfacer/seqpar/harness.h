@@ -18,6 +18,11 @@ struct AttnTolerance {
   double grad = 32 * 1.1920929e-7;
 };
 
+// The tolerances of a distributed attention in `dtype` against the fp64 reference of its inputs:
+// fp32 as above; bf16 those of the bf16 kernels' bf16 outputs (u = 2^-8): o, dq, dk, dv 3u, lse
+// u/2 (docs/numerics.md, "Distributed attention in bf16").
+AttnTolerance attn_tolerance(Dtype dtype);
+
 // Input tensors, numbered for the generator.
 enum class InputTensor : int { Q = 1, K = 2, V = 3, Dout = 4 };
 
@@ -33,7 +38,8 @@ struct AttnTensors {
   std::vector<float> dq, dk, dv;     // like q, k, v
 };
 
-// The seeded inputs of the whole sequence (q, k, v, dout).
+// The seeded inputs of the whole sequence (q, k, v, dout), rounded to bf16 when cfg.dtype is bf16
+// (the values a bf16 run holds, exactly: the reference then sees the same inputs).
 AttnTensors make_inputs(const AttnConfig& cfg, uint64_t seed);
 
 // All-gathers every rank's local rows (B, n, heads, D) into (B, S, heads, D), natural order.

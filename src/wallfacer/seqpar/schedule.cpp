@@ -25,21 +25,30 @@ class Builder {
   }
 
   // A scratch buffer; the same name in the forward and the backward is the same buffer.
-  int buffer(const std::string& name, Fmt fmt, int blocks, int heads, bool kept = false) {
+  int buffer(const std::string& name, Fmt fmt, int blocks, int heads, Dtype dtype,
+             bool kept = false) {
     auto it = by_name_.find(name);
     if (it != by_name_.end()) return it->second;
-    s_.buffers.push_back({name, fmt, blocks, s_.n, heads, kept});
+    s_.buffers.push_back({name, fmt, blocks, s_.n, heads, kept, dtype});
     const int id = int(s_.buffers.size()) - 1;
     by_name_[name] = id;
     return id;
   }
 
-  int64_t elements(int buf) const {
-    const auto& b = s_.buffers[buf];
-    return b.blocks * block_elements(b, s_.cfg.batch, s_.cfg.head_dim);
+  int64_t bytes(int buf) const { return s_.buffers[buf].blocks * block_size(buf); }
+  int64_t block_size(int buf) const {
+    return block_bytes(s_.buffers[buf], s_.cfg.batch, s_.cfg.head_dim);
   }
-  int64_t block_elems(int buf) const {
-    return block_elements(s_.buffers[buf], s_.cfg.batch, s_.cfg.head_dim);
+  Dtype dtype(int buf) const { return s_.buffers[buf].dtype; }
+
+  // Where buffer `src` (fp32) travels as `dtype`: src itself, or a buffer `name` of src's shape in
+  // dtype that a Copy rounds it into.
+  int as_dtype(int src, const std::string& name, Dtype dtype) {
+    if (this->dtype(src) == dtype) return src;
+    const BufferSpec spec = s_.buffers[src];
+    const int dst = buffer(name, spec.fmt, spec.blocks, spec.heads, dtype);
+    local(LocalKind::Copy, src, dst);
+    return dst;
   }
 
   void local(LocalKind kind, int src, int dst, int dst2 = -1, int shards = 1) {
@@ -60,7 +69,7 @@ class Builder {
     op.peer = peer;
     op.tag = tag;
     op.round = round_;
-    op.elements = elements(buf);
+    op.bytes = bytes(buf);
     return push(std::move(op));
   }
 
@@ -70,7 +79,7 @@ class Builder {
     op.dst = buf;
     op.peer = peer;
     op.tag = tag;
-    op.elements = elements(buf);
+    op.bytes = bytes(buf);
     return push(std::move(op));
   }
 
@@ -85,7 +94,7 @@ class Builder {
 
   void next_round() { ++round_; }
 
-  // count: elements per rank as the Communicator call takes it; counted by the ring rule.
+  // bytes: per rank of the Communicator call's count; counted by the ring rule.
   void collective(CollKind kind, Group group, int gsize, int src, int dst, int src2 = -1,
                   int dst2 = -1) {
     Op op;
@@ -99,19 +108,19 @@ class Builder {
     op.dst2 = dst2;
     switch (kind) {
       case CollKind::AllGather:
-        op.elements = elements(src);
+        op.bytes = bytes(src);
         break;
       case CollKind::ReduceScatterSum:
-        op.elements = elements(dst);
+        op.bytes = bytes(dst);
         break;
       case CollKind::ReduceScatterLse:
-        op.elements = elements(dst) + elements(dst2);
+        op.bytes = bytes(dst) + bytes(dst2);
         break;
       case CollKind::AllToAll:
-        op.elements = block_elems(src);
+        op.bytes = block_size(src);
         break;
     }
-    op.counted_elements = int64_t(gsize - 1) * op.elements;
+    op.counted_bytes = int64_t(gsize - 1) * op.bytes;
     push(std::move(op));
   }
 
@@ -171,6 +180,8 @@ void build_team_ring(Schedule& s, Builder& b) {
   const TeamLayout L(P, C);
   const int G = L.G, t = r / C;
   const int H = c.heads, K = c.kv_heads;
+  // w: the tensors and their messages; f: the accumulators (and the gradients that travel).
+  const Dtype w = c.dtype, f = Dtype::fp32;
   const int place_dst = L.placement_dst(r), place_src = L.placement_src(r);
   const bool placed = place_dst != r;
   // keep_kv: the K,V block this rank computes with at the first ring step (received by the
@@ -181,34 +192,33 @@ void build_team_ring(Schedule& s, Builder& b) {
 
   // ---- forward
   b.phase(&s.fwd);
-  const int kvl = b.buffer("kv_local", Fmt::KV, 1, K);
+  const int kvl = b.buffer("kv_local", Fmt::KV, 1, K, w);
   b.local(LocalKind::PackKV, -1, kvl);
   int qt = kInQ, kvt = kvl;
   if (C > 1) {
-    kvt = b.buffer(keep && !placed ? "kv_kept" : "kv_team", Fmt::KV, C, K, keep && !placed);
+    kvt = b.buffer(keep && !placed ? "kv_kept" : "kv_team", Fmt::KV, C, K, w, keep && !placed);
     b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   }
   int kv_first = kvt;
   int ps = -1, pr = -1;
   if (placed) {
-    kv_first = b.buffer(keep ? "kv_kept" : "kv_ring0", Fmt::KV, C, K, keep);
+    kv_first = b.buffer(keep ? "kv_kept" : "kv_ring0", Fmt::KV, C, K, w, keep);
     ps = b.send(kvt, place_dst, kTagPlace);
     pr = b.recv(kv_first, place_src, kTagPlace);
     b.next_round();
   }
   if (C > 1) {
-    qt = b.buffer("q_team", Fmt::Rows, C, H);
+    qt = b.buffer("q_team", Fmt::Rows, C, H, w);
     b.collective(CollKind::AllGather, Group::Team, C, kInQ, qt);
   }
   b.wait({ps, pr});
+  // The kernels accumulate O in fp32: the caller's o when it is fp32 and no team merges.
   int oacc = kOutO, lacc = kOutLse;
-  if (C > 1) {
-    oacc = b.buffer("o_team", Fmt::Rows, C, H);
-    lacc = b.buffer("lse_team", Fmt::Stat, C, H);
-  }
+  if (C > 1 || w != f) oacc = b.buffer("o_team", Fmt::Rows, C, H, f);
+  if (C > 1) lacc = b.buffer("lse_team", Fmt::Stat, C, H, f);
   b.local(LocalKind::InitOut, -1, oacc, lacc);
-  const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K) : -1;
-  const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K) : -1;
+  const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K, w) : -1;
+  const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K, w) : -1;
   for (int step = 0; step < G; ++step) {
     const int cur = step == 0 ? kv_first : (step % 2 ? ring1 : ring0);
     int sa = -1, ra = -1;
@@ -224,14 +234,18 @@ void build_team_ring(Schedule& s, Builder& b) {
     }
   }
   if (C > 1) {
-    b.collective(CollKind::ReduceScatterLse, Group::Team, C, oacc, kOutO, lacc, kOutLse);
+    // The partial O travel as the tensors do (rounded to bf16 once); LSE stays fp32.
+    const int owire = b.as_dtype(oacc, "o_team_wire", w);
+    b.collective(CollKind::ReduceScatterLse, Group::Team, C, owire, kOutO, lacc, kOutLse);
+  } else if (oacc != kOutO) {
+    b.local(LocalKind::Copy, oacc, kOutO);
   }
 
   // ---- backward. One side stays resident, the other travels the sub-ring with its gradient
   // accumulator, which takes one extra hop home: query packages (q, dout, lse, delta; dQ travels)
   // while K,V stay, or K,V blocks (dK,dV travel) while the team's queries stay, whichever moves
   // fewer bytes (backward_moves_kv). dK,dV then go back along the inverse placement, and the team
-  // reduce-scatters dQ and dK,dV.
+  // reduce-scatters dQ and dK,dV. Gradients travel and are summed in fp32 (docs/numerics.md).
   b.phase(&s.bwd);
   const bool move_kv = s.bwd_moves_kv;
   int kv_placed = kvt;
@@ -243,23 +257,23 @@ void build_team_ring(Schedule& s, Builder& b) {
     if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   }
   if (placed && !keep) {
-    kv_placed = b.buffer("kv_ring0", Fmt::KV, C, K);
+    kv_placed = b.buffer("kv_ring0", Fmt::KV, C, K, w);
     ps = b.send(kvt, place_dst, kTagPlace);
     pr = b.recv(kv_placed, place_src, kTagPlace);
     b.next_round();
   }
-  const int qpl = b.buffer("qpack_local", Fmt::QPack, 1, H);
+  const int qpl = b.buffer("qpack_local", Fmt::QPack, 1, H, w);
   b.local(LocalKind::PackQPack, -1, qpl);
   int qpt = qpl;
   if (C > 1) {
-    qpt = b.buffer("qpack_team", Fmt::QPack, C, H);
+    qpt = b.buffer("qpack_team", Fmt::QPack, C, H, w);
     b.collective(CollKind::AllGather, Group::Team, C, qpl, qpt);
   }
   b.wait({ps, pr});
   // Accumulators: dQ of the team block and dK,dV of the placed K,V block. The resident side's
   // accumulator stays; the travelling side's ends in `home` after its hop home.
-  const int dq_team = C > 1 ? b.buffer("dq_team", Fmt::Rows, C, H) : kOutDq;
-  const int dkv_team = b.buffer("dkv_acc", Fmt::KV, C, K);
+  const int dq_team = C > 1 || w != f ? b.buffer("dq_team", Fmt::Rows, C, H, f) : kOutDq;
+  const int dkv_team = b.buffer("dkv_acc", Fmt::KV, C, K, f);
   const int res_acc = move_kv ? dq_team : dkv_team;
   const int home = move_kv ? dkv_team : dq_team;
   const Fmt tfmt = move_kv ? Fmt::KV : Fmt::QPack, afmt = move_kv ? Fmt::KV : Fmt::Rows;
@@ -269,11 +283,11 @@ void build_team_ring(Schedule& s, Builder& b) {
   b.local(LocalKind::Zero, -1, res_acc);
   int ring[2] = {-1, -1}, slot[2] = {home, -1}, acc_in = -1;
   if (G > 1) {
-    ring[0] = b.buffer(move_kv ? "kv_ring0" : "qpack_ring0", tfmt, C, theads);
-    ring[1] = b.buffer(move_kv ? "kv_ring1" : "qpack_ring1", tfmt, C, theads);
-    slot[0] = b.buffer("grad_part0", afmt, C, theads);
-    slot[1] = b.buffer("grad_part1", afmt, C, theads);
-    acc_in = b.buffer("grad_in", afmt, C, theads);
+    ring[0] = b.buffer(move_kv ? "kv_ring0" : "qpack_ring0", tfmt, C, theads, w);
+    ring[1] = b.buffer(move_kv ? "kv_ring1" : "qpack_ring1", tfmt, C, theads, w);
+    slot[0] = b.buffer("grad_part0", afmt, C, theads, f);
+    slot[1] = b.buffer("grad_part1", afmt, C, theads, f);
+    acc_in = b.buffer("grad_in", afmt, C, theads, f);
   }
   int acc_send[2] = {-1, -1};
   for (int step = 0; step < G; ++step) {
@@ -309,15 +323,20 @@ void build_team_ring(Schedule& s, Builder& b) {
   // dK, dV go back along the inverse placement while dQ is reduce-scattered in the team.
   int dkvt = dkv_team, rs = -1, rr = -1;
   if (placed) {
-    dkvt = b.buffer("dkv_team", Fmt::KV, C, K);
+    dkvt = b.buffer("dkv_team", Fmt::KV, C, K, f);
     rs = b.send(dkv_team, place_src, kTagReturn);
     rr = b.recv(dkvt, place_dst, kTagReturn);
   }
-  if (C > 1) b.collective(CollKind::ReduceScatterSum, Group::Team, C, dq_team, kOutDq);
+  int dq = dq_team;
+  if (C > 1) {
+    dq = w != f ? b.buffer("dq_local", Fmt::Rows, 1, H, f) : kOutDq;
+    b.collective(CollKind::ReduceScatterSum, Group::Team, C, dq_team, dq);
+  }
+  if (dq != kOutDq) b.local(LocalKind::Copy, dq, kOutDq);
   b.wait({rs, rr});
   int dkvl = dkvt;
   if (C > 1) {
-    dkvl = b.buffer("dkv_local", Fmt::KV, 1, K);
+    dkvl = b.buffer("dkv_local", Fmt::KV, 1, K, f);
     b.collective(CollKind::ReduceScatterSum, Group::Team, C, dkvt, dkvl);
   }
   b.local(LocalKind::UnpackKV, dkvl, -1);
@@ -328,28 +347,30 @@ void build_ulysses(Schedule& s, Builder& b) {
   const auto& c = s.cfg;
   const int P = s.P;
   const int h = c.heads / P, k = c.kv_heads / P;
+  const Dtype w = c.dtype, f = Dtype::fp32;
   std::vector<Segment> segs;
   for (int i = 0; i < P; ++i)
     for (const auto& run : local_runs(c, P, i)) segs.push_back({i, run.row0, run.rows, run.pos0});
   auto a2a = [&](int src, const std::string& name, Fmt fmt, int heads) {
     if (P == 1) return src;
-    const int dst = b.buffer(name, fmt, P, heads);
+    const int dst = b.buffer(name, fmt, P, heads, b.dtype(src));
     b.collective(CollKind::AllToAll, Group::World, P, src, dst);
     return dst;
   };
 
   b.phase(&s.fwd);
-  const int kvs = b.buffer("kv_shards", Fmt::KV, P, k);
+  const int kvs = b.buffer("kv_shards", Fmt::KV, P, k, w);
   b.local(LocalKind::PackKV, -1, kvs, -1, P);
   const int kvh = a2a(kvs, "kv_heads", Fmt::KV, k);
-  const int qs = b.buffer("q_shards", Fmt::Rows, P, h);
+  const int qs = b.buffer("q_shards", Fmt::Rows, P, h, w);
   b.local(LocalKind::Shard, kInQ, qs, -1, P);
   const int qh = a2a(qs, "q_heads", Fmt::Rows, h);
-  const int oh = b.buffer("o_heads", Fmt::Rows, P, h);
-  const int lh = b.buffer("lse_heads", Fmt::Stat, P, h);
+  const int oh = b.buffer("o_heads", Fmt::Rows, P, h, f);
+  const int lh = b.buffer("lse_heads", Fmt::Stat, P, h, f);
   b.local(LocalKind::InitOut, -1, oh, lh);
   b.computes(false, qh, kvh, oh, lh, segs, segs, h, k);
-  const int os = a2a(oh, "o_shards", Fmt::Rows, h);
+  // O travels as the tensors do (rounded to bf16 once); LSE stays fp32.
+  const int os = a2a(P > 1 ? b.as_dtype(oh, "o_heads_wire", w) : oh, "o_shards", Fmt::Rows, h);
   const int ls = a2a(lh, "lse_shards", Fmt::Stat, h);
   b.local(LocalKind::Merge, os, kOutO, -1, P);
   b.local(LocalKind::Merge, ls, kOutLse, -1, P);
@@ -357,11 +378,11 @@ void build_ulysses(Schedule& s, Builder& b) {
   b.phase(&s.bwd);
   b.local(LocalKind::PackKV, -1, kvs, -1, P);
   a2a(kvs, "kv_heads", Fmt::KV, k);
-  const int qps = b.buffer("qpack_shards", Fmt::QPack, P, h);
+  const int qps = b.buffer("qpack_shards", Fmt::QPack, P, h, w);
   b.local(LocalKind::PackQPack, -1, qps, -1, P);
   const int qph = a2a(qps, "qpack_heads", Fmt::QPack, h);
-  const int dqh = b.buffer("dq_heads", Fmt::Rows, P, h);
-  const int dkvh = b.buffer("dkv_heads", Fmt::KV, P, k);
+  const int dqh = b.buffer("dq_heads", Fmt::Rows, P, h, f);
+  const int dkvh = b.buffer("dkv_heads", Fmt::KV, P, k, f);
   b.local(LocalKind::Zero, -1, dqh);
   b.local(LocalKind::Zero, -1, dkvh);
   b.computes(true, qph, kvh, dqh, dkvh, segs, segs, h, k);
@@ -372,6 +393,21 @@ void build_ulysses(Schedule& s, Builder& b) {
 }
 
 }  // namespace
+
+int64_t block_bytes(const BufferSpec& spec, int batch, int head_dim) {
+  const int64_t rows = int64_t(batch) * spec.rows * spec.heads, e = dtype_bytes(spec.dtype);
+  switch (spec.fmt) {
+    case Fmt::Rows:
+      return rows * head_dim * e;
+    case Fmt::KV:
+      return rows * 2 * head_dim * e;
+    case Fmt::Stat:
+      return rows * 4;
+    case Fmt::QPack:
+      return rows * (2 * int64_t(head_dim) * e + 2 * 4);
+  }
+  return 0;
+}
 
 int64_t block_elements(const BufferSpec& spec, int batch, int head_dim) {
   const int64_t rows = int64_t(batch) * spec.rows * spec.heads;
@@ -459,9 +495,10 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
   const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
   const int64_t G = P / (C * C), D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
+  const int64_t e = dtype_bytes(cfg.dtype);
   if (G == 1) return false;  // no hops either way
-  const int64_t kv = (G - 1) * 2 * K * D + G * 2 * K * D;
-  const int64_t q = (G - 1) * H * (2 * D + 2) + G * H * D;
+  const int64_t kv = (G - 1) * 2 * K * D * e + G * 2 * K * D * 4;
+  const int64_t q = (G - 1) * H * (2 * D * e + 2 * 4) + G * H * D * 4;
   return kv < q;
 }
 
@@ -477,13 +514,15 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
   const int H = cfg.heads, K = cfg.kv_heads;
+  // The caller's tensors are of cfg.dtype (dq, dk, dv rounded once at the end), lse and delta fp32.
+  const Dtype w = cfg.dtype, f = Dtype::fp32;
   s.buffers = {
-      {"q", Fmt::Rows, 1, s.n, H},      {"k", Fmt::Rows, 1, s.n, K},
-      {"v", Fmt::Rows, 1, s.n, K},      {"o_in", Fmt::Rows, 1, s.n, H},
-      {"lse_in", Fmt::Stat, 1, s.n, H}, {"dout", Fmt::Rows, 1, s.n, H},
-      {"o", Fmt::Rows, 1, s.n, H},      {"lse", Fmt::Stat, 1, s.n, H},
-      {"dq", Fmt::Rows, 1, s.n, H},     {"dk", Fmt::Rows, 1, s.n, K},
-      {"dv", Fmt::Rows, 1, s.n, K},     {"delta_in", Fmt::Stat, 1, s.n, H},
+      {"q", Fmt::Rows, 1, s.n, H, false, w},      {"k", Fmt::Rows, 1, s.n, K, false, w},
+      {"v", Fmt::Rows, 1, s.n, K, false, w},      {"o_in", Fmt::Rows, 1, s.n, H, false, w},
+      {"lse_in", Fmt::Stat, 1, s.n, H, false, f}, {"dout", Fmt::Rows, 1, s.n, H, false, w},
+      {"o", Fmt::Rows, 1, s.n, H, false, w},      {"lse", Fmt::Stat, 1, s.n, H, false, f},
+      {"dq", Fmt::Rows, 1, s.n, H, false, w},     {"dk", Fmt::Rows, 1, s.n, K, false, w},
+      {"dv", Fmt::Rows, 1, s.n, K, false, w},     {"delta_in", Fmt::Stat, 1, s.n, H, false, f},
   };
   Builder b(s);
   if (cfg.strategy == Strategy::Ulysses) {
@@ -507,11 +546,11 @@ ScheduleTotals schedule_totals(const Schedule& s) {
     std::set<int> rounds;
     for (const auto& op : ops) {
       if (op.kind == OpKind::Send) {
-        p2p += op.elements * int64_t(sizeof(float));
+        p2p += op.bytes;
         ++sends;
         rounds.insert(op.round);
       } else if (op.kind == OpKind::Collective) {
-        coll += op.counted_elements * int64_t(sizeof(float));
+        coll += op.counted_bytes;
       } else if (op.kind == OpKind::Compute) {
         flops += op.flops;
       }
@@ -554,39 +593,45 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
     return formula_totals(h.outer, h.u, rank % h.u) + formula_totals(h.inner, h.rings, rank / h.u);
   }
   ScheduleTotals t;
+  // e: bytes of a tensor element (q, k, v, o, dout); f: of a statistic (lse, delta) and of a
+  // gradient that travels (dq, dk, dv), fp32 whatever the dtype.
   const int64_t B = cfg.batch, n = cfg.seq / P, H = cfg.heads, K = cfg.kv_heads, D = cfg.head_dim,
-                f = sizeof(float);
+                e = dtype_bytes(cfg.dtype), f = 4;
   if (cfg.strategy == Strategy::Ulysses) {
-    // all-to-all: (P-1)/P of the local buffer, per tensor.
+    // all-to-all: (P-1)/P of the local buffer, per tensor: forward q, K,V, O (e) and LSE (f);
+    // backward the query package (q, dout: e; lse, delta: f), K,V (e), dQ and dK,dV (f).
     const int64_t h = H / P, k = K / P;
-    t.coll_bytes_fwd = (P - 1) * B * n * (h * D + 2 * k * D + h * D + h) * f;
-    t.coll_bytes_bwd = (P - 1) * B * n * (h * (2 * D + 2) + 2 * k * D + h * D + 2 * k * D) * f;
+    t.coll_bytes_fwd = (P - 1) * B * n * ((h * D + 2 * k * D + h * D) * e + h * f);
+    t.coll_bytes_bwd =
+        (P - 1) * B * n * ((2 * h * D + 2 * k * D) * e + (2 * h + h * D + 2 * k * D) * f);
     return t;
   }
   const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
   const TeamLayout L(P, int(C));
   const int64_t G = L.G, m = C * n;  // team rows
   const int64_t moves = L.placement_dst(rank) != rank ? 1 : 0;
-  const int64_t kv = B * m * 2 * K * D;  // one team K,V block
+  const int64_t kv = B * m * 2 * K * D;  // elements of one team K,V block
   // forward: placement hop + G-1 ring hops of K,V; gather Q, K, V and reduce-scatter (O, LSE).
-  t.p2p_bytes_fwd = (moves + G - 1) * kv * f;
+  t.p2p_bytes_fwd = (moves + G - 1) * kv * e;
   t.p2p_steps_fwd = moves + G - 1;
   t.p2p_sends_fwd = t.p2p_steps_fwd;
-  t.coll_bytes_fwd = (C - 1) * B * n * (H * D + 2 * K * D + H * (D + 1)) * f;
+  t.coll_bytes_fwd = (C - 1) * B * n * ((H * D + 2 * K * D + H * D) * e + H * f);
   // backward: placement hop again, G-1 hops of the travelling side (query package q, dout, lse,
   // delta, or K,V), G hops of its gradient (dQ, or dK,dV; the last one home), dK,dV back along the
   // inverse placement; gather the query package and K, V, reduce-scatter dQ and dK, dV.
   const int64_t ring = G > 1 ? 1 : 0;
-  const int64_t travel = backward_moves_kv(cfg, P)
-                             ? (G - 1) * kv + ring * G * kv
-                             : (G - 1) * B * m * H * (2 * D + 2) + ring * G * B * m * H * D;
+  const int64_t travel = backward_moves_kv(cfg, P) ? (G - 1) * kv * e + ring * G * kv * f
+                                                   : (G - 1) * B * m * H * (2 * D * e + 2 * f) +
+                                                         ring * G * B * m * H * D * f;
   // keep_kv: the forward's placed K,V stay, so neither the placement hop nor the K,V gather again.
-  const int64_t hops = kept_elements(cfg, P) > 0 ? moves : 2 * moves;
-  t.p2p_bytes_bwd = (hops * kv + travel) * f;
-  t.p2p_steps_bwd = hops + ring * G;
-  t.p2p_sends_bwd = hops + (G - 1) + ring * G;
-  const int64_t kv_gather = kept_elements(cfg, P) > 0 ? 0 : 2 * K * D;
-  t.coll_bytes_bwd = (C - 1) * B * n * (H * (2 * D + 2) + kv_gather + H * D + 2 * K * D) * f;
+  const bool kept = kept_elements(cfg, P) > 0;
+  const int64_t place = kept ? 0 : moves;
+  t.p2p_bytes_bwd = place * kv * e + moves * kv * f + travel;
+  t.p2p_steps_bwd = place + moves + ring * G;
+  t.p2p_sends_bwd = place + moves + (G - 1) + ring * G;
+  const int64_t kv_gather = kept ? 0 : 2 * K * D;
+  t.coll_bytes_bwd =
+      (C - 1) * B * n * ((2 * H * D + kv_gather) * e + 2 * H * f + (H * D + 2 * K * D) * f);
   return t;
 }
 

@@ -14,6 +14,12 @@
 // Buffers 0..kNumUserBuffers-1 are the caller's tensors (one block of the rank's own rows); the
 // others are scratch that the executor allocates once.
 //
+// Element types. Each buffer has a dtype, the type of its Rows and KV elements and of the q and
+// dout parts of a QPack; Stat buffers and the lse, delta parts of a QPack are fp32 always. With
+// AttnConfig::dtype = bf16 the tensors and their messages are bf16 while the accumulators (the
+// kernels' o, dq, dk, dv across key blocks, and the dq, dk, dv that travel between ranks) are
+// fp32; Copy ops round an accumulator into a bf16 buffer (docs/seqpar.md, "bf16").
+//
 // Layout geometry of WallFacer-C (ring and zigzag are C = 1): rank r = t*C + a (team t, member a),
 // T = P/C teams, G = P/C^2 = sub-ring length. Placement: rank (t, a) sends its team's K,V block to
 // rank (a*G + t/C)*C + t%C. Sub-ring: next rank is team ((t%G)+1)%G + G*(t/G), same member.
@@ -54,10 +60,14 @@ struct BufferSpec {
   // Written by the forward and read by the backward that follows it (AttnConfig::keep_kv): one
   // copy per forward not yet followed by its backward, last in, first out.
   bool kept = false;
+  Dtype dtype = Dtype::fp32;  // of the Rows / KV elements and the q, dout parts of a QPack
 };
 
 // Elements of one block of `spec` (batch B, head dim D).
 int64_t block_elements(const BufferSpec& spec, int batch, int head_dim);
+// Bytes of one block: elements of spec.dtype, with the Stat elements (a Stat buffer, the lse and
+// delta of a QPack) 4 bytes each. A multiple of 4 whenever the block has Stat elements.
+int64_t block_bytes(const BufferSpec& spec, int batch, int head_dim);
 
 // Rows [row0, row0 + rows) of block `block` of a buffer, holding global positions from pos0.
 struct Segment {
@@ -79,7 +89,7 @@ enum class LocalKind : uint8_t {
   InitOut,    // dst (Rows) = 0, dst2 (Stat) = -inf: the identity of the LSE merge
   Zero,       // dst = 0
   Add,        // dst += src
-  Copy,       // dst = src
+  Copy,       // dst = src, converted to dst's dtype (fp32 -> bf16 rounds to nearest even)
 };
 
 enum class CollKind : uint8_t { AllGather, ReduceScatterSum, ReduceScatterLse, AllToAll };
@@ -99,11 +109,11 @@ struct Op {
   int peer = -1;  // rank in the sequence-parallel group
   int tag = 0;
   int round = -1;  // Send: the communication round (p2p steps = distinct rounds)
-  // Send / Recv / Collective: elements moved (Send/Recv: message size; Collective: count per rank
-  // as the Communicator call takes it) and counted_elements (the ring-algorithm volume this rank
-  // sends, what the Communicator's counters add).
-  int64_t elements = 0;
-  int64_t counted_elements = 0;
+  // Send / Recv / Collective: bytes moved (Send/Recv: message size; Collective: bytes per rank of
+  // the Communicator call's count; ReduceScatterLse: of the O and LSE blocks) and counted_bytes
+  // (the ring-algorithm volume this rank sends, what the Communicator's counters add).
+  int64_t bytes = 0;
+  int64_t counted_bytes = 0;
   int group_size = 1;
   // Wait: indices (into the same op list) of the Send/Recv ops to complete.
   std::vector<int> waits;
@@ -131,8 +141,10 @@ struct Schedule {
 
 // The backward of ring, zigzag and WallFacer moves either the query packages (q, dout, lse, delta
 // out, dQ travelling back) or the K,V blocks (dK,dV travelling back) around the sub-ring, keeping
-// the other side resident: K,V when that sends fewer bytes, i.e. per hop 2*Hkv*D (K,V and dK,dV)
-// against H*(2D+2) (q, dout, lse, delta) and H*D (dQ): K,V under grouped-query attention with
+// the other side resident: K,V when that sends fewer bytes. With e bytes per tensor element (4 or
+// 2) and 4 per statistic and gradient element, the G-1 hops of the travelling block and the G hops
+// of its gradient send (G-1)*2*Hkv*D*e + G*2*Hkv*D*4 (K,V, dK,dV) against
+// (G-1)*H*(2D*e + 8) + G*H*D*4 (q, dout, lse, delta; dQ): K,V under grouped-query attention with
 // H/Hkv >= 2, the query packages otherwise.
 bool backward_moves_kv(const AttnConfig& cfg, int P);
 
@@ -145,7 +157,7 @@ int64_t kept_elements(const AttnConfig& cfg, int P);
 // configs of hybrid_configs (see hybrid_totals).
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank);
 
-// What a schedule sends, summed without running it (bytes = elements * 4).
+// What a schedule sends, summed without running it.
 struct ScheduleTotals {
   int64_t p2p_bytes_fwd = 0, p2p_bytes_bwd = 0;
   int64_t coll_bytes_fwd = 0, coll_bytes_bwd = 0;
@@ -161,8 +173,9 @@ ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b);
 ScheduleTotals hybrid_totals(const AttnConfig& cfg, int P, int rank);
 
 // Closed-form volumes of one rank (docs/algorithm.md, "Volumes": forward and backward, GQA, and
-// the LSE and delta rows that travel with O and the query packages); hybrids: the sum of their
-// Ulysses and ring volumes. flops fields are left 0.
+// the LSE and delta rows that travel with O and the query packages; the element size of
+// cfg.dtype, docs/seqpar.md); hybrids: the sum of their Ulysses and ring volumes. flops fields are
+// left 0.
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank);
 
 // WallFacer-C geometry (C = 1: ring). Ranks are in the sequence-parallel group.
