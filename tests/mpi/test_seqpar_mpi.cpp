@@ -116,12 +116,12 @@ static_assert(sizeof(Half) == sizeof(bf16));
 
 template <>
 void Tensors<Half>::forward(DistAttention& a) {
-  auto b = [](auto& v) { return reinterpret_cast<bf16*>(v.data()); };
+  auto b = [](auto& t) { return reinterpret_cast<bf16*>(t.data()); };
   a.forward(b(q), b(k), b(v), b(o), lse.data());
 }
 template <>
 void Tensors<Half>::backward(DistAttention& a) {
-  auto b = [](auto& v) { return reinterpret_cast<bf16*>(v.data()); };
+  auto b = [](auto& t) { return reinterpret_cast<bf16*>(t.data()); };
   a.backward(b(q), b(k), b(v), b(o), lse.data(), b(dout), b(dq), b(dk), b(dv));
 }
 
