@@ -184,4 +184,24 @@ std::vector<int64_t> random_doc_lengths(int64_t seq, uint64_t seed, double media
   return lengths;
 }
 
+std::vector<int64_t> random_doc_lengths_count(int64_t seq, int64_t count, uint64_t seed) {
+  WF_USAGE_CHECK(count >= 1 && count <= seq,
+                 "random documents: {} documents cannot fill {} positions; give 1 to {} documents",
+                 count, seq, seq);
+  Rng rng(mix64(seed, 0x636f756e74));
+  std::vector<double> w(count);
+  double total = 0;
+  for (double& x : w) total += x = std::exp(2.0 * rng.normal());
+  const int64_t spare = seq - count;
+  std::vector<int64_t> lengths(count);
+  int64_t used = 0;
+  for (int64_t d = 0; d < count; ++d) {
+    lengths[d] =
+        1 + std::min(spare, static_cast<int64_t>(std::floor(double(spare) * w[d] / total)));
+    used += lengths[d];
+  }
+  for (int64_t d = 0; used < seq; d = (d + 1) % count, ++used) ++lengths[d];
+  return lengths;
+}
+
 }  // namespace wallfacer::seqpar

@@ -59,9 +59,15 @@ double imbalance(const std::vector<int64_t>& work);
 void check_doc_layout(const DocLayout& layout, int64_t seq);
 
 // Document lengths of a packed sequence of seq positions for tests and benchmarks, seeded: lengths
-// drawn from a log-normal distribution with median `median` and sigma 2 (long-tailed: about one
-// draw in 14 is over 30 times the median, one in 2 under it), each rounded up to at least 1 and
-// cut to what is left of the sequence; the last document ends the sequence.
+// drawn from a log-normal distribution with median `median` and sigma 2 (long-tailed: half of the
+// draws are under the median, about one in 12 is over 16 times it, i.e. over half of a 65536
+// sequence at the default median), each rounded up to at least 1 and cut to what is left of the
+// sequence; the last document ends the sequence.
 std::vector<int64_t> random_doc_lengths(int64_t seq, uint64_t seed, double median = 2048.0);
+
+// `count` document lengths filling seq positions, seeded: weights drawn from the same log-normal
+// (sigma 2), lengths 1 + their share of the other seq - count positions (remainders to the first
+// documents). 1 <= count <= seq (UsageError otherwise).
+std::vector<int64_t> random_doc_lengths_count(int64_t seq, int64_t count, uint64_t seed);
 
 }  // namespace wallfacer::seqpar
