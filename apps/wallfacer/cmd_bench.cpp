@@ -1,6 +1,8 @@
 // wallfacer bench kernel (and gemm, bench_gemm.cpp): flash-attention forward/backward GFLOP/s (fp32
 // and/or bf16 kernels) against OpenBLAS sgemm measured in the same run, one row per case and dtype
-// (nccl-tests style), or one JSON object per case and dtype.
+// (nccl-tests style), or one JSON object per case and dtype. With --docs or --docs-random: the fp32
+// kernels on a packed sequence of documents against the same sequence without documents (the
+// speedup of skipped tiles).
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -9,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -24,8 +27,10 @@
 #include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
+#include "wallfacer/seqpar/doc_layout.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -41,6 +46,10 @@ struct KernelBenchOptions {
   bool json = false;
   int iters = 0;               // 0: chosen per case
   std::string dtype = "fp32";  // fp32, bf16 or both
+  std::vector<int64_t> docs;   // document lengths (--docs)
+  int docs_random = 0;         // number of random documents (--docs-random)
+  uint64_t seed = 1;           // of the random documents
+  bool seq_given = false;      // --seq on the command line
 };
 
 double now_s() {
@@ -111,10 +120,11 @@ struct CaseInputs {
 
 // Largest relative error of a few query rows of the first and last head (O and LSE) against the
 // fp64 reference; q, k, v, o, lse are the kernel's inputs and outputs as fp32.
+// doc_of_pos: the documents of the call (nullptr: none).
 double spot_check(const CaseInputs& in, const float* q, const float* k, const float* v,
-                  const float* o, const float* lse) {
+                  const float* o, const float* lse, const int32_t* doc_of_pos = nullptr) {
   const kernels::AttnDims& d = in.d;
-  const kernels::reference::AttnRefProblem pr{d, double(in.scale), in.causal, 0, 0};
+  const kernels::reference::AttnRefProblem pr{d, double(in.scale), in.causal, 0, 0, doc_of_pos};
   std::vector<double> ref_row(d.head_dim);
   double max_ref = 0, max_err = 0;
   for (int h : {0, d.heads - 1})
@@ -165,7 +175,8 @@ class KernelRun {
 
 class Fp32Run : public KernelRun {
  public:
-  explicit Fp32Run(const CaseInputs& in)
+  // doc_of_pos: documents of the packed sequence (kernels/attention.h); nullptr: none.
+  explicit Fp32Run(const CaseInputs& in, const int32_t* doc_of_pos = nullptr)
       : in_(in),
         o_(in.q.size()),
         dq_(in.q.size()),
@@ -181,6 +192,7 @@ class Fp32Run : public KernelRun {
     bp_.dq = dq_.data(), bp_.dq_stride = in.qs;
     bp_.dk = dk_.data(), bp_.dk_stride = in.ks;
     bp_.dv = dv_.data(), bp_.dv_stride = in.ks;
+    fp_.doc_of_pos = bp_.doc_of_pos = doc_of_pos;
   }
   const char* dtype() const override { return "fp32"; }
   void forward() override { kernels::attn_fwd(fp_); }
@@ -194,7 +206,8 @@ class Fp32Run : public KernelRun {
                     kernels::attn_bwd_workspace_bytes(in_.d, threads));
   }
   double check_err() const override {
-    return spot_check(in_, in_.q.data(), in_.k.data(), in_.v.data(), o_.data(), lse_.data());
+    return spot_check(in_, in_.q.data(), in_.k.data(), in_.v.data(), o_.data(), lse_.data(),
+                      fp_.doc_of_pos);
   }
   // 32 fp32 epsilons for O up to 1000 keys, growing like sqrt(keys) beyond (full attention
   // averages O down like 1 / sqrt(keys) while its absolute error does not shrink).
@@ -334,7 +347,116 @@ CaseResult run_case(const KernelBenchOptions& opt, int seq, bool causal) {
   return r;
 }
 
-int run_kernel_bench(const KernelBenchOptions& opt) {
+// Document lengths of a --docs / --docs-random case of seq positions.
+std::vector<int64_t> bench_doc_lengths(const KernelBenchOptions& opt, int seq) {
+  if (!opt.docs.empty()) return opt.docs;
+  WF_USAGE_CHECK(opt.docs_random <= seq,
+                 "--docs-random {} exceeds --seq {}: at most one document "
+                 "per position",
+                 opt.docs_random, seq);
+  return seqpar::random_doc_lengths_count(seq, opt.docs_random, opt.seed);
+}
+
+// The fp32 kernels with documents against the same case without, rounds interleaved.
+int run_doc_bench(const KernelBenchOptions& opt, const std::vector<bool>& masks) {
+  if (!opt.json) {
+    fmt::print(
+        "# wallfacer bench kernel, packed documents: fp32 flash attention, threads {}, "
+        "kernels {}\n",
+        num_threads(), kernels::isa::name(kernels::isa::active()));
+    fmt::print(
+        "# kept = pairs kept with documents / without; speedup = time without / with; "
+        "best of the interleaved rounds\n");
+    fmt::print("#{:>7} {:>6} {:>6} {:>8} {:>8} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>9}\n",
+               "seq", "mask", "docs", "longest", "kept", "fwd_ms", "fwd_docs", "fwd_x", "bwd_ms",
+               "bwd_docs", "bwd_x", "check");
+  }
+  bool ok = true;
+  for (int s : opt.seqs)
+    for (bool causal : masks) {
+      const std::vector<int64_t> lengths = bench_doc_lengths(opt, s);
+      const kernels::DocBounds docs = kernels::doc_bounds_from_lengths(lengths, s);
+      const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
+      const kernels::PosRun all{0, s};
+      const double kept = double(kernels::kept_pairs(docs, all, all, causal)) /
+                          kernels::kept_pairs(all, all, causal);
+      const CaseInputs in(opt, s, causal);
+      Fp32Run plain(in), packed(in, ids.data());
+      const double fwd_flops =
+          4.0 * opt.batch * opt.heads * double(s) * s * opt.head_dim * (causal ? 0.5 : 1.0);
+      const int iters =
+          opt.iters > 0 ? opt.iters : std::clamp(int(std::lround(1e11 / fwd_flops)), 1, 10);
+      double t[4] = {1e30, 1e30, 1e30, 1e30};  // fwd, fwd with docs, bwd, bwd with docs
+      for (int it = 0; it < iters; ++it)
+        for (int x = 0; x < 4; ++x) {
+          Fp32Run& run = x % 2 == 0 ? plain : packed;
+          const double t0 = now_s();
+          if (x < 2)
+            run.forward();
+          else
+            run.backward();
+          t[x] = std::min(t[x], now_s() - t0);
+        }
+      const double err = packed.check_err(), tol = packed.check_tol(s);
+      ok = ok && err <= tol;
+      const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+      if (opt.json) {
+        const nlohmann::json j = {{"seq", s},
+                                  {"heads", opt.heads},
+                                  {"head_dim", opt.head_dim},
+                                  {"batch", opt.batch},
+                                  {"causal", causal},
+                                  {"docs", docs.count()},
+                                  {"longest_doc", longest},
+                                  {"kept_fraction", kept},
+                                  {"threads", num_threads()},
+                                  {"iters", iters},
+                                  {"fwd_ms", t[0] * 1e3},
+                                  {"fwd_docs_ms", t[1] * 1e3},
+                                  {"bwd_ms", t[2] * 1e3},
+                                  {"bwd_docs_ms", t[3] * 1e3},
+                                  {"fwd_speedup", t[0] / t[1]},
+                                  {"bwd_speedup", t[2] / t[3]},
+                                  {"check_err", err},
+                                  {"check_tol", tol}};
+        fmt::print("{}\n", j.dump());
+      } else {
+        fmt::print(
+            " {:>7} {:>6} {:>6} {:>8} {:>8.4f} {:>10.1f} {:>10.1f} {:>7.2f} {:>10.1f} "
+            "{:>10.1f} {:>7.2f} {:>9.1e}\n",
+            s, causal ? "causal" : "full", docs.count(), longest, kept, t[0] * 1e3, t[1] * 1e3,
+            t[0] / t[1], t[2] * 1e3, t[3] * 1e3, t[2] / t[3], err);
+      }
+      std::fflush(stdout);
+    }
+  if (!opt.json)
+    fmt::print("# check: spot rows with documents vs fp64 reference, relative error {}\n",
+               ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+int run_kernel_bench(KernelBenchOptions opt) {
+  WF_USAGE_CHECK(opt.docs_random >= 0, "--docs-random must be >= 1, got {}", opt.docs_random);
+  const bool with_docs = !opt.docs.empty() || opt.docs_random > 0;
+  if (with_docs) {
+    WF_USAGE_CHECK(opt.docs.empty() || opt.docs_random == 0,
+                   "--docs and --docs-random exclude each other; give one");
+    WF_USAGE_CHECK(opt.dtype == "fp32",
+                   "--docs and --docs-random time the fp32 kernels only; drop --dtype {}",
+                   opt.dtype);
+    if (!opt.docs.empty()) {
+      int64_t sum = 0;
+      for (int64_t len : opt.docs) sum += len;
+      if (!opt.seq_given && sum > 0 && sum <= std::numeric_limits<int>::max())
+        opt.seqs = {int(sum)};
+      for (int s : opt.seqs)
+        WF_USAGE_CHECK(sum == s,
+                       "--docs lengths sum to {}, not to --seq {}; drop --seq (it defaults to the "
+                       "sum) or fix the lengths",
+                       sum, s);
+    }
+    for (int s : opt.seqs) kernels::doc_bounds_from_lengths(bench_doc_lengths(opt, s), s);
+  }
   for (int s : opt.seqs) WF_USAGE_CHECK(s >= 1, "--seq must be >= 1, got {}", s);
   WF_USAGE_CHECK(opt.heads >= 1, "--heads must be >= 1, got {}", opt.heads);
   WF_USAGE_CHECK(opt.kv_heads >= 0, "--kv-heads must be >= 1, got {}", opt.kv_heads);
@@ -366,6 +488,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   std::vector<bool> masks;
   if (!opt.causal_only) masks.push_back(false);
   if (!opt.full_only) masks.push_back(true);
+  if (with_docs) return run_doc_bench(opt, masks);
   const int threads = num_threads();
   const char* core = blas_core_name();
   const std::string_view isa = kernels::isa::name(kernels::isa::active());
@@ -473,9 +596,19 @@ Action setup_bench(CLI::App& root) {
   kernel->add_option(
       "--iters", opt->iters,
       "Timed rounds per case, best round reported (default: 1 to 10 by the case's FLOPs)");
+  kernel
+      ->add_option("--docs", opt->docs,
+                   "Packed documents: their lengths, summing to the sequence (--seq defaults to "
+                   "the sum); times the fp32 kernels with and without the documents")
+      ->delimiter(',');
+  kernel->add_option("--docs-random", opt->docs_random,
+                     "Packed documents: this many, of random long-tailed lengths (log-normal, "
+                     "sigma 2) filling each --seq; as --docs otherwise");
+  kernel->add_option("--seed", opt->seed, "Seed of --docs-random")->capture_default_str();
   CLI::App* gemm = nullptr;
   const Action run_gemm = setup_bench_gemm(*bench, gemm);
   return [opt, kernel, gemm, run_gemm]() -> int {
+    opt->seq_given = kernel->count("--seq") > 0;
     if (kernel->parsed()) return run_kernel_bench(*opt);
     if (gemm->parsed()) return run_gemm();
     throw UsageError("bench: choose a benchmark, e.g. 'wallfacer bench kernel' or 'bench gemm'");

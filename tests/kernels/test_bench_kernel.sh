@@ -67,7 +67,30 @@ msg=$(WALLFACER_CPU=sse9 "$wf" bench kernel --seq 64 --iters 1 2>&1 >/dev/null);
 [ $rc -eq 2 ] || err "WALLFACER_CPU=sse9 exited $rc, expected 2"
 echo "$msg" | grep -q "WALLFACER_CPU=sse9 is not a level" || err "WALLFACER_CPU=sse9: $msg"
 
-for bad in "--seq 0" "--head-dim 300" "--heads 0" "--dtype fp16"; do
+# Packed documents: one row per mask, the kept fraction counted exactly (documents of 100 and 156
+# positions keep (100^2 + 156^2) / 256^2 of the full mask's pairs), and a passing spot check.
+out=$("$wf" bench kernel --docs 100,156 --heads 2 --head-dim 16 --iters 1 --full --json) ||
+  err "--docs: exit $?"
+echo "$out"
+echo "$out" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+assert len(rows) == 1, rows
+r = rows[0]
+assert r["seq"] == 256 and r["docs"] == 2 and r["longest_doc"] == 156, r
+assert abs(r["kept_fraction"] - (100**2 + 156**2) / 256**2) < 1e-12, r
+assert r["check_err"] <= r["check_tol"], r
+for k in ("fwd_ms", "fwd_docs_ms", "bwd_ms", "bwd_docs_ms", "fwd_speedup", "bwd_speedup"):
+    assert r[k] > 0, k
+print("bench kernel --docs: ok")' || err "--docs json"
+text=$("$wf" bench kernel --docs-random 7 --seed 3 --seq 300 --heads 1 --head-dim 16 --iters 1) ||
+  err "--docs-random: exit $?"
+echo "$text"
+[ "$(echo "$text" | grep -v '^#' | grep -c ' 7 ')" -eq 2 ] || err "expected two rows of 7 documents"
+
+for bad in "--seq 0" "--head-dim 300" "--heads 0" "--dtype fp16" "--docs 100,0,28" \
+    "--docs 100,28 --seq 64" "--docs 64 --dtype bf16" "--docs 64 --docs-random 2" \
+    "--docs-random 100 --seq 64"; do
   msg=$("$wf" bench kernel $bad --iters 1 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || err "bench kernel $bad exited $rc, expected 2"
   [ "$(echo "$msg" | wc -l)" -eq 1 ] || err "bench kernel $bad: not one line: $msg"

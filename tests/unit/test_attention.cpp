@@ -17,6 +17,7 @@
 #include "isa_levels.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
 
 namespace wallfacer::kernels {
@@ -42,6 +43,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct Problem : attn_testing::ProblemShape {
   std::vector<float> q, k, v, dout;
   std::vector<float> o, lse, delta, dq, dk, dv;
+  std::vector<int32_t> doc_ids;  // doc_of_pos over global positions; empty: no documents
 
   explicit Problem(const Case& cs, uint32_t seed = 1) : ProblemShape(cs) {
     q = random_floats(nq(), seed);
@@ -60,6 +62,7 @@ struct Problem : attn_testing::ProblemShape {
     AttnFwdParams p;
     attn_testing::set_inputs(p, *this);
     p.o = o.data(), p.o_stride = qs();
+    p.doc_of_pos = docs();
     return p;
   }
   AttnBwdParams bwd_params() {
@@ -68,8 +71,10 @@ struct Problem : attn_testing::ProblemShape {
     p.dq = dq.data(), p.dq_stride = qs();
     p.dk = dk.data(), p.dk_stride = ks();
     p.dv = dv.data(), p.dv_stride = ks();
+    p.doc_of_pos = docs();
     return p;
   }
+  const int32_t* docs() const { return doc_ids.empty() ? nullptr : doc_ids.data(); }
   void forward() { attn_fwd(fwd_params()); }
   void backward() {
     attn_bwd_preprocess(d, o.data(), qs(), dout.data(), qs(), delta.data(), ls());
@@ -80,7 +85,8 @@ struct Problem : attn_testing::ProblemShape {
 struct Reference {
   std::vector<double> o, lse, dq, dk, dv;
   explicit Reference(const Problem& pb, bool with_bwd = true) {
-    const AttnRefProblem pr = ref_problem(pb.c);
+    AttnRefProblem pr = ref_problem(pb.c);
+    pr.doc_of_pos = pb.docs();
     const auto q = to_double(pb.q), k = to_double(pb.k), v = to_double(pb.v);
     reference::attn_fwd_ref(pr, q, k, v, o, lse);
     if (with_bwd) reference::attn_bwd_ref(pr, q, k, v, to_double(pb.dout), dq, dk, dv);
@@ -316,16 +322,21 @@ TEST(Attn, FullyMaskedRowsAreZeroAndFinite) {
   expect_matches_reference(pb, Reference(pb));
 }
 
+// Every row sees no key: O = 0, LSE = -inf and zero gradients.
+void expect_all_masked(const Problem& pb) {
+  for (float x : pb.o) ASSERT_EQ(x, 0.0f);
+  for (float x : pb.lse) ASSERT_EQ(x, kNegInf);
+  for (float x : pb.dq) ASSERT_EQ(x, 0.0f);
+  for (float x : pb.dk) ASSERT_EQ(x, 0.0f);
+  for (float x : pb.dv) ASSERT_EQ(x, 0.0f);
+}
+
 TEST(Attn, KeyBlockEntirelyInFuture) {
   Case c{1, 30, 30, 2, 2, 8, true, 0, 30, "future"};
   Problem pb(c);
   pb.forward();
   pb.backward();
-  for (float x : pb.o) EXPECT_EQ(x, 0.0f);
-  for (float x : pb.lse) EXPECT_EQ(x, kNegInf);
-  for (float x : pb.dq) EXPECT_EQ(x, 0.0f);
-  for (float x : pb.dk) EXPECT_EQ(x, 0.0f);
-  for (float x : pb.dv) EXPECT_EQ(x, 0.0f);
+  expect_all_masked(pb);
 }
 
 // q, k, v, dout, the outputs, lse and delta in the strided layout of attn_testing::StridedLayout.
@@ -430,6 +441,164 @@ TEST(Attn, EveryLevelMatchesTheReference) {
       lk.attn_bwd(pb.bwd_params());
       expect_matches_reference(pb, ref);
     }
+  }
+}
+
+// Packed documents (AttnFwdParams::doc_of_pos): a problem with document lengths over the global
+// positions 0 .. max(q_pos0 + Sq, k_pos0 + Sk) - 1.
+struct DocCase {
+  Case c;
+  std::vector<int64_t> lengths;
+};
+
+void PrintTo(const DocCase& dc, std::ostream* os) { *os << dc.c.name; }
+
+Problem doc_problem(const Case& c, const std::vector<int64_t>& lengths) {
+  Problem pb(c);
+  const int64_t seq = std::max(c.q_pos0 + c.seq_q, c.k_pos0 + c.seq_k);
+  pb.doc_ids = doc_of_pos(doc_bounds_from_lengths(lengths, seq));
+  return pb;
+}
+Problem doc_problem(const DocCase& dc) { return doc_problem(dc.c, dc.lengths); }
+
+// The forward tiles are 128 query x 256 key rows, the backward's attn_bwd_tiling (also 128 x 256):
+// boundaries on and next to tile borders, documents of one token, one document spanning all, key
+// segments offset from the query segment and key segments in other documents only.
+std::vector<DocCase> doc_cases() {
+  const AttnTiling fwd = attn_fwd_tiling({}), bwd = attn_bwd_tiling({});
+  EXPECT_EQ(fwd.block_q, 128);
+  EXPECT_EQ(fwd.block_k, 256);
+  EXPECT_EQ(bwd.block_q, 128);
+  EXPECT_EQ(bwd.block_k, 256);
+  std::vector<DocCase> cs;
+  for (bool causal : {false, true}) {
+    const std::string m = causal ? "_causal" : "_full";
+    auto add = [&](Case c, std::vector<int64_t> lengths) {
+      c.causal = causal;
+      c.name += m;
+      cs.push_back({c, std::move(lengths)});
+    };
+    add({1, 600, 600, 4, 2, 16, false, 0, 0, "on_tile_borders"}, {256, 256, 88});
+    add({1, 600, 600, 4, 2, 16, false, 0, 0, "on_query_tile_border"}, {128, 384, 88});
+    add({1, 600, 600, 4, 2, 16, false, 0, 0, "off_by_one_before"}, {255, 257, 88});
+    add({1, 600, 600, 4, 2, 16, false, 0, 0, "off_by_one_after"}, {129, 128, 257, 86});
+    add({1, 300, 300, 4, 2, 16, false, 0, 0, "one_token_docs"}, {1, 1, 150, 1, 146, 1});
+    add({1, 530, 530, 4, 4, 16, false, 0, 0, "one_doc"}, {530});
+    add({2, 300, 300, 4, 1, 16, false, 0, 0, "mqa_batch2"}, {100, 7, 193});
+    add({1, 300, 300, 8, 2, 24, false, 0, 0, "gqa4_many_short"},
+        {13, 1, 40, 2, 9, 33, 60, 1, 1, 17, 23, 100});
+    // q at positions 600..899, k at 300..699, documents [0, 350), [350, 351), [351, 800), ...
+    add({1, 300, 400, 4, 2, 16, false, 600, 300, "k_before_q"}, {350, 1, 449, 100});
+    // q at 0..299, k at 200..599: the k segment starts inside the q segment
+    add({1, 300, 400, 4, 2, 16, false, 0, 200, "k_overlaps_q"}, {256, 100, 244});
+    // every key in a later document than every query
+    add({1, 200, 300, 4, 2, 16, false, 0, 500, "k_in_other_doc_after"}, {400, 400});
+    // every key in an earlier document than every query
+    add({1, 200, 300, 4, 2, 16, false, 500, 0, "k_in_other_doc_before"}, {400, 300});
+    // queries 0..299 in documents [0, 250) and [250, 1000); keys 500..799: rows 0..249 see nothing
+    add({1, 300, 300, 4, 2, 16, false, 0, 500, "some_rows_see_nothing"}, {250, 550});
+  }
+  return cs;
+}
+
+class AttnDocsVsReference : public ::testing::TestWithParam<DocCase> {};
+
+TEST_P(AttnDocsVsReference, ForwardAndBackward) {
+  Problem pb = doc_problem(GetParam());
+  pb.forward();
+  pb.backward();
+  expect_matches_reference(pb, Reference(pb));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttnDocsVsReference, ::testing::ValuesIn(doc_cases()),
+                         [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
+
+// Every instruction-set level, on every document case.
+TEST(AttnDocs, EveryLevelMatchesTheReference) {
+  for (const DocCase& dc : doc_cases()) {
+    SCOPED_TRACE(dc.c.name);
+    const Reference ref(doc_problem(dc));
+    for (const LevelKernels& lk : levels_this_cpu_runs()) {
+      SCOPED_TRACE(lk.name());
+      Problem pb = doc_problem(dc);
+      lk.attn_fwd(pb.fwd_params());
+      lk.attn_bwd_preprocess(pb.d, pb.o.data(), pb.qs(), pb.dout.data(), pb.qs(), pb.delta.data(),
+                             pb.ls());
+      lk.attn_bwd(pb.bwd_params());
+      expect_matches_reference(pb, ref);
+    }
+  }
+}
+
+// Keys entirely in other documents: O = 0, LSE = -inf, zero gradients, as documented.
+TEST(AttnDocs, KeysInOtherDocumentsGiveEmptyRows) {
+  for (bool causal : {false, true}) {
+    Problem pb = doc_problem(Case{1, 200, 300, 4, 2, 16, causal, 500, 0, "other"}, {400, 300});
+    std::fill(pb.o.begin(), pb.o.end(), 123.0f);  // must be overwritten
+    pb.forward();
+    pb.backward();
+    expect_all_masked(pb);
+  }
+}
+
+// A tile pair with no document in common is skipped: keys and values of another document that hold
+// NaN never reach the rows of the first document (a masked element inside a computed tile would,
+// through 0 * NaN).
+TEST(AttnDocs, TilesOfOtherDocumentsAreSkipped) {
+  for (bool causal : {false, true}) {
+    Problem pb = doc_problem(Case{1, 1024, 1024, 2, 1, 16, causal, 0, 0, "skip"}, {512, 512});
+    Problem clean = doc_problem(Case{1, 512, 512, 2, 1, 16, causal, 0, 0, "first"}, {512});
+    const int row = 1 * 16;  // floats per row of k, v (Hkv = 1, D = 16)
+    // The first document's inputs are the clean problem's; the second's keys and values are NaN.
+    for (size_t x = 0; x < clean.k.size(); ++x) pb.k[x] = clean.k[x], pb.v[x] = clean.v[x];
+    for (size_t x = 0; x < clean.q.size(); ++x) pb.q[x] = clean.q[x], pb.dout[x] = clean.dout[x];
+    std::fill(pb.k.begin() + 512 * row, pb.k.end(), std::numeric_limits<float>::quiet_NaN());
+    std::fill(pb.v.begin() + 512 * row, pb.v.end(), std::numeric_limits<float>::quiet_NaN());
+    pb.forward();
+    pb.backward();
+    const Reference ref(clean);
+    const size_t nq = clean.q.size();
+    EXPECT_LE(rel_err({pb.o.begin(), pb.o.begin() + nq}, ref.o), kTolO);
+    EXPECT_LE(rel_err({pb.dq.begin(), pb.dq.begin() + nq}, ref.dq), kTolGrad);
+    EXPECT_LE(rel_err({pb.dk.begin(), pb.dk.begin() + 512 * row}, ref.dk), kTolGrad);
+    EXPECT_LE(rel_err({pb.dv.begin(), pb.dv.begin() + 512 * row}, ref.dv), kTolGrad);
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 512; ++i)
+        ASSERT_NEAR(pb.lse[h * 1024 + i], ref.lse[h * 512 + i], kTolLse * 10) << h << " " << i;
+  }
+}
+
+// With one document spanning everything, the results are bit-identical to the call without
+// documents (the pinned path).
+TEST(AttnDocs, OneDocumentIsBitIdenticalToNoDocuments) {
+  for (bool causal : {false, true}) {
+    const Case c{1, 700, 700, 4, 2, 32, causal, 0, 0, "one"};
+    Problem with = doc_problem(c, {700});
+    Problem without(c);
+    for (Problem* pb : {&with, &without}) {
+      pb->forward();
+      pb->backward();
+    }
+    EXPECT_EQ(with.o, without.o);
+    EXPECT_EQ(with.lse, without.lse);
+    EXPECT_EQ(with.dq, without.dq);
+    EXPECT_EQ(with.dk, without.dk);
+    EXPECT_EQ(with.dv, without.dv);
+  }
+}
+
+TEST(AttnDocs, ChecksArguments) {
+  Problem pb = doc_problem(Case{1, 50, 50, 2, 1, 8, true, 0, 0, "bad"}, {20, 30});
+  AttnFwdParams p = pb.fwd_params();
+  p.q_pos0 = -1;
+  EXPECT_THROW(attn_fwd(p), Error);
+  std::swap(pb.doc_ids[5], pb.doc_ids[25]);  // ids 0, 1, 0: they go down after position 5
+  EXPECT_THROW(attn_bwd(pb.bwd_params()), Error);
+  try {
+    pb.forward();
+    ADD_FAILURE() << "ids that go down were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("non-decreasing"), std::string::npos) << e.what();
   }
 }
 

@@ -10,6 +10,21 @@
 // and (i, j) is kept when q_pos0 + i >= k_pos0 + j. Fully masked rows give O = 0, LSE = -inf.
 // LSE is the natural log of the row's softmax denominator, sum_j exp(scale * q_i . k_j).
 //
+// Documents (packed sequences): with doc_of_pos set, the sequence holds several documents and a
+// token attends only to tokens of its own document. doc_of_pos is one array over the whole global
+// sequence, indexed by global position: doc_of_pos[t] is the document id of position t. Ids must be
+// non-decreasing along positions (documents numbered in sequence order; kernels/doc_mask.h builds
+// the array from document lengths). Pair (i, j) is kept when
+//     doc_of_pos[q_pos0 + i] == doc_of_pos[k_pos0 + j]   (and q_pos0 + i >= k_pos0 + j if causal),
+// so the same array serves every slice of the sequence a rank holds: it must cover positions
+// [q_pos0, q_pos0 + Sq) and [k_pos0, k_pos0 + Sk), and q_pos0, k_pos0 must be >= 0. The kernels
+// check that the ids are non-decreasing over those positions. A (query tile, key tile) pair with no
+// document in common costs one comparison of the tiles' first and last ids and is skipped; a pair
+// inside one document runs the unmasked path; only pairs across a document boundary mask per
+// element. Rows that see no key (e.g. a key segment entirely in other documents) give O = 0,
+// LSE = -inf, as under the causal mask. nullptr: one document, the results bit-identical to a call
+// without the field.
+//
 // Memory: the caller owns every tensor (any strides as described, no overlap between an output
 // and any other tensor); the kernels allocate their scratch per call (attn_*_workspace_bytes) and
 // keep nothing between calls.
@@ -67,6 +82,8 @@ struct AttnFwdParams {
   bool causal = false;
   int64_t q_pos0 = 0;  // global position of query row 0
   int64_t k_pos0 = 0;  // global position of key row 0
+  // Document id of every global position (see the top of this file); nullptr: no documents.
+  const int32_t* doc_of_pos = nullptr;
   // false: overwrite (o, lse). true: merge this block's result into the running (o, lse) with
   // lse_merge (o, lse must hold a valid partial result, e.g. from attn_fwd_init_output).
   bool accumulate = false;
@@ -96,6 +113,7 @@ struct AttnBwdParams {
   bool causal = false;
   int64_t q_pos0 = 0;
   int64_t k_pos0 = 0;
+  const int32_t* doc_of_pos = nullptr;  // as in AttnFwdParams; the same as the forward's
   // false: overwrite dq, dk, dv. true: add into them (ring steps accumulate partial gradients).
   bool accumulate = false;
 };

@@ -17,6 +17,43 @@ int first_query_block(const AttnDims& d, int64_t q_pos0, int64_t k_pos_first, in
   return static_cast<int>(std::max<int64_t>(0, first) / block_q * block_q);
 }
 
+TileDocs tile_docs(const int32_t* doc, int64_t q_first, int64_t q_last, int64_t k_first,
+                   int64_t k_last) {
+  if (doc[q_last] < doc[k_first] || doc[k_last] < doc[q_first]) return TileDocs::Disjoint;
+  if (doc[q_first] == doc[q_last] && doc[k_first] == doc[k_last] && doc[q_first] == doc[k_first])
+    return TileDocs::Inside;
+  return TileDocs::Crossing;
+}
+
+void doc_key_range(const int32_t* doc, int64_t q_pos, int64_t k_first, int nk, int* lo, int* hi) {
+  const int32_t id = doc[q_pos];
+  const int32_t* keys = doc + k_first;
+  const auto [first, last] = std::equal_range(keys, keys + nk, id);
+  *lo = static_cast<int>(first - keys);
+  *hi = static_cast<int>(last - keys);
+}
+
+int first_row_from_doc(const int32_t* doc, int64_t pos0, int n, int32_t id) {
+  const int32_t* rows = doc + pos0;
+  return static_cast<int>(std::lower_bound(rows, rows + n, id) - rows);
+}
+
+void check_doc_of_pos(const char* fn, const int32_t* doc, int64_t q_pos0, int seq_q, int64_t k_pos0,
+                      int seq_k) {
+  WF_CHECK(q_pos0 >= 0 && k_pos0 >= 0,
+           "{}: with doc_of_pos, q_pos0 {} and k_pos0 {} index it and must be >= 0", fn, q_pos0,
+           k_pos0);
+  const auto check_run = [&](const char* what, int64_t pos0, int n) {
+    for (int64_t t = pos0 + 1; t < pos0 + n; ++t)
+      WF_CHECK(doc[t - 1] <= doc[t],
+               "{}: doc_of_pos must be non-decreasing along positions, but the {} rows have id {} "
+               "at position {} and {} at position {}; number documents in sequence order",
+               fn, what, doc[t - 1], t - 1, doc[t], t);
+  };
+  check_run("query", q_pos0, seq_q);
+  check_run("key", k_pos0, seq_k);
+}
+
 void check_strides(const char* name, const Strides3& s, int seq, int heads, int head_dim) {
   WF_CHECK(s.seq >= head_dim || seq <= 1,
            "attention: {} seq stride {} is smaller than head_dim {}; rows must not overlap", name,

@@ -20,6 +20,27 @@ int visible_keys(int64_t q_pos, int64_t k_pos_first, int nk);
 // sees a key of a tile whose first key is at global position k_pos_first (seq_q when none does).
 int first_query_block(const AttnDims& d, int64_t q_pos0, int64_t k_pos_first, int block_q);
 
+// Document masks (AttnFwdParams::doc_of_pos; ids non-decreasing along positions).
+// How a (query tile, key tile) pair relates to the documents of its rows:
+//   Disjoint: no document has both a query and a key of the pair (the pair is skipped);
+//   Inside:   every query and key is in one document (the unmasked code path);
+//   Crossing: the rows straddle a boundary (each row keeps the keys of its own document).
+enum class TileDocs { Disjoint, Inside, Crossing };
+TileDocs tile_docs(const int32_t* doc, int64_t q_first, int64_t q_last, int64_t k_first,
+                   int64_t k_last);
+
+// The keys [*lo, *hi) of a tile of nk keys starting at global position k_first that lie in the
+// document of the query at global position q_pos (*lo == *hi when none does).
+void doc_key_range(const int32_t* doc, int64_t q_pos, int64_t k_first, int nk, int* lo, int* hi);
+
+// The first of n rows starting at global position pos0 whose document id is >= id (n when none).
+int first_row_from_doc(const int32_t* doc, int64_t pos0, int n, int32_t id);
+
+// Checks a document mask's arguments: non-negative positions and ids non-decreasing over the query
+// rows and over the key rows (throws wallfacer::Error naming `fn`).
+void check_doc_of_pos(const char* fn, const int32_t* doc, int64_t q_pos0, int seq_q, int64_t k_pos0,
+                      int seq_k);
+
 void check_dims(const AttnDims& d);
 void check_strides(const char* name, const Strides3& s, int seq, int heads, int head_dim);
 

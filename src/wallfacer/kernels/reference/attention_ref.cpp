@@ -21,7 +21,9 @@ struct Index {
 };
 
 bool visible(const AttnRefProblem& pr, int i, int j) {
-  return !pr.causal || pr.q_pos0 + i >= pr.k_pos0 + j;
+  const int64_t qp = pr.q_pos0 + i, kp = pr.k_pos0 + j;
+  if (pr.doc_of_pos && pr.doc_of_pos[qp] != pr.doc_of_pos[kp]) return false;
+  return !pr.causal || qp >= kp;
 }
 
 void check(const AttnRefProblem& pr, size_t nq, size_t nk, size_t nv) {

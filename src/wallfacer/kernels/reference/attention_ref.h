@@ -3,7 +3,9 @@
 // Contiguous tensors only: q, o, dout, dq: (B, Sq, H, D); k, v, dk, dv: (B, Sk, Hkv, D);
 // lse: (B, H, Sq). Same semantics as kernels/attention.h: causal by global positions
 // (keep (i, j) when q_pos0 + i >= k_pos0 + j), query head h reads kv head h / (H / Hkv),
-// fully masked rows give O = 0, LSE = -inf and zero gradients.
+// fully masked rows give O = 0, LSE = -inf and zero gradients. With documents (doc_of_pos, indexed
+// by global position), (i, j) is kept only when doc_of_pos[q_pos0 + i] == doc_of_pos[k_pos0 + j];
+// the reference compares ids pair by pair and needs no ordering of them.
 
 #include <cstdint>
 #include <vector>
@@ -18,6 +20,7 @@ struct AttnRefProblem {
   bool causal = false;
   int64_t q_pos0 = 0;
   int64_t k_pos0 = 0;
+  const int32_t* doc_of_pos = nullptr;  // document id of every global position; nullptr: none
 };
 
 // Fills o (B*Sq*H*D) and lse (B*H*Sq).

@@ -1,0 +1,207 @@
+#include "wallfacer/seqpar/doc_layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/rng.h"
+
+namespace wallfacer::seqpar {
+namespace {
+
+void check_ranks(int64_t seq, int ranks, int64_t multiple_of, const char* layout) {
+  WF_USAGE_CHECK(ranks >= 1, "{} layout: ranks must be >= 1, got {}", layout, ranks);
+  WF_USAGE_CHECK(seq > 0 && seq % multiple_of == 0,
+                 "{} layout: the sequence length {} must be a positive multiple of {} for {} "
+                 "ranks; pad the sequence or change the number of ranks",
+                 layout, seq, multiple_of, ranks);
+}
+
+// Sorts a rank's runs and merges those that touch.
+std::vector<PosRun> merged(std::vector<PosRun> runs) {
+  std::sort(runs.begin(), runs.end(),
+            [](const PosRun& a, const PosRun& b) { return a.begin < b.begin; });
+  std::vector<PosRun> out;
+  for (const PosRun& r : runs) {
+    if (!out.empty() && out.back().end == r.begin)
+      out.back().end = r.end;
+    else
+      out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t DocLayout::positions(int rank) const {
+  int64_t n = 0;
+  for (const PosRun& r : runs[rank]) n += r.size();
+  return n;
+}
+
+DocLayout contiguous_layout(int64_t seq, int ranks) {
+  check_ranks(seq, ranks, ranks, "contiguous");
+  const int64_t n = seq / ranks;
+  DocLayout l;
+  for (int r = 0; r < ranks; ++r) l.runs.push_back({{r * n, (r + 1) * n}});
+  return l;
+}
+
+DocLayout zigzag_layout(int64_t seq, int ranks) {
+  check_ranks(seq, ranks, 2 * int64_t(ranks), "zigzag");
+  const int64_t c = seq / (2 * int64_t(ranks));
+  DocLayout l;
+  for (int r = 0; r < ranks; ++r) {
+    const int64_t mirror = 2 * int64_t(ranks) - 1 - r;
+    l.runs.push_back(merged({{r * c, (r + 1) * c}, {mirror * c, (mirror + 1) * c}}));
+  }
+  return l;
+}
+
+DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int chunks_per_rank) {
+  WF_USAGE_CHECK(chunks_per_rank >= 1, "balanced layout: chunks_per_rank must be >= 1, got {}",
+                 chunks_per_rank);
+  const int64_t seq = docs.seq();
+  const int64_t chunks = int64_t(ranks) * chunks_per_rank;
+  check_ranks(seq, ranks, chunks, "balanced");
+  const int64_t size = seq / chunks;
+  const PosRun all{0, seq};
+  std::vector<int64_t> work(chunks);
+  for (int64_t c = 0; c < chunks; ++c)
+    work[c] = kernels::kept_pairs(docs, {c * size, (c + 1) * size}, all, causal);
+
+  // Longest processing time first, at most chunks_per_rank chunks per rank.
+  std::vector<int64_t> order(chunks);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return work[a] > work[b]; });
+  std::vector<std::vector<int64_t>> owned(ranks);
+  std::vector<int64_t> load(ranks, 0);
+  for (int64_t c : order) {
+    int best = -1;
+    for (int r = 0; r < ranks; ++r)
+      if (int64_t(owned[r].size()) < chunks_per_rank && (best < 0 || load[r] < load[best]))
+        best = r;
+    owned[best].push_back(c);
+    load[best] += work[c];
+  }
+
+  // Swaps between the most loaded rank and another while the larger of the two loads drops.
+  for (int iter = 0; iter < 64 * chunks; ++iter) {
+    const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
+    int64_t best_gain = 0;
+    int best_r = -1;
+    size_t best_a = 0, best_b = 0;
+    for (int r = 0; r < ranks; ++r) {
+      if (r == hi) continue;
+      for (size_t a = 0; a < owned[hi].size(); ++a)
+        for (size_t b = 0; b < owned[r].size(); ++b) {
+          const int64_t delta = work[owned[hi][a]] - work[owned[r][b]];
+          if (delta <= 0) continue;
+          const int64_t new_max = std::max(load[hi] - delta, load[r] + delta);
+          const int64_t gain = load[hi] - new_max;
+          if (gain > best_gain) best_gain = gain, best_r = r, best_a = a, best_b = b;
+        }
+    }
+    if (best_r < 0) break;
+    const int64_t delta = work[owned[hi][best_a]] - work[owned[best_r][best_b]];
+    std::swap(owned[hi][best_a], owned[best_r][best_b]);
+    load[hi] -= delta;
+    load[best_r] += delta;
+  }
+
+  DocLayout l;
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<PosRun> runs;
+    for (int64_t c : owned[r]) runs.push_back({c * size, (c + 1) * size});
+    l.runs.push_back(merged(std::move(runs)));
+  }
+  return l;
+}
+
+std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
+                                                   bool causal) {
+  const int p = layout.ranks();
+  std::vector<std::vector<int64_t>> w(p, std::vector<int64_t>(p, 0));
+  for (int r = 0; r < p; ++r)
+    for (int s = 0; s < p; ++s)
+      for (const PosRun& q : layout.runs[r])
+        for (const PosRun& k : layout.runs[s]) w[r][s] += kernels::kept_pairs(docs, q, k, causal);
+  return w;
+}
+
+std::vector<int64_t> layout_work(const DocLayout& layout, const DocBounds& docs, bool causal) {
+  const auto pair = layout_pair_work(layout, docs, causal);
+  std::vector<int64_t> w;
+  for (const auto& row : pair) w.push_back(std::accumulate(row.begin(), row.end(), int64_t(0)));
+  return w;
+}
+
+double imbalance(const std::vector<int64_t>& work) {
+  if (work.empty()) return 1.0;
+  const double total = std::accumulate(work.begin(), work.end(), 0.0);
+  if (total == 0) return 1.0;
+  return double(*std::max_element(work.begin(), work.end())) / (total / double(work.size()));
+}
+
+void check_doc_layout(const DocLayout& layout, int64_t seq) {
+  const int p = layout.ranks();
+  WF_CHECK(p >= 1 && seq % p == 0, "doc layout: {} ranks cannot hold {} positions equally", p, seq);
+  std::vector<std::pair<PosRun, int>> all;
+  for (int r = 0; r < p; ++r) {
+    WF_CHECK(layout.positions(r) == seq / p, "doc layout: rank {} holds {} positions, not {}", r,
+             layout.positions(r), seq / p);
+    for (const PosRun& run : layout.runs[r]) {
+      WF_CHECK(run.size() > 0, "doc layout: rank {} has an empty run at {}", r, run.begin);
+      all.push_back({run, r});
+    }
+  }
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a.first.begin < b.first.begin; });
+  int64_t next = 0;
+  for (const auto& [run, r] : all) {
+    WF_CHECK(run.begin == next, "doc layout: position {} is {} (rank {}'s run starts at {})", next,
+             run.begin > next ? "held by no rank" : "held twice", r, run.begin);
+    next = run.end;
+  }
+  WF_CHECK(next == seq, "doc layout: positions {} .. {} are held by no rank", next, seq - 1);
+}
+
+std::vector<int64_t> random_doc_lengths(int64_t seq, uint64_t seed, double median) {
+  WF_USAGE_CHECK(seq > 0 && median > 0, "random documents: seq {} and median {} must be positive",
+                 seq, median);
+  Rng rng(mix64(seed, 0x646f6373));
+  std::vector<int64_t> lengths;
+  int64_t left = seq;
+  while (left > 0) {
+    const double x = median * std::exp(2.0 * rng.normal());
+    const int64_t len =
+        std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::min(x, 1e18))), 1, left);
+    lengths.push_back(len);
+    left -= len;
+  }
+  return lengths;
+}
+
+std::vector<int64_t> random_doc_lengths_count(int64_t seq, int64_t count, uint64_t seed) {
+  WF_USAGE_CHECK(count >= 1 && count <= seq,
+                 "random documents: {} documents cannot fill {} positions; give 1 to {} documents",
+                 count, seq, seq);
+  Rng rng(mix64(seed, 0x636f756e74));
+  std::vector<double> w(count);
+  double total = 0;
+  for (double& x : w) total += x = std::exp(2.0 * rng.normal());
+  const int64_t spare = seq - count;
+  std::vector<int64_t> lengths(count);
+  int64_t used = 0;
+  for (int64_t d = 0; d < count; ++d) {
+    lengths[d] =
+        1 + std::min(spare, static_cast<int64_t>(std::floor(double(spare) * w[d] / total)));
+    used += lengths[d];
+  }
+  for (int64_t d = 0; used < seq; d = (d + 1) % count, ++used) ++lengths[d];
+  return lengths;
+}
+
+}  // namespace wallfacer::seqpar

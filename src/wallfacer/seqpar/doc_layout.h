@@ -1,0 +1,73 @@
+#pragma once
+// Where the positions of a packed sequence (many documents, kernels/doc_mask.h) go among P ranks,
+// so that each rank holds seq / P positions and the document-masked attention work is balanced.
+// Pure functions: no MPI.
+//
+// Work. Rank r computes the attention of its query positions against every key position; the work
+// of a pair of ranks (r, s) is the number of (query, key) pairs the mask keeps between r's runs and
+// s's runs (kernels::kept_pairs), and rank r's work is its row of that matrix summed over s.
+// Imbalance = max / mean of the ranks' work (1.0: perfect).
+//
+// Layouts. contiguous_layout: rank r holds [r seq / P, (r + 1) seq / P). zigzag_layout: the
+// sequence cut into 2P equal chunks, rank r holding chunks r and 2P - 1 - r (balanced for one
+// causal document). balanced_doc_layout: the document-aware layout, described at its declaration.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wallfacer/kernels/doc_mask.h"
+
+namespace wallfacer::seqpar {
+
+using kernels::DocBounds;
+using kernels::PosRun;
+
+// The runs of positions each rank holds, sorted and with adjacent runs merged.
+struct DocLayout {
+  std::vector<std::vector<PosRun>> runs;  // runs[r]: rank r's positions
+  int ranks() const { return static_cast<int>(runs.size()); }
+  int64_t positions(int rank) const;
+};
+
+DocLayout contiguous_layout(int64_t seq, int ranks);
+DocLayout zigzag_layout(int64_t seq, int ranks);
+
+// The document-aware layout. The sequence is cut into ranks * chunks_per_rank chunks of equal size;
+// each chunk's work (its queries against the whole sequence under the document mask) is counted
+// exactly; chunks go to ranks longest-processing-time first (heaviest chunk to the least loaded
+// rank that still has room for a chunk, so that every rank gets chunks_per_rank chunks), and then
+// pairwise swaps of chunks between the most loaded rank and another rank are made while they lower
+// the larger of the two loads. Adjacent chunks of a rank merge into one run, so a rank holds at
+// most chunks_per_rank runs. seq must be a multiple of ranks * chunks_per_rank (UsageError
+// otherwise).
+DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal,
+                              int chunks_per_rank = 8);
+
+// Kept (query, key) pairs between rank r's runs (queries) and rank s's runs (keys): work[r][s].
+std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
+                                                   bool causal);
+
+// Each rank's work: its row of layout_pair_work summed.
+std::vector<int64_t> layout_work(const DocLayout& layout, const DocBounds& docs, bool causal);
+
+// max / mean of the work (1.0 when all are zero).
+double imbalance(const std::vector<int64_t>& work);
+
+// Checks that the layout covers every position of [0, seq) exactly once and gives every rank
+// seq / ranks positions; throws wallfacer::Error saying what is wrong otherwise.
+void check_doc_layout(const DocLayout& layout, int64_t seq);
+
+// Document lengths of a packed sequence of seq positions for tests and benchmarks, seeded: lengths
+// drawn from a log-normal distribution with median `median` and sigma 2 (long-tailed: half of the
+// draws are under the median, about one in 12 is over 16 times it, i.e. over half of a 65536
+// sequence at the default median), each rounded up to at least 1 and cut to what is left of the
+// sequence; the last document ends the sequence.
+std::vector<int64_t> random_doc_lengths(int64_t seq, uint64_t seed, double median = 2048.0);
+
+// `count` document lengths filling seq positions, seeded: weights drawn from the same log-normal
+// (sigma 2), lengths 1 + their share of the other seq - count positions (remainders to the first
+// documents). 1 <= count <= seq (UsageError otherwise).
+std::vector<int64_t> random_doc_lengths_count(int64_t seq, int64_t count, uint64_t seed);
+
+}  // namespace wallfacer::seqpar

@@ -1,0 +1,212 @@
+// Packed documents: the kept-pair counter against a brute-force count of the mask, document
+// bounds and their checks, and the balanced layout of seqpar/doc_layout.h against the contiguous
+// and zigzag layouts on a long-tailed mix of documents.
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/kernels/doc_mask.h"
+#include "wallfacer/seqpar/doc_layout.h"
+
+namespace wallfacer {
+namespace {
+
+using kernels::DocBounds;
+using kernels::PosRun;
+
+// Pairs (i, j), i in q, j in k, with the same document id (and i >= j when causal), one by one.
+int64_t brute_force_pairs(const std::vector<int32_t>& ids, PosRun q, PosRun k, bool causal) {
+  int64_t n = 0;
+  for (int64_t i = q.begin; i < q.end; ++i)
+    for (int64_t j = k.begin; j < k.end; ++j) n += ids[i] == ids[j] && (!causal || i >= j);
+  return n;
+}
+
+TEST(DocMask, KeptPairsMatchBruteForce) {
+  Rng rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t seq = 1 + int64_t(rng.uniform() * 400);
+    // Short and long documents, sometimes one.
+    std::vector<int64_t> lengths;
+    for (int64_t left = seq; left > 0;) {
+      const int64_t cap = trial % 3 == 0 ? 8 : 200;
+      const int64_t len = std::min<int64_t>(left, 1 + int64_t(rng.uniform() * cap));
+      lengths.push_back(len);
+      left -= len;
+    }
+    const DocBounds docs = kernels::doc_bounds_from_lengths(lengths, seq);
+    const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
+    auto run = [&] {
+      const int64_t a = int64_t(rng.uniform() * (seq + 1)), b = int64_t(rng.uniform() * (seq + 1));
+      return PosRun{std::min(a, b), std::max(a, b)};
+    };
+    for (int r = 0; r < 5; ++r) {
+      const PosRun q = run(), k = run();
+      for (bool causal : {false, true}) {
+        ASSERT_EQ(kernels::kept_pairs(docs, q, k, causal), brute_force_pairs(ids, q, k, causal))
+            << "seq " << seq << " docs " << docs.count() << " q [" << q.begin << ", " << q.end
+            << ") k [" << k.begin << ", " << k.end << ") causal " << causal;
+        const std::vector<int32_t> one(seq, 0);
+        ASSERT_EQ(kernels::kept_pairs(q, k, causal), brute_force_pairs(one, q, k, causal));
+      }
+    }
+  }
+}
+
+TEST(DocMask, DocsInRunListsThePieces) {
+  const DocBounds docs = kernels::doc_bounds_from_lengths({3, 1, 6}, 10);
+  EXPECT_EQ(docs.count(), 3);
+  EXPECT_EQ(docs.starts, (std::vector<int64_t>{0, 3, 4, 10}));
+  EXPECT_EQ(kernels::doc_of_pos(docs), (std::vector<int32_t>{0, 0, 0, 1, 2, 2, 2, 2, 2, 2}));
+  const auto pieces = kernels::docs_in_run(docs, {2, 6});
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0].doc, 0);
+  EXPECT_EQ(pieces[0].run, (PosRun{2, 3}));
+  EXPECT_EQ(pieces[1].doc, 1);
+  EXPECT_EQ(pieces[1].run, (PosRun{3, 4}));
+  EXPECT_EQ(pieces[2].doc, 2);
+  EXPECT_EQ(pieces[2].run, (PosRun{4, 6}));
+  EXPECT_TRUE(kernels::docs_in_run(docs, {5, 5}).empty());
+  EXPECT_EQ(kernels::docs_in_run(docs, {9, 10}).size(), 1u);
+}
+
+// Expects f to throw a UsageError whose message contains `text`.
+template <class F>
+void expect_usage_error(F&& f, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "no UsageError; expected one saying: " << text;
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+TEST(DocMask, LengthsAreChecked) {
+  expect_usage_error(
+      [] {
+        kernels::doc_bounds_from_lengths({3, 0, 7}, 10);
+      },
+      "length 0 of document 1 must be positive");
+  expect_usage_error([] { kernels::doc_bounds_from_lengths({3, -2, 9}, 10); }, "must be positive");
+  expect_usage_error(
+      [] {
+        kernels::doc_bounds_from_lengths({3, 4}, 10);
+      },
+      "sum to 7, not to the sequence length 10");
+  expect_usage_error([] { kernels::doc_bounds_from_lengths({3, 9}, 10); }, "exceed the sequence");
+  expect_usage_error([] { kernels::doc_bounds_from_lengths({}, 10); }, "no document");
+  expect_usage_error([] { kernels::doc_bounds_from_starts({0, 4, 4, 10}, 10); }, "must increase");
+  expect_usage_error(
+      [] {
+        kernels::doc_bounds_from_starts({0, 4, 9}, 10);
+      },
+      "from 0 to the sequence length 10");
+  EXPECT_EQ(kernels::doc_bounds_from_starts({0, 4, 10}, 10).count(), 2);
+}
+
+// Work per rank counted independently: every kept (query, key) pair attributed to the rank
+// holding the query, position by position.
+std::vector<int64_t> brute_force_rank_work(const seqpar::DocLayout& l,
+                                           const std::vector<int32_t>& ids, bool causal) {
+  const int64_t seq = int64_t(ids.size());
+  std::vector<int64_t> work(l.ranks(), 0);
+  for (int r = 0; r < l.ranks(); ++r)
+    for (const PosRun& q : l.runs[r]) work[r] += brute_force_pairs(ids, q, {0, seq}, causal);
+  return work;
+}
+
+TEST(DocLayout, WorkMatchesBruteForce) {
+  const int64_t seq = 512;
+  const std::vector<int64_t> lengths = seqpar::random_doc_lengths(seq, 3, 40.0);
+  const DocBounds docs = kernels::doc_bounds_from_lengths(lengths, seq);
+  const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
+  for (bool causal : {false, true})
+    for (const seqpar::DocLayout& l :
+         {seqpar::contiguous_layout(seq, 4), seqpar::zigzag_layout(seq, 4),
+          seqpar::balanced_doc_layout(docs, 4, causal)}) {
+      seqpar::check_doc_layout(l, seq);
+      EXPECT_EQ(seqpar::layout_work(l, docs, causal), brute_force_rank_work(l, ids, causal));
+    }
+}
+
+TEST(DocLayout, ChecksItsArguments) {
+  const DocBounds docs = kernels::doc_bounds_from_lengths({1000}, 1000);
+  expect_usage_error([&] { seqpar::balanced_doc_layout(docs, 4, true); },
+                     "multiple of 32 for 4 ranks");
+  EXPECT_THROW(seqpar::zigzag_layout(100, 8), UsageError);
+  EXPECT_THROW(seqpar::contiguous_layout(100, 0), UsageError);
+  seqpar::DocLayout l = seqpar::contiguous_layout(100, 4);
+  l.runs[1][0].begin += 1;  // position 25 held by nobody, rank 1 one short
+  EXPECT_THROW(seqpar::check_doc_layout(l, 100), Error);
+  l = seqpar::contiguous_layout(100, 4);
+  std::swap(l.runs[1], l.runs[2]);  // still a partition: fine
+  EXPECT_NO_THROW(seqpar::check_doc_layout(l, 100));
+  l.runs[3] = l.runs[2];  // positions 25..49 twice, 75..99 never
+  EXPECT_THROW(seqpar::check_doc_layout(l, 100), Error);
+}
+
+// The target: imbalance <= 1.10 on the long-tailed mix of random_doc_lengths (log-normal, median
+// 2048, sigma 2) at S = 65536 and P = 4, 8, 16, causal (GPT) and full (DiT), over several seeds,
+// and on a few fixed mixes. Prints the table of docs/documents.md.
+TEST(DocLayout, BalancedLayoutMeetsTheTarget) {
+  constexpr int64_t kSeq = 65536;
+  constexpr double kTarget = 1.10;
+  struct Mix {
+    std::string name;
+    std::vector<int64_t> lengths;
+  };
+  std::vector<Mix> mixes;
+  for (uint64_t seed = 1; seed <= 6; ++seed)
+    mixes.push_back(
+        {fmt::format("lognormal seed {}", seed), seqpar::random_doc_lengths(kSeq, seed)});
+  mixes.push_back({"one document", {kSeq}});
+  std::vector<int64_t> half(1, kSeq / 2);
+  for (int i = 0; i < 256; ++i) half.push_back(128);
+  mixes.push_back({"half + 256 x 128", half});
+  std::vector<int64_t> tail(256, 128);
+  tail.push_back(kSeq / 2);
+  mixes.push_back({"256 x 128 + half", tail});
+  mixes.push_back({"1024 x 64", std::vector<int64_t>(1024, 64)});
+
+  std::string table =
+      fmt::format("{:<18} {:>5} {:>7} {:>3} {:>6} {:>10} {:>7} {:>9} {:>5}\n", "mix", "docs",
+                  "longest", "P", "mask", "contiguous", "zigzag", "balanced", "runs");
+  double worst = 0;
+  for (const Mix& mix : mixes) {
+    const DocBounds docs = kernels::doc_bounds_from_lengths(mix.lengths, kSeq);
+    const int64_t longest = *std::max_element(mix.lengths.begin(), mix.lengths.end());
+    for (bool causal : {true, false})
+      for (int p : {4, 8, 16}) {
+        const seqpar::DocLayout bal = seqpar::balanced_doc_layout(docs, p, causal);
+        seqpar::check_doc_layout(bal, kSeq);
+        size_t runs = 0;
+        for (const auto& r : bal.runs) {
+          EXPECT_LE(r.size(), 8u);
+          runs = std::max(runs, r.size());
+        }
+        const double ib = seqpar::imbalance(seqpar::layout_work(bal, docs, causal));
+        const double ic = seqpar::imbalance(
+            seqpar::layout_work(seqpar::contiguous_layout(kSeq, p), docs, causal));
+        const double iz =
+            seqpar::imbalance(seqpar::layout_work(seqpar::zigzag_layout(kSeq, p), docs, causal));
+        EXPECT_LE(ib, kTarget) << mix.name << " P " << p << (causal ? " causal" : " full");
+        worst = std::max(worst, ib);
+        table += fmt::format("{:<18} {:>5} {:>7} {:>3} {:>6} {:>10.3f} {:>7.3f} {:>9.3f} {:>5}\n",
+                             mix.name, docs.count(), longest, p, causal ? "causal" : "full", ic, iz,
+                             ib, runs);
+      }
+  }
+  std::printf("%s", table.c_str());
+  std::printf("worst balanced imbalance %.4f (target %.2f)\n", worst, kTarget);
+}
+
+}  // namespace
+}  // namespace wallfacer
