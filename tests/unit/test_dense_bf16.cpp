@@ -17,6 +17,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/dense_bf16.h"
+#include "wallfacer/kernels/ops.h"
 #include "wallfacer/kernels/reference/ops_ref.h"
 
 namespace wallfacer::kernels {
@@ -179,6 +180,41 @@ TEST(DenseBf16Paths, AgreeWithinTheToleranceOnAGptShape) {
     b = run_matmul_fwd(s, {true, false})[0].got;
   }
   EXPECT_LE(rel_err(a, to_double(b)), 2 * kTolBf16);
+}
+
+// GELU with bf16 input and output: within one bf16 unit roundoff (elementwise, relative, plus
+// 1e-6 absolute for tanh_approx where gelu is tiny) of the fp64 reference on the widened inputs,
+// and the fp32 kernel's result on the same inputs rounded once (the same arithmetic).
+TEST(GeluBf16, MatchesTheFp64ReferenceAndTheRoundedFp32Kernel) {
+  const int64_t n = 10007;
+  Bf16Data x(size_t(n), 11, 6.0f), dout(size_t(n), 12);
+  x.x[0] = to_bf16(0.0f);
+  x.x[1] = to_bf16(-0.0f);
+  x.x[2] = to_bf16(100.0f);
+  x.x[3] = to_bf16(-100.0f);
+  x.wide = to_double(to_fp32(x.x));
+  std::vector<bf16> y(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
+  gelu_fwd_bf16(y.data(), x.x.data(), n);
+  gelu_bwd_bf16(dx.data(), x.x.data(), dout.x.data(), n);
+  std::vector<bf16> dx_in_place = dout.x;
+  gelu_bwd_bf16(dx_in_place.data(), x.x.data(), dx_in_place.data(), n);
+  EXPECT_TRUE(dx_in_place == dx) << "gelu_bwd_bf16 in place differs";
+
+  std::vector<float> xf = to_fp32(x.x), yf(static_cast<size_t>(n)), dxf(static_cast<size_t>(n));
+  gelu_fwd(yf.data(), xf.data(), n);
+  gelu_bwd(dxf.data(), xf.data(), to_fp32(dout.x).data(), n);
+  int64_t bad_fwd = 0, bad_bwd = 0, differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double ref_y = ref::gelu(x.wide[size_t(i)]);
+    const double ref_dx = dout.wide[size_t(i)] * ref::gelu_grad(x.wide[size_t(i)]);
+    bad_fwd += std::abs(to_float(y[size_t(i)]) - ref_y) > kU * std::abs(ref_y) + 1e-6;
+    bad_bwd += std::abs(to_float(dx[size_t(i)]) - ref_dx) > kU * std::abs(ref_dx) + 1e-6;
+    differ +=
+        !(y[size_t(i)] == to_bf16(yf[size_t(i)])) || !(dx[size_t(i)] == to_bf16(dxf[size_t(i)]));
+  }
+  EXPECT_EQ(bad_fwd, 0);
+  EXPECT_EQ(bad_bwd, 0);
+  EXPECT_EQ(differ, 0) << "elements differing from the rounded fp32 kernel";
 }
 
 TEST(DenseBf16Paths, UnknownPathIsAUsageError) {

@@ -32,6 +32,30 @@ TEST(TrainConfig, SetStringsMustBeUtf8) {
   EXPECT_EQ(c.data_dir, "runs/d\xc3\xa9j\xc3\xa0");
 }
 
+TEST(TrainConfig, DtypeIsFp32OrBf16AndBf16IsForTheGpt) {
+  TrainConfig c;
+  EXPECT_EQ(c.dtype, "fp32");
+  c.validate(1);
+  c.set("train.dtype=bf16");
+  c.validate(1);
+  EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").dtype, "bf16");
+  const auto changes = c.changes_from(TrainConfig{});
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].key, "train.dtype");
+  EXPECT_FALSE(TrainConfig::is_shape_key("train.dtype"));
+  c.set("train.dtype=fp16");
+  EXPECT_NE(
+      usage_error([&] { c.validate(1); }).find("train.dtype must be 'fp32' or 'bf16' (got 'fp16')"),
+      std::string::npos);
+  TrainConfig d =
+      TrainConfig::from_toml("[model]\nkind = \"dit\"\n[train]\ndtype = \"bf16\"\n", "t");
+  EXPECT_NE(usage_error([&] {
+              d.validate(1);
+            }).find("train.dtype = 'bf16' is supported for model.kind = 'gpt' only"),
+            std::string::npos)
+      << usage_error([&] { d.validate(1); });
+}
+
 TEST(TrainConfig, IntegersForRealKeysNeedNotBeExactDoubles) {
   // 2^53 + 1 has no exact double: it reads as the nearest one, 2^53.
   const TrainConfig c = TrainConfig::from_toml("[train]\nlr = 9007199254740993\n", "t");

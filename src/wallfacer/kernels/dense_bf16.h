@@ -31,6 +31,11 @@ void matmul_fwd_bf16(bf16* out, const bf16* inp, const bf16* weight, const float
 void matmul_bwd_bf16(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
                      const bf16* weight, int64_t N, int C, int OC, bool accumulate_dinp);
 
+// out = bf16(gelu(inp)) and dinp = bf16(dout * gelu'(inp)) over n elements: the tanh GELU of
+// kernels/ops.h computed in fp32 on the widened inputs, rounded once (dinp may alias dout).
+void gelu_fwd_bf16(bf16* out, const bf16* inp, int64_t n);
+void gelu_bwd_bf16(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n);
+
 // The library behind the avx512 path of the dense products, e.g. "oneDNN 2.6.3".
 const char* dense_bf16_backend();
 

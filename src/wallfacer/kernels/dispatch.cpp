@@ -2,6 +2,7 @@
 // time (kernels/isa.h).
 
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/dense_bf16.h"
 #include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/ops.h"
 
@@ -23,6 +24,8 @@ WALLFACER_ISA_DECLARE(layernorm_fwd)
 WALLFACER_ISA_DECLARE(layernorm_bwd)
 WALLFACER_ISA_DECLARE(gelu_fwd)
 WALLFACER_ISA_DECLARE(gelu_bwd)
+WALLFACER_ISA_DECLARE(gelu_fwd_bf16)
+WALLFACER_ISA_DECLARE(gelu_bwd_bf16)
 WALLFACER_ISA_DECLARE(rope_tables)
 WALLFACER_ISA_DECLARE(rope_fwd)
 WALLFACER_ISA_DECLARE(rope_bwd)
@@ -105,6 +108,16 @@ void gelu_fwd(float* out, const float* inp, int64_t n) {
 
 void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
   WALLFACER_ISA_CALL(gelu_bwd, dinp, inp, dout, n);
+}
+
+// kernels/dense_bf16.h
+
+void gelu_fwd_bf16(bf16* out, const bf16* inp, int64_t n) {
+  WALLFACER_ISA_CALL(gelu_fwd_bf16, out, inp, n);
+}
+
+void gelu_bwd_bf16(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
+  WALLFACER_ISA_CALL(gelu_bwd_bf16, dinp, inp, dout, n);
 }
 
 void rope_tables(const int64_t* pos, int T, int D, double theta, float* cos, float* sin) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/vec_math.h"
@@ -116,26 +117,45 @@ void layernorm_bwd(float* dinp, float* dweight, float* dbias, const float* dout,
 
 namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+
+inline float gelu(float x) {
+  return 0.5f * x * (1.0f + detail::tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)));
 }
+
+// d gelu(x) / dx
+inline float gelu_grad(float x) {
+  const float u = kGeluScale * (x + 0.044715f * x * x * x);
+  const float t = detail::tanh_approx(u);
+  const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+}  // namespace
 
 void gelu_fwd(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + detail::tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)));
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu(inp[i]);
 }
 
 void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + 0.044715f * x * x * x);
-    const float t = detail::tanh_approx(u);
-    const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    const float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-    dinp[i] = dout[i] * g;
-  }
+  for (int64_t i = 0; i < n; ++i) dinp[i] = dout[i] * gelu_grad(inp[i]);
+}
+
+// The bf16 twins (declared in kernels/dense_bf16.h): bf16 in and out, the same fp32 arithmetic.
+void gelu_fwd_bf16(bf16* out, const bf16* inp, int64_t n) {
+  auto* o = reinterpret_cast<uint16_t*>(out);
+  const auto* x = reinterpret_cast<const uint16_t*>(inp);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) o[i] = to_bf16_bits(gelu(bits_to_float(x[i])));
+}
+
+void gelu_bwd_bf16(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
+  auto* d = reinterpret_cast<uint16_t*>(dinp);
+  const auto* x = reinterpret_cast<const uint16_t*>(inp);
+  const auto* g = reinterpret_cast<const uint16_t*>(dout);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    d[i] = to_bf16_bits(bits_to_float(g[i]) * gelu_grad(bits_to_float(x[i])));
 }
 
 void rope_tables(const int64_t* pos, int T, int D, double theta, float* cos, float* sin) {

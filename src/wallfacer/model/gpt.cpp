@@ -10,6 +10,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/trace.h"
+#include "wallfacer/kernels/dense_bf16.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::model {
@@ -33,6 +34,13 @@ Checkpointing parse_checkpointing(std::string_view name) {
   if (name == "attention") return Checkpointing::Attention;
   throw UsageError(fmt::format("parallel.checkpointing must be 'none' or 'attention' (got '{}')",
                                std::string(name)));
+}
+
+Dtype parse_dtype(std::string_view name) {
+  if (name == "fp32") return Dtype::fp32;
+  if (name == "bf16") return Dtype::bf16;
+  throw UsageError(
+      fmt::format("train.dtype must be 'fp32' or 'bf16' (got '{}')", std::string(name)));
 }
 
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& cfg) {
@@ -104,8 +112,9 @@ void gpt_init_params(const GptConfig& cfg, float* arena, uint64_t seed) {
 }
 
 // Activations. Each block has a view; `kept` tensors have storage per block, the others point into
-// one shared set (with checkpointing) or have storage per block (without).
-struct BlockActs {
+// one shared set (with checkpointing) or have storage per block (without). In bf16 the fp32 ln1,
+// ln2, fch and fch_gelu are not allocated (their bf16 twins are), and qkv is one shared scratch.
+struct Gpt::BlockActs {
   float* x;         // (N, C) block input (always kept)
   float* ln1;       // (N, C)
   float* ln1_mean;  // (N)
@@ -122,10 +131,16 @@ struct BlockActs {
   float* ln2_rstd;  // (N)
   float* fch;       // (N, M)
   float* fch_gelu;  // (N, M)
+  // bf16 only
+  bf16* ln1_16;       // (N, C)
+  bf16* ln2_16;       // (N, C)
+  bf16* fch_16;       // (N, M)
+  bf16* fch_gelu_16;  // (N, M)
 };
 
 struct Gpt::Acts {
   std::vector<float> arena;
+  std::vector<bf16> arena16;
   std::vector<BlockActs> blocks;
   float* x_final;   // (N, C) output of the last block
   float* lnf;       // (N, C)
@@ -143,14 +158,20 @@ struct Gpt::Acts {
   float* dk;     // (N, Hkv D)
   float* dv;     // (N, Hkv D)
   float* dattn;  // (N, C)
+  // bf16 only (lnf and dfch are then not allocated)
+  bf16* lnf_16;  // (N, C)
+  bf16* wide16;  // (N, max(V, Q, M)): dense outputs in the forward, output gradients backward
+  bf16* x16;     // (N, M): rounded inputs and input gradients
+  bf16* y16;     // (N, M)
 };
 
 namespace {
 // Collects (pointer slot, size) requests, then allocates one arena and points every slot into it.
+template <typename T>
 class ArenaPlan {
  public:
-  void add(float** slot, int64_t n) { req_.push_back({slot, (n + 15) / 16 * 16}); }
-  void add(std::initializer_list<std::pair<float**, int64_t>> list) {
+  void add(T** slot, int64_t n) { req_.push_back({slot, (n + 15) / 16 * 16}); }
+  void add(std::initializer_list<std::pair<T**, int64_t>> list) {
     for (auto [slot, n] : list) add(slot, n);
   }
   int64_t total() const {
@@ -158,8 +179,8 @@ class ArenaPlan {
     for (auto& r : req_) t += r.n;
     return t;
   }
-  void allocate(std::vector<float>& arena) {
-    arena.assign(size_t(total()), 0.0f);
+  void allocate(std::vector<T>& arena) {
+    arena.assign(size_t(total()), T{});
     int64_t off = 0;
     for (auto& r : req_) {
       *r.slot = arena.data() + off;
@@ -169,22 +190,42 @@ class ArenaPlan {
 
  private:
   struct Req {
-    float** slot;
+    T** slot;
     int64_t n;
   };
   std::vector<Req> req_;
 };
+
+// Conversions of n contiguous values over the threads.
+constexpr int64_t kConvertBlock = int64_t(1) << 14;
+void round_to_bf16(const float* in, bf16* out, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += kConvertBlock)
+    fp32_to_bf16(in + i, out + i, std::min(kConvertBlock, n - i));
+}
+void widen_to_fp32(const bf16* in, float* out, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += kConvertBlock)
+    bf16_to_fp32(in + i, out + i, std::min(kConvertBlock, n - i));
+}
+// out = a + widened b (a residual add of a bf16 layer output).
+void add_bf16(float* out, const float* a, const bf16* b, int64_t n) {
+  const auto* bits = reinterpret_cast<const uint16_t*>(b);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + bits_to_float(bits[i]);
+}
 }  // namespace
 
 Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkpointing ckpt,
-         AttentionOp& attention)
+         AttentionOp& attention, Dtype dtype)
     : cfg_(cfg),
       B_(batch),
       T_(int(positions.size())),
       N_(int64_t(batch) * int64_t(positions.size())),
       positions_(std::move(positions)),
       ckpt_(ckpt),
-      attn_(attention) {
+      attn_(attention),
+      dtype_(dtype) {
   cfg_.validate();
   WF_CHECK(B_ >= 1 && T_ >= 1, "Gpt: batch {} and tokens {} must be positive", B_, T_);
   num_params_ = gpt_num_params(cfg_);
@@ -193,6 +234,8 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   grads_.assign(size_t(num_params_), 0.0f);
   p_ = gpt_param_view(cfg_, params_.data());
   g_ = gpt_param_view(cfg_, grads_.data());
+  const bool bf = dtype_ == Dtype::bf16;
+  if (bf) params16_.assign(size_t(num_params_), bf16{});
 
   const int D = cfg_.head_dim();
   rope_cos_.resize(size_t(T_) * D / 2);
@@ -204,25 +247,25 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   const int64_t N = N_, C = cfg_.dim, M = int64_t(cfg_.mlp_ratio) * C, Q = cfg_.qkv_dim();
   const int64_t HD = int64_t(cfg_.heads) * D, KD = int64_t(cfg_.kv_heads) * D;
   const int L = cfg_.layers;
-  ArenaPlan plan;
+  ArenaPlan<float> plan;
+  ArenaPlan<bf16> plan16;
   a.blocks.resize(size_t(L));
   BlockActs shared{};
+  // Requests in one order for both dtypes; each dtype leaves out what it does not use.
   auto add_recomputed = [&](BlockActs& b, bool own) {
     BlockActs& s = own ? b : shared;
-    if (own || &b == &a.blocks[0]) {
-      plan.add({{&s.ln1, N * C},
-                {&s.ln1_mean, N},
-                {&s.ln1_rstd, N},
-                {&s.qkv, N * Q},
-                {&s.q, N * HD},
-                {&s.k, N * KD},
-                {&s.v, N * KD},
-                {&s.res2, N * C},
-                {&s.ln2, N * C},
-                {&s.ln2_mean, N},
-                {&s.ln2_rstd, N},
-                {&s.fch, N * M},
-                {&s.fch_gelu, N * M}});
+    if (!own && &b != &a.blocks[0]) return;
+    if (!bf) plan.add(&s.ln1, N * C);
+    plan.add({{&s.ln1_mean, N}, {&s.ln1_rstd, N}});
+    if (!bf) plan.add(&s.qkv, N * Q);
+    plan.add({{&s.q, N * HD}, {&s.k, N * KD}, {&s.v, N * KD}, {&s.res2, N * C}});
+    if (!bf) plan.add(&s.ln2, N * C);
+    plan.add({{&s.ln2_mean, N}, {&s.ln2_rstd, N}});
+    if (bf) {
+      plan16.add(
+          {{&s.ln1_16, N * C}, {&s.ln2_16, N * C}, {&s.fch_16, N * M}, {&s.fch_gelu_16, N * M}});
+    } else {
+      plan.add({{&s.fch, N * M}, {&s.fch_gelu, N * M}});
     }
   };
   const bool own = ckpt_ == Checkpointing::None;
@@ -232,23 +275,29 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
     plan.add(&b.lse, int64_t(B_) * cfg_.heads * T_);
     add_recomputed(b, own);
   }
-  plan.add({{&a.x_final, N * C},
-            {&a.lnf, N * C},
-            {&a.lnf_mean, N},
+  // In bf16, qkv is read only by the rotary embedding of the same forward: one buffer for all.
+  if (bf) plan.add(&shared.qkv, N * Q);
+  plan.add(&a.x_final, N * C);
+  if (!bf) plan.add(&a.lnf, N * C);
+  plan.add({{&a.lnf_mean, N},
             {&a.lnf_rstd, N},
             {&a.logits, N * cfg_.vocab},
             {&a.losses, N},
             {&a.tmp, N * C},
             {&a.dx, N * C},
-            {&a.dln, N * C},
-            {&a.dfch, N * M},
-            {&a.dqkv, N * Q},
-            {&a.dq, N * HD},
-            {&a.dk, N * KD},
-            {&a.dv, N * KD},
-            {&a.dattn, N * HD}});
-  act_floats_ = plan.total();
+            {&a.dln, N * C}});
+  if (!bf) plan.add(&a.dfch, N * M);
+  plan.add(
+      {{&a.dqkv, N * Q}, {&a.dq, N * HD}, {&a.dk, N * KD}, {&a.dv, N * KD}, {&a.dattn, N * HD}});
+  if (bf) {
+    plan16.add({{&a.lnf_16, N * C},
+                {&a.wide16, N * std::max({int64_t(cfg_.vocab), Q, M})},
+                {&a.x16, N * M},
+                {&a.y16, N * M}});
+  }
+  act_bytes_ = plan.total() * int64_t(sizeof(float)) + plan16.total() * int64_t(sizeof(bf16));
   plan.allocate(a.arena);
+  plan16.allocate(a.arena16);
   if (!own) {
     for (auto& b : a.blocks) {
       float* x = b.x;
@@ -259,6 +308,8 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
       b.o = o;
       b.lse = lse;
     }
+  } else if (bf) {
+    for (auto& b : a.blocks) b.qkv = shared.qkv;
   }
 }
 
@@ -269,6 +320,33 @@ const float* Gpt::losses() const { return a_->losses; }
 
 void Gpt::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
+// q, k (rotated) and v of block b from its qkv.
+void Gpt::split_qkv(const BlockActs& b) {
+  const int64_t N = N_;
+  const int Q = cfg_.qkv_dim(), D = cfg_.head_dim(), H = cfg_.heads, Hkv = cfg_.kv_heads;
+  k::rope_fwd(b.q, b.qkv, Q, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);  // (B,T,H,D)
+  k::rope_fwd(b.k, b.qkv + H * D, Q, rope_cos_.data(), rope_sin_.data(), B_, T_, Hkv, D);
+  const int64_t KD = int64_t(Hkv) * D;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {  // v (B, T, Hkv, D)
+    std::memcpy(b.v + n * KD, b.qkv + n * Q + (H + Hkv) * D, size_t(KD) * sizeof(float));
+  }
+}
+
+// a.dqkv from a.dq, a.dk (rotated back) and a.dv: the transpose of split_qkv.
+void Gpt::merge_dqkv() {
+  auto& a = *a_;
+  const int64_t N = N_;
+  const int Q = cfg_.qkv_dim(), D = cfg_.head_dim(), H = cfg_.heads, Hkv = cfg_.kv_heads;
+  k::rope_bwd(a.dqkv, Q, a.dq, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);
+  k::rope_bwd(a.dqkv + H * D, Q, a.dk, rope_cos_.data(), rope_sin_.data(), B_, T_, Hkv, D);
+  const int64_t KD = int64_t(Hkv) * D;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(a.dqkv + n * Q + (H + Hkv) * D, a.dv + n * KD, size_t(KD) * sizeof(float));
+  }
+}
+
 // Forward of block l from its input b.x: everything up to the next block's input. With
 // run_attention false (checkpoint recompute for the backward), o and lse are taken as already
 // computed and the block output is not written.
@@ -277,21 +355,14 @@ void Gpt::block_forward(int l, bool run_attention) {
   const BlockActs& b = a.blocks[size_t(l)];
   const LayerParams& w = p_.layers[size_t(l)];
   const int64_t N = N_;
-  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim(), D = cfg_.head_dim();
-  const int H = cfg_.heads, Hkv = cfg_.kv_heads;
+  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
   float* x_out = l + 1 < cfg_.layers ? a.blocks[size_t(l) + 1].x : a.x_final;
 
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
   k::layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
   k::matmul_fwd(b.qkv, b.ln1, w.qkv_w, nullptr, N, C, Q);                        // (N, Q)
-  k::rope_fwd(b.q, b.qkv, Q, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);  // (B,T,H,D)
-  k::rope_fwd(b.k, b.qkv + H * D, Q, rope_cos_.data(), rope_sin_.data(), B_, T_, Hkv, D);
-  const int64_t KD = int64_t(Hkv) * D;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {  // v (B, T, Hkv, D)
-    std::memcpy(b.v + n * KD, b.qkv + n * Q + (H + Hkv) * D, size_t(KD) * sizeof(float));
-  }
+  split_qkv(b);
   dense.reset();
   if (run_attention) attn_.forward(b.q, b.k, b.v, b.o, b.lse);  // o (B,T,H,D), lse (B,H,T)
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
@@ -307,20 +378,75 @@ void Gpt::block_forward(int l, bool run_attention) {
   for (int64_t i = 0; i < N * C; ++i) x_out[i] = b.res2[i] + a.tmp[i];
 }
 
+// The bf16 twin of block_forward: the same steps, with the dense products in bf16.
+void Gpt::block_forward_bf16(int l, bool run_attention) {
+  auto& a = *a_;
+  const BlockActs& b = a.blocks[size_t(l)];
+  const LayerParams& w = p_.layers[size_t(l)];
+  const int64_t N = N_;
+  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
+  float* x_out = l + 1 < cfg_.layers ? a.blocks[size_t(l) + 1].x : a.x_final;
+
+  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{{"layer", l}});
+  k::layernorm_fwd(a.tmp, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
+  round_to_bf16(a.tmp, b.ln1_16, N * C);
+  k::matmul_fwd_bf16(a.wide16, b.ln1_16, weight16(w.qkv_w), nullptr, N, C, Q);  // (N, Q)
+  widen_to_fp32(a.wide16, b.qkv, N * Q);
+  split_qkv(b);
+  dense.reset();
+  if (run_attention) attn_.forward(b.q, b.k, b.v, b.o, b.lse);  // o (B,T,H,D), lse (B,H,T)
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  round_to_bf16(b.o, a.x16, N * C);
+  k::matmul_fwd_bf16(a.wide16, a.x16, weight16(w.proj_w), nullptr, N, C, C);  // (N, C)
+  add_bf16(b.res2, b.x, a.wide16, N * C);
+  k::layernorm_fwd(a.tmp, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
+  round_to_bf16(a.tmp, b.ln2_16, N * C);
+  k::matmul_fwd_bf16(b.fch_16, b.ln2_16, weight16(w.fc_w), nullptr, N, C, M);  // (N, M)
+  k::gelu_fwd_bf16(b.fch_gelu_16, b.fch_16, N * M);
+  if (!run_attention) return;  // recompute for the backward: the block output is not needed
+  k::matmul_fwd_bf16(a.wide16, b.fch_gelu_16, weight16(w.fcproj_w), nullptr, N, M, C);  // (N, C)
+  add_bf16(x_out, b.res2, a.wide16, N * C);
+}
+
+const bf16* Gpt::weight16(const float* master) const {
+  return params16_.data() + (master - params_.data());
+}
+
+void Gpt::round_weights() {
+  // The matrices (the tensors with weight decay): the embedding / LM head and the dense layers.
+  for (const auto& t : tensors_) {
+    if (t.decay) round_to_bf16(params_.data() + t.offset, params16_.data() + t.offset, t.size);
+  }
+}
+
 double Gpt::forward(const int32_t* tokens, const int32_t* targets) {
   auto& a = *a_;
   tokens_ = tokens;
   targets_ = targets;
   const int64_t N = N_;
   const int C = cfg_.dim, V = cfg_.vocab;
+  const bool bf = dtype_ == Dtype::bf16;
+  if (bf) round_weights();
   k::embedding_fwd(a.blocks[0].x, tokens, p_.wte, N, C, V);  // (N, C)
   for (int l = 0; l < cfg_.layers; ++l) {
     trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
-    block_forward(l, true);
+    if (bf) {
+      block_forward_bf16(l, true);
+    } else {
+      block_forward(l, true);
+    }
   }
   trace::Span head("lm head", trace::Cat::Compute);
-  k::layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
-  k::matmul_fwd(a.logits, a.lnf, p_.wte, nullptr, N, C, V);  // (N, V)
+  if (bf) {
+    k::layernorm_fwd(a.tmp, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
+    round_to_bf16(a.tmp, a.lnf_16, N * C);
+    k::matmul_fwd_bf16(a.wide16, a.lnf_16, weight16(p_.wte), nullptr, N, C, V);  // (N, V)
+    widen_to_fp32(a.wide16, a.logits, N * V);
+  } else {
+    k::layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
+    k::matmul_fwd(a.logits, a.lnf, p_.wte, nullptr, N, C, V);  // (N, V)
+  }
   k::softmax_xent_fwd(a.losses, a.logits, targets, N, V);
   double s = 0.0;
   for (int64_t n = 0; n < N; ++n) s += a.losses[n];
@@ -331,56 +457,115 @@ void Gpt::backward(float dloss) {
   WF_CHECK(tokens_ && targets_, "Gpt::backward called before forward");
   auto& a = *a_;
   const int64_t N = N_;
-  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim(), D = cfg_.head_dim();
-  const int H = cfg_.heads, Hkv = cfg_.kv_heads, V = cfg_.vocab;
-  const int64_t KD = int64_t(Hkv) * D;
+  const int C = cfg_.dim, V = cfg_.vocab;
+  const bool bf = dtype_ == Dtype::bf16;
 
   // Head: logits -> dlogits in place; tied weight gets the LM-head gradient.
-  std::optional<trace::Span> dense(std::in_place, "lm head", trace::Cat::Compute,
-                                   std::initializer_list<trace::Arg>{});
-  k::softmax_xent_bwd(a.logits, a.logits, targets_, dloss, N, V);                  // (N, V)
-  k::matmul_bwd(a.dln, g_.wte, nullptr, a.logits, a.lnf, p_.wte, N, C, V, false);  // (N, C)
+  std::optional<trace::Span> head(std::in_place, "lm head", trace::Cat::Compute,
+                                  std::initializer_list<trace::Arg>{});
+  k::softmax_xent_bwd(a.logits, a.logits, targets_, dloss, N, V);  // (N, V)
+  if (bf) {
+    round_to_bf16(a.logits, a.wide16, N * V);
+    k::matmul_bwd_bf16(a.x16, g_.wte, nullptr, a.wide16, a.lnf_16, weight16(p_.wte), N, C, V,
+                       false);  // (N, C)
+    widen_to_fp32(a.x16, a.dln, N * C);
+  } else {
+    k::matmul_bwd(a.dln, g_.wte, nullptr, a.logits, a.lnf, p_.wte, N, C, V, false);  // (N, C)
+  }
   std::fill(a.dx, a.dx + N * C, 0.0f);
   k::layernorm_bwd(a.dx, g_.lnf_w, g_.lnf_b, a.dln, a.x_final, p_.lnf_w, a.lnf_mean, a.lnf_rstd, N,
                    C);
+  head.reset();
 
-  dense.reset();
   for (int l = cfg_.layers - 1; l >= 0; --l) {
-    const BlockActs& b = a.blocks[size_t(l)];
-    const LayerParams& w = p_.layers[size_t(l)];
-    const LayerParams& gw = g_.layers[size_t(l)];
     trace::Span layer("layer backward", trace::Cat::Phase, {{"layer", l}});
     if (ckpt_ == Checkpointing::Attention) {
       trace::Span recompute("recompute", trace::Cat::Phase, {{"layer", l}});
-      block_forward(l, false);
+      if (bf) {
+        block_forward_bf16(l, false);
+      } else {
+        block_forward(l, false);
+      }
     }
-    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-
-    // MLP: x_out = res2 + fcproj(gelu(fc(ln2(res2)))); a.dx holds d x_out.
-    k::matmul_bwd(a.dfch, gw.fcproj_w, nullptr, a.dx, b.fch_gelu, w.fcproj_w, N, M, C, false);
-    k::gelu_bwd(a.dfch, b.fch, a.dfch, N * M);                                      // (N, M)
-    k::matmul_bwd(a.dln, gw.fc_w, nullptr, a.dfch, b.ln2, w.fc_w, N, C, M, false);  // (N, C)
-    k::layernorm_bwd(a.dx, gw.ln2_w, gw.ln2_b, a.dln, b.res2, w.ln2_w, b.ln2_mean, b.ln2_rstd, N,
-                     C);  // a.dx: d res2
-
-    // Attention: res2 = x + proj(o).
-    k::matmul_bwd(a.dattn, gw.proj_w, nullptr, a.dx, b.o, w.proj_w, N, C, C, false);  // (N, C)
-    dense.reset();
-    attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
-    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-    k::rope_bwd(a.dqkv, Q, a.dq, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);
-    k::rope_bwd(a.dqkv + H * D, Q, a.dk, rope_cos_.data(), rope_sin_.data(), B_, T_, Hkv, D);
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      std::memcpy(a.dqkv + n * Q + (H + Hkv) * D, a.dv + n * KD, size_t(KD) * sizeof(float));
+    if (bf) {
+      block_backward_bf16(l);
+    } else {
+      block_backward(l);
     }
-    k::matmul_bwd(a.dln, gw.qkv_w, nullptr, a.dqkv, b.ln1, w.qkv_w, N, C, Q, false);  // (N, C)
-    k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, a.dln, b.x, w.ln1_w, b.ln1_mean, b.ln1_rstd, N,
-                     C);  // a.dx: d x
-    dense.reset();
   }
   k::embedding_bwd(g_.wte, tokens_, a.dx, N, C);
   tokens_ = targets_ = nullptr;  // logits now hold gradients: a new forward is needed
+}
+
+// Backward of block l: a.dx holds the gradient of the block output on entry and of its input on
+// return.
+void Gpt::block_backward(int l) {
+  auto& a = *a_;
+  const BlockActs& b = a.blocks[size_t(l)];
+  const LayerParams& w = p_.layers[size_t(l)];
+  const LayerParams& gw = g_.layers[size_t(l)];
+  const int64_t N = N_;
+  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
+  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{{"layer", l}});
+
+  // MLP: x_out = res2 + fcproj(gelu(fc(ln2(res2)))); a.dx holds d x_out.
+  k::matmul_bwd(a.dfch, gw.fcproj_w, nullptr, a.dx, b.fch_gelu, w.fcproj_w, N, M, C, false);
+  k::gelu_bwd(a.dfch, b.fch, a.dfch, N * M);                                      // (N, M)
+  k::matmul_bwd(a.dln, gw.fc_w, nullptr, a.dfch, b.ln2, w.fc_w, N, C, M, false);  // (N, C)
+  k::layernorm_bwd(a.dx, gw.ln2_w, gw.ln2_b, a.dln, b.res2, w.ln2_w, b.ln2_mean, b.ln2_rstd, N,
+                   C);  // a.dx: d res2
+
+  // Attention: res2 = x + proj(o).
+  k::matmul_bwd(a.dattn, gw.proj_w, nullptr, a.dx, b.o, w.proj_w, N, C, C, false);  // (N, C)
+  dense.reset();
+  attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  merge_dqkv();
+  k::matmul_bwd(a.dln, gw.qkv_w, nullptr, a.dqkv, b.ln1, w.qkv_w, N, C, Q, false);  // (N, C)
+  k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, a.dln, b.x, w.ln1_w, b.ln1_mean, b.ln1_rstd, N,
+                   C);  // a.dx: d x
+}
+
+// The bf16 twin of block_backward: output gradients are rounded to bf16 for the dense products,
+// whose input gradients are widened back to fp32 for the layernorms and the attention.
+void Gpt::block_backward_bf16(int l) {
+  auto& a = *a_;
+  const BlockActs& b = a.blocks[size_t(l)];
+  const LayerParams& w = p_.layers[size_t(l)];
+  const LayerParams& gw = g_.layers[size_t(l)];
+  const int64_t N = N_;
+  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
+  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{{"layer", l}});
+
+  // MLP; a.dx holds d x_out.
+  round_to_bf16(a.dx, a.wide16, N * C);
+  k::matmul_bwd_bf16(a.x16, gw.fcproj_w, nullptr, a.wide16, b.fch_gelu_16, weight16(w.fcproj_w), N,
+                     M, C, false);                  // (N, M) d gelu output
+  k::gelu_bwd_bf16(a.x16, b.fch_16, a.x16, N * M);  // (N, M) d fch
+  k::matmul_bwd_bf16(a.y16, gw.fc_w, nullptr, a.x16, b.ln2_16, weight16(w.fc_w), N, C, M,
+                     false);  // (N, C)
+  widen_to_fp32(a.y16, a.dln, N * C);
+  k::layernorm_bwd(a.dx, gw.ln2_w, gw.ln2_b, a.dln, b.res2, w.ln2_w, b.ln2_mean, b.ln2_rstd, N,
+                   C);  // a.dx: d res2
+
+  // Attention: res2 = x + proj(o).
+  round_to_bf16(a.dx, a.wide16, N * C);
+  round_to_bf16(b.o, a.x16, N * C);
+  k::matmul_bwd_bf16(a.y16, gw.proj_w, nullptr, a.wide16, a.x16, weight16(w.proj_w), N, C, C,
+                     false);  // (N, C)
+  widen_to_fp32(a.y16, a.dattn, N * C);
+  dense.reset();
+  attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  merge_dqkv();
+  round_to_bf16(a.dqkv, a.wide16, N * Q);
+  k::matmul_bwd_bf16(a.y16, gw.qkv_w, nullptr, a.wide16, b.ln1_16, weight16(w.qkv_w), N, C, Q,
+                     false);  // (N, C)
+  widen_to_fp32(a.y16, a.dln, N * C);
+  k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, a.dln, b.x, w.ln1_w, b.ln1_mean, b.ln1_rstd, N,
+                   C);  // a.dx: d x
 }
 
 }  // namespace wallfacer::model

@@ -12,6 +12,14 @@
 // Parameters, gradients and activations live in contiguous arenas. With checkpointing
 // `Attention`, the forward keeps only each block's input and the attention output (o, lse); the
 // backward recomputes norms, projections and MLP of a block and never reruns the attention forward.
+//
+// With Dtype::bf16 the dense layers (QKV, projection, MLP fc and fcproj, LM head) run in bf16 with
+// fp32 accumulation (kernels/dense_bf16.h): each forward rounds the fp32 master weights to a bf16
+// copy once; the layers' inputs are rounded to bf16 (ln1, ln2, the GELU output and the final
+// layernorm output are kept in bf16 for the backward, as is the fc output), their outputs and input
+// gradients come back in bf16 and are widened where fp32 parts need them. Embedding, layernorms,
+// residual adds, rotary embedding, attention, softmax and loss, and every weight gradient stay
+// fp32 (GELU computes in fp32 between bf16 input and output).
 
 #include <cstdint>
 #include <memory>
@@ -19,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wallfacer/core/bf16.h"
 #include "wallfacer/model/parts.h"
 
 namespace wallfacer::model {
@@ -39,6 +48,10 @@ struct GptConfig {
 
 enum class Checkpointing { None, Attention };
 Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
+
+// The number format of the dense layers (train.dtype).
+enum class Dtype { fp32, bf16 };
+Dtype parse_dtype(std::string_view name);  // "fp32" | "bf16"
 
 struct LayerParams {
   float* ln1_w;     // (C)
@@ -72,7 +85,7 @@ class Gpt {
  public:
   // batch: sequences of this rank, tokens: rows per sequence on this rank (positions.size()).
   Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkpointing ckpt,
-      AttentionOp& attention);
+      AttentionOp& attention, Dtype dtype = Dtype::fp32);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -82,10 +95,12 @@ class Gpt {
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
-  int64_t activation_floats() const { return act_floats_; }
+  Dtype dtype() const { return dtype_; }
+  // Bytes of the activation and gradient buffers (the bf16 ones count 2 bytes each).
+  int64_t activation_bytes() const { return act_bytes_; }
 
   // tokens, targets: (B, T). Returns the sum of the losses of the local rows (fp64). Keeps what
-  // the backward needs.
+  // the backward needs. In bf16, first rounds the dense weights of params() to their bf16 copy.
   double forward(const int32_t* tokens, const int32_t* targets);
   // logits (B, T, V) of the last forward (valid until backward, which reuses the buffer).
   const float* logits() const;
@@ -96,9 +111,18 @@ class Gpt {
   void backward(float dloss);
 
   struct Acts;
+  struct BlockActs;
 
  private:
+  void split_qkv(const BlockActs& b);
+  void merge_dqkv();
   void block_forward(int l, bool run_attention);
+  void block_forward_bf16(int l, bool run_attention);
+  void block_backward(int l);
+  void block_backward_bf16(int l);
+  // The bf16 copy of a dense weight given by its fp32 master.
+  const bf16* weight16(const float* master) const;
+  void round_weights();  // params16_ = bf16(the matrices of params_)
 
   GptConfig cfg_;
   int B_, T_;
@@ -106,13 +130,15 @@ class Gpt {
   std::vector<int64_t> positions_;
   Checkpointing ckpt_;
   AttentionOp& attn_;
+  Dtype dtype_;
   int64_t num_params_;
   std::vector<ParamTensor> tensors_;
   std::vector<float> params_, grads_;
   GptParams p_, g_;
   std::vector<float> rope_cos_, rope_sin_;
   std::unique_ptr<Acts> a_;
-  int64_t act_floats_ = 0;
+  std::vector<bf16> params16_;  // bf16 copy of the dense weights (Dtype::bf16)
+  int64_t act_bytes_ = 0;
   const int32_t* tokens_ = nullptr;
   const int32_t* targets_ = nullptr;
 };

@@ -52,6 +52,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.eval_batches", &c.eval_batches},
       {"train.time_sampling", &c.time_sampling},
       {"train.timeout", &c.timeout},
+      {"train.dtype", &c.dtype},
       {"train.trace_steps", &c.trace_steps},
       {"data.dir", &c.data_dir},
       {"data.frames", &c.frames},
@@ -344,6 +345,11 @@ void TrainConfig::validate(int P) const {
                  "or [0, 0] for every step",
                  trace_steps[0], trace_steps[1]);
   model::parse_checkpointing(checkpointing);
+  const model::Dtype precision = model::parse_dtype(dtype);
+  WF_USAGE_CHECK(kind == "gpt" || precision == model::Dtype::fp32,
+                 "train.dtype = '{}' is supported for model.kind = 'gpt' only: use 'fp32' for "
+                 "model.kind = '{}'",
+                 dtype, kind);
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
                  "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
   if (ulysses > 1) {

@@ -51,6 +51,9 @@ struct TrainConfig {
   int64_t eval_every = 0;    // 0: no evaluation
   int eval_batches = 1;
   double timeout = 600;  // train.timeout: seconds a wait for another rank may last (0: no limit)
+  // train.dtype: "fp32", or "bf16" (GPT only: dense layers in bf16 with fp32 accumulation, fp32
+  // master weights and AdamW state; model::Dtype).
+  std::string dtype = "fp32";
   // data.*
   std::string data_dir = "data/kjv";
   // parallel.*

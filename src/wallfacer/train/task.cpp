@@ -23,7 +23,8 @@ class GptTask : public Task {
         val_shard_(cfg.data_dir + "/val.bin"),
         train_loader_(train_shard_, cfg.seq, uint64_t(cfg.seed)),
         val_loader_(val_shard_, cfg.seq, uint64_t(cfg.seed)),
-        model_(cfg.model, nb, positions, model::parse_checkpointing(cfg.checkpointing), attn),
+        model_(cfg.model, nb, positions, model::parse_checkpointing(cfg.checkpointing), attn,
+               model::parse_dtype(cfg.dtype)),
         tokens_(positions.size() * size_t(nb)),
         targets_(tokens_.size()) {
     for (const TokenShard* s : {&train_shard_, &val_shard_}) {

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Trains the same GPT with train.dtype = fp32 and = bf16 on one rank with THREADS threads,
+# alternating the two ROUNDS times (so a change of machine load hits both), and prints the
+# tokens/s of each run, the mean per dtype, their ratio and the largest relative difference of the
+# losses of the first run of each.
+# Usage: bench/gpt_bf16.sh [LAYERS DIM HEADS SEQ STEPS THREADS ROUNDS]   (defaults 4 256 4 4096 3 2 2)
+set -euo pipefail
+layers=${1:-4} dim=${2:-256} heads=${3:-4} seq=${4:-4096} steps=${5:-3} threads=${6:-2}
+rounds=${7:-2}
+wf=${WALLFACER:-build/wallfacer}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+data=data/kjv
+if [[ ! -f $data/train.bin ]]; then  # any text will do for timing
+  data=$work/data
+  for i in $(seq 1 8000); do echo "line $i: and the lamps were lit and the doors were opened"; done > "$work/text.txt"
+  "$wf" prepare --input "$work/text.txt" --out "$data" >/dev/null
+fi
+cat > "$work/bench.toml" <<TOML
+[model]
+layers = $layers
+dim = $dim
+heads = $heads
+kv_heads = $heads
+[train]
+seq = $seq
+batch = 1
+steps = $((steps + 1))
+lr = 1e-3
+[data]
+dir = "$data"
+TOML
+echo "model: $layers layers, dim $dim, $heads heads, seq $seq, batch 1, $threads threads," \
+  "$steps timed steps, $rounds rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+losses() { sed -E 's/.*"loss":([^,}]*).*/\1/' "$1/metrics.jsonl"; }
+for r in $(seq 1 "$rounds"); do
+  for dtype in fp32 bf16; do
+    OMP_NUM_THREADS=$threads "$wf" train --config "$work/bench.toml" --out "$work/$dtype-$r" \
+      --progress none --set train.dtype=$dtype >/dev/null
+    # tokens/s of the steps after the first (the first warms up)
+    tps=$(sed -E 's/.*"tokens_per_s":([^,}]*).*/\1/' "$work/$dtype-$r/metrics.jsonl" | tail -n +2 |
+      awk '{ s += 1 / $1; n++ } END { printf "%.1f", n / s }')
+    echo "round $r $dtype tokens/s $tps"
+    echo "$dtype $tps" >> "$work/tps"
+  done
+done
+awk '{ s[$1] += $2; n[$1]++ }
+     END { f = s["fp32"] / n["fp32"]; b = s["bf16"] / n["bf16"]
+           printf "mean fp32 %.1f tokens/s, bf16 %.1f tokens/s, bf16 / fp32 %.2fx\n", f, b, b / f }' "$work/tps"
+paste <(losses "$work/fp32-1") <(losses "$work/bf16-1") |
+  awk '{ d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > m) m = d }
+       END { printf "largest relative loss difference bf16 vs fp32: %.2e\n", m }'
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
