@@ -63,6 +63,16 @@ TEST(TrainConfig, IntegersForRealKeysNeedNotBeExactDoubles) {
   EXPECT_EQ(TrainConfig::from_toml("[train]\nlr = 3\n", "t").lr, 3.0);
 }
 
+TEST(TrainConfig, DtypeIsFp32OrBf16) {
+  TrainConfig c;
+  c.set("train.dtype=bf16");
+  c.validate(1);
+  c.set("train.dtype=fp16");
+  EXPECT_NE(
+      usage_error([&] { c.validate(1); }).find("train.dtype must be 'fp32' or 'bf16' (got 'fp16')"),
+      std::string::npos);
+}
+
 TEST(TrainConfig, DitClipShapesAreBounded) {
   const std::string dit = "[model]\nkind = \"dit\"\n";
   // The largest clip: 2^20 frames of 2^16 pixels, patches of 2^10: 2^20 x 64 x 64 tokens.

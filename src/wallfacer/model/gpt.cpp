@@ -36,13 +36,6 @@ Checkpointing parse_checkpointing(std::string_view name) {
                                std::string(name)));
 }
 
-Dtype parse_dtype(std::string_view name) {
-  if (name == "fp32") return Dtype::fp32;
-  if (name == "bf16") return Dtype::bf16;
-  throw UsageError(
-      fmt::format("train.dtype must be 'fp32' or 'bf16' (got '{}')", std::string(name)));
-}
-
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& cfg) {
   const int64_t C = cfg.dim, M = int64_t(cfg.mlp_ratio) * C, Q = cfg.qkv_dim();
   std::vector<ParamTensor> t;

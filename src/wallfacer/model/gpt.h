@@ -29,6 +29,7 @@
 
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/model/parts.h"
+#include "wallfacer/seqpar/config.h"
 
 namespace wallfacer::model {
 
@@ -49,9 +50,8 @@ struct GptConfig {
 enum class Checkpointing { None, Attention };
 Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
 
-// The number format of the dense layers (train.dtype).
-enum class Dtype { fp32, bf16 };
-Dtype parse_dtype(std::string_view name);  // "fp32" | "bf16"
+// The number format of the dense layers (train.dtype): the one of seqpar/config.h.
+using Dtype = seqpar::Dtype;
 
 struct LayerParams {
   float* ln1_w;     // (C)

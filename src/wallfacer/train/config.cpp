@@ -345,7 +345,9 @@ void TrainConfig::validate(int P) const {
                  "or [0, 0] for every step",
                  trace_steps[0], trace_steps[1]);
   model::parse_checkpointing(checkpointing);
-  const model::Dtype precision = model::parse_dtype(dtype);
+  WF_USAGE_CHECK(dtype == "fp32" || dtype == "bf16",
+                 "train.dtype must be 'fp32' or 'bf16' (got '{}')", dtype);
+  const model::Dtype precision = seqpar::parse_dtype(dtype);
   WF_USAGE_CHECK(kind == "gpt" || precision == model::Dtype::fp32,
                  "train.dtype = '{}' is supported for model.kind = 'gpt' only: use 'fp32' for "
                  "model.kind = '{}'",

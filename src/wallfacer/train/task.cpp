@@ -24,7 +24,7 @@ class GptTask : public Task {
         train_loader_(train_shard_, cfg.seq, uint64_t(cfg.seed)),
         val_loader_(val_shard_, cfg.seq, uint64_t(cfg.seed)),
         model_(cfg.model, nb, positions, model::parse_checkpointing(cfg.checkpointing), attn,
-               model::parse_dtype(cfg.dtype)),
+               seqpar::parse_dtype(cfg.dtype)),
         tokens_(positions.size() * size_t(nb)),
         targets_(tokens_.size()) {
     for (const TokenShard* s : {&train_shard_, &val_shard_}) {

@@ -356,7 +356,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
         "batch {}, checkpointing {}, {} threads/rank",
         cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.keep_kv ? " keep_kv" : "",
         cfg.seq, cfg.batch, cfg.checkpointing, num_threads()));
-    progress.message(model::parse_dtype(cfg.dtype) == model::Dtype::bf16
+    progress.message(seqpar::parse_dtype(cfg.dtype) == model::Dtype::bf16
                          ? "dtype bf16: dense layers in bf16 (fp32 accumulation, fp32 master "
                            "weights and AdamW), attention fp32"
                          : "dtype fp32: every layer in fp32");
