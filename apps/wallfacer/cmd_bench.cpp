@@ -457,7 +457,8 @@ Action setup_bench(CLI::App& root) {
       ->expected(1, 64)
       ->capture_default_str();
   kernel->add_option("--heads", opt->heads, "Query heads")->capture_default_str();
-  kernel->add_option("--kv-heads", opt->kv_heads, "Key/value heads (default: --heads)");
+  kernel->add_option("--kv-heads", opt->kv_heads, "Key/value heads (default: --heads)")
+      ->check(CLI::PositiveNumber);
   kernel->add_option("--head-dim", opt->head_dim, "Head dimension (1..256)")->capture_default_str();
   kernel->add_option("--batch", opt->batch, "Batch size")->capture_default_str();
   kernel->add_flag("--causal", opt->causal_only, "Causal mask only (default: full and causal)");
@@ -469,9 +470,11 @@ Action setup_bench(CLI::App& root) {
                    "both in the same rounds, with the bf16 / fp32 ratio)")
       ->check(CLI::IsMember({"fp32", "bf16", "both"}))
       ->capture_default_str();
-  kernel->add_option(
-      "--iters", opt->iters,
-      "Timed rounds per case, best round reported (default: 1 to 10 by the case's FLOPs)");
+  kernel
+      ->add_option(
+          "--iters", opt->iters,
+          "Timed rounds per case, best round reported (default: 1 to 10 by the case's FLOPs)")
+      ->check(CLI::PositiveNumber);
   return [opt, kernel]() -> int {
     if (kernel->parsed()) return run_kernel_bench(*opt);
     throw UsageError("bench: choose a benchmark, e.g. 'wallfacer bench kernel'");

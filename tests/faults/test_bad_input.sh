@@ -46,7 +46,7 @@ expect2 "prepare --input DIR" "is a folder" "$wf" prepare --input "$work/data" -
 # sample: a GPT checkpoint to sample from.
 "$wf" "${t[@]}" --out "$work/g" --steps 2 --set train.ckpt_every=1 >/dev/null 2>&1 ||
   err "training the checkpoint failed"
-expect2 "sample --temperature nan" "--temperature is nan" "$wf" sample --ckpt "$work/g" --temperature nan
+expect2 "sample --temperature nan" "--temperature: the value nan is not a finite number" "$wf" sample --ckpt "$work/g" --temperature nan
 expect2 "sample --temperature -1" "--temperature is -1" "$wf" sample --ckpt "$work/g" --temperature -1
 expect2 "sample --tokens 2147483647" "--tokens is 2147483647" \
   "$wf" sample --ckpt "$work/g" --tokens 2147483647

@@ -24,22 +24,32 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   WF_CHECK(fd >= 0, "cannot create '{}': {}", tmp, std::strerror(errno));
+  // A failed write leaves neither the temporary file nor a changed `path`.
+  const auto fail = [&](const std::string& what) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    raise_error(__FILE__, __LINE__, fmt::format("{} '{}' failed: {}", what, tmp, std::strerror(e)));
+  };
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int e = errno;
-      ::close(fd);
-      raise_error(__FILE__, __LINE__,
-                  fmt::format("write to '{}' failed: {}", tmp, std::strerror(e)));
-    }
+    if (w <= 0) fail("write to");
     done += size_t(w);
   }
-  WF_CHECK(::fsync(fd) == 0, "fsync of '{}' failed: {}", tmp, std::strerror(errno));
-  ::close(fd);
-  WF_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "rename '{}' -> '{}' failed: {}", tmp, path,
-           std::strerror(errno));
+  if (::fsync(fd) != 0) fail("fsync of");
+  if (::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    raise_error(__FILE__, __LINE__, fmt::format("close of '{}' failed: {}", tmp, std::strerror(e)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    raise_error(__FILE__, __LINE__,
+                fmt::format("rename '{}' -> '{}' failed: {}", tmp, path, std::strerror(e)));
+  }
   fsync_dir(std::filesystem::path(path).parent_path().string());
 }
 

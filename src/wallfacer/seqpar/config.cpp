@@ -55,8 +55,8 @@ void validate_hybrid(const AttnConfig& cfg, int P) {
   const int64_t parts =
       cfg.strategy == Strategy::Zigzag ? std::lcm(int64_t(P), 2 * rings) : int64_t(P);
   WF_USAGE_CHECK(cfg.seq % parts == 0,
-                 "sequence length {} must be divisible by {} for ulysses {} x {} on {} ranks",
-                 cfg.seq, parts, u, name, P);
+                 "--seq {} must be divisible by {} for ulysses {} x {} on {} ranks", cfg.seq, parts,
+                 u, name, P);
 }
 
 }  // namespace
@@ -88,7 +88,7 @@ int64_t hybrid_staging_elements(const AttnConfig& cfg, int P) {
 void validate(const AttnConfig& cfg, int P) {
   WF_USAGE_CHECK(P >= 1, "the group has {} ranks; it needs at least 1", P);
   WF_USAGE_CHECK(cfg.batch >= 1, "batch is {}; it must be at least 1", cfg.batch);
-  WF_USAGE_CHECK(cfg.seq >= 1, "sequence length is {}; it must be at least 1", cfg.seq);
+  WF_USAGE_CHECK(cfg.seq >= 1, "--seq is {}; it must be at least 1", cfg.seq);
   WF_USAGE_CHECK(cfg.heads >= 1, "heads is {}; it must be at least 1", cfg.heads);
   WF_USAGE_CHECK(cfg.kv_heads >= 1, "kv heads is {}; it must be at least 1", cfg.kv_heads);
   WF_USAGE_CHECK(cfg.head_dim >= 1, "head dim is {}; it must be at least 1", cfg.head_dim);
@@ -116,19 +116,19 @@ void validate(const AttnConfig& cfg, int P) {
   if (cfg.ulysses > 1) {
     validate_hybrid(cfg, P);
     WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.ulysses) <= INT_MAX,
-                   "sequence length {} is too long: a ring block of {} rows exceeds the kernel's "
-                   "limit",
+                   "--seq {} is too long: a ring block of {} rows exceeds the kernel's "
+                   "limit of 2^31-1; use a shorter sequence or more ranks",
                    cfg.seq, cfg.seq / P * cfg.ulysses);
     return;
   }
   const int64_t parts = uses_zigzag_layout(cfg) ? 2 * int64_t(P) : P;
-  WF_USAGE_CHECK(cfg.seq % parts == 0,
-                 "sequence length {} must be divisible by {} for {}{} on {} ranks{}", cfg.seq,
-                 parts, name, cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "",
-                 P, parts == P ? "" : " (2P half-chunks of the zigzag layout)");
+  WF_USAGE_CHECK(cfg.seq % parts == 0, "--seq {} must be divisible by {} for {}{} on {} ranks{}",
+                 cfg.seq, parts, name,
+                 cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "", P,
+                 parts == P ? "" : " (2P half-chunks of the zigzag layout)");
   WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.teams) <= INT_MAX,
-                 "sequence length {} is too long: a rank's block of {} rows exceeds the kernel's "
-                 "limit",
+                 "--seq {} is too long: a rank's block of {} rows exceeds the kernel's "
+                 "limit of 2^31-1; use a shorter sequence or more ranks",
                  cfg.seq, cfg.seq / P * cfg.teams);
   if (cfg.strategy == Strategy::Ulysses) {
     WF_USAGE_CHECK(cfg.heads % P == 0 && cfg.kv_heads % P == 0,

@@ -26,6 +26,7 @@
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/io.h"
+#include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/task.h"
 
@@ -145,36 +146,17 @@ std::string check_resume_config(const std::string& dir, const TrainConfig& now) 
   return other;
 }
 
-// Keeps the metrics lines of steps <= last_step (after a resume), or none.
-void trim_metrics(const std::string& path, int64_t last_step) {
-  std::string kept;
-  if (last_step > 0 && fs::exists(path)) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      try {
-        if (nlohmann::json::parse(line).at("step").get<int64_t>() <= last_step) kept += line + "\n";
-      } catch (const std::exception&) {
-      }
-    }
-  }
-  write_file_atomic(path, kept);
-}
-
 // DIR/loss.png from DIR/metrics.jsonl with gnuplot; returns false (and says why) when gnuplot is
 // not installed. A file that cannot be written is an Error.
 bool plot_losses(const std::string& dir, std::string& why) {
-  std::ifstream in(dir + "/metrics.jsonl");
+  const std::string path = dir + "/metrics.jsonl";
+  std::ifstream in(path);
   std::string train_dat, val_dat;
   std::string line;
-  while (std::getline(in, line)) {
-    try {
-      auto j = nlohmann::json::parse(line);
-      train_dat += fmt::format("{} {}\n", j["step"].get<int64_t>(), j["loss"].get<double>());
-      if (j.contains("val_loss"))
-        val_dat += fmt::format("{} {}\n", j["step"].get<int64_t>(), j["val_loss"].get<double>());
-    } catch (const std::exception&) {
-    }
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    const MetricsLine m = parse_metrics_line(path, number, line);
+    train_dat += fmt::format("{} {}\n", m.step, m.loss);
+    if (m.has_val) val_dat += fmt::format("{} {}\n", m.step, m.val_loss);
   }
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     why = "gnuplot is not installed (install gnuplot-nox)";
@@ -291,7 +273,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
         throw;
       } catch (const Error& e) {
         progress.message(fmt::format("warning: skipping checkpoint {}: {}", d, e.what()));
-        skipped += "\n  " + d + ": " + e.what();
+        skipped += (skipped.empty() ? " " : "; ") + d + ": " + e.what();
       }
     }
     WF_CHECK(!dir.empty(), "--resume: no checkpoint under '{}' verifies:{}", ckpt_dir, skipped);
@@ -305,20 +287,26 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       progress.message(fmt::format("resuming step {} written by {}{} on {} (dp {} x sp {})", start,
                                    ranks(origin.world), before, ranks(P), dp, sp));
     }
+    WF_USAGE_CHECK(cfg.steps >= start,
+                   "--resume: the checkpoint {} is of step {}, past train.steps = {}: give "
+                   "--steps {} or more (equal: nothing left to train)",
+                   dir, start, cfg.steps, start);
     progress.message(fmt::format("resumed from {} (step {})", dir, start));
   } else {
     task->init_params(uint64_t(cfg.seed));
   }
   std::ofstream metrics;
   uintmax_t metrics_bytes = 0;  // complete lines in the file
+  std::string metrics_note;
   world.agree([&] {
     if (rank != 0) return;
-    trim_metrics(metrics_path, start);
+    metrics_note = trim_metrics(metrics_path, start);
     metrics.open(metrics_path, std::ios::app);
     WF_CHECK(metrics.good(), "cannot open '{}' for writing: {}", metrics_path,
              std::strerror(errno));
     metrics_bytes = fs::file_size(metrics_path);
   });
+  if (!metrics_note.empty()) progress.message("warning: " + metrics_note);
 
   // Tracing: steps [trace_first, trace_last] (1-based).
   const bool range = cfg.trace_steps[0] > 0;
