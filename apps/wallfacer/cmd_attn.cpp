@@ -21,6 +21,7 @@
 #include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/plan/planner.h"
+#include "wallfacer/plan/report.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"

@@ -23,6 +23,7 @@
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
 
 namespace wallfacer::cli {
@@ -372,10 +373,13 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   if (!opt.full_only) masks.push_back(true);
   const int threads = num_threads();
   const char* core = blas_core_name();
+  const std::string_view isa = kernels::isa::name(kernels::isa::active());
   if (!opt.json) {
-    fmt::print("# wallfacer bench kernel: flash attention {}, threads {}, OpenBLAS core {}{}\n",
-               opt.dtype == "both" ? "fp32 and bf16" : opt.dtype, threads, core,
-               bf16 ? fmt::format(", bf16 tile products {}", kernels::bf16_path_name(path)) : "");
+    fmt::print(
+        "# wallfacer bench kernel: flash attention {}, threads {}, OpenBLAS core {}, kernels "
+        "{}{}\n",
+        opt.dtype == "both" ? "fp32 and bf16" : opt.dtype, threads, core, isa,
+        bf16 ? fmt::format(", bf16 tile products {}", kernels::bf16_path_name(path)) : "");
     fmt::print(
         "# FLOPs: fwd 4*B*H*S*S*D, bwd 2.5x fwd, halved when causal; sgemm: (n x D)(D x n);\n"
         "# rounds of sgemm, fwd, bwd interleaved, best round reported; ratios = kernel / sgemm\n");
@@ -414,6 +418,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
                               {"workspace_bytes", x.workspace_bytes},
                               {"peak_rss_bytes", r.peak_rss_bytes},
                               {"blas_core", core},
+                              {"isa", isa},
                               {"check_err", x.check_err},
                               {"check_tol", x.check_tol}};
           if (x.dtype == "bf16") {

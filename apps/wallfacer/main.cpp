@@ -13,6 +13,7 @@
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
+#include "wallfacer/kernels/isa.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -139,6 +140,7 @@ int main(int argc, char** argv) {
     if (!app.got_subcommand(name)) continue;
     const std::string prefix = "wallfacer " + name;
     try {
+      wallfacer::kernels::isa::active();  // a bad WALLFACER_CPU stops before any work
       return action();
     } catch (const wallfacer::UsageError& e) {
       return wallfacer::comm::end_job_with_error(prefix, e.what(), 2);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `wallfacer bench kernel --json` prints one JSON object per case (and dtype) with the documented
-# keys, its spot checks pass, --dtype both times fp32 and bf16 and gives their ratio, and bad values
-# exit 2.
+# keys, its spot checks pass, --dtype both times fp32 and bf16 and gives their ratio, WALLFACER_CPU
+# picks the kernels' level, and bad values exit 2.
 set -u
 wf=$1
 fail=0
@@ -14,7 +14,8 @@ import json, sys
 lines = [l for l in sys.argv[1].splitlines() if l.strip()]
 assert len(lines) == 2, f"expected 2 cases (full, causal), got {len(lines)}"
 keys = ["seq", "heads", "head_dim", "causal", "dtype", "fwd_gflops", "bwd_gflops", "sgemm_gflops",
-        "fwd_ratio", "bwd_ratio", "batch", "threads", "peak_rss_bytes", "blas_core", "check_err"]
+        "fwd_ratio", "bwd_ratio", "batch", "threads", "peak_rss_bytes", "blas_core", "isa",
+        "check_err"]
 seen = set()
 for l in lines:
     j = json.loads(l)
@@ -57,6 +58,14 @@ text=$(WALLFACER_BF16_PATH=portable "$wf" bench kernel --seq 64 --heads 1 --head
 echo "$text"
 echo "$text" | grep -q "bf16 tile products portable" || err "the header does not name the path"
 [ "$(echo "$text" | grep -v '^#' | grep -c ' bf16 ')" -eq 1 ] || err "expected one bf16 row"
+
+# WALLFACER_CPU picks the kernels' instruction set (src/wallfacer/kernels/isa.h).
+out=$(WALLFACER_CPU=baseline "$wf" bench kernel --seq 64 --heads 1 --head-dim 16 --iters 1 --causal \
+  --json) || err "WALLFACER_CPU=baseline: exit $?"
+echo "$out" | grep -q '"isa":"baseline"' || err "WALLFACER_CPU=baseline not reported: $out"
+msg=$(WALLFACER_CPU=sse9 "$wf" bench kernel --seq 64 --iters 1 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || err "WALLFACER_CPU=sse9 exited $rc, expected 2"
+echo "$msg" | grep -q "WALLFACER_CPU=sse9 is not a level" || err "WALLFACER_CPU=sse9: $msg"
 
 for bad in "--seq 0" "--head-dim 300" "--heads 0" "--dtype fp16"; do
   msg=$("$wf" bench kernel $bad --iters 1 2>&1 >/dev/null); rc=$?

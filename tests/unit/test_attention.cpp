@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention_testing.h"
+#include "isa_levels.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
@@ -413,6 +414,23 @@ TEST(Attn, WorkspaceIndependentOfSequence) {
   EXPECT_EQ(attn_bwd_workspace_bytes(huge, 2), 2 * 4 * (2 * int64_t(b.block_q) * b.block_k));
   EXPECT_LT(attn_fwd_workspace_bytes(huge, 2) + attn_bwd_workspace_bytes(huge, 2), int64_t(1)
                                                                                        << 30);
+}
+
+// Every instruction-set level this CPU runs (kernels/isa.h), called directly, on every reference
+// case.
+TEST(Attn, EveryLevelMatchesTheReference) {
+  for (const Case& c : reference_cases()) {
+    const Reference ref(Problem{c});
+    for (const LevelKernels& lk : levels_this_cpu_runs()) {
+      SCOPED_TRACE(lk.name());
+      Problem pb(c);
+      lk.attn_fwd(pb.fwd_params());
+      lk.attn_bwd_preprocess(pb.d, pb.o.data(), pb.qs(), pb.dout.data(), pb.qs(), pb.delta.data(),
+                             pb.ls());
+      lk.attn_bwd(pb.bwd_params());
+      expect_matches_reference(pb, ref);
+    }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "isa_levels.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/kernels/reference/ops_ref.h"
@@ -221,6 +222,47 @@ TEST(Ops, SumSquaresAndScale) {
   scale(x.data(), 3, 2.0f);
   auto y = randn(3, 17);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(x[size_t(i)], 2.0f * y[size_t(i)]);
+}
+
+// Every instruction-set level this CPU runs (kernels/isa.h), called directly: the vectorised
+// kernels on lengths that are no multiple of any vector width.
+TEST(Ops, EveryLevelMatchesTheReferences) {
+  const int64_t N = 7;
+  const int C = 100;
+  auto x = randn(N * C, 21, 2.0f), w = randn(C, 22), b = randn(C, 23), dy = randn(N * C, 24);
+  const Vec ln = ref::layernorm(to_d(x), to_d(w), to_d(b), N, C, kLayerNormEps);
+  Vec rdx, rdw, rdb;
+  ref::layernorm_bwd(rdx, rdw, rdb, to_d(dy), to_d(x), to_d(w), N, C, kLayerNormEps);
+  Vec gelu(x.size()), dgelu(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    gelu[i] = ref::gelu(x[i]);
+    dgelu[i] = dy[i] * ref::gelu_grad(x[i]);
+  }
+  auto g = randn(x.size(), 25);
+  Vec rp = to_d(x), rm(x.size(), 0.0), rv(x.size(), 0.0);
+  ref::adamw(rp, to_d(g), rm, rv, 1e-2, 0.9, 0.95, 1e-8, 0.1, 1);
+  for (const LevelKernels& lk : levels_this_cpu_runs()) {
+    SCOPED_TRACE(lk.name());
+    std::vector<float> y(x.size()), mean(N), rstd(N), dx(x.size(), 0.0f), dw(C, 0.0f), db(C, 0.0f);
+    lk.layernorm_fwd(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    expect_close(y, ln, 1e-5, 1e-5);
+    lk.layernorm_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+    expect_close(dx, rdx, 1e-4, 1e-4);
+    expect_close(dw, rdw, 1e-4, 1e-4);
+    expect_close(db, rdb, 1e-4, 1e-4);
+    lk.gelu_fwd(y.data(), x.data(), int64_t(x.size()));
+    expect_close(y, gelu, 1e-5, 0);
+    lk.gelu_bwd(dx.data(), x.data(), dy.data(), int64_t(x.size()));
+    expect_close(dx, dgelu, 1e-5, 0);
+    std::vector<float> p = x, m(x.size(), 0.0f), v(x.size(), 0.0f);
+    AdamWParams ap;
+    ap.lr = 1e-2f;
+    ap.weight_decay = 0.1f;
+    ap.step = 1;
+    lk.adamw(p.data(), g.data(), m.data(), v.data(), int64_t(p.size()), ap);
+    expect_close(p, rp, 1e-6, 1e-5);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/plan/attention_program.h"
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/plan/report.h"
 #include "wallfacer/seqpar/schedule.h"

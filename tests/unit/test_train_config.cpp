@@ -32,6 +32,13 @@ TEST(TrainConfig, SetStringsMustBeUtf8) {
   EXPECT_EQ(c.data_dir, "runs/d\xc3\xa9j\xc3\xa0");
 }
 
+TEST(TrainConfig, IntegersForRealKeysNeedNotBeExactDoubles) {
+  // 2^53 + 1 has no exact double: it reads as the nearest one, 2^53.
+  const TrainConfig c = TrainConfig::from_toml("[train]\nlr = 9007199254740993\n", "t");
+  EXPECT_EQ(c.lr, 9007199254740992.0);
+  EXPECT_EQ(TrainConfig::from_toml("[train]\nlr = 3\n", "t").lr, 3.0);
+}
+
 TEST(TrainConfig, DitClipShapesAreBounded) {
   const std::string dit = "[model]\nkind = \"dit\"\n";
   // The largest clip: 2^20 frames of 2^16 pixels, patches of 2^10: 2^20 x 64 x 64 tokens.

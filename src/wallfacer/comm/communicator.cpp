@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "wallfacer/comm/mpi_comm.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 
@@ -147,10 +148,11 @@ void watchdog_loop() {
       who = "one of them";
     }
     const std::string during = f.phase.empty() ? "" : fmt::format(" during {}", f.phase);
-    std::fprintf(stderr,
-                 "wallfacer: error: rank %d: %s%s made no progress for %.0f s%s: %s is stuck or "
-                 "gone (raise --timeout or train.timeout if the work is only slow)\n",
-                 world_rank(), f.op.load(), with.c_str(), waited, during.c_str(), who.c_str());
+    std::fprintf(
+        stderr,
+        "wallfacer: error: rank %d: %s%s made no progress for %.0f s%s: %s is stuck or "
+        "gone (raise --timeout, train.timeout or comm::set_timeout if the work is only slow)\n",
+        world_rank(), f.op.load(), with.c_str(), waited, during.c_str(), who.c_str());
     std::fflush(stderr);
     // MPI_Abort from this thread ends every rank; the main thread is inside MPI and cannot.
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -176,6 +178,15 @@ std::string mark_launched() {
   return "";
 }
 
+// Starts the watchdog thread unless it runs.
+void start_watchdog() {
+  Faults& f = faults();
+  std::lock_guard<std::mutex> lk(f.mu);
+  if (f.watchdog.joinable()) return;
+  f.stop = false;
+  f.watchdog = std::thread(watchdog_loop);
+}
+
 // MPI_Init_thread, errors returned instead of fatal, the error communicator and the watchdog.
 void start_mpi(int* argc, char*** argv) {
   // More ranks on this machine than cores (mpirun --oversubscribe): a rank that waits for a message
@@ -195,8 +206,7 @@ void start_mpi(int* argc, char*** argv) {
   check(MPI_Comm_dup(MPI_COMM_WORLD, &f.err_comm), "MPI_Comm_dup", world_rank());
   check(MPI_Comm_set_errhandler(f.err_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
         world_rank());
-  f.stop = false;
-  f.watchdog = std::thread(watchdog_loop);
+  start_watchdog();
 }
 
 // MPI_Finalize under the watchdog (it waits for every rank), then the watchdog stops.
@@ -373,6 +383,34 @@ struct Communicator::Impl {
     if (owned && comm != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&comm);
   }
 
+  // Takes `own` (a communicator this object frees): errors returned, rank, size and the world
+  // rank of each member. `wrank`: this process's rank in MPI_COMM_WORLD.
+  void adopt(MPI_Comm own, int world_rank_of_self) {
+    comm = own;
+    owned = true;
+    wrank = world_rank_of_self;
+    check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", wrank);
+    check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank", wrank);
+    check(MPI_Comm_size(comm, &size), "MPI_Comm_size", wrank);
+    MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+    check(MPI_Comm_group(comm, &group), "MPI_Comm_group", wrank);
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group", wrank);
+    std::vector<int> mine(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) mine[size_t(r)] = r;
+    world_of.resize(mine.size());
+    check(MPI_Group_translate_ranks(group, size, mine.data(), world_group, world_of.data()),
+          "MPI_Group_translate_ranks", wrank);
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    describe_members();
+  }
+
+  static Communicator make(std::shared_ptr<Impl> impl) {
+    Communicator c;
+    c.impl_ = std::move(impl);
+    return c;
+  }
+
   // Pairwise exchange: block j of `send` goes to rank j, block i of `recv` comes from rank i
   // (blocks of `count` elements); chunked so that any count works. Used for large counts.
   void exchange(const float* send, float* recv, int64_t count, const char* what) {
@@ -418,37 +456,42 @@ Communicator Communicator::world() {
   return c;
 }
 
+Communicator from_mpi_comm(MPI_Comm comm) {
+  WF_USAGE_CHECK(mpi_alive(),
+                 "comm::from_mpi_comm: MPI is not running; call MPI_Init (or MPI_Init_thread) "
+                 "first, and MPI_Finalize only after every wallfacer object is destroyed");
+  WF_USAGE_CHECK(comm != MPI_COMM_NULL,
+                 "comm::from_mpi_comm: the communicator is MPI_COMM_NULL; pass one this rank "
+                 "belongs to (e.g. MPI_COMM_WORLD or a duplicate of it)");
+  const int wrank = world_rank();
+  int inter = 0;
+  check(MPI_Comm_test_inter(comm, &inter), "MPI_Comm_test_inter", wrank);
+  WF_USAGE_CHECK(!inter,
+                 "comm::from_mpi_comm: an intercommunicator has two groups; pass an "
+                 "intracommunicator (e.g. from MPI_Intercomm_merge)");
+  MPI_Comm own = MPI_COMM_NULL;
+  check(MPI_Comm_dup(comm, &own), "MPI_Comm_dup", wrank);
+  auto impl = std::make_shared<Communicator::Impl>();
+  impl->adopt(own, wrank);
+  start_watchdog();
+  mark_launched();  // the host's MPI started this rank (tests/mpirun.sh)
+  return Communicator::Impl::make(std::move(impl));
+}
+
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 ByteCounters& Communicator::counters() { return impl_->counters; }
 const ByteCounters& Communicator::counters() const { return impl_->counters; }
 
 Communicator Communicator::split(int color, int key) const {
-  Communicator c;
-  c.impl_ = std::make_shared<Impl>();
-  c.impl_->wrank = impl_->wrank;
+  MPI_Comm comm = MPI_COMM_NULL;
   {
     Watch w("MPI_Comm_split", kNoPeer, 0, impl_->group());
-    check(MPI_Comm_split(impl_->comm, color, key, &c.impl_->comm), "MPI_Comm_split", impl_->wrank);
+    check(MPI_Comm_split(impl_->comm, color, key, &comm), "MPI_Comm_split", impl_->wrank);
   }
-  c.impl_->owned = true;
-  check(MPI_Comm_set_errhandler(c.impl_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
-        impl_->wrank);
-  check(MPI_Comm_rank(c.impl_->comm, &c.impl_->rank), "MPI_Comm_rank", impl_->wrank);
-  check(MPI_Comm_size(c.impl_->comm, &c.impl_->size), "MPI_Comm_size", impl_->wrank);
-  MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
-  check(MPI_Comm_group(c.impl_->comm, &group), "MPI_Comm_group", impl_->wrank);
-  check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group", impl_->wrank);
-  std::vector<int> mine(size_t(c.impl_->size));
-  for (int r = 0; r < c.impl_->size; ++r) mine[size_t(r)] = r;
-  c.impl_->world_of.resize(mine.size());
-  check(MPI_Group_translate_ranks(group, c.impl_->size, mine.data(), world_group,
-                                  c.impl_->world_of.data()),
-        "MPI_Group_translate_ranks", impl_->wrank);
-  MPI_Group_free(&group);
-  MPI_Group_free(&world_group);
-  c.impl_->describe_members();
-  return c;
+  auto impl = std::make_shared<Impl>();
+  impl->adopt(comm, impl_->wrank);
+  return Impl::make(std::move(impl));
 }
 
 Request Communicator::isend(const float* buf, int64_t count, int dest, int tag) {

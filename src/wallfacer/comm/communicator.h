@@ -2,6 +2,16 @@
 // The MPI engine. Everything above comm/ talks to MPI through these types only: no MPI type leaks.
 // Every MPI call is checked; a failure raises wallfacer::Error naming the call, the rank and peer.
 //
+// Where a Communicator comes from: Communicator::world() in a program whose main creates an
+// MpiSession (the wallfacer CLI), comm::from_mpi_comm (comm/mpi_comm.h) in a host program that
+// runs MPI itself, and split() of either.
+//
+// Collective calls (split, the collectives, barrier, agree, and building a DistAttention on a
+// group) must be made by every rank of the group, in the same order. Thread-safety: one thread
+// at a time calls into a group and the groups split from it (the MPI library's thread level
+// decides which thread); two Communicators over different ranks need no coordination.
+// Copies of a Communicator share one MPI communicator and one ByteCounters.
+//
 // Byte counters: each Communicator counts the bytes this rank sends, split into point-to-point and
 // collective. Collectives count the bytes of the ring algorithm whatever MPI does underneath:
 // all-gather and reduce-scatter (n-1)/n of the full buffer, all-to-all (n-1)/n of the local
@@ -40,13 +50,15 @@ class Request {
 
 class Communicator {
  public:
-  // The world group. Requires an MpiSession to be alive.
+  // The world group (MPI_COMM_WORLD itself). Requires MPI to be running: an MpiSession, or MPI
+  // started by the host (which should rather use from_mpi_comm, to keep its messages apart).
   static Communicator world();
 
   int rank() const;
   int size() const;
 
-  // Sub-group of the ranks with the same `color`, ordered by `key` (MPI_Comm_split).
+  // Sub-group of the ranks with the same `color`, ordered by `key` (MPI_Comm_split). Collective.
+  // The sub-group owns its MPI communicator, freed when its last copy is destroyed.
   Communicator split(int color, int key) const;
 
   // Non-blocking point-to-point on float buffers (counts in elements).

@@ -1,5 +1,8 @@
 #pragma once
 // Errors: one exception type carrying the place it was raised, and checked-call macros.
+// wallfacer's functions report failures by throwing Error, or UsageError for input the caller
+// chose (a config, a size, a name); messages are one line saying what is wrong and how to fix it.
+// The CLI turns them into exit codes 1 and 2 (docs/faults.md).
 
 #include <fmt/format.h>
 

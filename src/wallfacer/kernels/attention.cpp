@@ -13,9 +13,12 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_common.h"
+#include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/vec_math.h"
 
-namespace wallfacer::kernels {
+// Compiled once per instruction-set level (kernels/isa.h).
+WALLFACER_ISA_BEGIN
+namespace wallfacer::kernels::WALLFACER_ISA {
 namespace {
 
 using detail::check_dims;
@@ -114,7 +117,7 @@ AttnTiling attn_fwd_tiling(const AttnDims&) { return {kFwdBlockQ, kFwdBlockK}; }
 AttnTiling attn_bwd_tiling(const AttnDims&) { return {kBwdBlockQ, kBwdBlockK}; }
 
 int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads) {
-  const AttnTiling t = attn_fwd_tiling(dims);
+  const AttnTiling t = WALLFACER_ISA::attn_fwd_tiling(dims);
   // per thread: score tile (bq x bk), block output (bq x D), block lse and 1 / rowsum (bq each)
   const int64_t per =
       int64_t(t.block_q) * t.block_k + int64_t(t.block_q) * dims.head_dim + 2 * int64_t(t.block_q);
@@ -122,7 +125,7 @@ int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads) {
 }
 
 int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads) {
-  const AttnTiling t = attn_bwd_tiling(dims);
+  const AttnTiling t = WALLFACER_ISA::attn_bwd_tiling(dims);
   // per thread: P tile and dP tile (bq x bk each); plus the private dQ of a key split
   const int64_t per = 2 * int64_t(t.block_q) * t.block_k;
   return (per * threads +
@@ -140,11 +143,11 @@ void attn_fwd(const AttnFwdParams& p) {
   check_strides("o", p.o_stride, d.seq_q, d.heads, d.head_dim);
   if (d.seq_q == 0) return;
   if (d.seq_k == 0) {
-    if (!p.accumulate) attn_fwd_init_output(d, p.o, p.o_stride, p.lse, p.lse_stride);
+    if (!p.accumulate) WALLFACER_ISA::attn_fwd_init_output(d, p.o, p.o_stride, p.lse, p.lse_stride);
     return;
   }
 
-  const AttnTiling tile = attn_fwd_tiling(d);
+  const AttnTiling tile = WALLFACER_ISA::attn_fwd_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k, D = d.head_dim;
   const int group = d.heads / d.kv_heads;
   const int64_t nqb = (d.seq_q + bq - 1) / bq;
@@ -229,7 +232,7 @@ using detail::BwdTask;
 // accumulating into dq (given target) and into dk, dv (rows owned by this call).
 void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float* dps) {
   const AttnDims& d = p.dims;
-  const AttnTiling tile = attn_bwd_tiling(d);
+  const AttnTiling tile = WALLFACER_ISA::attn_bwd_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k, D = d.head_dim;
   const int group = d.heads / d.kv_heads;
   const int b = task.b, hk = task.hk;
@@ -329,7 +332,7 @@ void attn_bwd(const AttnBwdParams& p) {
     }
     return;
   }
-  const AttnTiling tile = attn_bwd_tiling(d);
+  const AttnTiling tile = WALLFACER_ISA::attn_bwd_tiling(d);
   const int nthreads = num_threads();
   const int64_t per_thread = 2 * int64_t(tile.block_q) * tile.block_k;
   std::vector<float> work(per_thread * nthreads);
@@ -341,4 +344,5 @@ void attn_bwd(const AttnBwdParams& p) {
                         });
 }
 
-}  // namespace wallfacer::kernels
+}  // namespace wallfacer::kernels::WALLFACER_ISA
+WALLFACER_ISA_END

@@ -8,6 +8,17 @@
 //   lse, delta     : (B, H,  Sq)       contiguous along Sq
 // Causal masks compare global positions: query row i sits at q_pos0 + i, key row j at k_pos0 + j,
 // and (i, j) is kept when q_pos0 + i >= k_pos0 + j. Fully masked rows give O = 0, LSE = -inf.
+// LSE is the natural log of the row's softmax denominator, sum_j exp(scale * q_i . k_j).
+//
+// Memory: the caller owns every tensor (any strides as described, no overlap between an output
+// and any other tensor); the kernels allocate their scratch per call (attn_*_workspace_bytes) and
+// keep nothing between calls.
+// Threads: each call runs OpenMP threads, as many as wallfacer uses (OMP_NUM_THREADS, else the
+// CPUs this process may use), and sets OpenBLAS to one thread for its duration, a process-wide
+// setting: call the kernels from one thread of the process at a time.
+// Errors: attn_fwd, attn_bwd, attn_bwd_preprocess and lse_merge check their arguments; bad
+// dimensions, strides or null pointers throw wallfacer::Error (core/error.h) before any work.
+// Results are deterministic for a given thread count and CPU (docs/numerics.md).
 
 #include <cstdint>
 
@@ -17,15 +28,15 @@ namespace wallfacer::kernels {
 inline constexpr int kMaxHeadDim = 256;
 
 struct AttnDims {
-  int batch = 1;
-  int seq_q = 0;
-  int seq_k = 0;
-  int heads = 1;
-  int kv_heads = 1;
-  int head_dim = 0;
+  int batch = 1;     // B
+  int seq_q = 0;     // Sq: query rows (0 allowed: nothing to do)
+  int seq_k = 0;     // Sk: key rows (0: O = 0, LSE = -inf)
+  int heads = 1;     // H
+  int kv_heads = 1;  // Hkv, dividing H
+  int head_dim = 0;  // D, 1..kMaxHeadDim
 };
 
-// Strides of a (B, S, H, D) tensor; D has unit stride.
+// Strides of a (B, S, H, D) tensor in elements (floats); D has unit stride.
 struct Strides3 {
   int64_t batch = 0, seq = 0, head = 0;
   // Contiguous (B, S, H, D).
@@ -34,7 +45,7 @@ struct Strides3 {
   }
 };
 
-// Strides of a (B, H, S) row statistic (lse, delta); S has unit stride.
+// Strides of a (B, H, S) row statistic (lse, delta) in elements; S has unit stride.
 struct Strides2 {
   int64_t batch = 0, head = 0;
   static Strides2 contiguous(int heads, int seq) { return {int64_t(heads) * seq, seq}; }
@@ -52,7 +63,7 @@ struct AttnFwdParams {
   Strides3 o_stride;
   float* lse = nullptr;  // (B, H, Sq)
   Strides2 lse_stride;
-  float scale = 1.0f;
+  float scale = 1.0f;  // multiplies q . k; usually 1 / sqrt(head_dim)
   bool causal = false;
   int64_t q_pos0 = 0;  // global position of query row 0
   int64_t k_pos0 = 0;  // global position of key row 0

@@ -7,9 +7,12 @@
 #include <vector>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/vec_math.h"
 
-namespace wallfacer::kernels {
+// Compiled once per instruction-set level (kernels/isa.h).
+WALLFACER_ISA_BEGIN
+namespace wallfacer::kernels::WALLFACER_ISA {
 
 void matmul_fwd(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                 int C, int OC) {
@@ -283,4 +286,5 @@ void scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-}  // namespace wallfacer::kernels
+}  // namespace wallfacer::kernels::WALLFACER_ISA
+WALLFACER_ISA_END

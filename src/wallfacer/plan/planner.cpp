@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/plan/attention_program.h"
 #include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::plan {
@@ -42,21 +43,6 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
   cfg.ulysses = c.ulysses;
   cfg.keep_kv = c.keep_kv;
   return cfg;
-}
-
-nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement placement) {
-  return {{"strategy", seqpar::strategy_name(cfg.strategy)},
-          {"placement", placement_name(placement)},
-          {"P", P},
-          {"C", cfg.strategy == Strategy::WallFacer ? cfg.teams : 1},
-          {"ulysses", cfg.ulysses},
-          {"seq", cfg.seq},
-          {"batch", cfg.batch},
-          {"heads", cfg.heads},
-          {"kv_heads", cfg.kv_heads},
-          {"head_dim", cfg.head_dim},
-          {"causal", cfg.causal},
-          {"keep_kv", cfg.keep_kv}};
 }
 
 std::vector<int> candidate_devices(const Candidate& c, int P) {

@@ -10,16 +10,24 @@
 //           + activations kept for the backward + one layer's working set
 //           + the attention schedule's scratch buffers (gathered team Q, K, V, double buffers, ...)
 //           + logits, and must fit in memory - memory_reserved.
+//
+// The entry point is plan_all: a cluster (load_cluster / parse_cluster, plan/cluster.h), a model
+// (load_model / parse_model, plan/model.h), a sequence length and a device count in; every
+// configuration's prediction out, best first. No MPI, no global state: the functions here are
+// pure computations, callable from any thread and any process (one rank is enough). Units:
+// seconds, bytes, FLOP/s and tokens/s. Bad input (gpus outside the cluster, seq < 1) throws
+// UsageError; a configuration that cannot run is listed as infeasible with its reason.
+//
+// To run a prediction: attention_config(model, seq, cand) is the seqpar::AttnConfig of the
+// candidate, and candidate_devices(cand, P) its rank order (seqpar/attention.h, Placement).
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "wallfacer/plan/cluster.h"
 #include "wallfacer/plan/model.h"
 #include "wallfacer/plan/placement.h"
-#include "wallfacer/plan/simulator.h"
 #include "wallfacer/seqpar/config.h"
 
 namespace wallfacer::plan {
@@ -67,7 +75,8 @@ std::vector<Candidate> candidates(const PlanInput& in);
 
 Prediction predict(const PlanInput& in, const Candidate& c);
 
-// Feasible ones first by tokens/s (descending), then the infeasible ones.
+// Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
+// infeasible ones (Prediction::reason says why: memory, divisibility, ...).
 std::vector<Prediction> plan_all(const PlanInput& in);
 
 // The attention of one layer alone, as the simulator sees it (used by tune and the validation).
@@ -96,17 +105,7 @@ NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int
 // The AttnConfig the candidate runs for this model and sequence (for hybrids, of the whole group).
 seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candidate& c);
 
-// The configuration as `attn --json` and trace files report it: strategy, placement, P, C,
-// ulysses, seq, batch, heads, kv_heads, head_dim, causal, keep_kv.
-nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement placement);
-
 // The rank order of the candidate's layout under its placement (layout rank -> device).
 std::vector<int> candidate_devices(const Candidate& c, int P);
-
-// Programs of the attention (forward or backward) of every rank, built from the seqpar schedules;
-// element counts become bytes with `elem_bytes`.
-// tile_q, tile_k: the kernel tile (Cluster::attention_tile_*) by which causal work is counted.
-Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, double elem_bytes,
-                          int tile_q = 0, int tile_k = 0, double* scratch_elements = nullptr);
 
 }  // namespace wallfacer::plan

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "wallfacer/core/trace.h"
+#include "wallfacer/plan/attention_program.h"
+#include "wallfacer/plan/report.h"
 #include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::plan {

@@ -26,6 +26,21 @@ int64_t parse_tokens(std::string_view text) {
   return v * mult;
 }
 
+nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement placement) {
+  return {{"strategy", seqpar::strategy_name(cfg.strategy)},
+          {"placement", placement_name(placement)},
+          {"P", P},
+          {"C", cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1},
+          {"ulysses", cfg.ulysses},
+          {"seq", cfg.seq},
+          {"batch", cfg.batch},
+          {"heads", cfg.heads},
+          {"kv_heads", cfg.kv_heads},
+          {"head_dim", cfg.head_dim},
+          {"causal", cfg.causal},
+          {"keep_kv", cfg.keep_kv}};
+}
+
 nlohmann::json prediction_json(const Prediction& p) {
   nlohmann::json j;
   j["label"] = p.cand.label();

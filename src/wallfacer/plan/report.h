@@ -14,6 +14,10 @@ namespace wallfacer::plan {
 // "131072", "128K" (x1024), "1M" (x1048576); UsageError otherwise.
 int64_t parse_tokens(std::string_view text);
 
+// The configuration as `attn --json` and trace files report it: strategy, placement, P, C,
+// ulysses, seq, batch, heads, kv_heads, head_dim, causal, keep_kv.
+nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement placement);
+
 nlohmann::json prediction_json(const Prediction& p);
 // {"cluster", "model", "seq", "gpus", "configs": [...], "best": {...} or null}
 nlohmann::json plan_json(const PlanInput& in, const std::vector<Prediction>& preds);

@@ -2,44 +2,83 @@
 // Distributed exact attention over a sequence-parallel group: the interface the models use.
 // One long sequence of `seq` tokens is split over the P ranks of the group; each rank holds the
 // rows of the tokens that the strategy's layout gives it (local_positions), computes q, k, v for
-// them, and gets back o, lse (forward) and dq, dk, dv (backward) for the same rows.
+// them, and gets back o, lse (forward) and dq, dk, dv (backward) for the same rows. The result
+// equals single-process attention on the whole sequence (kernels::attn_fwd / attn_bwd) within
+// fp32 rounding (docs/numerics.md).
+//
+// Tensors (fp32, contiguous, row-major; n = seq / P rows, in local_positions order):
+//   q, o, dout, dq   (B, n, H, D)       B = batch, H = heads, D = head_dim
+//   k, v, dk, dv     (B, n, Hkv, D)     Hkv = kv_heads
+//   lse              (B, H, n)          natural log of each row's softmax denominator (scaled
+//                                       scores), -inf for a row that sees no key
+// Scores are q.k / sqrt(D); causal masks compare global token positions.
+//
+// Memory: the caller owns every tensor; wallfacer reads and writes them only during the call and
+// keeps no pointer. A DistAttention owns its scratch buffers (allocated when it is built; with
+// keep_kv also one team K,V block per forward awaiting its backward) and its sub-communicators.
+//
+// Collective: the constructor, forward, backward and the destructor are called by every rank of
+// the group, in the same order (the constructor splits the group; a forward or backward on one
+// rank waits for the others). Thread-safety: one thread at a time per DistAttention and its
+// group; the kernels inside run OpenMP threads (OMP_NUM_THREADS, else the CPUs this process may
+// use).
+//
+// Errors: a config the group cannot run throws UsageError from the constructor, the same on every
+// rank (seqpar::validate); a failed MPI call or bad buffer throws wallfacer::Error; a rank that
+// stops making progress ends the job through the watchdog (comm::set_timeout).
+//
+// Placement (which ranks share a node) is the group's rank order: the strategy's layout rank r is
+// rank r of the group. To place WallFacer's sub-rings inside nodes of consecutive ranks
+// (plan::Placement::RingIntra), order the group first:
+//   plan::Candidate c{cfg.strategy, cfg.teams, cfg.ulysses, plan::Placement::RingIntra};
+//   auto layout_of = plan::inverse_order(plan::candidate_devices(c, world.size()));
+//   auto group = world.split(0, layout_of[world.rank()]);
+// (plan::plan_all ranks the placements for a cluster; team-intra is the plain order.)
 
 #include <cstdint>
-#include <string>
-#include <string_view>
-#include <vector>
+#include <memory>
 
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/seqpar/config.h"
 
 namespace wallfacer::seqpar {
 
+// This rank's figures of the latest forward and backward (not summed over calls).
 struct AttnStats {
-  int64_t p2p_bytes_fwd = 0, p2p_bytes_bwd = 0;
-  int64_t coll_bytes_fwd = 0, coll_bytes_bwd = 0;
-  int64_t p2p_steps_fwd = 0, p2p_steps_bwd = 0;
-  double fwd_ms = 0, bwd_ms = 0;
-  double exposed_comm_fwd_ms = 0, exposed_comm_bwd_ms = 0;
-  double attn_flops = 0;  // this rank's attention FLOPs, forward
+  int64_t p2p_bytes_fwd = 0, p2p_bytes_bwd = 0;    // bytes this rank sent point-to-point
+  int64_t coll_bytes_fwd = 0, coll_bytes_bwd = 0;  // bytes of its collectives (ring algorithm)
+  int64_t p2p_steps_fwd = 0, p2p_steps_bwd = 0;    // point-to-point rounds
+  double fwd_ms = 0, bwd_ms = 0;                   // wall time, milliseconds
+  double exposed_comm_fwd_ms = 0, exposed_comm_bwd_ms = 0;  // of it, blocked on communication
+  double attn_flops = 0;                                    // this rank's attention FLOPs, forward
 };
 
 class DistAttention {
  public:
+  // Collective over `group` (P = group.size() ranks): validates cfg for P (UsageError), splits
+  // the sub-groups the strategy needs and allocates its scratch buffers. Keeps a copy of `group`
+  // (its MPI communicator lives as long as this object).
   DistAttention(const AttnConfig& cfg, comm::Communicator& group);
   ~DistAttention();
+  DistAttention(const DistAttention&) = delete;
+  DistAttention& operator=(const DistAttention&) = delete;
 
-  // q: (B, S/P, H, D), k, v: (B, S/P, Hkv, D) local rows, contiguous; o: (B, S/P, H, D),
-  // lse: (B, H, S/P). Scale 1/sqrt(D).
+  // Collective. This rank's rows: q (B, n, H, D), k, v (B, n, Hkv, D) in; o (B, n, H, D),
+  // lse (B, H, n) out (overwritten). Inputs are not modified; outputs must not overlap inputs.
   void forward(const float* q, const float* k, const float* v, float* o, float* lse);
 
-  // Gradients for the same rows, given the forward's inputs and outputs.
+  // Collective. Gradients of the loss for the same rows, given dout = dLoss/do (B, n, H, D) and
+  // the inputs and outputs of the matching forward: dq (B, n, H, D), dk, dv (B, n, Hkv, D), each
+  // overwritten (never accumulated). With keep_kv, backwards pair with forwards last in, first
+  // out (as the layers of a model run them).
   void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
                 const float* dout, float* dq, float* dk, float* dv);
 
   const AttnStats& stats() const;
 
   // While transfers are pending, the kernels run on sub-blocks of this many query rows and MPI is
-  // driven between them (default 256; 0: whole blocks, MPI progresses only in the waits).
+  // driven between them (default 256; 0: whole blocks, MPI progresses only in the waits). Local:
+  // every rank may choose its own.
   void set_progress_rows(int64_t rows);
 
   struct Impl;

@@ -1,6 +1,7 @@
 #pragma once
 // What a distributed attention computes and how its ranks hold the sequence. Plain data, no MPI:
-// the planner includes this too.
+// the planner includes this too. Every function here is a pure function of its arguments (no
+// communication, thread-safe), so any rank can compute any rank's layout.
 
 #include <cstdint>
 #include <string>
@@ -9,21 +10,30 @@
 
 namespace wallfacer::seqpar {
 
+// How the P ranks of a group share the work (docs/seqpar.md):
+//   Ring       K,V blocks circulate around all P ranks (P-1 hops per phase).
+//   Zigzag     ring over the 2P half-chunk zigzag layout, which balances a causal mask.
+//   Ulysses    all-to-alls trade sequence rows for heads; needs heads and kv_heads divisible by P.
+//   WallFacer  teams of C ranks gather Q,K,V, K,V circulate on C^2 sub-rings of P/C^2 ranks, and
+//              an LSE reduce-scatter finishes; C = 1 is ring attention. Needs C^2 to divide P.
 enum class Strategy { Ring, Zigzag, Ulysses, WallFacer };
 
 // "ring" | "zigzag" | "ulysses" | "wallfacer"; throws UsageError naming the bad value.
 Strategy parse_strategy(std::string_view name);
 std::string_view strategy_name(Strategy s);
 
+// One attention of one layer, the same on every rank of the group. validate() states what a
+// group of P ranks accepts; in short: seq divisible by P (by 2P for the zigzag layout), heads a
+// multiple of kv_heads, head_dim 1..256 (kernels::kMaxHeadDim).
 struct AttnConfig {
   Strategy strategy = Strategy::Ring;
-  int teams = 1;  // C, for WallFacer
-  int batch = 1;
-  int64_t seq = 0;  // global sequence length
-  int heads = 1;
-  int kv_heads = 1;
-  int head_dim = 0;
-  bool causal = false;
+  int teams = 1;        // C, for WallFacer (1 for every other strategy)
+  int batch = 1;        // sequences, each split the same way
+  int64_t seq = 0;      // tokens of one whole sequence (the global length, not a rank's share)
+  int heads = 1;        // query heads H
+  int kv_heads = 1;     // key/value heads; H / kv_heads query heads share one (grouped-query)
+  int head_dim = 0;     // D; scores are scaled by 1 / sqrt(D)
+  bool causal = false;  // token i attends to tokens j <= i (global positions)
   // > 1: a Ulysses x ring hybrid (strategy ring or zigzag). Rank r = j*ulysses + a is member a of
   // team j (ulysses consecutive ranks); Ulysses all-to-alls run inside the team and a ring (zigzag
   // ring) over the P/ulysses ranks with the same member index a computes on the gathered heads.
@@ -53,7 +63,14 @@ int64_t hybrid_staging_elements(const AttnConfig& cfg, int P);
 // Throws UsageError with a one-line message when cfg cannot run on P ranks.
 void validate(const AttnConfig& cfg, int P);
 
-// Global token positions of the rows rank `rank` holds, in local row order (seq / P of them).
+// Global token positions (0 .. seq-1) of the rows rank `rank` (0 .. P-1, its rank in the group
+// the DistAttention runs on) holds, in local row order: seq / P of them. Row i of the rank's
+// (B, seq/P, H, D) tensors is token local_positions(...)[i] of each sequence. The layouts:
+//   contiguous (ring, ulysses, wallfacer without a mask): tokens [rank*n, (rank+1)*n), n = seq/P;
+//   zigzag (zigzag, causal wallfacer): half-chunks rank and 2P-1-rank of 2P chunks of seq/(2P);
+//   Ulysses x ring hybrid: rows [a*n, (a+1)*n) of the rows that ring rank j holds, for rank
+//   j*ulysses + a.
+// The rows of the whole sequence are the union over ranks, each token once.
 std::vector<int64_t> local_positions(const AttnConfig& cfg, int P, int rank);
 
 // Global token positions as runs: rank `rank` holds, in local row order, `rows` tokens starting at

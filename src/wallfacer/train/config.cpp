@@ -162,7 +162,9 @@ void assign(const Field& f, const toml::node& n) {
     *std::get<std::string*>(f.ptr) = n.value<std::string>().value();
   } else if (std::holds_alternative<double*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_number(), "{} expects a number", f.key);
-    *std::get<double*>(f.ptr) = n.value<double>().value();
+    // An integer converts to the nearest double (the TOML library refuses one that is not exact).
+    *std::get<double*>(f.ptr) = n.is_integer() ? static_cast<double>(n.value<int64_t>().value())
+                                               : n.value<double>().value();
   } else if (std::holds_alternative<bool*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_boolean(), "{} expects true or false", f.key);
     *std::get<bool*>(f.ptr) = n.value<bool>().value();
