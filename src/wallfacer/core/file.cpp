@@ -72,4 +72,21 @@ void make_directories(const std::string& dir, const std::string& what) {
                  ec ? ec.message() : "a file of that name exists", what);
 }
 
+void check_output_folder(const std::string& path, const std::string& what) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::filesystem::path dir = parent.empty() ? std::filesystem::path(".") : parent;
+  std::error_code ec;
+  WF_USAGE_CHECK(std::filesystem::is_directory(dir, ec),
+                 "cannot write '{}': the folder '{}' does not exist or is not a folder; give {} a "
+                 "path in a writable folder",
+                 path, dir.string(), what);
+}
+
+bool png_complete(const std::string& path) {
+  std::string tail(8, '\0');
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  return f.good() && f.tellg() >= 8 && f.seekg(-8, std::ios::end) && f.read(tail.data(), 8) &&
+         tail == std::string("IEND\xae\x42\x60\x82", 8);
+}
+
 }  // namespace wallfacer

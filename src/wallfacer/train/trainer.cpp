@@ -1,5 +1,6 @@
 #include "wallfacer/train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -25,6 +27,7 @@
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/data.h"
 #include "wallfacer/train/io.h"
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
@@ -176,15 +179,79 @@ bool plot_losses(const std::string& dir, std::string& why) {
   std::error_code ec;
   fs::remove(png, ec);
   const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script).c_str());
-  // A complete PNG ends with its IEND chunk; gnuplot does not always report a failed write.
-  std::string tail(8, '\0');
-  std::ifstream f(png, std::ios::binary | std::ios::ate);
-  const bool complete = f.good() && f.tellg() >= 8 && f.seekg(-8, std::ios::end) &&
-                        f.read(tail.data(), 8) && tail == std::string("IEND\xae\x42\x60\x82", 8);
-  WF_CHECK(rc == 0 && complete,
+  WF_CHECK(rc == 0 && png_complete(png),
            "gnuplot could not write the loss plot '{}' (a full disk?); the metrics are intact",
            png);
   return true;
+}
+
+// The settings of a config as "section.key" -> value (as TOML writes it), without data.dir: each
+// node may hold its own copy of the data under another path.
+std::map<std::string, std::string> config_settings(const std::string& toml_text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(toml_text);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.size() >= 2 && line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    const std::string key = section + "." + line.substr(0, eq);
+    if (key != "data.dir") out[key] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+// `text` of rank 0 on every rank (collective): the bytes travel in an all-reduce of the maximum,
+// to which only rank 0 contributes.
+std::string text_of_rank0(comm::Communicator& world, const std::string& text) {
+  uint64_t len = world.rank() == 0 ? text.size() : 0;
+  world.all_reduce_max(&len, 1);
+  std::vector<uint64_t> words((len + 7) / 8, 0);
+  if (world.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
+  world.all_reduce_max(words.data(), int64_t(words.size()));
+  std::string out(len, '\0');
+  std::memcpy(out.data(), words.data(), len);
+  return out;
+}
+
+// Every rank must train the same config: a rank with another model.dim or train.seq would wait
+// forever in a collective of another size. An all-reduce of the smallest and largest hash of the
+// settings finds a difference; then every rank that differs from rank 0 names the keys, and every
+// rank stops with the message of the lowest one (collective).
+void check_same_config(comm::Communicator& world, const TrainConfig& cfg) {
+  const std::string toml_text = cfg.to_toml();
+  const auto mine = config_settings(toml_text);
+  std::string text;
+  for (const auto& [key, value] : mine) text += key + " = " + value + "\n";
+  const uint64_t h = fnv1a64(text.data(), text.size());
+  uint64_t extremes[2] = {h, ~h};
+  world.all_reduce_max(extremes, 2);
+  if (extremes[0] == ~extremes[1]) return;
+  const auto first = config_settings(text_of_rank0(world, toml_text));
+  world.agree([&] {
+    std::vector<std::string> differ;
+    for (const auto& [key, value] : mine) {
+      const auto it = first.find(key);
+      if (it == first.end() || it->second != value)
+        differ.push_back(fmt::format("{} ({} here, {} on rank 0)", key, value,
+                                     it == first.end() ? "absent" : it->second));
+    }
+    for (const auto& [key, value] : first)
+      if (!mine.count(key))
+        differ.push_back(fmt::format("{} (absent here, {} on rank 0)", key, value));
+    if (differ.empty()) return;
+    if (differ.size() > 4) {
+      differ.resize(4);
+      differ.back() = "...";
+    }
+    throw UsageError(fmt::format(
+        "ranks were started with different configs: this rank differs from rank 0 in {}; give "
+        "every rank the same --config and --set options",
+        fmt::join(differ, ", ")));
+  });
 }
 
 // Stops before allocating when the model, its optimizer state and the activations of this rank's
@@ -208,6 +275,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const TrainConfig& cfg = opt.cfg;
   const int P = world.size(), rank = world.rank();
   cfg.validate(P);
+  check_same_config(world, cfg);
   check_training_memory(cfg, P);
   const int sp = cfg.sp, dp = cfg.dp(P), sp_rank = rank % sp, dp_rank = rank / sp;
   comm::Communicator group = world.split(dp_rank, sp_rank);
