@@ -130,8 +130,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return wallfacer::comm::end_job_with_error(
-        "wallfacer", fmt::format("{} (see 'wallfacer --help')", e.what()), 2);
+    std::string message = fmt::format("{} (see 'wallfacer --help')", e.what());
+    if (app.get_subcommands().empty() && e.get_name() == "RequiredError") {
+      // No subcommand was recognised: name the word given instead, and list the subcommands.
+      std::string names;
+      for (const auto& [name, action] : actions) names += (names.empty() ? "" : ", ") + name;
+      std::string word;
+      for (int i = 1; i < argc && word.empty(); ++i)
+        if (argv[i][0] != '-') word = argv[i];
+      message =
+          word.empty()
+              ? fmt::format("a subcommand is required: one of {} (see 'wallfacer --help')", names)
+              : fmt::format(
+                    "unknown subcommand '{}': the subcommands are {} (see "
+                    "'wallfacer --help')",
+                    word, names);
+    }
+    return wallfacer::comm::end_job_with_error("wallfacer", message, 2);
   }
   if (timeout_option()) wallfacer::comm::set_timeout(*timeout_option());
 

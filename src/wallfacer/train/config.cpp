@@ -372,6 +372,11 @@ void TrainConfig::validate(int P) const {
     for (const auto& [flag, key] :
          {std::pair<std::string, std::string>{"--teams", "parallel.teams"},
           {"--strategy", "parallel.strategy"},
+          {"--ulysses", "parallel.ulysses"},
+          {"--kv-heads", "model.kv_heads"},
+          {"--heads", "model.heads"},
+          {"--head-dim", "the head size (model.dim / model.heads)"},
+          {"--batch", "the batch per data-parallel group (train.batch / dp)"},
           {"--seq", "train.seq"}}) {
       for (size_t at = msg.find(flag); at != std::string::npos; at = msg.find(flag, at))
         msg.replace(at, flag.size(), key);
