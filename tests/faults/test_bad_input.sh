@@ -43,6 +43,9 @@ expect2 "bench kernel --kv-heads 3" "--heads 4 must be a multiple of --kv-heads 
 expect2 "parallel.ulysses 3" "parallel.ulysses" "$wf" "${t[@]}" --out "$work/s0" \
   --set parallel.ulysses=3
 
+expect2 "tune --calibrate --out in a missing folder" "give --out a path in a writable folder" \
+  "$wf" tune --calibrate --out "$work/none/c.toml"
+
 # Trace files: where the JSON is bad, in words.
 : >"$work/empty.json"
 expect2 "trace-plot empty file" "empty.json': the file is empty" \
