@@ -7,7 +7,7 @@ PRESET ?= release
 # reached the program is retried, by tests/mpirun.sh.
 CTEST = ctest --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build build-asan build-fuzz test test-asan fuzz demo bench validate-planner format clean
+.PHONY: all deps build build-asan build-fuzz test test-asan fuzz sweep demo bench validate-planner format clean
 
 all: build
 
@@ -46,6 +46,10 @@ fuzz: build-fuzz
 	  tests/fuzz/run.sh build-fuzz/tests/fuzz/fuzz_$$t tests/fuzz/corpus/$$t $(FUZZ_SECONDS) \
 	    $(FUZZ_DIR)/$$t --keep || fail=1; \
 	done; exit $$fail
+
+# Every case of the bad-input and fault sweep (docs/faults.md, "The sweep"); ctest runs a subset.
+sweep: build
+	python3 tests/faults/sweep.py --wf build/wallfacer --mpirun tests/mpirun.sh
 
 # The main job: the King James Bible as byte tokens (prepared once into data/kjv), a small GPT
 # trained with 4 ranks of WallFacer-C (configs/gpt-kjv.toml), the loss plot, and a sample.

@@ -400,7 +400,8 @@ Action setup(CLI::App& root) {
   cmd->add_option("--teams", o->teams, "WallFacer team size C (C^2 must divide P)");
   cmd->add_option("--ulysses", o->ulysses,
                   "Ulysses degree U of a Ulysses x ring hybrid (with --strategy ring or zigzag; "
-                  "U must divide P and the heads)");
+                  "U must divide P and the heads)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--placement", o->placement,
                   "which ranks share a node: team-intra (teams of consecutive ranks, team "
                   "collectives inside a node) or ring-intra (sub-rings on consecutive ranks, ring "
@@ -409,14 +410,16 @@ Action setup(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--node-size", o->node_size,
                   "with --count: ranks per node, to count the bytes that cross nodes (and with "
-                  "--cluster the prediction, without running)");
+                  "--cluster the prediction, without running)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--cluster", o->cluster,
                   "a cluster file (e.g. from tune --calibrate): print the planner's predicted "
                   "times beside the measured ones; world rank i is device i");
   cmd->add_option("--seq", o->seq, "global sequence length N (required)");
-  cmd->add_option("--batch", o->batch, "batch size B");
+  cmd->add_option("--batch", o->batch, "batch size B")->check(CLI::PositiveNumber);
   cmd->add_option("--heads", o->heads, "query heads H (required)");
-  cmd->add_option("--kv-heads", o->kv_heads, "key/value heads (default: H)");
+  cmd->add_option("--kv-heads", o->kv_heads, "key/value heads (default: H)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--head-dim", o->head_dim, "head dimension D (required)");
   cmd->add_flag("--causal", o->causal, "causal mask");
   cmd->add_option("--dtype", o->dtype,

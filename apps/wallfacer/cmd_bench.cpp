@@ -581,7 +581,8 @@ Action setup_bench(CLI::App& root) {
       ->expected(1, 64)
       ->capture_default_str();
   kernel->add_option("--heads", opt->heads, "Query heads")->capture_default_str();
-  kernel->add_option("--kv-heads", opt->kv_heads, "Key/value heads (default: --heads)");
+  kernel->add_option("--kv-heads", opt->kv_heads, "Key/value heads (default: --heads)")
+      ->check(CLI::PositiveNumber);
   kernel->add_option("--head-dim", opt->head_dim, "Head dimension (1..256)")->capture_default_str();
   kernel->add_option("--batch", opt->batch, "Batch size")->capture_default_str();
   kernel->add_flag("--causal", opt->causal_only, "Causal mask only (default: full and causal)");
@@ -593,9 +594,11 @@ Action setup_bench(CLI::App& root) {
                    "both in the same rounds, with the bf16 / fp32 ratio)")
       ->check(CLI::IsMember({"fp32", "bf16", "both"}))
       ->capture_default_str();
-  kernel->add_option(
-      "--iters", opt->iters,
-      "Timed rounds per case, best round reported (default: 1 to 10 by the case's FLOPs)");
+  kernel
+      ->add_option(
+          "--iters", opt->iters,
+          "Timed rounds per case, best round reported (default: 1 to 10 by the case's FLOPs)")
+      ->check(CLI::PositiveNumber);
   kernel
       ->add_option("--docs", opt->docs,
                    "Packed documents: their lengths, summing to the sequence (--seq defaults to "

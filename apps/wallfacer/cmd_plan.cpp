@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -54,7 +56,17 @@ int run_plan(const PlanOptions& o) {
   in.model = plan::load_model(o.model);
   in.seq = plan::parse_tokens(o.seq);
   in.gpus = o.gpus > 0 ? o.gpus : in.cluster.devices();
-  auto preds = plan::plan_all(in);
+  // A large group takes a while: say how far the search is, every few seconds, on stderr.
+  const auto start = std::chrono::steady_clock::now();
+  double last_report = 0;
+  auto preds = plan::plan_all(in, [&](int done, int total) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s - last_report < 5) return;
+    last_report = s;
+    fmt::print(stderr, "plan: {} of {} configurations predicted after {:.0f} s\n", done, total, s);
+    std::fflush(stderr);
+  });
   WF_USAGE_CHECK(o.config.empty() || !o.trace.empty(),
                  "--config names the configuration of --trace");
   if (!o.trace.empty()) write_predicted_trace(in, preds, o.config, o.trace);

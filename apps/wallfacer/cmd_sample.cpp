@@ -13,6 +13,7 @@
 
 #include "command.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/model/dit_sampler.h"
 #include "wallfacer/model/sampler.h"
@@ -51,6 +52,7 @@ std::string resolve_checkpoint(const std::string& dir) {
 
 int sample_dit(const SampleArgs& a, const train::TrainConfig& cfg, const std::string& dir) {
   WF_USAGE_CHECK(!a.out.empty(), "--out FILE.gif is required for a DiT checkpoint");
+  check_output_folder(a.out, "--out");
   WF_USAGE_CHECK(a.steps >= 1 && a.steps <= 100000, "--steps is {}; give 1..100000 Euler steps",
                  a.steps);
   WF_USAGE_CHECK(a.scale >= 1 && a.scale <= 64, "--scale is {}; give 1..64", a.scale);

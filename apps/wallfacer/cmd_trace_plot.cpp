@@ -2,6 +2,7 @@
 // rank, its sequential ops on top (compute, collectives, waits) and its transfers in flight below.
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +52,7 @@ int run_plot(const PlotOptions& o) {
     throw UsageError(fmt::format("'{}': {}", o.input, e.what()));
   }
   WF_USAGE_CHECK(!t.spans.empty(), "'{}' holds no spans", o.input);
+  check_output_folder(o.out, "--out");
   const int ranks = t.ranks;
 
   // Boxes by colour: x (ms) from, to; y from, to. Row r spans y in [-r - 0.45, -r + 0.45].
@@ -123,13 +125,24 @@ int run_plot(const PlotOptions& o) {
   const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script.string()).c_str());
   std::error_code ec;
   fs::remove_all(dir, ec);
-  if (rc != 0 || !fs::exists(tmp_png)) {
+  if (rc != 0 || !png_complete(tmp_png)) {
     fs::remove(tmp_png, ec);
-    throw UsageError(fmt::format(
-        "gnuplot could not write '{}' (is gnuplot-nox installed and the directory writable?)",
+    // The shell's status 127: the command was not found.
+    WF_USAGE_CHECK(!(WIFEXITED(rc) && WEXITSTATUS(rc) == 127),
+                   "gnuplot is not installed: install it (e.g. the package gnuplot-nox) to draw "
+                   "'{}'",
+                   o.out);
+    throw Error(fmt::format(
+        "gnuplot could not write '{}' completely (a full disk, or a folder that cannot be "
+        "written?)",
         o.out));
   }
-  fs::rename(tmp_png, o.out);
+  fs::rename(tmp_png, o.out, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp_png, ec);
+    throw Error(fmt::format("cannot rename the finished plot to '{}': {}", o.out, why));
+  }
   std::printf("%s: %d ranks, %zu spans\n", o.out.c_str(), ranks, t.spans.size());
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "wallfacer/comm/link_probe.h"
 #include "wallfacer/comm/topology.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 #include "wallfacer/core/stats.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
@@ -138,11 +139,15 @@ void print_link(const std::string& what, const plan::Link& link, const comm::Lin
 
 int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
   const int P = world.size(), rank = world.rank();
+  const std::string out = o.out.empty() ? "configs/clusters/local.toml" : o.out;
+  // Rank 0 writes --out: a folder that does not exist is found before the measurements.
+  world.agree([&] {
+    if (rank == 0) check_output_folder(out, "--out");
+  });
   WF_USAGE_CHECK(P >= 2,
                  "tune --calibrate measures links between ranks: run it under "
                  "`mpirun -np 2` (or more)");
   const comm::Topology topo = comm::discover_topology();
-  const std::string out = o.out.empty() ? "configs/clusters/local.toml" : o.out;
   BlasSingleThreaded blas1;
 
   // Dense products, every rank at once (the rate one rank sees when all of them compute).

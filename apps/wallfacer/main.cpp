@@ -1,7 +1,11 @@
 // wallfacer: one binary, one subcommand per job (train, sample, attn, bench, plan, tune, ...).
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <vector>
 
@@ -65,6 +69,39 @@ void add_timeout_option(CLI::App& app) {
   }
 }
 
+// A number given as an empty string ('--seed ""') would read as 0, a negative one given to an
+// unsigned option would wrap around, and nan or inf passes range checks (every comparison with nan
+// is false): all are refused for every number option of every command.
+void add_number_checks(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    for (CLI::Option* opt : sub->get_options()) {
+      const std::string type = opt->get_type_name();  // "INT", "FLOAT:NONNEGATIVE", ...
+      const std::string kind = type.substr(0, type.find(':'));
+      if (kind != "INT" && kind != "UINT" && kind != "FLOAT") continue;
+      opt->check(CLI::Validator(
+          [kind](std::string& s) -> std::string {
+            if (s.empty()) return "an empty value is not a number; give a number";
+            if (kind == "UINT" && s.find('-') != std::string::npos)
+              return "the value " + s + " is negative; give a number >= 0";
+            if (kind == "FLOAT" && !std::isfinite(std::strtod(s.c_str(), nullptr)))
+              return "the value " + s + " is not a finite number; give a finite number";
+            // A decimal integer past 64 bits would be clamped to the largest value.
+            if (kind != "FLOAT" && s.find_first_not_of("-0123456789") == std::string::npos) {
+              int64_t i = 0;
+              uint64_t u = 0;
+              const auto r = kind == "UINT" ? std::from_chars(s.data(), s.data() + s.size(), u)
+                                            : std::from_chars(s.data(), s.data() + s.size(), i);
+              if (r.ec == std::errc::result_out_of_range)
+                return "the value " + s + " is out of range";
+            }
+            return "";
+          },
+          ""));
+    }
+    add_number_checks(*sub);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,6 +119,7 @@ int main(int argc, char** argv) {
   for (auto& e : entries) actions.emplace_back(e.name, e.setup(app));
   add_timeout_option(app);
   add_memory_option(app);
+  add_number_checks(app);
 
   try {
     app.parse(argc, argv);
@@ -92,8 +130,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return wallfacer::comm::end_job_with_error(
-        "wallfacer", fmt::format("{} (see 'wallfacer --help')", e.what()), 2);
+    std::string message = fmt::format("{} (see 'wallfacer --help')", e.what());
+    if (app.get_subcommands().empty() && e.get_name() == "RequiredError") {
+      // No subcommand was recognised: name the word given instead, and list the subcommands.
+      std::string names;
+      for (const auto& [name, action] : actions) names += (names.empty() ? "" : ", ") + name;
+      std::string word;
+      for (int i = 1; i < argc && word.empty(); ++i)
+        if (argv[i][0] != '-') word = argv[i];
+      message =
+          word.empty()
+              ? fmt::format("a subcommand is required: one of {} (see 'wallfacer --help')", names)
+              : fmt::format(
+                    "unknown subcommand '{}': the subcommands are {} (see "
+                    "'wallfacer --help')",
+                    word, names);
+    }
+    return wallfacer::comm::end_job_with_error("wallfacer", message, 2);
   }
   if (timeout_option()) wallfacer::comm::set_timeout(*timeout_option());
 

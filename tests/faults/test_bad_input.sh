@@ -26,6 +26,37 @@ sed -e 's/^count = .*/count = 1048576/' -e 's/^devices_per_node = .*/devices_per
 expect2 "nodes x devices_per_node past int" "1048576 x 4096 = 4294967296 devices; at most" \
   "$wf" plan --cluster "$work/huge.toml" --model "$md" --seq 8K
 
+sed -e 's/^devices_per_node = .*/devices_per_node = 4096/' "$cl" >"$work/big.toml"
+expect2 "plan on 4096 devices" "planning for 4096 devices would take hours.*--gpus N" \
+  "$wf" plan --cluster "$work/big.toml" --model "$md" --seq 8K
+expect2 "plan --model DIR" "the model file '$work' is a folder" \
+  "$wf" plan --cluster "$cl" --model "$work" --seq 8K
+expect2 "unknown subcommand" "unknown subcommand 'frobnicate': the subcommands are prepare, attn" \
+  "$wf" frobnicate
+a=(attn --strategy ring --seq 64 --heads 2 --head-dim 8 --iters 1)
+expect2 "attn --kv-heads 3" "--heads 2 must be a multiple of --kv-heads 3" "$wf" "${a[@]}" --kv-heads 3
+expect2 "attn --ulysses 3" "--ulysses 3 must divide the 1 ranks" "$wf" "${a[@]}" --ulysses 3
+expect2 "attn --teams 3" "--teams 3: wallfacer needs C^2 = 9" \
+  "$wf" attn --strategy wallfacer --teams 3 --seq 64 --heads 2 --head-dim 8 --count 4
+expect2 "bench kernel --kv-heads 3" "--heads 4 must be a multiple of --kv-heads 3" \
+  "$wf" bench kernel --seq 64 --heads 4 --kv-heads 3 --head-dim 8 --iters 1 --full
+expect2 "parallel.ulysses 3" "parallel.ulysses" "$wf" "${t[@]}" --out "$work/s0" \
+  --set parallel.ulysses=3
+
+expect2 "tune --calibrate --out in a missing folder" "give --out a path in a writable folder" \
+  "$wf" tune --calibrate --out "$work/none/c.toml"
+
+# Trace files: where the JSON is bad, in words.
+: >"$work/empty.json"
+expect2 "trace-plot empty file" "empty.json': the file is empty" \
+  "$wf" trace-plot "$work/empty.json" --out "$work/t.png"
+printf '{"traceEvents": [\n{"ph": "X", "ts": 1e400}]}' >"$work/big.json"
+expect2 "trace-plot 1e400" "big.json': line 2: the number 1e400 of \"ts\" is out of range" \
+  "$wf" trace-plot "$work/big.json" --out "$work/t.png"
+printf '{"traceEvents": [{"ph": "X"}]}' >"$work/noname.json"
+expect2 "trace-plot event without a name" "trace event 1 (counting from 1) is malformed" \
+  "$wf" trace-plot "$work/noname.json" --out "$work/t.png"
+
 # Memory sized before allocating (the estimate and the limit), sizes bounded so products cannot wrap.
 expect2 "model.dim = 2^20" "needs about .* GiB per process; the limit is" \
   "$wf" "${t[@]}" --out "$work/s0" --set model.dim=1048576
@@ -46,7 +77,7 @@ expect2 "prepare --input DIR" "is a folder" "$wf" prepare --input "$work/data" -
 # sample: a GPT checkpoint to sample from.
 "$wf" "${t[@]}" --out "$work/g" --steps 2 --set train.ckpt_every=1 >/dev/null 2>&1 ||
   err "training the checkpoint failed"
-expect2 "sample --temperature nan" "--temperature is nan" "$wf" sample --ckpt "$work/g" --temperature nan
+expect2 "sample --temperature nan" "--temperature: the value nan is not a finite number" "$wf" sample --ckpt "$work/g" --temperature nan
 expect2 "sample --temperature -1" "--temperature is -1" "$wf" sample --ckpt "$work/g" --temperature -1
 expect2 "sample --tokens 2147483647" "--tokens is 2147483647" \
   "$wf" sample --ckpt "$work/g" --tokens 2147483647
@@ -101,6 +132,23 @@ sed -i 's#"step": 2#"step": 1#' "$work/g3/ckpt/step-2/manifest.json"
 out=$("$wf" "${t[@]}" --out "$work/g3" --steps 3 --resume 2>&1); rc=$?
 [ $rc -eq 1 ] || err "step differing from the manifest: exit $rc, expected 1: $out"
 echo "$out" | grep -q "is of step 2, its manifest of step 1" || err "step mismatch: $out"
+
+# Manifest keys missing or mistyped: the file and the key, in words.
+manifest_error() {
+  local what=$1 edit=$2 pat=$3 d="$work/m-$RANDOM"
+  cp -r "$work/g" "$d"
+  rm -rf "$d/ckpt/step-1"
+  python3 -c "import json, sys; p = sys.argv[1]; m = json.load(open(p)); $edit; json.dump(m, open(p, 'w'))" \
+    "$d/ckpt/step-2/manifest.json"
+  expect_error 1 "manifest $what" "$pat" "$wf" "${t[@]}" --out "$d" --steps 3 --resume
+  echo "$out" | grep -q "json.exception" && err "manifest $what: library text: $out"
+}
+manifest_error "step missing" "m.pop('step')" "manifest.json': key 'step' is missing"
+manifest_error "step a string" "m.update(step='2')" "key 'step' must be an integer"
+manifest_error "step 1e300" "m.update(step=1e300)" "key 'step' must be an integer"
+manifest_error "config missing" "m.pop('config')" "key 'config' is missing"
+manifest_error "fnv1a64 a float" "m['shards'][0].update(fnv1a64=1.5)" \
+  "key 'shards\[0\].fnv1a64' must be a string (it is 1.5)"
 
 [ $fail -eq 0 ] && echo "ok: bad input refused"
 exit $fail

@@ -28,6 +28,13 @@ expect "one rank's bad override" 2 "rank 1: train.timeout expects a number" \
   -np 1 "$wf" "${t[@]}" --set parallel.sp=2 --out "$work/o2" : \
   -np 1 "$wf" "${t[@]}" --set parallel.sp=2 --out "$work/o2" --set train.timeout=abc
 
+# Ranks started with different configs stop before the first collective that depends on it.
+expect "ranks with different configs" 2 \
+  "rank 1: ranks were started with different configs: this rank differs from rank 0 in model.dim (64 here, 32 on rank 0)" \
+  "$mpirun_bin" -q --oversubscribe --bind-to none \
+  -np 1 "$wf" "${t[@]}" --set parallel.sp=2 --out "$work/o5" : \
+  -np 1 "$wf" "${t[@]}" --set parallel.sp=2 --out "$work/o5" --set model.dim=64
+
 # A usage error every rank sees: printed exactly once, every time (rank 0 must not be killed
 # before it prints).
 for i in 1 2 3 4 5 6; do

@@ -103,6 +103,19 @@ if command -v gnuplot >/dev/null; then
   echo "$out" | grep -q "could not write the loss plot" || err "plot message: $out"
   [ "$(losses "$work/plot" | wc -l)" -eq 12 ] || err "plot failure: metrics lost"
 fi
+if command -v gnuplot >/dev/null; then
+  # trace-plot's PNG cut short by a file-size limit: exit 1, nothing left behind.
+  "$wf" attn --strategy ring --seq 64 --heads 2 --head-dim 8 --iters 1 \
+    --trace "$work/trace.json" >/dev/null || err "attn --trace failed"
+  out=$( (trap '' XFSZ; ulimit -f 2; exec "$wf" trace-plot "$work/trace.json" \
+    --out "$work/cut.png") 2>&1); rc=$?
+  [ $rc -eq 1 ] || err "trace-plot on a full disk: exit $rc, expected 1: $out"
+  echo "$out" | grep -q "gnuplot could not write '$work/cut.png' completely" ||
+    err "trace-plot message: $out"
+  [ ! -e "$work/cut.png" ] && [ ! -e "$work/cut.png.tmp" ] || err "trace-plot left a file behind"
+  "$wf" trace-plot "$work/trace.json" --out "$work/whole.png" >/dev/null ||
+    err "trace-plot without a limit failed"
+fi
 "$wf" sample --ckpt "$work/nan" --tokens 5 >/dev/full 2>"$work/full.err"; rc=$?
 [ $rc -eq 1 ] || err "sample to a full device: exit $rc, expected 1: $(cat "$work/full.err")"
 grep -q "cannot write the sample" "$work/full.err" || err "sample message: $(cat "$work/full.err")"

@@ -62,10 +62,10 @@ bad 4 "C^2" --strategy wallfacer --teams 4 --seq 256 --heads 4 --head-dim 8
 bad 3 "divisible" --strategy ulysses --seq 96 --heads 4 --head-dim 8
 bad 4 "divisible" --strategy zigzag --seq 36 --heads 4 --head-dim 8
 bad 3 "divisible" --strategy ring --seq 100 --heads 4 --head-dim 8
-bad 2 "kv heads" --strategy ring --seq 64 --heads 4 --kv-heads 3 --head-dim 8
+bad 2 "--kv-heads" --strategy ring --seq 64 --heads 4 --kv-heads 3 --head-dim 8
 bad 1 "strategy" --strategy spiral --seq 64 --heads 4 --head-dim 8
 bad 4 "must divide the 4 ranks" --strategy ring --ulysses 3 --seq 96 --heads 6 --head-dim 8
-bad 4 "must divide heads" --strategy ring --ulysses 2 --seq 64 --heads 3 --head-dim 8
+bad 4 "must divide --heads" --strategy ring --ulysses 2 --seq 64 --heads 3 --head-dim 8
 bad 4 "ring or zigzag" --strategy ulysses --ulysses 2 --seq 64 --heads 4 --head-dim 8
 
 # --count sums the schedules without running: ring on 8 ranks sends 7 hops of K,V forward

@@ -269,6 +269,31 @@ TEST(CheckpointFile, FormatTwoHeaderMustMatchTheManifest) {
       << e;
   e = rewrite([](auto& m) { m["shards"][0].erase("bytes"); });
   EXPECT_NE(e.find("key 'shards[0].bytes' is missing"), std::string::npos) << e;
+  // Missing and mistyped keys: the file and the key in words, never the JSON library's text.
+  e = rewrite([](auto& m) { m.erase("step"); });
+  EXPECT_NE(e.find("manifest.json': key 'step' is missing"), std::string::npos) << e;
+  e = rewrite([](auto& m) { m["step"] = "3"; });
+  EXPECT_NE(e.find("key 'step' must be an integer"), std::string::npos) << e;
+  e = rewrite([](auto& m) { m["step"] = 3.0; });  // a float is refused, not converted
+  EXPECT_NE(e.find("key 'step' must be an integer"), std::string::npos) << e;
+  e = rewrite([](auto& m) { m["shards"][0]["bytes"] = -1; });
+  EXPECT_NE(e.find("key 'shards[0].bytes' must be an integer in 0.."), std::string::npos) << e;
+  e = rewrite([](auto& m) { m["shards"][0]["fnv1a64"] = 1.5; });
+  EXPECT_NE(e.find("key 'shards[0].fnv1a64' must be a string (it is 1.5)"), std::string::npos) << e;
+  e = rewrite([](auto& m) { m["version"] = "2"; });
+  EXPECT_NE(e.find("key 'version' must be an integer"), std::string::npos) << e;
+  write_file_atomic(dir + "/manifest.json", "{\"format\": \n");
+  e = load_error(dir, 10);
+  EXPECT_NE(e.find("manifest.json' is corrupt: not valid JSON at line 2"), std::string::npos) << e;
+  e = rewrite([](auto& m) { m.erase("config"); });
+  EXPECT_EQ(e, "");
+  try {
+    checkpoint_config(dir);
+    ADD_FAILURE() << "a manifest without 'config' was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("key 'config' is missing"), std::string::npos)
+        << err.what();
+  }
   e = rewrite([](auto& m) { m["version"] = 3; });
   EXPECT_NE(e.find("is of format version 3; this wallfacer reads versions 1 and 2"),
             std::string::npos)

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 #include "wallfacer/core/threads.h"
 
 namespace wallfacer {
@@ -20,6 +24,36 @@ TEST(Core, CheckThrowsWithPlace) {
 TEST(Core, UsageCheckThrowsUsageError) {
   EXPECT_THROW(WF_USAGE_CHECK(false, "bad {}", "value"), UsageError);
   EXPECT_NO_THROW(WF_USAGE_CHECK(true, "fine"));
+}
+
+TEST(Core, PngIsCompleteOnlyWithItsEndChunk) {
+  const auto dir = std::filesystem::path(WALLFACER_BINARY_DIR) / "test_tmp" / "png";
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream((dir / name).string(), std::ios::binary) << bytes;
+    return (dir / name).string();
+  };
+  // The IEND chunk: length 0, type, CRC.
+  const std::string iend("\0\0\0\0IEND\xae\x42\x60\x82", 12);
+  EXPECT_TRUE(png_complete(write("whole.png", "\x89PNG\r\n\x1a\n" + iend)));
+  EXPECT_FALSE(png_complete(write("cut.png", "\x89PNG\r\n\x1a\n" + iend.substr(0, 10))));
+  EXPECT_FALSE(png_complete(write("empty.png", "")));
+  EXPECT_FALSE(png_complete((dir / "missing.png").string()));
+}
+
+TEST(Core, OutputFolderMustExist) {
+  const auto dir = std::filesystem::path(WALLFACER_BINARY_DIR) / "test_tmp" / "png";
+  std::filesystem::create_directories(dir);
+  EXPECT_NO_THROW(check_output_folder((dir / "x.png").string(), "--out"));
+  EXPECT_NO_THROW(check_output_folder("x.png", "--out"));  // the working folder
+  try {
+    check_output_folder((dir / "none" / "x.png").string(), "--out");
+    ADD_FAILURE() << "a missing folder was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist or is not a folder; give --out"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Core, ThreadsFollowEnvironment) {

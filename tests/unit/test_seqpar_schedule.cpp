@@ -151,8 +151,8 @@ TEST(SeqparSchedule, HybridValidate) {
   };
   bad(hybrid(Strategy::Ulysses, 64, 4, 4, 2, false), 4, "ring or zigzag");
   bad(hybrid(Strategy::WallFacer, 64, 4, 4, 2, false), 4, "ring or zigzag");
-  bad(hybrid(Strategy::Ring, 64, 4, 4, 3, false), 6, "must divide heads");
-  bad(hybrid(Strategy::Ring, 64, 4, 2, 4, false), 8, "must divide heads");  // kv heads
+  bad(hybrid(Strategy::Ring, 64, 4, 4, 3, false), 6, "must divide --heads");
+  bad(hybrid(Strategy::Ring, 64, 4, 2, 4, false), 8, "must divide --heads");  // kv heads
   bad(hybrid(Strategy::Ring, 64, 4, 4, 4, false), 6, "must divide the 6 ranks");
   bad(hybrid(Strategy::Ring, 64, 4, 4, 0, false), 4, "at least 1");
   bad(hybrid(Strategy::Ring, 60, 4, 4, 2, false), 8, "divisible by 8");

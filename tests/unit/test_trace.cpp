@@ -118,6 +118,27 @@ TEST(Trace, ParseRejectsWhatIsNotATrace) {
   EXPECT_TRUE(parse_chrome_trace("{\"traceEvents\": []}").empty());
 }
 
+TEST(Trace, JsonErrorsSayWhereInWords) {
+  auto error = [](const std::string& text) {
+    try {
+      parse_chrome_trace(text);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error(""), "the file is empty (a JSON document was expected)");
+  EXPECT_EQ(error(" \n"), "the file is empty (a JSON document was expected)");
+  std::string e = error("{\"traceEvents\": [\n  {\"ph\": }]}");
+  EXPECT_EQ(e.rfind("not valid JSON at line 2, column ", 0), 0u) << e;
+  EXPECT_EQ(error("{\"traceEvents\": [\n\n{\"ts\": 1e400}]}"),
+            "line 3: the number 1e400 of \"ts\" is out of range");
+  e = error("{\"traceEvents\": [{\"ph\": \"M\"}, {\"ph\": \"X\"}]}");
+  EXPECT_EQ(e, "trace event 2 (counting from 1) is malformed: key 'name' not found");
+  for (const char* bad : {"", "{", "[1e400]", "{\"traceEvents\": [{\"ph\": 1}]}"})
+    EXPECT_EQ(error(bad).find("json.exception"), std::string::npos) << error(bad);
+}
+
 // A trace file's text with the given events (as JSON text) and metadata.
 std::string trace_text(const std::string& events, const std::string& other = "{}") {
   return "{\"traceEvents\": [" + events + "], \"otherData\": " + other + "}";

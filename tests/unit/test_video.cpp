@@ -1,7 +1,9 @@
 // Synthetic videos, rectified-flow sampling and the GIF writer.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -145,6 +147,35 @@ TEST(Gif, DecodesToTheQuantisedFrames) {
       ASSERT_EQ(d.frames[size_t(f)][size_t(p)], want) << "frame " << f << " pixel " << p;
     }
   }
+}
+
+TEST(Gif, FailedWriteLeavesNoTemporaryFile) {
+  // A file-size limit stands in for a full disk: the write fails part-way.
+  const auto dir = std::filesystem::path(WALLFACER_BINARY_DIR) / "test_tmp" / "gif_full";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "x.gif").string();
+  std::vector<uint8_t> rgb(size_t(4) * 32 * 32 * 3);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t(i * 7919 % 251);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 100;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  bool threw = false;
+  try {
+    write_gif(path, rgb.data(), 4, 32, 32, 10);
+  } catch (const Error&) {
+    threw = true;
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(threw);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  write_gif(path, rgb.data(), 4, 32, 32, 10);  // without the limit it is written whole
+  EXPECT_EQ(std::filesystem::file_size(path), encode_gif(rgb.data(), 4, 32, 32, 10).size());
 }
 
 TEST(DitSample, GifHasTheConfiguredFramesAndSize) {

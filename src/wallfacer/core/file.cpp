@@ -24,22 +24,32 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   WF_CHECK(fd >= 0, "cannot create '{}': {}", tmp, std::strerror(errno));
+  // A failed write leaves neither the temporary file nor a changed `path`.
+  const auto fail = [&](const std::string& what) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    raise_error(__FILE__, __LINE__, fmt::format("{} '{}' failed: {}", what, tmp, std::strerror(e)));
+  };
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int e = errno;
-      ::close(fd);
-      raise_error(__FILE__, __LINE__,
-                  fmt::format("write to '{}' failed: {}", tmp, std::strerror(e)));
-    }
+    if (w <= 0) fail("write to");
     done += size_t(w);
   }
-  WF_CHECK(::fsync(fd) == 0, "fsync of '{}' failed: {}", tmp, std::strerror(errno));
-  ::close(fd);
-  WF_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "rename '{}' -> '{}' failed: {}", tmp, path,
-           std::strerror(errno));
+  if (::fsync(fd) != 0) fail("fsync of");
+  if (::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    raise_error(__FILE__, __LINE__, fmt::format("close of '{}' failed: {}", tmp, std::strerror(e)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    raise_error(__FILE__, __LINE__,
+                fmt::format("rename '{}' -> '{}' failed: {}", tmp, path, std::strerror(e)));
+  }
   fsync_dir(std::filesystem::path(path).parent_path().string());
 }
 
@@ -60,6 +70,23 @@ void make_directories(const std::string& dir, const std::string& what) {
   WF_USAGE_CHECK(!ec && std::filesystem::is_directory(dir),
                  "cannot create the folder '{}' ({}): {}; give {} a writable folder", dir, what,
                  ec ? ec.message() : "a file of that name exists", what);
+}
+
+void check_output_folder(const std::string& path, const std::string& what) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::filesystem::path dir = parent.empty() ? std::filesystem::path(".") : parent;
+  std::error_code ec;
+  WF_USAGE_CHECK(std::filesystem::is_directory(dir, ec),
+                 "cannot write '{}': the folder '{}' does not exist or is not a folder; give {} a "
+                 "path in a writable folder",
+                 path, dir.string(), what);
+}
+
+bool png_complete(const std::string& path) {
+  std::string tail(8, '\0');
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  return f.good() && f.tellg() >= 8 && f.seekg(-8, std::ios::end) && f.read(tail.data(), 8) &&
+         tail == std::string("IEND\xae\x42\x60\x82", 8);
 }
 
 }  // namespace wallfacer

@@ -1,10 +1,9 @@
 #include "wallfacer/core/gif.h"
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 
 namespace wallfacer {
 
@@ -105,15 +104,7 @@ std::vector<uint8_t> encode_gif(const uint8_t* frames, int count, int height, in
 void write_gif(const std::string& path, const uint8_t* frames, int count, int height, int width,
                int delay_cs) {
   const std::vector<uint8_t> bytes = encode_gif(frames, count, height, width, delay_cs);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    WF_USAGE_CHECK(out.good(), "cannot write '{}': check that its folder exists", path);
-    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-    out.close();
-    WF_CHECK(out.good(), "writing '{}' failed", tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomic(path, std::string(bytes.begin(), bytes.end()));
 }
 
 }  // namespace wallfacer

@@ -10,7 +10,7 @@
 namespace wallfacer {
 
 // frames: (count, height, width, 3) bytes. delay_cs: time per frame in 1/100 s. Writes `path`
-// (through a temporary name, renamed when complete); throws Error when it cannot.
+// with write_file_atomic (core/file.h): no PATH.tmp is left when it fails; throws Error.
 void write_gif(const std::string& path, const uint8_t* frames, int count, int height, int width,
                int delay_cs);
 

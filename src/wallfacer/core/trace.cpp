@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/json_error.h"
 
 namespace wallfacer::trace {
 
@@ -260,14 +261,16 @@ std::vector<ParsedSpan> parse_chrome_trace(const std::string& text, nlohmann::js
   } catch (const UsageError&) {
     throw;
   } catch (const std::exception& e) {
-    throw UsageError(fmt::format("not JSON: {}", e.what()));
+    throw UsageError(describe_json_error(text, e));
   }
   WF_USAGE_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(),
                  "not a Chrome trace: no \"traceEvents\" array");
   if (metadata) *metadata = j.value("otherData", nlohmann::json::object());
   std::vector<ParsedSpan> out;
+  size_t index = 0;  // of the event being read, for the message
   try {
     for (const auto& e : j["traceEvents"]) {
+      ++index;
       if (e.at("ph") != "X") continue;
       ParsedSpan s;
       s.name = e.at("name").get<std::string>();
@@ -292,7 +295,8 @@ std::vector<ParsedSpan> parse_chrome_trace(const std::string& text, nlohmann::js
       out.push_back(std::move(s));
     }
   } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("malformed trace event: {}", e.what()));
+    throw UsageError(fmt::format("trace event {} (counting from 1) is malformed: {}", index,
+                                 json_error_reason(e)));
   }
   return out;
 }

@@ -26,7 +26,8 @@ void GptConfig::validate() const {
   WF_USAGE_CHECK(kv_heads >= 1 && heads % kv_heads == 0,
                  "model.kv_heads ({}) must divide model.heads ({})", kv_heads, heads);
   WF_USAGE_CHECK(mlp_ratio >= 1, "model.mlp_ratio must be at least 1 (got {})", mlp_ratio);
-  WF_USAGE_CHECK(vocab >= 2, "vocabulary size must be at least 2 (got {})", vocab);
+  WF_USAGE_CHECK(vocab >= 2, "model.vocab must be at least 2 (got {})", vocab);
+  WF_USAGE_CHECK(rope_theta > 0, "model.rope_theta must be > 0 (got {})", rope_theta);
 }
 
 Checkpointing parse_checkpointing(std::string_view name) {

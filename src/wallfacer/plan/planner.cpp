@@ -342,13 +342,21 @@ std::vector<Candidate> candidates(const PlanInput& in) {
   return out;
 }
 
-std::vector<Prediction> plan_all(const PlanInput& in) {
+std::vector<Prediction> plan_all(const PlanInput& in,
+                                 const std::function<void(int done, int total)>& progress) {
   WF_USAGE_CHECK(in.gpus >= 1 && in.gpus <= in.cluster.devices(),
                  "--gpus {} is outside 1..{} (the devices of cluster '{}')", in.gpus,
                  in.cluster.devices(), in.cluster.name);
+  WF_USAGE_CHECK(in.gpus <= kMaxPlanDevices,
+                 "planning for {} devices would take hours: the planner simulates every device's "
+                 "schedule, in a time that grows with the cube of the device count; plan a group "
+                 "of at most {} devices with --gpus N (cluster '{}' has {})",
+                 in.gpus, kMaxPlanDevices, in.cluster.name, in.cluster.devices());
   WF_USAGE_CHECK(in.seq >= 1, "--seq must be positive, got {}", in.seq);
   std::vector<Prediction> out;
-  for (Candidate c : candidates(in)) {
+  const std::vector<Candidate> all = candidates(in);
+  for (Candidate c : all) {
+    if (progress) progress(int(out.size()), int(all.size()));
     // WallFacer keeps the placed K,V for the backward where the memory allows.
     if (c.strategy == Strategy::WallFacer && c.teams > 1 && c.ulysses == 1) {
       c.keep_kv = true;
@@ -361,6 +369,7 @@ std::vector<Prediction> plan_all(const PlanInput& in) {
     }
     out.push_back(predict(in, c));
   }
+  if (progress) progress(int(out.size()), int(all.size()));
   std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
     if (a.feasible != b.feasible) return a.feasible;
     return a.feasible && a.tokens_per_s > b.tokens_per_s;

@@ -22,6 +22,7 @@
 // candidate, and candidate_devices(cand, P) its rank order (seqpar/attention.h, Placement).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,9 +76,16 @@ std::vector<Candidate> candidates(const PlanInput& in);
 
 Prediction predict(const PlanInput& in, const Candidate& c);
 
+// The most devices plan_all simulates: it replays every rank's schedule event by event, a time
+// that grows with the cube of the device count (about a minute for all configurations of 256
+// devices on one core); larger groups are refused with a UsageError naming --gpus.
+constexpr int kMaxPlanDevices = 256;
+
 // Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
-// infeasible ones (Prediction::reason says why: memory, divisibility, ...).
-std::vector<Prediction> plan_all(const PlanInput& in);
+// infeasible ones (Prediction::reason says why: memory, divisibility, ...). `progress`, when
+// given, is called after each candidate with the number done and the total.
+std::vector<Prediction> plan_all(const PlanInput& in,
+                                 const std::function<void(int done, int total)>& progress = {});
 
 // The attention of one layer alone, as the simulator sees it (used by tune and the validation).
 struct AttentionPrediction {

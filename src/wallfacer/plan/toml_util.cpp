@@ -1,5 +1,6 @@
 #include "wallfacer/plan/toml_util.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -17,6 +18,9 @@ toml::table parse_toml(std::string_view text, const std::string& source) {
 }
 
 std::string read_text_file(const std::string& path, std::string_view what) {
+  std::error_code ec;
+  WF_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
+                 "the {} file '{}' is a folder; give the path of a TOML file", what, path);
   std::ifstream in(path);
   WF_USAGE_CHECK(in.good(), "cannot read {} file '{}' (check the path)", what, path);
   std::ostringstream ss;

@@ -52,21 +52,21 @@ void validate_hybrid(const AttnConfig& cfg, int P) {
   const int u = cfg.ulysses;
   const auto name = strategy_name(cfg.strategy);
   WF_USAGE_CHECK(cfg.strategy == Strategy::Ring || cfg.strategy == Strategy::Zigzag,
-                 "ulysses degree {} needs strategy ring or zigzag (the ring over the Ulysses "
-                 "teams), not {}; use ulysses = 1 for {}",
+                 "--ulysses {} needs --strategy ring or zigzag (the ring over the Ulysses "
+                 "teams), not {}; use --ulysses 1 for {}",
                  u, name, name);
-  WF_USAGE_CHECK(P % u == 0, "ulysses degree {} must divide the {} ranks; choose a divisor of {}",
-                 u, P, P);
+  WF_USAGE_CHECK(P % u == 0, "--ulysses {} must divide the {} ranks; choose a divisor of {}", u, P,
+                 P);
   WF_USAGE_CHECK(cfg.heads % u == 0 && cfg.kv_heads % u == 0,
-                 "ulysses degree {} must divide heads ({}) and kv heads ({}); choose a common "
+                 "--ulysses {} must divide --heads ({}) and --kv-heads ({}); choose a common "
                  "divisor",
                  u, cfg.heads, cfg.kv_heads);
   const int64_t rings = P / u;
   const int64_t parts =
       cfg.strategy == Strategy::Zigzag ? std::lcm(int64_t(P), 2 * rings) : int64_t(P);
   WF_USAGE_CHECK(cfg.seq % parts == 0,
-                 "sequence length {} must be divisible by {} for ulysses {} x {} on {} ranks",
-                 cfg.seq, parts, u, name, P);
+                 "--seq {} must be divisible by {} for ulysses {} x {} on {} ranks", cfg.seq, parts,
+                 u, name, P);
 }
 
 }  // namespace
@@ -97,16 +97,16 @@ int64_t hybrid_staging_elements(const AttnConfig& cfg, int P) {
 
 void validate(const AttnConfig& cfg, int P) {
   WF_USAGE_CHECK(P >= 1, "the group has {} ranks; it needs at least 1", P);
-  WF_USAGE_CHECK(cfg.batch >= 1, "batch is {}; it must be at least 1", cfg.batch);
-  WF_USAGE_CHECK(cfg.seq >= 1, "sequence length is {}; it must be at least 1", cfg.seq);
-  WF_USAGE_CHECK(cfg.heads >= 1, "heads is {}; it must be at least 1", cfg.heads);
-  WF_USAGE_CHECK(cfg.kv_heads >= 1, "kv heads is {}; it must be at least 1", cfg.kv_heads);
-  WF_USAGE_CHECK(cfg.head_dim >= 1, "head dim is {}; it must be at least 1", cfg.head_dim);
+  WF_USAGE_CHECK(cfg.batch >= 1, "--batch is {}; it must be at least 1", cfg.batch);
+  WF_USAGE_CHECK(cfg.seq >= 1, "--seq is {}; it must be at least 1", cfg.seq);
+  WF_USAGE_CHECK(cfg.heads >= 1, "--heads is {}; it must be at least 1", cfg.heads);
+  WF_USAGE_CHECK(cfg.kv_heads >= 1, "--kv-heads is {}; it must be at least 1", cfg.kv_heads);
+  WF_USAGE_CHECK(cfg.head_dim >= 1, "--head-dim is {}; it must be at least 1", cfg.head_dim);
   WF_USAGE_CHECK(cfg.heads % cfg.kv_heads == 0,
-                 "heads ({}) must be a multiple of kv heads ({}) for grouped-query attention",
+                 "--heads {} must be a multiple of --kv-heads {} for grouped-query attention",
                  cfg.heads, cfg.kv_heads);
   const auto name = strategy_name(cfg.strategy);
-  WF_USAGE_CHECK(cfg.ulysses >= 1, "ulysses degree is {}; it must be at least 1", cfg.ulysses);
+  WF_USAGE_CHECK(cfg.ulysses >= 1, "--ulysses is {}; it must be at least 1", cfg.ulysses);
   WF_USAGE_CHECK(
       !cfg.keep_kv || (cfg.strategy == Strategy::WallFacer && cfg.teams > 1 && cfg.ulysses == 1),
       "keep_kv keeps the placed K,V of WallFacer with teams > 1; {}{} places none "
@@ -116,8 +116,8 @@ void validate(const AttnConfig& cfg, int P) {
     const int C = cfg.teams;
     WF_USAGE_CHECK(C >= 1, "--teams is {}; it must be at least 1", C);
     WF_USAGE_CHECK(int64_t(C) * C <= P && P % (C * C) == 0,
-                   "wallfacer with {} teams needs C^2 = {} to divide the {} ranks; choose C with "
-                   "C^2 dividing P",
+                   "--teams {}: wallfacer needs C^2 = {} to divide the {} ranks; choose --teams C "
+                   "with C^2 dividing P",
                    C, int64_t(C) * C, P);
   } else {
     WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy wallfacer, not {}",
@@ -126,23 +126,24 @@ void validate(const AttnConfig& cfg, int P) {
   if (cfg.ulysses > 1) {
     validate_hybrid(cfg, P);
     WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.ulysses) <= INT_MAX,
-                   "sequence length {} is too long: a ring block of {} rows exceeds the kernel's "
-                   "limit",
+                   "--seq {} is too long: a ring block of {} rows exceeds the kernel's "
+                   "limit of 2^31-1; use a shorter sequence or more ranks",
                    cfg.seq, cfg.seq / P * cfg.ulysses);
     return;
   }
   const int64_t parts = uses_zigzag_layout(cfg) ? 2 * int64_t(P) : P;
-  WF_USAGE_CHECK(cfg.seq % parts == 0,
-                 "sequence length {} must be divisible by {} for {}{} on {} ranks{}", cfg.seq,
-                 parts, name, cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "",
-                 P, parts == P ? "" : " (2P half-chunks of the zigzag layout)");
+  WF_USAGE_CHECK(cfg.seq % parts == 0, "--seq {} must be divisible by {} for {}{} on {} ranks{}",
+                 cfg.seq, parts, name,
+                 cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "", P,
+                 parts == P ? "" : " (2P half-chunks of the zigzag layout)");
   WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.teams) <= INT_MAX,
-                 "sequence length {} is too long: a rank's block of {} rows exceeds the kernel's "
-                 "limit",
+                 "--seq {} is too long: a rank's block of {} rows exceeds the kernel's "
+                 "limit of 2^31-1; use a shorter sequence or more ranks",
                  cfg.seq, cfg.seq / P * cfg.teams);
   if (cfg.strategy == Strategy::Ulysses) {
     WF_USAGE_CHECK(cfg.heads % P == 0 && cfg.kv_heads % P == 0,
-                   "ulysses needs heads ({}) and kv heads ({}) divisible by the {} ranks; use "
+                   "--strategy ulysses needs --heads ({}) and --kv-heads ({}) divisible by the {} "
+                   "ranks; use "
                    "ring, zigzag or wallfacer, or another rank count",
                    cfg.heads, cfg.kv_heads, P);
   }

@@ -5,9 +5,12 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/json_error.h"
 #include "wallfacer/train/data.h"
 #include "wallfacer/train/io.h"
 
@@ -197,6 +200,47 @@ std::string latest_checkpoint(const std::string& ckpt_dir) {
 }
 
 namespace {
+// The value of `key` in the manifest object j (shown as `where`.key), of type T: a string, an
+// integer that fits T (a float such as 1e300 or 2.0 is refused, never converted) or a list of
+// integers; an Error naming the file and the key otherwise.
+template <class T>
+T manifest_value(const nlohmann::json& j, const std::string& key, const std::string& path,
+                 const std::string& where = "") {
+  const std::string name = where.empty() ? key : where + "." + key;
+  WF_CHECK(j.is_object(), "checkpoint manifest '{}': {} must be an object", path,
+           where.empty() ? "the manifest" : where);
+  const auto it = j.find(key);
+  WF_CHECK(it != j.end(), "checkpoint manifest '{}': key '{}' is missing", path, name);
+  const nlohmann::json& v = *it;
+  std::string shown = v.dump();
+  if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+  // An integer of JSON that fits into I.
+  const auto fits = [](const nlohmann::json& x, auto type_tag) {
+    using I = decltype(type_tag);
+    if (x.is_number_unsigned()) return x.get<uint64_t>() <= uint64_t(std::numeric_limits<I>::max());
+    if (!x.is_number_integer()) return false;
+    const int64_t i = x.get<int64_t>();
+    return i >= int64_t(std::numeric_limits<I>::min()) &&
+           (i < 0 || uint64_t(i) <= uint64_t(std::numeric_limits<I>::max()));
+  };
+  if constexpr (std::is_same_v<T, std::string>) {
+    WF_CHECK(v.is_string(), "checkpoint manifest '{}': key '{}' must be a string (it is {})", path,
+             name, shown);
+    return v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    WF_CHECK(v.is_array() &&
+                 std::all_of(v.begin(), v.end(), [&](const auto& x) { return fits(x, int64_t{}); }),
+             "checkpoint manifest '{}': key '{}' must be a list of integers (it is {})", path, name,
+             shown);
+    return v.get<std::vector<int64_t>>();
+  } else {
+    WF_CHECK(fits(v, T{}),
+             "checkpoint manifest '{}': key '{}' must be an integer in {}..{} (it is {})", path,
+             name, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), shown);
+    return v.get<T>();
+  }
+}
+
 nlohmann::json read_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
   std::string text;
@@ -205,33 +249,24 @@ nlohmann::json read_manifest(const std::string& dir) {
   } catch (const UsageError& e) {
     throw Error(fmt::format("checkpoint manifest unreadable: {}", e.what()));
   }
+  nlohmann::json m;
   try {
-    auto m = nlohmann::json::parse(text);
-    WF_CHECK(m.is_object() && m.value("format", "") == "wallfacer-checkpoint",
-             "'{}' is not a wallfacer checkpoint manifest", path);
-    const int version = m.value("version", 0);
-    WF_CHECK(version == 1 || version == 2,
-             "checkpoint manifest '{}' is of format version {}; this wallfacer reads versions 1 "
-             "and 2",
-             path, version);
-    return m;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("checkpoint manifest '{}' is corrupt: {}", path, e.what()));
-  }
-}
-
-// The value of `key` in the manifest object j (shown as `where`.key); an Error naming the file and
-// the key otherwise.
-template <class T>
-T manifest_value(const nlohmann::json& j, const std::string& key, const std::string& path,
-                 const std::string& where = "") {
-  try {
-    return j.at(key).get<T>();
+    m = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(
-        fmt::format("checkpoint manifest '{}': key '{}{}' is missing or of the wrong type ({})",
-                    path, where.empty() ? "" : where + ".", key, e.what()));
+        fmt::format("checkpoint manifest '{}' is corrupt: {}", path, describe_json_error(text, e)));
   }
+  const auto format = m.is_object() ? m.find("format") : m.end();
+  WF_CHECK(m.is_object() && format != m.end() && *format == "wallfacer-checkpoint",
+           "'{}' is not a wallfacer checkpoint manifest (no \"format\": "
+           "\"wallfacer-checkpoint\")",
+           path);
+  const int version = manifest_value<int>(m, "version", path);
+  WF_CHECK(version == 1 || version == 2,
+           "checkpoint manifest '{}' is of format version {}; this wallfacer reads versions 1 "
+           "and 2",
+           path, version);
+  return m;
 }
 
 std::string read_shard(const std::string& path) {

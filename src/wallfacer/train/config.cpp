@@ -285,6 +285,13 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
 void TrainConfig::validate(int P) const {
   WF_USAGE_CHECK(kind == "gpt" || kind == "dit", "model.kind must be 'gpt' or 'dit' (got '{}')",
                  kind);
+  if (kind == "dit") {
+    const model::DitConfig d = dit_model();
+    WF_USAGE_CHECK(!d.clip_shape_ok() || d.tokens() <= (int64_t(1) << 32),
+                   "a clip of data.frames {} x (data.size {} / model.patch {})^2 = {} tokens is "
+                   "more than 2^32: use fewer frames, smaller frames or larger patches",
+                   frames, size, patch, d.tokens());
+  }
   // Upper bounds that keep every product of sizes (parameter counts, buffer sizes) inside 64 bits;
   // whether the job fits in memory is checked before allocating (check_training_memory).
   WF_USAGE_CHECK(model.layers <= 10000 && model.dim <= (1 << 20) && model.mlp_ratio <= 64 &&
@@ -305,10 +312,10 @@ void TrainConfig::validate(int P) const {
         checkpointing == "none",
         "parallel.checkpointing = '{}' is not supported for model.kind = 'dit': use 'none'",
         checkpointing);
-    parse_time_sampling(time_sampling.c_str());
   } else {
     model.validate();
   }
+  parse_time_sampling(time_sampling.c_str());  // a DiT's key, checked in every config
   WF_USAGE_CHECK(sp >= 1 && P % sp == 0,
                  "parallel.sp = {} must divide the number of ranks {} (world = dp x sp)", sp, P);
   WF_USAGE_CHECK(batch >= 1 && batch % dp(P) == 0,
@@ -364,7 +371,26 @@ void TrainConfig::validate(int P) const {
                    "parallel.ulysses = {} must divide model.heads = {} and the kv heads ({})",
                    ulysses, model.heads, kv);
   }
-  seqpar::validate(attn_config(P), sp);
+  WF_USAGE_CHECK(teams >= 1, "parallel.teams must be at least 1 (got {})", teams);
+  try {
+    seqpar::validate(attn_config(P), sp);
+  } catch (const UsageError& e) {
+    // The layout's checks name attn's flags; a training config names its keys.
+    std::string msg = e.what();
+    for (const auto& [flag, key] :
+         {std::pair<std::string, std::string>{"--teams", "parallel.teams"},
+          {"--strategy", "parallel.strategy"},
+          {"--ulysses", "parallel.ulysses"},
+          {"--kv-heads", "model.kv_heads"},
+          {"--heads", "model.heads"},
+          {"--head-dim", "the head size (model.dim / model.heads)"},
+          {"--batch", "the batch per data-parallel group (train.batch / dp)"},
+          {"--seq", "train.seq"}}) {
+      for (size_t at = msg.find(flag); at != std::string::npos; at = msg.find(flag, at))
+        msg.replace(at, flag.size(), key);
+    }
+    throw UsageError(msg);
+  }
 }
 
 std::vector<TrainConfig::Change> TrainConfig::changes_from(const TrainConfig& before) const {

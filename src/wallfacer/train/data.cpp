@@ -152,7 +152,9 @@ PrepareStats prepare(const std::vector<std::string>& inputs, const std::string& 
   }
   const auto n_val = int64_t(double(all.size()) * val_fraction);
   WF_USAGE_CHECK(n_val >= 2 && int64_t(all.size()) - n_val >= 2,
-                 "inputs hold only {} tokens: too few to split", all.size());
+                 "--val-fraction {} of the inputs' {} tokens leaves {} validation and {} training "
+                 "tokens; each needs at least 2: give more text or another --val-fraction",
+                 val_fraction, all.size(), n_val, int64_t(all.size()) - n_val);
   make_directories(out_dir, "--out");
   const auto split = all.end() - n_val;
   write_shard(out_dir + "/train.bin", std::vector<uint16_t>(all.begin(), split), kByteVocab);

@@ -1,5 +1,6 @@
 #include "wallfacer/train/trainer.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -25,7 +27,9 @@
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/data.h"
 #include "wallfacer/train/io.h"
+#include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/task.h"
 
@@ -145,36 +149,17 @@ std::string check_resume_config(const std::string& dir, const TrainConfig& now) 
   return other;
 }
 
-// Keeps the metrics lines of steps <= last_step (after a resume), or none.
-void trim_metrics(const std::string& path, int64_t last_step) {
-  std::string kept;
-  if (last_step > 0 && fs::exists(path)) {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      try {
-        if (nlohmann::json::parse(line).at("step").get<int64_t>() <= last_step) kept += line + "\n";
-      } catch (const std::exception&) {
-      }
-    }
-  }
-  write_file_atomic(path, kept);
-}
-
 // DIR/loss.png from DIR/metrics.jsonl with gnuplot; returns false (and says why) when gnuplot is
 // not installed. A file that cannot be written is an Error.
 bool plot_losses(const std::string& dir, std::string& why) {
-  std::ifstream in(dir + "/metrics.jsonl");
+  const std::string path = dir + "/metrics.jsonl";
+  std::ifstream in(path);
   std::string train_dat, val_dat;
   std::string line;
-  while (std::getline(in, line)) {
-    try {
-      auto j = nlohmann::json::parse(line);
-      train_dat += fmt::format("{} {}\n", j["step"].get<int64_t>(), j["loss"].get<double>());
-      if (j.contains("val_loss"))
-        val_dat += fmt::format("{} {}\n", j["step"].get<int64_t>(), j["val_loss"].get<double>());
-    } catch (const std::exception&) {
-    }
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    const MetricsLine m = parse_metrics_line(path, number, line);
+    train_dat += fmt::format("{} {}\n", m.step, m.loss);
+    if (m.has_val) val_dat += fmt::format("{} {}\n", m.step, m.val_loss);
   }
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     why = "gnuplot is not installed (install gnuplot-nox)";
@@ -194,15 +179,79 @@ bool plot_losses(const std::string& dir, std::string& why) {
   std::error_code ec;
   fs::remove(png, ec);
   const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script).c_str());
-  // A complete PNG ends with its IEND chunk; gnuplot does not always report a failed write.
-  std::string tail(8, '\0');
-  std::ifstream f(png, std::ios::binary | std::ios::ate);
-  const bool complete = f.good() && f.tellg() >= 8 && f.seekg(-8, std::ios::end) &&
-                        f.read(tail.data(), 8) && tail == std::string("IEND\xae\x42\x60\x82", 8);
-  WF_CHECK(rc == 0 && complete,
+  WF_CHECK(rc == 0 && png_complete(png),
            "gnuplot could not write the loss plot '{}' (a full disk?); the metrics are intact",
            png);
   return true;
+}
+
+// The settings of a config as "section.key" -> value (as TOML writes it), without data.dir: each
+// node may hold its own copy of the data under another path.
+std::map<std::string, std::string> config_settings(const std::string& toml_text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(toml_text);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.size() >= 2 && line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    const std::string key = section + "." + line.substr(0, eq);
+    if (key != "data.dir") out[key] = line.substr(eq + 3);
+  }
+  return out;
+}
+
+// `text` of rank 0 on every rank (collective): the bytes travel in an all-reduce of the maximum,
+// to which only rank 0 contributes.
+std::string text_of_rank0(comm::Communicator& world, const std::string& text) {
+  uint64_t len = world.rank() == 0 ? text.size() : 0;
+  world.all_reduce_max(&len, 1);
+  std::vector<uint64_t> words((len + 7) / 8, 0);
+  if (world.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
+  world.all_reduce_max(words.data(), int64_t(words.size()));
+  std::string out(len, '\0');
+  std::memcpy(out.data(), words.data(), len);
+  return out;
+}
+
+// Every rank must train the same config: a rank with another model.dim or train.seq would wait
+// forever in a collective of another size. An all-reduce of the smallest and largest hash of the
+// settings finds a difference; then every rank that differs from rank 0 names the keys, and every
+// rank stops with the message of the lowest one (collective).
+void check_same_config(comm::Communicator& world, const TrainConfig& cfg) {
+  const std::string toml_text = cfg.to_toml();
+  const auto mine = config_settings(toml_text);
+  std::string text;
+  for (const auto& [key, value] : mine) text += key + " = " + value + "\n";
+  const uint64_t h = fnv1a64(text.data(), text.size());
+  uint64_t extremes[2] = {h, ~h};
+  world.all_reduce_max(extremes, 2);
+  if (extremes[0] == ~extremes[1]) return;
+  const auto first = config_settings(text_of_rank0(world, toml_text));
+  world.agree([&] {
+    std::vector<std::string> differ;
+    for (const auto& [key, value] : mine) {
+      const auto it = first.find(key);
+      if (it == first.end() || it->second != value)
+        differ.push_back(fmt::format("{} ({} here, {} on rank 0)", key, value,
+                                     it == first.end() ? "absent" : it->second));
+    }
+    for (const auto& [key, value] : first)
+      if (!mine.count(key))
+        differ.push_back(fmt::format("{} (absent here, {} on rank 0)", key, value));
+    if (differ.empty()) return;
+    if (differ.size() > 4) {
+      differ.resize(4);
+      differ.back() = "...";
+    }
+    throw UsageError(fmt::format(
+        "ranks were started with different configs: this rank differs from rank 0 in {}; give "
+        "every rank the same --config and --set options",
+        fmt::join(differ, ", ")));
+  });
 }
 
 // Stops before allocating when the model, its optimizer state and the activations of this rank's
@@ -226,6 +275,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const TrainConfig& cfg = opt.cfg;
   const int P = world.size(), rank = world.rank();
   cfg.validate(P);
+  check_same_config(world, cfg);
   check_training_memory(cfg, P);
   const int sp = cfg.sp, dp = cfg.dp(P), sp_rank = rank % sp, dp_rank = rank / sp;
   comm::Communicator group = world.split(dp_rank, sp_rank);
@@ -291,7 +341,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
         throw;
       } catch (const Error& e) {
         progress.message(fmt::format("warning: skipping checkpoint {}: {}", d, e.what()));
-        skipped += "\n  " + d + ": " + e.what();
+        skipped += (skipped.empty() ? " " : "; ") + d + ": " + e.what();
       }
     }
     WF_CHECK(!dir.empty(), "--resume: no checkpoint under '{}' verifies:{}", ckpt_dir, skipped);
@@ -305,20 +355,26 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       progress.message(fmt::format("resuming step {} written by {}{} on {} (dp {} x sp {})", start,
                                    ranks(origin.world), before, ranks(P), dp, sp));
     }
+    WF_USAGE_CHECK(cfg.steps >= start,
+                   "--resume: the checkpoint {} is of step {}, past train.steps = {}: give "
+                   "--steps {} or more (equal: nothing left to train)",
+                   dir, start, cfg.steps, start);
     progress.message(fmt::format("resumed from {} (step {})", dir, start));
   } else {
     task->init_params(uint64_t(cfg.seed));
   }
   std::ofstream metrics;
   uintmax_t metrics_bytes = 0;  // complete lines in the file
+  std::string metrics_note;
   world.agree([&] {
     if (rank != 0) return;
-    trim_metrics(metrics_path, start);
+    metrics_note = trim_metrics(metrics_path, start);
     metrics.open(metrics_path, std::ios::app);
     WF_CHECK(metrics.good(), "cannot open '{}' for writing: {}", metrics_path,
              std::strerror(errno));
     metrics_bytes = fs::file_size(metrics_path);
   });
+  if (!metrics_note.empty()) progress.message("warning: " + metrics_note);
 
   // Tracing: steps [trace_first, trace_last] (1-based).
   const bool range = cfg.trace_steps[0] > 0;
