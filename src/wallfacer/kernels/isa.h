@@ -14,7 +14,7 @@
 // UsageError at the first kernel call. Unset or empty: the widest level the CPU has.
 //
 // How a source takes part (kernels/attention.cpp and kernels/ops.cpp do):
-//   1. list it in WALLFACER_ISA_SOURCES (src/wallfacer/CMakeLists.txt); the build compiles it once
+//   1. list it in WALLFACER_ISA_SOURCES (cmake/Sources.cmake); the build compiles it once
 //      per level through a generated file that defines WALLFACER_ISA (the level's name) and, for
 //      the wider levels, WALLFACER_ISA_TARGET (the level's GCC target string; cmake/Isa.cmake);
 //   2. put its code between WALLFACER_ISA_BEGIN and WALLFACER_ISA_END, inside namespace
