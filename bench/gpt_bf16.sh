@@ -10,26 +10,7 @@ rounds=${7:-2}
 wf=${WALLFACER:-build/wallfacer}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-data=data/kjv
-if [[ ! -f $data/train.bin ]]; then  # any text will do for timing
-  data=$work/data
-  for i in $(seq 1 8000); do echo "line $i: and the lamps were lit and the doors were opened"; done > "$work/text.txt"
-  "$wf" prepare --input "$work/text.txt" --out "$data" >/dev/null
-fi
-cat > "$work/bench.toml" <<TOML
-[model]
-layers = $layers
-dim = $dim
-heads = $heads
-kv_heads = $heads
-[train]
-seq = $seq
-batch = 1
-steps = $((steps + 1))
-lr = 1e-3
-[data]
-dir = "$data"
-TOML
+source "$(dirname "$0")/gpt_common.sh"
 echo "model: $layers layers, dim $dim, $heads heads, seq $seq, batch 1, $threads threads," \
   "$steps timed steps, $rounds rounds; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 losses() { sed -E 's/.*"loss":([^,}]*).*/\1/' "$1/metrics.jsonl"; }

@@ -17,27 +17,7 @@ if ! "$venv/bin/python" -c 'import torch, sys; sys.exit(int(torch.__version__.sp
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-data=data/kjv
-if [[ ! -f $data/train.bin ]]; then  # any text will do for timing
-  data=$work/data
-  # 8000 lines: the validation split (1%) must hold a sequence too
-  for i in $(seq 1 8000); do echo "line $i: and the lamps were lit and the doors were opened"; done > "$work/text.txt"
-  "$wf" prepare --input "$work/text.txt" --out "$data" >/dev/null
-fi
-cat > "$work/bench.toml" <<TOML
-[model]
-layers = $layers
-dim = $dim
-heads = $heads
-kv_heads = $heads
-[train]
-seq = $seq
-batch = 1
-steps = $((steps + 1))
-lr = 1e-3
-[data]
-dir = "$data"
-TOML
+source "$(dirname "$0")/gpt_common.sh"
 echo "model: $layers layers, dim $dim, $heads heads, seq $seq, batch 1, $threads threads"
 OMP_NUM_THREADS=$threads "$wf" train --config "$work/bench.toml" --out "$work/run" --progress plain | grep -E "^step|done"
 # tokens/s of the steps after the first (the first warms up)

@@ -1,0 +1,25 @@
+# Sourced by the GPT benchmarks (bench/gpt_bf16.sh, bench/gpt_vs_torch.sh): with wf, work, layers,
+# dim, heads, seq and steps set, picks the token data ($data: data/kjv when `make demo` prepared
+# it, else a small generated text; any text will do for timing) and writes $work/bench.toml, the
+# model to time (steps + 1: the first step warms up).
+data=data/kjv
+if [[ ! -f $data/train.bin ]]; then
+  data=$work/data
+  # 8000 lines: the validation split (1%) must hold a sequence too
+  for i in $(seq 1 8000); do echo "line $i: and the lamps were lit and the doors were opened"; done > "$work/text.txt"
+  "$wf" prepare --input "$work/text.txt" --out "$data" >/dev/null
+fi
+cat > "$work/bench.toml" <<TOML
+[model]
+layers = $layers
+dim = $dim
+heads = $heads
+kv_heads = $heads
+[train]
+seq = $seq
+batch = 1
+steps = $((steps + 1))
+lr = 1e-3
+[data]
+dir = "$data"
+TOML
