@@ -11,6 +11,11 @@ t=(train --config "$work/tiny.toml" --progress none --set parallel.sp=2 --set tr
 
 mpi 4 "${t[@]}" --out "$work/full" >"$work/full.log" 2>&1 || err "uninterrupted run failed: $(cat "$work/full.log")"
 
+# The step of the newest complete checkpoint of the run into $1 (0 when there is none).
+newest_checkpoint() {
+  ls "$1/ckpt" 2>/dev/null | sed -n 's/^step-\([0-9][0-9]*\)$/\1/p' | sort -n | tail -1 | grep . || echo 0
+}
+
 # interrupt NAME WHAT: start a run into $work/NAME, after a few checkpoints deliver the fault
 # (WHAT = "kill RANK" or "term"), and check that the job ends within 10 s, non-zero.
 interrupt() {
@@ -19,8 +24,10 @@ interrupt() {
   (exec "$mpirun_bin" --oversubscribe --bind-to none -np 4 "$wf" "${t[@]}" --out "$out") \
     >"$out.log" 2>&1 &
   job=$!
-  for _ in $(seq 1 600); do [ -d "$out/ckpt/step-10" ] && break; sleep 0.05; done
-  [ -d "$out/ckpt/step-10" ] || err "$name: no checkpoint at step 10"
+  # Wait for a complete checkpoint at step 10 or later (older ones are removed as newer ones land,
+  # train.keep_checkpoints, so a busy machine may never show step-10 itself to this loop).
+  for _ in $(seq 1 600); do [ "$(newest_checkpoint "$out")" -ge 10 ] && break; sleep 0.05; done
+  [ "$(newest_checkpoint "$out")" -ge 10 ] || err "$name: no checkpoint at step 10 or later"
   if [ "$what" == term ]; then
     victim=$job
     t0=$(now); kill -TERM "$job"
