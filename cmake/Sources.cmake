@@ -3,7 +3,7 @@
 # (cmake/Isa.cmake), without the *_avx512.cpp files (compiled apart with their own -m flags where
 # the compiler has them; src/wallfacer/CMakeLists.txt). The library and the fuzz build both take
 # their sources from here.
-set(WALLFACER_ISA_SOURCES kernels/attention.cpp kernels/ops.cpp)  # below src/wallfacer
+set(WALLFACER_ISA_SOURCES kernels/attention.cpp kernels/attention_bf16.cpp kernels/ops.cpp)  # below src/wallfacer
 
 function(wallfacer_library_sources out)
   set(dir ${PROJECT_SOURCE_DIR}/src/wallfacer)

@@ -4,23 +4,24 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <string_view>
 #include <vector>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_common.h"
 #include "wallfacer/kernels/bf16_gemm.h"
+#include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/vec_math.h"
 
 // Everything here except the tile products (detail::Bf16Gemm) is shared by both code paths: the
 // packing, the softmax rows, the rounding of P and dS and the write-back run the same code
-// whichever path multiplies, so the two paths agree bit for bit when their products do.
+// whichever path multiplies, so the two paths agree bit for bit when their products do. Compiled
+// once per instruction-set level (kernels/isa.h); the choice of path is in bf16_path.cpp.
 
-namespace wallfacer::kernels {
+WALLFACER_ISA_BEGIN
+namespace wallfacer::kernels::WALLFACER_ISA {
 namespace {
 
 using detail::Bf16Gemm;
@@ -290,38 +291,9 @@ struct FwdTile {
 AttnTiling attn_fwd_bf16_tiling(const AttnDims&) { return {kFwdBlockQ, kFwdBlockK}; }
 AttnTiling attn_bwd_bf16_tiling(const AttnDims&) { return {kBwdBlockQ, kBwdBlockK}; }
 
-bool bf16_avx512_available() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool ok =
-      detail::bf16_gemm_avx512_built() && __builtin_cpu_supports("avx512bf16") != 0;
-  return ok;
-#else
-  return false;
-#endif
-}
-
-const char* bf16_path_name(Bf16Path path) {
-  return path == Bf16Path::avx512 ? "avx512" : "portable";
-}
-
-Bf16Path bf16_path() {
-  const char* env = std::getenv("WALLFACER_BF16_PATH");
-  const std::string_view want = env ? env : "";
-  if (want.empty() || want == "auto")
-    return bf16_avx512_available() ? Bf16Path::avx512 : Bf16Path::portable;
-  if (want == "portable") return Bf16Path::portable;
-  WF_USAGE_CHECK(want == "avx512", "WALLFACER_BF16_PATH must be auto, portable or avx512, got '{}'",
-                 want);
-  WF_USAGE_CHECK(bf16_avx512_available(),
-                 "WALLFACER_BF16_PATH=avx512, but {}; unset it or set it to portable",
-                 detail::bf16_gemm_avx512_built() ? "this CPU does not report avx512_bf16"
-                                                  : "this build has no AVX512-BF16 code");
-  return Bf16Path::avx512;
-}
-
 int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads) {
   const HeadDims hd(dims.head_dim);
-  const AttnTiling t = attn_fwd_bf16_tiling(dims);
+  const AttnTiling t = WALLFACER_ISA::attn_fwd_bf16_tiling(dims);
   return 2 * FwdPacked::elements(dims, hd, t.block_k) +
          threads * FwdTile::bytes(t.block_q, t.block_k, hd);
 }
@@ -346,7 +318,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
     return;
   }
 
-  const AttnTiling tile = attn_fwd_bf16_tiling(d);
+  const AttnTiling tile = WALLFACER_ISA::attn_fwd_bf16_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k;
   const HeadDims hd(d.head_dim);
   const int D = hd.d;
@@ -646,7 +618,7 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
 }  // namespace
 
 int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16) {
-  const AttnTiling t = attn_bwd_bf16_tiling(dims);
+  const AttnTiling t = WALLFACER_ISA::attn_bwd_bf16_tiling(dims);
   const int parts = detail::bwd_key_parts(dims, threads, t.block_k);
   const int64_t dq_floats =
       (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
@@ -677,7 +649,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     }
     return;
   }
-  const AttnTiling tile = attn_bwd_bf16_tiling(d);
+  const AttnTiling tile = WALLFACER_ISA::attn_bwd_bf16_tiling(d);
   const HeadDims hd(D);
   const int nthreads = num_threads();
 
@@ -720,4 +692,5 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   }
 }
 
-}  // namespace wallfacer::kernels
+}  // namespace wallfacer::kernels::WALLFACER_ISA
+WALLFACER_ISA_END

@@ -2,6 +2,7 @@
 // time (kernels/isa.h).
 
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/dense_bf16.h"
 #include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/ops.h"
@@ -18,6 +19,13 @@ WALLFACER_ISA_DECLARE(attn_fwd_tiling)
 WALLFACER_ISA_DECLARE(attn_bwd_tiling)
 WALLFACER_ISA_DECLARE(attn_fwd_workspace_bytes)
 WALLFACER_ISA_DECLARE(attn_bwd_workspace_bytes)
+WALLFACER_ISA_DECLARE(attn_fwd_bf16)
+WALLFACER_ISA_DECLARE(attn_bwd_preprocess_bf16)
+WALLFACER_ISA_DECLARE(attn_bwd_bf16)
+WALLFACER_ISA_DECLARE(attn_fwd_bf16_tiling)
+WALLFACER_ISA_DECLARE(attn_bwd_bf16_tiling)
+WALLFACER_ISA_DECLARE(attn_fwd_bf16_workspace_bytes)
+WALLFACER_ISA_DECLARE(attn_bwd_bf16_workspace_bytes)
 WALLFACER_ISA_DECLARE(matmul_fwd)
 WALLFACER_ISA_DECLARE(matmul_bwd)
 WALLFACER_ISA_DECLARE(layernorm_fwd)
@@ -77,6 +85,35 @@ int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads) {
 
 int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads) {
   WALLFACER_ISA_CALL(attn_bwd_workspace_bytes, dims, threads);
+}
+
+// kernels/attention_bf16.h
+
+void attn_fwd_bf16(const AttnFwdBf16Params& p) { WALLFACER_ISA_CALL(attn_fwd_bf16, p); }
+
+void attn_bwd_preprocess_bf16(const AttnDims& dims, const bf16* o, Strides3 o_stride,
+                              const bf16* dout, Strides3 dout_stride, float* delta,
+                              Strides2 delta_stride) {
+  WALLFACER_ISA_CALL(attn_bwd_preprocess_bf16, dims, o, o_stride, dout, dout_stride, delta,
+                     delta_stride);
+}
+
+void attn_bwd_bf16(const AttnBwdBf16Params& p) { WALLFACER_ISA_CALL(attn_bwd_bf16, p); }
+
+AttnTiling attn_fwd_bf16_tiling(const AttnDims& dims) {
+  WALLFACER_ISA_CALL(attn_fwd_bf16_tiling, dims);
+}
+
+AttnTiling attn_bwd_bf16_tiling(const AttnDims& dims) {
+  WALLFACER_ISA_CALL(attn_bwd_bf16_tiling, dims);
+}
+
+int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads) {
+  WALLFACER_ISA_CALL(attn_fwd_bf16_workspace_bytes, dims, threads);
+}
+
+int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16) {
+  WALLFACER_ISA_CALL(attn_bwd_bf16_workspace_bytes, dims, threads, dq_is_bf16);
 }
 
 // kernels/ops.h

@@ -13,7 +13,7 @@
 // or time the baseline code on a wider machine; a level the CPU lacks, or an unknown name, is a
 // UsageError at the first kernel call. Unset or empty: the widest level the CPU has.
 //
-// How a source takes part (kernels/attention.cpp and kernels/ops.cpp do):
+// How a source takes part (kernels/attention.cpp, attention_bf16.cpp and ops.cpp do):
 //   1. list it in WALLFACER_ISA_SOURCES (cmake/Sources.cmake); the build compiles it once
 //      per level through a generated file that defines WALLFACER_ISA (the level's name) and, for
 //      the wider levels, WALLFACER_ISA_TARGET (the level's GCC target string; cmake/Isa.cmake);
