@@ -170,24 +170,25 @@ void zero_output(const AttnOutput& out, int batch, int seq, int heads, int head_
 
 // --- Softmax rows (fp32) ------------------------------------------------------------------------
 
-// s[j] *= scale for j < n; returns the largest s[j] (-inf when n = 0).
-[[gnu::noinline]] float scale_max(float* __restrict s, int n, float scale) {
+// The largest s[j] scale for j < n (-inf when n = 0). The scaled scores are not stored: the pass
+// that exponentiates them scales them again, the same way.
+[[gnu::noinline]] float scaled_max(const float* __restrict s, int n, float scale) {
   float m = kNegInf;
 #pragma omp simd reduction(max : m)
   for (int j = 0; j < n; ++j) {
-    s[j] *= scale;
-    m = m > s[j] ? m : s[j];
+    const float x = s[j] * scale;
+    m = m > x ? m : x;
   }
   return m;
 }
 
-// pt[j] = bf16(2^(s[j] - shift)) for j < n; returns the sum of the rounded values.
-[[gnu::noinline]] float exp_round_sum(const float* __restrict s, int n, float shift,
+// pt[j] = bf16(2^(s[j] scale - shift)) for j < n; returns the sum of the rounded values.
+[[gnu::noinline]] float exp_round_sum(const float* __restrict s, int n, float scale, float shift,
                                       bf16* __restrict pt) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < n; ++j) {
-    const uint16_t p = to_bf16_bits(exp2_approx(s[j] - shift));
+    const uint16_t p = to_bf16_bits(exp2_approx(s[j] * scale - shift));
     pt[j].bits = p;
     sum += bits_to_float(p);
   }
@@ -386,13 +387,13 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
           float* srow = s + int64_t(i) * bk;
           bf16* prow = pt + int64_t(i) * bk;
           const int vis = partial ? visible_keys(qpos_first + i, kpos_first, nk) : nk;
-          const float m_new = std::max(m[i], scale_max(srow, vis, scale2));
+          const float m_new = std::max(m[i], scaled_max(srow, vis, scale2));
           if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
             std::fill_n(prow, nk2, bf16{});
             continue;
           }
           const float alpha = exp2_approx(m[i] - m_new);
-          const float sum = exp_round_sum(srow, vis, m_new, prow);
+          const float sum = exp_round_sum(srow, vis, scale2, m_new, prow);
           std::fill(prow + vis, prow + nk2, bf16{});
           l[i] = l[i] * alpha + sum;
           m[i] = m_new;
