@@ -1,8 +1,8 @@
 // wallfacer bench kernel (and gemm, bench_gemm.cpp): flash-attention forward/backward GFLOP/s (fp32
 // and/or bf16 kernels) against OpenBLAS sgemm measured in the same run, one row per case and dtype
-// (nccl-tests style), or one JSON object per case and dtype. With --docs or --docs-random: the fp32
-// kernels on a packed sequence of documents against the same sequence without documents (the
-// speedup of skipped tiles).
+// (nccl-tests style), or one JSON object per case and dtype. With --docs or --docs-random: the
+// kernels (fp32, bf16 or both) on a packed sequence of documents against the same sequence without
+// documents (the speedup of skipped tiles).
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -225,7 +225,8 @@ class Fp32Run : public KernelRun {
 // bf16 inputs and outputs (the inputs rounded from the fp32 ones).
 class Bf16Run : public KernelRun {
  public:
-  explicit Bf16Run(const CaseInputs& in)
+  // doc_of_pos: documents of the packed sequence (kernels/attention.h); nullptr: none.
+  explicit Bf16Run(const CaseInputs& in, const int32_t* doc_of_pos = nullptr)
       : in_(in),
         q_(to_bf16(in.q)),
         k_(to_bf16(in.k)),
@@ -243,6 +244,7 @@ class Bf16Run : public KernelRun {
     bp_.dq = {dq_.data(), nullptr, in.qs};
     bp_.dk = {dk_.data(), nullptr, in.ks};
     bp_.dv = {dv_.data(), nullptr, in.ks};
+    fp_.doc_of_pos = bp_.doc_of_pos = doc_of_pos;
   }
   const char* dtype() const override { return "bf16"; }
   void forward() override { kernels::attn_fwd_bf16(fp_); }
@@ -258,7 +260,7 @@ class Bf16Run : public KernelRun {
   // Against the fp64 reference of the rounded inputs.
   double check_err() const override {
     return spot_check(in_, to_fp32(q_).data(), to_fp32(k_).data(), to_fp32(v_).data(),
-                      to_fp32(o_).data(), lse_.data());
+                      to_fp32(o_).data(), lse_.data(), fp_.doc_of_pos);
   }
   // 3 bf16 unit roundoffs (2^-8), as the unit tests.
   double check_tol(int) const override { return 3.0 / 256; }
@@ -293,18 +295,20 @@ std::vector<std::string> dtypes_of(const std::string& dtype) {
   return {dtype};
 }
 
+// The kernels of one dtype (fp32 or bf16) on a case, with documents when doc_of_pos is set.
+std::unique_ptr<KernelRun> make_run(const std::string& dtype, const CaseInputs& in,
+                                    const int32_t* doc_of_pos = nullptr) {
+  if (dtype == "fp32") return std::make_unique<Fp32Run>(in, doc_of_pos);
+  return std::make_unique<Bf16Run>(in, doc_of_pos);
+}
+
 CaseResult run_case(const KernelBenchOptions& opt, int seq, bool causal) {
   CaseResult r;
   r.seq = seq;
   r.causal = causal;
   const CaseInputs in(opt, seq, causal);
   std::vector<std::unique_ptr<KernelRun>> runs;
-  for (const std::string& dt : dtypes_of(opt.dtype)) {
-    if (dt == "fp32")
-      runs.push_back(std::make_unique<Fp32Run>(in));
-    else
-      runs.push_back(std::make_unique<Bf16Run>(in));
-  }
+  for (const std::string& dt : dtypes_of(opt.dtype)) runs.push_back(make_run(dt, in));
   const double fwd_flops =
       4.0 * opt.batch * opt.heads * double(seq) * seq * opt.head_dim * (causal ? 0.5 : 1.0);
   const double bwd_flops = 2.5 * fwd_flops;
@@ -357,19 +361,20 @@ std::vector<int64_t> bench_doc_lengths(const KernelBenchOptions& opt, int seq) {
   return seqpar::random_doc_lengths_count(seq, opt.docs_random, opt.seed);
 }
 
-// The fp32 kernels with documents against the same case without, rounds interleaved.
+// The kernels of each dtype with documents against the same case without, rounds interleaved.
 int run_doc_bench(const KernelBenchOptions& opt, const std::vector<bool>& masks) {
   if (!opt.json) {
     fmt::print(
-        "# wallfacer bench kernel, packed documents: fp32 flash attention, threads {}, "
-        "kernels {}\n",
-        num_threads(), kernels::isa::name(kernels::isa::active()));
+        "# wallfacer bench kernel, packed documents: flash attention {}, threads {}, kernels {}\n",
+        opt.dtype == "both" ? "fp32 and bf16" : opt.dtype, num_threads(),
+        kernels::isa::name(kernels::isa::active()));
     fmt::print(
         "# kept = pairs kept with documents / without; speedup = time without / with; "
         "best of the interleaved rounds\n");
-    fmt::print("#{:>7} {:>6} {:>6} {:>8} {:>8} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>9}\n",
-               "seq", "mask", "docs", "longest", "kept", "fwd_ms", "fwd_docs", "fwd_x", "bwd_ms",
-               "bwd_docs", "bwd_x", "check");
+    fmt::print(
+        "#{:>7} {:>6} {:>5} {:>6} {:>8} {:>8} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>9}\n",
+        "seq", "mask", "dtype", "docs", "longest", "kept", "fwd_ms", "fwd_docs", "fwd_x", "bwd_ms",
+        "bwd_docs", "bwd_x", "check");
   }
   bool ok = true;
   for (int s : opt.seqs)
@@ -381,53 +386,57 @@ int run_doc_bench(const KernelBenchOptions& opt, const std::vector<bool>& masks)
       const double kept = double(kernels::kept_pairs(docs, all, all, causal)) /
                           kernels::kept_pairs(all, all, causal);
       const CaseInputs in(opt, s, causal);
-      Fp32Run plain(in), packed(in, ids.data());
-      const double fwd_flops =
-          4.0 * opt.batch * opt.heads * double(s) * s * opt.head_dim * (causal ? 0.5 : 1.0);
-      const int iters =
-          opt.iters > 0 ? opt.iters : std::clamp(int(std::lround(1e11 / fwd_flops)), 1, 10);
-      double t[4] = {1e30, 1e30, 1e30, 1e30};  // fwd, fwd with docs, bwd, bwd with docs
-      for (int it = 0; it < iters; ++it)
-        for (int x = 0; x < 4; ++x) {
-          Fp32Run& run = x % 2 == 0 ? plain : packed;
-          const double t0 = now_s();
-          if (x < 2)
-            run.forward();
-          else
-            run.backward();
-          t[x] = std::min(t[x], now_s() - t0);
+      for (const std::string& dt : dtypes_of(opt.dtype)) {
+        const std::unique_ptr<KernelRun> plain = make_run(dt, in),
+                                         packed = make_run(dt, in, ids.data());
+        const double fwd_flops =
+            4.0 * opt.batch * opt.heads * double(s) * s * opt.head_dim * (causal ? 0.5 : 1.0);
+        const int iters =
+            opt.iters > 0 ? opt.iters : std::clamp(int(std::lround(1e11 / fwd_flops)), 1, 10);
+        double t[4] = {1e30, 1e30, 1e30, 1e30};  // fwd, fwd with docs, bwd, bwd with docs
+        for (int it = 0; it < iters; ++it)
+          for (int x = 0; x < 4; ++x) {
+            KernelRun& run = x % 2 == 0 ? *plain : *packed;
+            const double t0 = now_s();
+            if (x < 2)
+              run.forward();
+            else
+              run.backward();
+            t[x] = std::min(t[x], now_s() - t0);
+          }
+        const double err = packed->check_err(), tol = packed->check_tol(s);
+        ok = ok && err <= tol;
+        const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+        if (opt.json) {
+          const nlohmann::json j = {{"seq", s},
+                                    {"heads", opt.heads},
+                                    {"head_dim", opt.head_dim},
+                                    {"batch", opt.batch},
+                                    {"causal", causal},
+                                    {"dtype", dt},
+                                    {"docs", docs.count()},
+                                    {"longest_doc", longest},
+                                    {"kept_fraction", kept},
+                                    {"threads", num_threads()},
+                                    {"iters", iters},
+                                    {"fwd_ms", t[0] * 1e3},
+                                    {"fwd_docs_ms", t[1] * 1e3},
+                                    {"bwd_ms", t[2] * 1e3},
+                                    {"bwd_docs_ms", t[3] * 1e3},
+                                    {"fwd_speedup", t[0] / t[1]},
+                                    {"bwd_speedup", t[2] / t[3]},
+                                    {"check_err", err},
+                                    {"check_tol", tol}};
+          fmt::print("{}\n", j.dump());
+        } else {
+          fmt::print(
+              " {:>7} {:>6} {:>5} {:>6} {:>8} {:>8.4f} {:>10.1f} {:>10.1f} {:>7.2f} {:>10.1f} "
+              "{:>10.1f} {:>7.2f} {:>9.1e}\n",
+              s, causal ? "causal" : "full", dt, docs.count(), longest, kept, t[0] * 1e3,
+              t[1] * 1e3, t[0] / t[1], t[2] * 1e3, t[3] * 1e3, t[2] / t[3], err);
         }
-      const double err = packed.check_err(), tol = packed.check_tol(s);
-      ok = ok && err <= tol;
-      const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-      if (opt.json) {
-        const nlohmann::json j = {{"seq", s},
-                                  {"heads", opt.heads},
-                                  {"head_dim", opt.head_dim},
-                                  {"batch", opt.batch},
-                                  {"causal", causal},
-                                  {"docs", docs.count()},
-                                  {"longest_doc", longest},
-                                  {"kept_fraction", kept},
-                                  {"threads", num_threads()},
-                                  {"iters", iters},
-                                  {"fwd_ms", t[0] * 1e3},
-                                  {"fwd_docs_ms", t[1] * 1e3},
-                                  {"bwd_ms", t[2] * 1e3},
-                                  {"bwd_docs_ms", t[3] * 1e3},
-                                  {"fwd_speedup", t[0] / t[1]},
-                                  {"bwd_speedup", t[2] / t[3]},
-                                  {"check_err", err},
-                                  {"check_tol", tol}};
-        fmt::print("{}\n", j.dump());
-      } else {
-        fmt::print(
-            " {:>7} {:>6} {:>6} {:>8} {:>8.4f} {:>10.1f} {:>10.1f} {:>7.2f} {:>10.1f} "
-            "{:>10.1f} {:>7.2f} {:>9.1e}\n",
-            s, causal ? "causal" : "full", docs.count(), longest, kept, t[0] * 1e3, t[1] * 1e3,
-            t[0] / t[1], t[2] * 1e3, t[3] * 1e3, t[2] / t[3], err);
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
     }
   if (!opt.json)
     fmt::print("# check: spot rows with documents vs fp64 reference, relative error {}\n",
@@ -441,9 +450,6 @@ int run_kernel_bench(KernelBenchOptions opt) {
   if (with_docs) {
     WF_USAGE_CHECK(opt.docs.empty() || opt.docs_random == 0,
                    "--docs and --docs-random exclude each other; give one");
-    WF_USAGE_CHECK(opt.dtype == "fp32",
-                   "--docs and --docs-random time the fp32 kernels only; drop --dtype {}",
-                   opt.dtype);
     if (!opt.docs.empty()) {
       int64_t sum = 0;
       for (int64_t len : opt.docs) sum += len;
@@ -602,7 +608,7 @@ Action setup_bench(CLI::App& root) {
   kernel
       ->add_option("--docs", opt->docs,
                    "Packed documents: their lengths, summing to the sequence (--seq defaults to "
-                   "the sum); times the fp32 kernels with and without the documents")
+                   "the sum); times the kernels of --dtype with and without the documents")
       ->delimiter(',');
   kernel->add_option("--docs-random", opt->docs_random,
                      "Packed documents: this many, of random long-tailed lengths (log-normal, "

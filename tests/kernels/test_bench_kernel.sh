@@ -83,13 +83,24 @@ assert r["check_err"] <= r["check_tol"], r
 for k in ("fwd_ms", "fwd_docs_ms", "bwd_ms", "bwd_docs_ms", "fwd_speedup", "bwd_speedup"):
     assert r[k] > 0, k
 print("bench kernel --docs: ok")' || err "--docs json"
+# The bf16 kernels with documents: one row per dtype, each spot check passing.
+out=$("$wf" bench kernel --docs 100,156 --heads 2 --head-dim 16 --iters 1 --causal --dtype both \
+  --json) || err "--docs --dtype both: exit $?"
+echo "$out"
+echo "$out" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+assert [r["dtype"] for r in rows] == ["fp32", "bf16"], rows
+for r in rows:
+    assert r["causal"] and r["docs"] == 2 and r["check_err"] <= r["check_tol"], r
+print("bench kernel --docs --dtype both: ok")' || err "--docs --dtype both json"
 text=$("$wf" bench kernel --docs-random 7 --seed 3 --seq 300 --heads 1 --head-dim 16 --iters 1) ||
   err "--docs-random: exit $?"
 echo "$text"
 [ "$(echo "$text" | grep -v '^#' | grep -c ' 7 ')" -eq 2 ] || err "expected two rows of 7 documents"
 
 for bad in "--seq 0" "--head-dim 300" "--heads 0" "--dtype fp16" "--docs 100,0,28" \
-    "--docs 100,28 --seq 64" "--docs 64 --dtype bf16" "--docs 64 --docs-random 2" \
+    "--docs 100,28 --seq 64" "--docs 64 --docs-random 2" \
     "--docs-random 100 --seq 64"; do
   msg=$("$wf" bench kernel $bad --iters 1 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || err "bench kernel $bad exited $rc, expected 2"

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
 
 namespace wallfacer::kernels::attn_testing {
@@ -103,6 +104,56 @@ inline reference::AttnRefProblem ref_problem(const Case& c) {
   return {dims_of(c), 1.0 / std::sqrt(double(c.head_dim)), c.causal, c.q_pos0, c.k_pos0};
 }
 
+// Packed documents (doc_of_pos): a case with document lengths over the global positions
+// 0 .. max(q_pos0 + Sq, k_pos0 + Sk) - 1.
+struct DocCase {
+  Case c;
+  std::vector<int64_t> lengths;
+};
+
+inline void PrintTo(const DocCase& dc, std::ostream* os) { *os << dc.c.name; }
+
+// The doc_of_pos array of a document case.
+inline std::vector<int32_t> doc_ids_of(const Case& c, const std::vector<int64_t>& lengths) {
+  const int64_t seq = std::max(c.q_pos0 + c.seq_q, c.k_pos0 + c.seq_k);
+  return doc_of_pos(doc_bounds_from_lengths(lengths, seq));
+}
+
+// Document cases, full and causal, for kernels whose tiles are 128 or 256 query rows by 256 key
+// rows: boundaries on and next to tile borders, documents of one token, one document spanning all,
+// key segments offset from the query segment and key segments in other documents only.
+inline std::vector<DocCase> doc_cases() {
+  std::vector<DocCase> cs;
+  for (bool causal : {false, true}) {
+    const std::string m = causal ? "_causal" : "_full";
+    auto add = [&](Case c, std::vector<int64_t> lengths) {
+      c.causal = causal;
+      c.name += m;
+      cs.push_back({c, std::move(lengths)});
+    };
+    add({1, 600, 600, 4, 2, 16, false, 0, 0, "on_tile_borders"}, {256, 256, 88});
+    add({1, 600, 600, 4, 2, 16, false, 0, 0, "on_query_tile_border"}, {128, 384, 88});
+    add({1, 600, 600, 4, 2, 16, false, 0, 0, "off_by_one_before"}, {255, 257, 88});
+    add({1, 600, 600, 4, 2, 16, false, 0, 0, "off_by_one_after"}, {129, 128, 257, 86});
+    add({1, 300, 300, 4, 2, 16, false, 0, 0, "one_token_docs"}, {1, 1, 150, 1, 146, 1});
+    add({1, 530, 530, 4, 4, 16, false, 0, 0, "one_doc"}, {530});
+    add({2, 300, 300, 4, 1, 16, false, 0, 0, "mqa_batch2"}, {100, 7, 193});
+    add({1, 300, 300, 8, 2, 24, false, 0, 0, "gqa4_many_short"},
+        {13, 1, 40, 2, 9, 33, 60, 1, 1, 17, 23, 100});
+    // q at positions 600..899, k at 300..699, documents [0, 350), [350, 351), [351, 800), ...
+    add({1, 300, 400, 4, 2, 16, false, 600, 300, "k_before_q"}, {350, 1, 449, 100});
+    // q at 0..299, k at 200..599: the k segment starts inside the q segment
+    add({1, 300, 400, 4, 2, 16, false, 0, 200, "k_overlaps_q"}, {256, 100, 244});
+    // every key in a later document than every query
+    add({1, 200, 300, 4, 2, 16, false, 0, 500, "k_in_other_doc_after"}, {400, 400});
+    // every key in an earlier document than every query
+    add({1, 200, 300, 4, 2, 16, false, 500, 0, "k_in_other_doc_before"}, {400, 300});
+    // queries 0..299 in documents [0, 250) and [250, 1000); keys 500..799: rows 0..249 see nothing
+    add({1, 300, 300, 4, 2, 16, false, 0, 500, "some_rows_see_nothing"}, {250, 550});
+  }
+  return cs;
+}
+
 // The shape of a test problem and its contiguous strides.
 struct ProblemShape {
   Case c;
@@ -124,8 +175,9 @@ inline std::vector<double> plus(const std::vector<double>& ref, const std::vecto
 }
 
 // Points the fields that the fp32 and bf16 params structs share at a problem's contiguous tensors:
-// dims, q, k, v, lse (and dout, delta for a backward), scale, mask and positions. The outputs are
-// the caller's to set. `pb` has d, c, q, k, v, dout, lse, delta, qs(), ks(), ls() and scale().
+// dims, q, k, v, lse (and dout, delta for a backward), scale, masks and positions. The outputs are
+// the caller's to set. `pb` has d, c, q, k, v, dout, lse, delta, qs(), ks(), ls(), scale() and
+// docs() (doc_of_pos or nullptr).
 template <typename Params, typename Problem>
 void set_inputs(Params& p, Problem& pb) {
   p.dims = pb.d;
@@ -141,6 +193,7 @@ void set_inputs(Params& p, Problem& pb) {
   p.causal = pb.c.causal;
   p.q_pos0 = pb.c.q_pos0;
   p.k_pos0 = pb.c.k_pos0;
+  p.doc_of_pos = pb.docs();
 }
 
 // The strided tests' layout of a problem with Sq = Sk and H = Hkv: q, k, v are slices of one packed

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/ops.h"
 
@@ -14,6 +15,9 @@ namespace wallfacer::kernels {
 WALLFACER_ISA_DECLARE(attn_fwd)
 WALLFACER_ISA_DECLARE(attn_bwd_preprocess)
 WALLFACER_ISA_DECLARE(attn_bwd)
+WALLFACER_ISA_DECLARE(attn_fwd_bf16)
+WALLFACER_ISA_DECLARE(attn_bwd_preprocess_bf16)
+WALLFACER_ISA_DECLARE(attn_bwd_bf16)
 WALLFACER_ISA_DECLARE(layernorm_fwd)
 WALLFACER_ISA_DECLARE(layernorm_bwd)
 WALLFACER_ISA_DECLARE(gelu_fwd)
@@ -25,6 +29,9 @@ struct LevelKernels {
   decltype(&kernels::attn_fwd) attn_fwd;
   decltype(&kernels::attn_bwd_preprocess) attn_bwd_preprocess;
   decltype(&kernels::attn_bwd) attn_bwd;
+  decltype(&kernels::attn_fwd_bf16) attn_fwd_bf16;
+  decltype(&kernels::attn_bwd_preprocess_bf16) attn_bwd_preprocess_bf16;
+  decltype(&kernels::attn_bwd_bf16) attn_bwd_bf16;
   decltype(&kernels::layernorm_fwd) layernorm_fwd;
   decltype(&kernels::layernorm_bwd) layernorm_bwd;
   decltype(&kernels::gelu_fwd) gelu_fwd;
@@ -35,10 +42,11 @@ struct LevelKernels {
 
 // The levels this CPU runs, narrowest first.
 inline std::vector<LevelKernels> levels_this_cpu_runs() {
-#define WALLFACER_LEVEL_KERNELS(ns, level)                                             \
-  LevelKernels {                                                                       \
-    level, &ns::attn_fwd, &ns::attn_bwd_preprocess, &ns::attn_bwd, &ns::layernorm_fwd, \
-        &ns::layernorm_bwd, &ns::gelu_fwd, &ns::gelu_bwd, &ns::adamw                   \
+#define WALLFACER_LEVEL_KERNELS(ns, level)                                                         \
+  LevelKernels {                                                                                   \
+    level, &ns::attn_fwd, &ns::attn_bwd_preprocess, &ns::attn_bwd, &ns::attn_fwd_bf16,             \
+        &ns::attn_bwd_preprocess_bf16, &ns::attn_bwd_bf16, &ns::layernorm_fwd, &ns::layernorm_bwd, \
+        &ns::gelu_fwd, &ns::gelu_bwd, &ns::adamw                                                   \
   }
   const std::vector<LevelKernels> all = {WALLFACER_LEVEL_KERNELS(baseline, isa::Level::Baseline),
                                          WALLFACER_LEVEL_KERNELS(avx2, isa::Level::Avx2),

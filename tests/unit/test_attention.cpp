@@ -62,7 +62,6 @@ struct Problem : attn_testing::ProblemShape {
     AttnFwdParams p;
     attn_testing::set_inputs(p, *this);
     p.o = o.data(), p.o_stride = qs();
-    p.doc_of_pos = docs();
     return p;
   }
   AttnBwdParams bwd_params() {
@@ -71,7 +70,6 @@ struct Problem : attn_testing::ProblemShape {
     p.dq = dq.data(), p.dq_stride = qs();
     p.dk = dk.data(), p.dk_stride = ks();
     p.dv = dv.data(), p.dv_stride = ks();
-    p.doc_of_pos = docs();
     return p;
   }
   const int32_t* docs() const { return doc_ids.empty() ? nullptr : doc_ids.data(); }
@@ -444,61 +442,25 @@ TEST(Attn, EveryLevelMatchesTheReference) {
   }
 }
 
-// Packed documents (AttnFwdParams::doc_of_pos): a problem with document lengths over the global
-// positions 0 .. max(q_pos0 + Sq, k_pos0 + Sk) - 1.
-struct DocCase {
-  Case c;
-  std::vector<int64_t> lengths;
-};
-
-void PrintTo(const DocCase& dc, std::ostream* os) { *os << dc.c.name; }
+// Packed documents (AttnFwdParams::doc_of_pos).
+using attn_testing::DocCase;
 
 Problem doc_problem(const Case& c, const std::vector<int64_t>& lengths) {
   Problem pb(c);
-  const int64_t seq = std::max(c.q_pos0 + c.seq_q, c.k_pos0 + c.seq_k);
-  pb.doc_ids = doc_of_pos(doc_bounds_from_lengths(lengths, seq));
+  pb.doc_ids = attn_testing::doc_ids_of(c, lengths);
   return pb;
 }
 Problem doc_problem(const DocCase& dc) { return doc_problem(dc.c, dc.lengths); }
 
-// The forward tiles are 128 query x 256 key rows, the backward's attn_bwd_tiling (also 128 x 256):
-// boundaries on and next to tile borders, documents of one token, one document spanning all, key
-// segments offset from the query segment and key segments in other documents only.
+// The document cases put boundaries on the tile borders of these kernels: 128 x 256 forward and
+// backward.
 std::vector<DocCase> doc_cases() {
   const AttnTiling fwd = attn_fwd_tiling({}), bwd = attn_bwd_tiling({});
   EXPECT_EQ(fwd.block_q, 128);
   EXPECT_EQ(fwd.block_k, 256);
   EXPECT_EQ(bwd.block_q, 128);
   EXPECT_EQ(bwd.block_k, 256);
-  std::vector<DocCase> cs;
-  for (bool causal : {false, true}) {
-    const std::string m = causal ? "_causal" : "_full";
-    auto add = [&](Case c, std::vector<int64_t> lengths) {
-      c.causal = causal;
-      c.name += m;
-      cs.push_back({c, std::move(lengths)});
-    };
-    add({1, 600, 600, 4, 2, 16, false, 0, 0, "on_tile_borders"}, {256, 256, 88});
-    add({1, 600, 600, 4, 2, 16, false, 0, 0, "on_query_tile_border"}, {128, 384, 88});
-    add({1, 600, 600, 4, 2, 16, false, 0, 0, "off_by_one_before"}, {255, 257, 88});
-    add({1, 600, 600, 4, 2, 16, false, 0, 0, "off_by_one_after"}, {129, 128, 257, 86});
-    add({1, 300, 300, 4, 2, 16, false, 0, 0, "one_token_docs"}, {1, 1, 150, 1, 146, 1});
-    add({1, 530, 530, 4, 4, 16, false, 0, 0, "one_doc"}, {530});
-    add({2, 300, 300, 4, 1, 16, false, 0, 0, "mqa_batch2"}, {100, 7, 193});
-    add({1, 300, 300, 8, 2, 24, false, 0, 0, "gqa4_many_short"},
-        {13, 1, 40, 2, 9, 33, 60, 1, 1, 17, 23, 100});
-    // q at positions 600..899, k at 300..699, documents [0, 350), [350, 351), [351, 800), ...
-    add({1, 300, 400, 4, 2, 16, false, 600, 300, "k_before_q"}, {350, 1, 449, 100});
-    // q at 0..299, k at 200..599: the k segment starts inside the q segment
-    add({1, 300, 400, 4, 2, 16, false, 0, 200, "k_overlaps_q"}, {256, 100, 244});
-    // every key in a later document than every query
-    add({1, 200, 300, 4, 2, 16, false, 0, 500, "k_in_other_doc_after"}, {400, 400});
-    // every key in an earlier document than every query
-    add({1, 200, 300, 4, 2, 16, false, 500, 0, "k_in_other_doc_before"}, {400, 300});
-    // queries 0..299 in documents [0, 250) and [250, 1000); keys 500..799: rows 0..249 see nothing
-    add({1, 300, 300, 4, 2, 16, false, 0, 500, "some_rows_see_nothing"}, {250, 550});
-  }
-  return cs;
+  return attn_testing::doc_cases();
 }
 
 class AttnDocsVsReference : public ::testing::TestWithParam<DocCase> {};

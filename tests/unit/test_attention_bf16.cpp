@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attention_testing.h"
+#include "isa_levels.h"
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
@@ -231,6 +232,7 @@ struct Problem : attn_testing::ProblemShape {
   std::vector<bf16> q, k, v, dout;
   Out o, dq, dk, dv;
   std::vector<float> lse, delta;
+  std::vector<int32_t> doc_ids;  // doc_of_pos over global positions; empty: no documents
 
   Problem(const Case& cs, bool fp32_outputs, uint32_t seed = 1)
       : ProblemShape(cs),
@@ -259,6 +261,7 @@ struct Problem : attn_testing::ProblemShape {
     p.dv = dv.view(ks());
     return p;
   }
+  const int32_t* docs() const { return doc_ids.empty() ? nullptr : doc_ids.data(); }
   void forward() { attn_fwd_bf16(fwd_params()); }
   // delta from O as the model would store it: bf16.
   void backward() {
@@ -272,7 +275,8 @@ struct Problem : attn_testing::ProblemShape {
 struct Reference {
   std::vector<double> o, lse, dq, dk, dv;
   explicit Reference(const Problem& pb) {
-    const reference::AttnRefProblem pr = ref_problem(pb.c);
+    reference::AttnRefProblem pr = ref_problem(pb.c);
+    pr.doc_of_pos = pb.docs();
     const auto q = to_double(to_fp32(pb.q)), k = to_double(to_fp32(pb.k)),
                v = to_double(to_fp32(pb.v));
     reference::attn_fwd_ref(pr, q, k, v, o, lse);
@@ -312,12 +316,13 @@ void expect_same_bits(const Problem& a, const Problem& b, const std::string& wha
 }
 
 // Forward and backward on every path, each against the reference, then the paths against each
-// other.
-void check_case(const Case& c, bool fp32_outputs) {
+// other; with documents of the given lengths when there are any.
+void check_case(const Case& c, bool fp32_outputs, const std::vector<int64_t>& doc_lengths = {}) {
   std::vector<Problem> runs;
   for (const char* path : paths()) {
     const ScopedEnv env("WALLFACER_BF16_PATH", path);
     Problem pb(c, fp32_outputs);
+    if (!doc_lengths.empty()) pb.doc_ids = attn_testing::doc_ids_of(c, doc_lengths);
     pb.forward();
     pb.backward();
     runs.push_back(std::move(pb));
@@ -343,6 +348,73 @@ std::vector<Case> reference_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttnBf16VsReference, ::testing::ValuesIn(reference_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// Packed documents (AttnFwdBf16Params::doc_of_pos) against the reference with the same documents.
+using attn_testing::DocCase;
+
+// The document cases put boundaries on the tile borders of these kernels: 128 x 256 forward,
+// 256 x 256 backward.
+TEST(AttnBf16Docs, CasesMeetTheTileBorders) {
+  const AttnTiling fwd = attn_fwd_bf16_tiling({}), bwd = attn_bwd_bf16_tiling({});
+  EXPECT_EQ(fwd.block_q, 128);
+  EXPECT_EQ(fwd.block_k, 256);
+  EXPECT_EQ(bwd.block_q, 256);
+  EXPECT_EQ(bwd.block_k, 256);
+}
+
+class AttnBf16DocsVsReference : public ::testing::TestWithParam<DocCase> {};
+
+TEST_P(AttnBf16DocsVsReference, ForwardAndBackward) {
+  check_case(GetParam().c, false, GetParam().lengths);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttnBf16DocsVsReference,
+                         ::testing::ValuesIn(attn_testing::doc_cases()),
+                         [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
+
+// Every instruction-set level (kernels/isa.h) on every path, with and without documents, against
+// the reference.
+TEST(AttnBf16, EveryLevelMatchesTheReference) {
+  std::vector<DocCase> cases = {{{1, 300, 300, 2, 1, 64, true, 0, 0, "S300_causal"}, {}},
+                                {{1, 97, 97, 2, 1, 40, false, 0, 0, "S97_D40"}, {}}};
+  for (const DocCase& dc : attn_testing::doc_cases())
+    if (dc.c.name == "off_by_one_after_causal" || dc.c.name == "one_token_docs_full")
+      cases.push_back(dc);
+  for (const DocCase& dc : cases) {
+    SCOPED_TRACE(dc.c.name);
+    const auto problem = [&dc] {
+      Problem pb(dc.c, false);
+      if (!dc.lengths.empty()) pb.doc_ids = attn_testing::doc_ids_of(dc.c, dc.lengths);
+      return pb;
+    };
+    const Reference ref(problem());
+    for (const char* path : paths()) {
+      const ScopedEnv env("WALLFACER_BF16_PATH", path);
+      for (const LevelKernels& lk : levels_this_cpu_runs()) {
+        Problem pb = problem();
+        lk.attn_fwd_bf16(pb.fwd_params());
+        lk.attn_bwd_preprocess_bf16(pb.d, pb.o.h.data(), pb.qs(), pb.dout.data(), pb.qs(),
+                                    pb.delta.data(), pb.ls());
+        lk.attn_bwd_bf16(pb.bwd_params());
+        expect_within(errors(pb, ref), false, lk.name() + " " + path);
+      }
+    }
+  }
+}
+
+// One document spanning every position gives the bits of a call without documents.
+TEST(AttnBf16Docs, OneDocumentIsBitIdenticalToNoDocuments) {
+  for (bool causal : {false, true}) {
+    const Case c{1, 600, 600, 4, 2, 16, causal, 0, 0, causal ? "causal" : "full"};
+    Problem plain(c, false), packed(c, false);
+    packed.doc_ids = attn_testing::doc_ids_of(c, {600});
+    for (Problem* pb : {&plain, &packed}) {
+      pb->forward();
+      pb->backward();
+    }
+    expect_same_bits(plain, packed, c.name);
+  }
+}
 
 // fp32 outputs hold the result before its last rounding: closer to the reference, and rounding
 // them gives exactly the bf16 outputs.

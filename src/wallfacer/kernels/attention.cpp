@@ -23,11 +23,8 @@ namespace {
 
 using detail::check_dims;
 using detail::check_strides;
-using detail::doc_key_range;
 using detail::exp_approx;
-using detail::tile_docs;
-using detail::TileDocs;
-using detail::visible_keys;
+using detail::TileMask;
 using detail::zero_rows;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -52,21 +49,6 @@ constexpr int kBwdBlockQ = 128, kBwdBlockK = 256;
 #pragma omp simd reduction(max : m)
   for (int j = 0; j < n; ++j) m = m > s[j] ? m : s[j];
   return m;
-}
-
-// The keys [*lo, *hi) of a tile (nk keys from global position k_first) that the query at q_pos
-// keeps: its causal prefix when `partial`, within its document when `doc` is set (a tile across a
-// document boundary). *lo == *hi when it keeps none.
-inline void kept_keys(bool partial, const int32_t* doc, int64_t q_pos, int64_t k_first, int nk,
-                      int* lo, int* hi) {
-  *lo = 0;
-  *hi = partial ? visible_keys(q_pos, k_first, nk) : nk;
-  if (doc) {
-    int doc_lo, doc_hi;
-    doc_key_range(doc, q_pos, k_first, nk, &doc_lo, &doc_hi);
-    *lo = doc_lo;
-    *hi = std::max(doc_lo, std::min(*hi, doc_hi));
-  }
 }
 
 // Leading dimension for BLAS: at least head_dim even when a single row makes the stride moot.
@@ -202,50 +184,37 @@ void attn_fwd(const AttnFwdParams& p) {
         zero_rows(o, p.o_stride.seq, nq, D);
         std::fill(lse, lse + nq, kNegInf);
       }
-      const int32_t* doc = p.doc_of_pos;
-      // With documents, start at the key tile holding the first key of this block's first document.
-      const int j_start =
-          doc ? detail::first_row_from_doc(doc, p.k_pos0, d.seq_k, doc[qpos_first]) / bk * bk : 0;
-      for (int j0 = j_start; j0 < d.seq_k; j0 += bk) {
-        const int nk = std::min(bk, d.seq_k - j0);
-        const int64_t kpos_first = p.k_pos0 + j0, kpos_last = kpos_first + nk - 1;
-        if (p.causal && kpos_first > qpos_last) break;  // this tile and all later ones are future
-        const TileDocs docs =
-            doc ? tile_docs(doc, qpos_first, qpos_last, kpos_first, kpos_last) : TileDocs::Inside;
-        if (docs == TileDocs::Disjoint) {
-          if (doc[kpos_first] > doc[qpos_last]) break;  // later tiles are in later documents
-          continue;
-        }
-        const bool crossing = docs == TileDocs::Crossing;
-        const bool partial = p.causal && kpos_last > qpos_first;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, q,
-                    ld(p.q_stride.seq, D), k + j0 * p.k_stride.seq, ld(p.k_stride.seq, D), 0.0f, s,
-                    nk);
-        for (int i = 0; i < nq; ++i) {
-          float* srow = s + int64_t(i) * nk;
-          int lo, hi;
-          kept_keys(partial, crossing ? doc : nullptr, qpos_first + i, kpos_first, nk, &lo, &hi);
-          const float m = hi > lo ? row_max(srow + lo, hi - lo) : kNegInf;
-          if (m == kNegInf) {
-            std::fill(srow, srow + nk, 0.0f);
-            lb[i] = kNegInf;
-            continue;
-          }
-          const float l = exp_shift_sum(srow + lo, hi - lo, m);
-          std::fill(srow, srow + lo, 0.0f);
-          std::fill(srow + hi, srow + nk, 0.0f);
-          lb[i] = m + std::log(l);
-          inv[i] = 1.0f / l;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, s, nk,
-                    v + j0 * p.v_stride.seq, ld(p.v_stride.seq, D), 0.0f, ob, D);
-        for (int i = 0; i < nq; ++i) {
-          float* orow = ob + int64_t(i) * D;
-          if (lb[i] == kNegInf) continue;
-          for (int c = 0; c < D; ++c) orow[c] *= inv[i];
-        }
-        lse_merge_rows(nq, D, o, p.o_stride.seq, lse, 1, ob, D, lb, 1);
-      }
+      detail::for_each_key_tile(
+          d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.doc_of_pos,
+          [&](int j0, int nk, const TileMask& mask) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, q,
+                        ld(p.q_stride.seq, D), k + j0 * p.k_stride.seq, ld(p.k_stride.seq, D), 0.0f,
+                        s, nk);
+            for (int i = 0; i < nq; ++i) {
+              float* srow = s + int64_t(i) * nk;
+              int lo, hi;
+              mask.keys(i, nk, &lo, &hi);
+              const float m = hi > lo ? row_max(srow + lo, hi - lo) : kNegInf;
+              if (m == kNegInf) {
+                std::fill(srow, srow + nk, 0.0f);
+                lb[i] = kNegInf;
+                continue;
+              }
+              const float l = exp_shift_sum(srow + lo, hi - lo, m);
+              std::fill(srow, srow + lo, 0.0f);
+              std::fill(srow + hi, srow + nk, 0.0f);
+              lb[i] = m + std::log(l);
+              inv[i] = 1.0f / l;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, s, nk,
+                        v + j0 * p.v_stride.seq, ld(p.v_stride.seq, D), 0.0f, ob, D);
+            for (int i = 0; i < nq; ++i) {
+              float* orow = ob + int64_t(i) * D;
+              if (lb[i] == kNegInf) continue;
+              for (int c = 0; c < D; ++c) orow[c] *= inv[i];
+            }
+            lse_merge_rows(nq, D, o, p.o_stride.seq, lse, 1, ob, D, lb, 1);
+          });
     }
   }
 }
@@ -294,56 +263,41 @@ void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float*
       const float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head;
       const float* delta = p.delta + b * p.delta_stride.batch + h * p.delta_stride.head;
       float* dq = task.dq + g * task.dq_head;
-      // Query blocks that end before the key tile starts are entirely masked under causal, and
-      // so are those before the tile's first document.
-      int i_start = p.causal ? detail::first_query_block(d, p.q_pos0, kpos_first, bq) : 0;
-      if (doc)
-        i_start = std::max(
-            i_start, detail::first_row_from_doc(doc, p.q_pos0, d.seq_q, doc[kpos_first]) / bq * bq);
-      for (int i0 = i_start; i0 < d.seq_q; i0 += bq) {
-        const int nq = std::min(bq, d.seq_q - i0);
-        const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
-        if (p.causal && kpos_first > qpos_last) continue;
-        const TileDocs docs =
-            doc ? tile_docs(doc, qpos_first, qpos_last, kpos_first, kpos_last) : TileDocs::Inside;
-        if (docs == TileDocs::Disjoint) {
-          if (doc[qpos_first] > doc[kpos_last]) break;  // later blocks are in later documents
-          continue;
-        }
-        const bool crossing = docs == TileDocs::Crossing;
-        const bool partial = p.causal && kpos_last > qpos_first;
-        const float* qi = q + i0 * p.q_stride.seq;
-        const float* doi = dout + i0 * p.dout_stride.seq;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, qi, ldq,
-                    k + j0 * p.k_stride.seq, ldk, 0.0f, ps, nk);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, 1.0f, doi, lddo,
-                    v + j0 * p.v_stride.seq, ldv, 0.0f, dps, nk);
-        for (int i = 0; i < nq; ++i) {
-          float* prow = ps + int64_t(i) * nk;
-          float* dprow = dps + int64_t(i) * nk;
-          const float l = lse[i0 + i];
-          int lo, hi;
-          kept_keys(partial, crossing ? doc : nullptr, qpos_first + i, kpos_first, nk, &lo, &hi);
-          if (l == kNegInf) {
-            std::fill(prow, prow + nk, 0.0f);
-            std::fill(dprow, dprow + nk, 0.0f);
-            continue;
-          }
-          const float dl = delta[i0 + i];
-          exp_shift_sum(prow + lo, hi - lo, l);
-          for (int j = 0; j < lo; ++j) prow[j] = 0.0f;
-          for (int j = hi; j < nk; ++j) prow[j] = 0.0f;
+      detail::for_each_query_block(
+          d, p.q_pos0, bq, kpos_first, kpos_last, p.causal, doc,
+          [&](int i0, int nq, const TileMask& mask) {
+            const float* qi = q + i0 * p.q_stride.seq;
+            const float* doi = dout + i0 * p.dout_stride.seq;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, qi, ldq,
+                        k + j0 * p.k_stride.seq, ldk, 0.0f, ps, nk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, 1.0f, doi, lddo,
+                        v + j0 * p.v_stride.seq, ldv, 0.0f, dps, nk);
+            for (int i = 0; i < nq; ++i) {
+              float* prow = ps + int64_t(i) * nk;
+              float* dprow = dps + int64_t(i) * nk;
+              const float l = lse[i0 + i];
+              int lo, hi;
+              mask.keys(i, nk, &lo, &hi);
+              if (l == kNegInf) {
+                std::fill(prow, prow + nk, 0.0f);
+                std::fill(dprow, dprow + nk, 0.0f);
+                continue;
+              }
+              const float dl = delta[i0 + i];
+              exp_shift_sum(prow + lo, hi - lo, l);
+              for (int j = 0; j < lo; ++j) prow[j] = 0.0f;
+              for (int j = hi; j < nk; ++j) prow[j] = 0.0f;
 #pragma omp simd
-          for (int j = 0; j < nk; ++j) dprow[j] = prow[j] * (dprow[j] - dl) * p.scale;
-        }
-        // dV += P^T dO ; dK += dS^T Q ; dQ += dS K
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, ps, nk, doi, lddo,
-                    1.0f, dvj, lddv);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, dps, nk, qi, ldq,
-                    1.0f, dkj, lddk);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, dps, nk,
-                    k + j0 * p.k_stride.seq, ldk, 1.0f, dq + i0 * task.dq_seq, lddq);
-      }
+              for (int j = 0; j < nk; ++j) dprow[j] = prow[j] * (dprow[j] - dl) * p.scale;
+            }
+            // dV += P^T dO ; dK += dS^T Q ; dQ += dS K
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, ps, nk, doi, lddo,
+                        1.0f, dvj, lddv);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, dps, nk, qi, ldq,
+                        1.0f, dkj, lddk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, dps, nk,
+                        k + j0 * p.k_stride.seq, ldk, 1.0f, dq + i0 * task.dq_seq, lddq);
+          });
     }
   }
 }

@@ -28,7 +28,7 @@ using detail::Bf16Gemm;
 using detail::check_dims;
 using detail::check_strides;
 using detail::exp2_approx;
-using detail::visible_keys;
+using detail::TileMask;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // The softmax works in base 2: scores are scaled by scale * log2(e) and exponentiated with
@@ -196,27 +196,27 @@ void zero_output(const AttnOutput& out, int batch, int seq, int heads, int head_
 }
 
 // One query row of a (query block, key tile) in the backward: its scores s and dP values dp (fp32),
-// how many keys it sees (0 when its LSE is -inf), lse2 = LSE log2(e) and delta.
+// the keys [lo, hi) it sees (lo == hi when its LSE is -inf), lse2 = LSE log2(e) and delta.
 struct BwdRow {
   const float* s;
   const float* dp;
-  int vis;
+  int lo, hi;
   float lse2, delta;
 };
 
-// P = 2^(scale2 s - lse2) and dS = P (dP - delta) scale of two rows for j < n (zero from column vis
-// on), rounded to bf16 into the pair layouts pt and dst (out[2j + r] for row r) and dS also into
-// the rows ds0, ds1; scale2 = scale log2(e). Columns that both rows see first, without masks (so
-// the loop vectorises well), then the rest.
+// P = 2^(scale2 s - lse2) and dS = P (dP - delta) scale of two rows for j < n (zero outside the
+// keys [lo, hi) a row sees), rounded to bf16 into the pair layouts pt and dst (out[2j + r] for row
+// r) and dS also into the rows ds0, ds1; scale2 = scale log2(e). Columns that both rows see first,
+// without masks (so the loop vectorises well), then the rest.
 [[gnu::noinline]] void bwd_row_pair(BwdRow r0, BwdRow r1, int n, float scale, float scale2,
                                     bf16* __restrict pt, bf16* __restrict dst, bf16* __restrict ds0,
                                     bf16* __restrict ds1) {
   const float* __restrict s0 = r0.s, * __restrict s1 = r1.s;
   const float* __restrict dp0 = r0.dp, * __restrict dp1 = r1.dp;
   const float l0 = r0.lse2, l1 = r1.lse2, delta0 = r0.delta, delta1 = r1.delta;
-  const int both = std::min(r0.vis, r1.vis);
+  const int lo = std::max(r0.lo, r1.lo), hi = std::max(lo, std::min(r0.hi, r1.hi));
 #pragma omp simd
-  for (int j = 0; j < both; ++j) {
+  for (int j = lo; j < hi; ++j) {
     const float p0 = exp2_approx(s0[j] * scale2 - l0);
     const float p1 = exp2_approx(s1[j] * scale2 - l1);
     const uint16_t d0 = to_bf16_bits(p0 * (dp0[j] - delta0) * scale);
@@ -228,18 +228,22 @@ struct BwdRow {
     ds0[j].bits = d0;
     ds1[j].bits = d1;
   }
-  // Columns only one row sees (one column per row on a causal diagonal), then zeros.
-  const int most = std::min(std::max(r0.vis, r1.vis), n);
-  for (int j = both; j < most; ++j) {
-    const float p0 = j < r0.vis ? exp2_approx(s0[j] * scale2 - l0) : 0.0f;
-    const float p1 = j < r1.vis ? exp2_approx(s1[j] * scale2 - l1) : 0.0f;
-    const bf16 d0 = to_bf16(j < r0.vis ? p0 * (dp0[j] - delta0) * scale : 0.0f);
-    const bf16 d1 = to_bf16(j < r1.vis ? p1 * (dp1[j] - delta1) * scale : 0.0f);
+  // Columns only one row sees (one column per row on a causal diagonal; more across a document
+  // boundary), then zeros.
+  const auto masked = [&](int j) {
+    const bool in0 = j >= r0.lo && j < r0.hi, in1 = j >= r1.lo && j < r1.hi;
+    const float p0 = in0 ? exp2_approx(s0[j] * scale2 - l0) : 0.0f;
+    const float p1 = in1 ? exp2_approx(s1[j] * scale2 - l1) : 0.0f;
+    const bf16 d0 = to_bf16(in0 ? p0 * (dp0[j] - delta0) * scale : 0.0f);
+    const bf16 d1 = to_bf16(in1 ? p1 * (dp1[j] - delta1) * scale : 0.0f);
     pt[2 * j] = to_bf16(p0);
     pt[2 * j + 1] = to_bf16(p1);
     dst[2 * j] = ds0[j] = d0;
     dst[2 * j + 1] = ds1[j] = d1;
-  }
+  };
+  for (int j = 0; j < lo; ++j) masked(j);
+  const int most = std::min(std::max(r0.hi, r1.hi), n);
+  for (int j = hi; j < most; ++j) masked(j);
   std::fill(pt + 2 * most, pt + 2 * n, bf16{});
   std::fill(dst + 2 * most, dst + 2 * n, bf16{});
   std::fill(ds0 + most, ds0 + n, bf16{});
@@ -307,6 +311,8 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
   check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_output("o", p.o, p.accumulate, d.seq_q, d.heads, d.head_dim);
+  if (p.doc_of_pos)
+    detail::check_doc_of_pos("attn_fwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
   const GemmFn gemm = gemm_of(bf16_path());
   if (d.seq_q == 0) return;
   if (d.seq_k == 0) {
@@ -368,51 +374,52 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
       std::fill_n(m, nq, kNegInf);
       std::fill_n(l, nq, 0.0f);
       std::fill_n(oacc, int64_t(nq) * D, 0.0f);
-      for (int jt = 0; jt < pk.tiles; ++jt) {
-        const int j0 = jt * bk, nk = std::min(bk, d.seq_k - j0), nk2 = nk + nk % 2;
-        const int64_t kpos_first = p.k_pos0 + j0, kpos_last = kpos_first + nk - 1;
-        if (p.causal && kpos_first > qpos_last) break;  // this tile and all later ones are future
-        const bool partial = p.causal && kpos_last > qpos_first;
-        gemm({.m = nq,
-              .n = nk,
-              .kp = hd.d2 / 2,
-              .a = qb,
-              .lda = hd.d2,
-              .b = pk.kd.data() + bhk * pk.kd_head + jt * pk.kd_tile,
-              .ldb = 2 * bk,
-              .c = s,
-              .ldc = bk,
-              .accumulate = false});
-        for (int i = 0; i < nq; ++i) {
-          float* srow = s + int64_t(i) * bk;
-          bf16* prow = pt + int64_t(i) * bk;
-          const int vis = partial ? visible_keys(qpos_first + i, kpos_first, nk) : nk;
-          const float m_new = std::max(m[i], scaled_max(srow, vis, scale2));
-          if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
-            std::fill_n(prow, nk2, bf16{});
-            continue;
-          }
-          const float alpha = exp2_approx(m[i] - m_new);
-          const float sum = exp_round_sum(srow, vis, scale2, m_new, prow);
-          std::fill(prow + vis, prow + nk2, bf16{});
-          l[i] = l[i] * alpha + sum;
-          m[i] = m_new;
-          if (alpha != 1.0f) {
-            float* orow = oacc + int64_t(i) * D;
-            for (int e = 0; e < D; ++e) orow[e] *= alpha;
-          }
-        }
-        gemm({.m = nq,
-              .n = D,
-              .kp = nk2 / 2,
-              .a = pt,
-              .lda = bk,
-              .b = pk.vj.data() + bhk * pk.vj_head + int64_t(j0) * hd.d16,
-              .ldb = 2 * hd.d16,
-              .c = oacc,
-              .ldc = D,
-              .accumulate = true});
-      }
+      detail::for_each_key_tile(
+          d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.doc_of_pos,
+          [&](int j0, int nk, const TileMask& mask) {
+            const int jt = j0 / bk, nk2 = nk + nk % 2;
+            gemm({.m = nq,
+                  .n = nk,
+                  .kp = hd.d2 / 2,
+                  .a = qb,
+                  .lda = hd.d2,
+                  .b = pk.kd.data() + bhk * pk.kd_head + jt * pk.kd_tile,
+                  .ldb = 2 * bk,
+                  .c = s,
+                  .ldc = bk,
+                  .accumulate = false});
+            for (int i = 0; i < nq; ++i) {
+              float* srow = s + int64_t(i) * bk;
+              bf16* prow = pt + int64_t(i) * bk;
+              int lo = 0, hi = nk;
+              if (!mask.whole()) mask.keys(i, nk, &lo, &hi);
+              const float m_new = std::max(m[i], scaled_max(srow + lo, hi - lo, scale2));
+              if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
+                std::fill_n(prow, nk2, bf16{});
+                continue;
+              }
+              const float alpha = exp2_approx(m[i] - m_new);
+              const float sum = exp_round_sum(srow + lo, hi - lo, scale2, m_new, prow + lo);
+              std::fill(prow, prow + lo, bf16{});
+              std::fill(prow + hi, prow + nk2, bf16{});
+              l[i] = l[i] * alpha + sum;
+              m[i] = m_new;
+              if (alpha != 1.0f) {
+                float* orow = oacc + int64_t(i) * D;
+                for (int e = 0; e < D; ++e) orow[e] *= alpha;
+              }
+            }
+            gemm({.m = nq,
+                  .n = D,
+                  .kp = nk2 / 2,
+                  .a = pt,
+                  .lda = bk,
+                  .b = pk.vj.data() + bhk * pk.vj_head + int64_t(j0) * hd.d16,
+                  .ldb = 2 * hd.d16,
+                  .c = oacc,
+                  .ldc = D,
+                  .accumulate = true});
+          });
       for (int i = 0; i < nq; ++i) {
         if (l[i] == 0.0f) {
           lb[i] = kNegInf;
@@ -521,93 +528,92 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
       const bf16* qt = pk.qt.data() + (int64_t(b) * d.heads + h) * pk.head;
       const bf16* dot = pk.dot.data() + (int64_t(b) * d.heads + h) * pk.head;
       float* dq = task.dq + g * task.dq_head;
-      // Query blocks that end before the key tile starts are entirely masked under causal.
-      const int i_start = p.causal ? detail::first_query_block(d, p.q_pos0, kpos_first, bq) : 0;
-      for (int i0 = i_start; i0 < d.seq_q; i0 += bq) {
-        const int nq = std::min(bq, d.seq_q - i0), nq2 = nq + nq % 2;
-        const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
-        if (p.causal && kpos_first > qpos_last) continue;
-        const bool partial = p.causal && kpos_last > qpos_first;
-        // Q and dO rows are the A of the products over D as they are, unless D is odd (then
-        // copied with a zero after the last element).
-        const bf16 *qi = q + i0 * p.q_stride.seq, *doi = dout + i0 * p.dout_stride.seq;
-        int64_t ldq = p.q_stride.seq, lddo = p.dout_stride.seq;
-        if (hd.d2 != D) {
-          copy_rows(qi, ldq, nq, hd, w.qb.data());
-          copy_rows(doi, lddo, nq, hd, w.dob.data());
-          qi = w.qb.data(), doi = w.dob.data();
-          ldq = lddo = hd.d2;
-        }
-        gemm({.m = nq,
-              .n = nk,
-              .kp = hd.d2 / 2,
-              .a = qi,
-              .lda = ldq,
-              .b = w.kd.data(),
-              .ldb = 2 * bk,
-              .c = w.s.data(),
-              .ldc = bk,
-              .accumulate = false});
-        gemm({.m = nq,
-              .n = nk,
-              .kp = hd.d2 / 2,
-              .a = doi,
-              .lda = lddo,
-              .b = w.vd.data(),
-              .ldb = 2 * bk,
-              .c = w.dp.data(),
-              .ldc = bk,
-              .accumulate = false});
-        // P and dS by pairs of rows (bq is even, so a missing second row still has buffer rows).
-        for (int i = 0; i < nq; i += 2) {
-          BwdRow rows[2];
-          for (int r = 0; r < 2; ++r) {
-            const int ii = i + r;
-            BwdRow& row = rows[r];
-            row.s = w.s.data() + int64_t(ii) * bk;
-            row.dp = w.dp.data() + int64_t(ii) * bk;
-            row.vis = 0, row.lse2 = 0.0f, row.delta = 0.0f;
-            if (ii >= nq || lse[i0 + ii] == kNegInf) continue;
-            row.vis = partial ? visible_keys(qpos_first + ii, kpos_first, nk) : nk;
-            row.lse2 = lse[i0 + ii] * kLog2e;
-            row.delta = delta[i0 + ii];
-          }
-          bwd_row_pair(rows[0], rows[1], nk2, p.scale, scale2, w.pt.data() + int64_t(i) * bk,
-                       w.dst.data() + int64_t(i) * bk, w.dsr.data() + int64_t(i) * bk,
-                       w.dsr.data() + int64_t(i + 1) * bk);
-        }
-        // dV^T += dO^T P ; dK^T += Q^T dS (sums over query rows) ; dQ += dS K (over keys)
-        gemm({.m = D,
-              .n = nk,
-              .kp = nq2 / 2,
-              .a = dot + i0,
-              .lda = pk.ld,
-              .b = w.pt.data(),
-              .ldb = 2 * bk,
-              .c = w.dvt.data(),
-              .ldc = bk,
-              .accumulate = true});
-        gemm({.m = D,
-              .n = nk,
-              .kp = nq2 / 2,
-              .a = qt + i0,
-              .lda = pk.ld,
-              .b = w.dst.data(),
-              .ldb = 2 * bk,
-              .c = w.dkt.data(),
-              .ldc = bk,
-              .accumulate = true});
-        gemm({.m = nq,
-              .n = D,
-              .kp = nk2 / 2,
-              .a = w.dsr.data(),
-              .lda = bk,
-              .b = w.kj.data(),
-              .ldb = 2 * hd.d16,
-              .c = dq + i0 * task.dq_seq,
-              .ldc = task.dq_seq,
-              .accumulate = true});
-      }
+      detail::for_each_query_block(
+          d, p.q_pos0, bq, kpos_first, kpos_last, p.causal, p.doc_of_pos,
+          [&](int i0, int nq, const TileMask& mask) {
+            const int nq2 = nq + nq % 2;
+            // Q and dO rows are the A of the products over D as they are, unless D is odd (then
+            // copied with a zero after the last element).
+            const bf16 *qi = q + i0 * p.q_stride.seq, *doi = dout + i0 * p.dout_stride.seq;
+            int64_t ldq = p.q_stride.seq, lddo = p.dout_stride.seq;
+            if (hd.d2 != D) {
+              copy_rows(qi, ldq, nq, hd, w.qb.data());
+              copy_rows(doi, lddo, nq, hd, w.dob.data());
+              qi = w.qb.data(), doi = w.dob.data();
+              ldq = lddo = hd.d2;
+            }
+            gemm({.m = nq,
+                  .n = nk,
+                  .kp = hd.d2 / 2,
+                  .a = qi,
+                  .lda = ldq,
+                  .b = w.kd.data(),
+                  .ldb = 2 * bk,
+                  .c = w.s.data(),
+                  .ldc = bk,
+                  .accumulate = false});
+            gemm({.m = nq,
+                  .n = nk,
+                  .kp = hd.d2 / 2,
+                  .a = doi,
+                  .lda = lddo,
+                  .b = w.vd.data(),
+                  .ldb = 2 * bk,
+                  .c = w.dp.data(),
+                  .ldc = bk,
+                  .accumulate = false});
+            // P and dS by pairs of rows (bq is even, so a missing second row still has buffer
+            // rows).
+            for (int i = 0; i < nq; i += 2) {
+              BwdRow rows[2];
+              for (int r = 0; r < 2; ++r) {
+                const int ii = i + r;
+                BwdRow& row = rows[r];
+                row.s = w.s.data() + int64_t(ii) * bk;
+                row.dp = w.dp.data() + int64_t(ii) * bk;
+                row.lo = row.hi = 0, row.lse2 = 0.0f, row.delta = 0.0f;
+                if (ii >= nq || lse[i0 + ii] == kNegInf) continue;
+                row.hi = nk;
+                if (!mask.whole()) mask.keys(ii, nk, &row.lo, &row.hi);
+                row.lse2 = lse[i0 + ii] * kLog2e;
+                row.delta = delta[i0 + ii];
+              }
+              bwd_row_pair(rows[0], rows[1], nk2, p.scale, scale2, w.pt.data() + int64_t(i) * bk,
+                           w.dst.data() + int64_t(i) * bk, w.dsr.data() + int64_t(i) * bk,
+                           w.dsr.data() + int64_t(i + 1) * bk);
+            }
+            // dV^T += dO^T P ; dK^T += Q^T dS (sums over query rows) ; dQ += dS K (over keys)
+            gemm({.m = D,
+                  .n = nk,
+                  .kp = nq2 / 2,
+                  .a = dot + i0,
+                  .lda = pk.ld,
+                  .b = w.pt.data(),
+                  .ldb = 2 * bk,
+                  .c = w.dvt.data(),
+                  .ldc = bk,
+                  .accumulate = true});
+            gemm({.m = D,
+                  .n = nk,
+                  .kp = nq2 / 2,
+                  .a = qt + i0,
+                  .lda = pk.ld,
+                  .b = w.dst.data(),
+                  .ldb = 2 * bk,
+                  .c = w.dkt.data(),
+                  .ldc = bk,
+                  .accumulate = true});
+            gemm({.m = nq,
+                  .n = D,
+                  .kp = nk2 / 2,
+                  .a = w.dsr.data(),
+                  .lda = bk,
+                  .b = w.kj.data(),
+                  .ldb = 2 * hd.d16,
+                  .c = dq + i0 * task.dq_seq,
+                  .ldc = task.dq_seq,
+                  .accumulate = true});
+          });
     }
     const int64_t dk_at = b * p.dk.stride.batch + hk * p.dk.stride.head + j0 * p.dk.stride.seq;
     const int64_t dv_at = b * p.dv.stride.batch + hk * p.dv.stride.head + j0 * p.dv.stride.seq;
@@ -640,6 +646,8 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   check_output("dq", p.dq, p.accumulate, d.seq_q, d.heads, d.head_dim);
   check_output("dk", p.dk, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
   check_output("dv", p.dv, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
+  if (p.doc_of_pos)
+    detail::check_doc_of_pos("attn_bwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
   const GemmFn gemm = gemm_of(bf16_path());
   const int D = d.head_dim;
   if (d.seq_q == 0 || d.seq_k == 0) {

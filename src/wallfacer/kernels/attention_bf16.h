@@ -1,6 +1,7 @@
 #pragma once
 // Flash attention with bf16 storage and fp32 arithmetic: forward with row log-sum-exp, backward.
-// Layouts, masks, positions and GQA are those of attention.h; only the element types differ.
+// Layouts, masks, positions, documents (doc_of_pos) and GQA are those of attention.h; only the
+// element types differ.
 //
 // What is bf16 and what is fp32:
 //   q, k, v, dout                 bf16 inputs
@@ -51,6 +52,8 @@ struct AttnFwdBf16Params {
   bool causal = false;
   int64_t q_pos0 = 0;
   int64_t k_pos0 = 0;
+  // Document id of every global position (attention.h); nullptr: no documents.
+  const int32_t* doc_of_pos = nullptr;
   // false: overwrite (o, lse). true: merge this block's result into the running fp32 (o, lse) with
   // lse_merge (which must hold a valid partial result, e.g. from attn_fwd_init_output).
   bool accumulate = false;
@@ -77,6 +80,7 @@ struct AttnBwdBf16Params {
   bool causal = false;
   int64_t q_pos0 = 0;
   int64_t k_pos0 = 0;
+  const int32_t* doc_of_pos = nullptr;  // as in AttnFwdBf16Params; the same as the forward's
   // false: overwrite dq, dk, dv. true: add into them (all three fp32).
   bool accumulate = false;
 };

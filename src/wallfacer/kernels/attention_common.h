@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +36,83 @@ void doc_key_range(const int32_t* doc, int64_t q_pos, int64_t k_first, int nk, i
 
 // The first of n rows starting at global position pos0 whose document id is >= id (n when none).
 int first_row_from_doc(const int32_t* doc, int64_t pos0, int n, int32_t id);
+
+// The masks of one (query tile, key tile) pair that has work: the pair's first query and key
+// positions, whether a causal mask cuts its rows (the tile straddles the diagonal) and, when the
+// pair crosses a document boundary, the document ids (nullptr inside one document).
+struct TileMask {
+  int64_t q_first = 0, k_first = 0;
+  bool partial = false;
+  const int32_t* doc = nullptr;
+  // Whether every row keeps every key of the tile.
+  bool whole() const { return !partial && !doc; }
+  // The keys [*lo, *hi) of the tile's nk keys that query row i keeps: its causal prefix, within its
+  // document. *lo == *hi when it keeps none.
+  void keys(int i, int nk, int* lo, int* hi) const {
+    const int64_t q_pos = q_first + i;
+    *lo = 0;
+    *hi = partial ? visible_keys(q_pos, k_first, nk) : nk;
+    if (doc) {
+      int doc_lo, doc_hi;
+      doc_key_range(doc, q_pos, k_first, nk, &doc_lo, &doc_hi);
+      *lo = doc_lo;
+      *hi = std::max(doc_lo, std::min(*hi, doc_hi));
+    }
+  }
+};
+
+// The forward's walk over key tiles: calls fn(j0, nk, mask) for the tiles of `block_k` keys (tile
+// starts multiples of block_k, key row j at global position k_pos0 + j) that the query rows at
+// global positions [q_first, q_last] see a key of, in order. Tiles in the future (causal) end the
+// walk; with documents (doc non-null) it starts at the tile of the first key of the first query's
+// document, skips tiles with no document in common and ends past the last query's document.
+template <typename Fn>
+void for_each_key_tile(int seq_k, int64_t k_pos0, int block_k, int64_t q_first, int64_t q_last,
+                       bool causal, const int32_t* doc, Fn fn) {
+  const int j_start =
+      doc ? first_row_from_doc(doc, k_pos0, seq_k, doc[q_first]) / block_k * block_k : 0;
+  for (int j0 = j_start; j0 < seq_k; j0 += block_k) {
+    const int nk = std::min(block_k, seq_k - j0);
+    const int64_t k_first = k_pos0 + j0, k_last = k_first + nk - 1;
+    if (causal && k_first > q_last) break;  // this tile and all later ones are future
+    const TileDocs docs = doc ? tile_docs(doc, q_first, q_last, k_first, k_last) : TileDocs::Inside;
+    if (docs == TileDocs::Disjoint) {
+      if (doc[k_first] > doc[q_last]) break;  // later tiles are in later documents
+      continue;
+    }
+    fn(j0, nk,
+       TileMask{q_first, k_first, causal && k_last > q_first,
+                docs == TileDocs::Crossing ? doc : nullptr});
+  }
+}
+
+// The backward's walk over query blocks for one key tile (global positions [k_first, k_last]):
+// calls fn(i0, nq, mask) for the blocks of `block_q` rows (query row i at global position
+// q_pos0 + i) that see a key of the tile, in order, skipping those that the causal mask or the
+// documents leave without work.
+template <typename Fn>
+void for_each_query_block(const AttnDims& d, int64_t q_pos0, int block_q, int64_t k_first,
+                          int64_t k_last, bool causal, const int32_t* doc, Fn fn) {
+  // Query blocks that end before the key tile starts are entirely masked under causal, and so are
+  // those before the tile's first document.
+  int i_start = causal ? first_query_block(d, q_pos0, k_first, block_q) : 0;
+  if (doc)
+    i_start = std::max(i_start,
+                       first_row_from_doc(doc, q_pos0, d.seq_q, doc[k_first]) / block_q * block_q);
+  for (int i0 = i_start; i0 < d.seq_q; i0 += block_q) {
+    const int nq = std::min(block_q, d.seq_q - i0);
+    const int64_t q_first = q_pos0 + i0, q_last = q_first + nq - 1;
+    if (causal && k_first > q_last) continue;
+    const TileDocs docs = doc ? tile_docs(doc, q_first, q_last, k_first, k_last) : TileDocs::Inside;
+    if (docs == TileDocs::Disjoint) {
+      if (doc[q_first] > doc[k_last]) break;  // later blocks are in later documents
+      continue;
+    }
+    fn(i0, nq,
+       TileMask{q_first, k_first, causal && k_last > q_first,
+                docs == TileDocs::Crossing ? doc : nullptr});
+  }
+}
 
 // Checks a document mask's arguments: non-negative positions and ids non-decreasing over the query
 // rows and over the key rows (throws wallfacer::Error naming `fn`).
