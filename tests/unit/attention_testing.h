@@ -158,13 +158,29 @@ inline std::vector<DocCase> doc_cases() {
 struct ProblemShape {
   Case c;
   AttnDims d;
+  std::vector<int32_t> doc_ids;  // doc_of_pos over global positions; empty: no documents
   explicit ProblemShape(const Case& cs) : c(cs), d(dims_of(cs)) {}
+  const int32_t* docs() const { return doc_ids.empty() ? nullptr : doc_ids.data(); }
   size_t nq() const { return size_t(d.batch) * d.seq_q * d.heads * d.head_dim; }
   size_t nk() const { return size_t(d.batch) * d.seq_k * d.kv_heads * d.head_dim; }
   float scale() const { return 1.0f / std::sqrt(float(d.head_dim)); }
   Strides3 qs() const { return Strides3::contiguous(d.seq_q, d.heads, d.head_dim); }
   Strides3 ks() const { return Strides3::contiguous(d.seq_k, d.kv_heads, d.head_dim); }
   Strides2 ls() const { return Strides2::contiguous(d.heads, d.seq_q); }
+};
+
+// The fp64 reference of a problem (its case and documents) on its inputs widened exactly; with an
+// empty dout, the forward only.
+struct ReferenceOutputs {
+  std::vector<double> o, lse, dq, dk, dv;
+  ReferenceOutputs(const ProblemShape& pb, const std::vector<double>& q,
+                   const std::vector<double>& k, const std::vector<double>& v,
+                   const std::vector<double>& dout) {
+    reference::AttnRefProblem pr = ref_problem(pb.c);
+    pr.doc_of_pos = pb.docs();
+    reference::attn_fwd_ref(pr, q, k, v, o, lse);
+    if (!dout.empty()) reference::attn_bwd_ref(pr, q, k, v, dout, dq, dk, dv);
+  }
 };
 
 // ref + x elementwise (the expected result of a call that adds into x).

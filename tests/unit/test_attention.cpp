@@ -43,7 +43,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct Problem : attn_testing::ProblemShape {
   std::vector<float> q, k, v, dout;
   std::vector<float> o, lse, delta, dq, dk, dv;
-  std::vector<int32_t> doc_ids;  // doc_of_pos over global positions; empty: no documents
 
   explicit Problem(const Case& cs, uint32_t seed = 1) : ProblemShape(cs) {
     q = random_floats(nq(), seed);
@@ -72,7 +71,6 @@ struct Problem : attn_testing::ProblemShape {
     p.dv = dv.data(), p.dv_stride = ks();
     return p;
   }
-  const int32_t* docs() const { return doc_ids.empty() ? nullptr : doc_ids.data(); }
   void forward() { attn_fwd(fwd_params()); }
   void backward() {
     attn_bwd_preprocess(d, o.data(), qs(), dout.data(), qs(), delta.data(), ls());
@@ -80,15 +78,10 @@ struct Problem : attn_testing::ProblemShape {
   }
 };
 
-struct Reference {
-  std::vector<double> o, lse, dq, dk, dv;
-  explicit Reference(const Problem& pb, bool with_bwd = true) {
-    AttnRefProblem pr = ref_problem(pb.c);
-    pr.doc_of_pos = pb.docs();
-    const auto q = to_double(pb.q), k = to_double(pb.k), v = to_double(pb.v);
-    reference::attn_fwd_ref(pr, q, k, v, o, lse);
-    if (with_bwd) reference::attn_bwd_ref(pr, q, k, v, to_double(pb.dout), dq, dk, dv);
-  }
+struct Reference : attn_testing::ReferenceOutputs {
+  explicit Reference(const Problem& pb, bool with_bwd = true)
+      : ReferenceOutputs(pb, to_double(pb.q), to_double(pb.k), to_double(pb.v),
+                         with_bwd ? to_double(pb.dout) : std::vector<double>{}) {}
 };
 
 void expect_matches_reference(Problem& pb, const Reference& ref) {

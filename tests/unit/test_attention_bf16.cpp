@@ -232,7 +232,6 @@ struct Problem : attn_testing::ProblemShape {
   std::vector<bf16> q, k, v, dout;
   Out o, dq, dk, dv;
   std::vector<float> lse, delta;
-  std::vector<int32_t> doc_ids;  // doc_of_pos over global positions; empty: no documents
 
   Problem(const Case& cs, bool fp32_outputs, uint32_t seed = 1)
       : ProblemShape(cs),
@@ -261,7 +260,6 @@ struct Problem : attn_testing::ProblemShape {
     p.dv = dv.view(ks());
     return p;
   }
-  const int32_t* docs() const { return doc_ids.empty() ? nullptr : doc_ids.data(); }
   void forward() { attn_fwd_bf16(fwd_params()); }
   // delta from O as the model would store it: bf16.
   void backward() {
@@ -272,16 +270,10 @@ struct Problem : attn_testing::ProblemShape {
 };
 
 // fp64 reference of the problem's bf16 inputs.
-struct Reference {
-  std::vector<double> o, lse, dq, dk, dv;
-  explicit Reference(const Problem& pb) {
-    reference::AttnRefProblem pr = ref_problem(pb.c);
-    pr.doc_of_pos = pb.docs();
-    const auto q = to_double(to_fp32(pb.q)), k = to_double(to_fp32(pb.k)),
-               v = to_double(to_fp32(pb.v));
-    reference::attn_fwd_ref(pr, q, k, v, o, lse);
-    reference::attn_bwd_ref(pr, q, k, v, to_double(to_fp32(pb.dout)), dq, dk, dv);
-  }
+struct Reference : attn_testing::ReferenceOutputs {
+  explicit Reference(const Problem& pb)
+      : ReferenceOutputs(pb, to_double(to_fp32(pb.q)), to_double(to_fp32(pb.k)),
+                         to_double(to_fp32(pb.v)), to_double(to_fp32(pb.dout))) {}
 };
 
 struct Errors {

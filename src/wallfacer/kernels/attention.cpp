@@ -257,12 +257,9 @@ void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float*
       zero_rows(dvj, p.dv_stride.seq, nk, D);
     }
     for (int g = 0; g < group; ++g) {
-      const int h = hk * group + g;
-      const float* q = p.q + b * p.q_stride.batch + h * p.q_stride.head;
-      const float* dout = p.dout + b * p.dout_stride.batch + h * p.dout_stride.head;
-      const float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head;
-      const float* delta = p.delta + b * p.delta_stride.batch + h * p.delta_stride.head;
-      float* dq = task.dq + g * task.dq_head;
+      const detail::BwdHead<float> head = detail::bwd_head(p, task, g);
+      const float *q = head.q, *dout = head.dout, *lse = head.lse, *delta = head.delta;
+      float* dq = head.dq;
       detail::for_each_query_block(
           d, p.q_pos0, bq, kpos_first, kpos_last, p.causal, doc,
           [&](int i0, int nq, const TileMask& mask) {

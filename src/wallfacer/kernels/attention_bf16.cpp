@@ -521,13 +521,12 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
     std::fill(w.dvt.begin(), w.dvt.end(), 0.0f);
     for (int g = 0; g < group; ++g) {
       const int h = hk * group + g;
-      const bf16* q = p.q + b * p.q_stride.batch + h * p.q_stride.head;
-      const bf16* dout = p.dout + b * p.dout_stride.batch + h * p.dout_stride.head;
-      const float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head;
-      const float* delta = p.delta + b * p.delta_stride.batch + h * p.delta_stride.head;
+      const detail::BwdHead<bf16> head = detail::bwd_head(p, task, g);
+      const bf16 *q = head.q, *dout = head.dout;
+      const float *lse = head.lse, *delta = head.delta;
+      float* dq = head.dq;
       const bf16* qt = pk.qt.data() + (int64_t(b) * d.heads + h) * pk.head;
       const bf16* dot = pk.dot.data() + (int64_t(b) * d.heads + h) * pk.head;
-      float* dq = task.dq + g * task.dq_head;
       detail::for_each_query_block(
           d, p.q_pos0, bq, kpos_first, kpos_last, p.causal, p.doc_of_pos,
           [&](int i0, int nq, const TileMask& mask) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "wallfacer/core/bf16.h"
@@ -170,6 +171,29 @@ struct BwdTask {
   float* dq;
   int64_t dq_head, dq_seq;
 };
+
+// One query head of a backward task (g-th of its kv head's group): the head's rows of q and dout
+// (element type T), its LSE and delta, and where its dQ adds up.
+template <typename T>
+struct BwdHead {
+  const T* q;
+  const T* dout;
+  const float* lse;
+  const float* delta;
+  float* dq;
+};
+
+// The query head g of a task's group, from the fp32 or bf16 backward's params.
+template <typename Params>
+auto bwd_head(const Params& p, const BwdTask& task, int g) {
+  const int h = task.hk * (p.dims.heads / p.dims.kv_heads) + g;
+  const int64_t b = task.b;
+  return BwdHead<std::remove_cvref_t<decltype(*p.q)>>{
+      p.q + b * p.q_stride.batch + h * p.q_stride.head,
+      p.dout + b * p.dout_stride.batch + h * p.dout_stride.head,
+      p.lse + b * p.lse_stride.batch + h * p.lse_stride.head,
+      p.delta + b * p.delta_stride.batch + h * p.delta_stride.head, task.dq + g * task.dq_head};
+}
 
 // Runs run(task, thread) for every (batch, kv head, key part) on `threads` threads (see
 // bwd_key_parts): part 0 adds into dq (fp32; its rows zeroed first when zero_dq), the other parts
