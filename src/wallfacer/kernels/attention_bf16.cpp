@@ -228,8 +228,8 @@ struct BwdRow {
     ds0[j].bits = d0;
     ds1[j].bits = d1;
   }
-  // Columns only one row sees (one column per row on a causal diagonal; more across a document
-  // boundary), then zeros.
+  // Columns only one row sees (one column per row on a causal diagonal; more where a document
+  // boundary falls between the rows) one at a time; zeros where neither row sees a key.
   const auto masked = [&](int j) {
     const bool in0 = j >= r0.lo && j < r0.hi, in1 = j >= r1.lo && j < r1.hi;
     const float p0 = in0 ? exp2_approx(s0[j] * scale2 - l0) : 0.0f;
@@ -241,13 +241,21 @@ struct BwdRow {
     dst[2 * j] = ds0[j] = d0;
     dst[2 * j + 1] = ds1[j] = d1;
   };
-  for (int j = 0; j < lo; ++j) masked(j);
-  const int most = std::min(std::max(r0.hi, r1.hi), n);
+  const auto zero = [&](int from, int to) {
+    if (from >= to) return;
+    std::fill(pt + 2 * from, pt + 2 * to, bf16{});
+    std::fill(dst + 2 * from, dst + 2 * to, bf16{});
+    std::fill(ds0 + from, ds0 + to, bf16{});
+    std::fill(ds1 + from, ds1 + to, bf16{});
+  };
+  // [first, most): the columns some row sees (rows that see none do not count).
+  const bool none0 = r0.lo >= r0.hi, none1 = r1.lo >= r1.hi;
+  const int first = none0 ? (none1 ? n : r1.lo) : (none1 ? r0.lo : std::min(r0.lo, r1.lo));
+  const int most = std::min(n, std::max(none0 ? 0 : r0.hi, none1 ? 0 : r1.hi));
+  zero(0, std::min(first, n));
+  for (int j = first; j < lo; ++j) masked(j);
   for (int j = hi; j < most; ++j) masked(j);
-  std::fill(pt + 2 * most, pt + 2 * n, bf16{});
-  std::fill(dst + 2 * most, dst + 2 * n, bf16{});
-  std::fill(ds0 + most, ds0 + n, bf16{});
-  std::fill(ds1 + most, ds1 + n, bf16{});
+  zero(std::max(most, hi), n);
 }
 
 // --- Forward ------------------------------------------------------------------------------------
