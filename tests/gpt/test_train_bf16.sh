@@ -27,7 +27,7 @@ within() {
 
 run fp32 1 train.steps=30
 run bf16 1 train.steps=30 train.dtype=bf16
-grep -q "dtype bf16: dense layers in bf16 (fp32 accumulation, fp32 master weights and AdamW), attention fp32" \
+grep -q "dtype bf16: dense layers and attention in bf16 (fp32 accumulation, fp32 master weights and AdamW)" \
   "$work/bf16.log" || err "bf16 run did not say its dtype: $(cat "$work/bf16.log")"
 grep -q "dtype fp32" "$work/fp32.log" || err "fp32 run did not say its dtype"
 within fp32 bf16 0.005 30

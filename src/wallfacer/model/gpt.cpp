@@ -107,7 +107,9 @@ void gpt_init_params(const GptConfig& cfg, float* arena, uint64_t seed) {
 
 // Activations. Each block has a view; `kept` tensors have storage per block, the others point into
 // one shared set (with checkpointing) or have storage per block (without). In bf16 the fp32 ln1,
-// ln2, fch and fch_gelu are not allocated (their bf16 twins are), and qkv is one shared scratch.
+// ln2, fch, fch_gelu and o are not allocated (their bf16 twins are), q, k, v are bf16 too (their
+// fp32 pointers name the shared scratch dq, dk, dv that the rotary embedding writes before the
+// rounding), and qkv is one shared scratch.
 struct Gpt::BlockActs {
   float* x;         // (N, C) block input (always kept)
   float* ln1;       // (N, C)
@@ -130,6 +132,10 @@ struct Gpt::BlockActs {
   bf16* ln2_16;       // (N, C)
   bf16* fch_16;       // (N, M)
   bf16* fch_gelu_16;  // (N, M)
+  bf16* q16;          // (B, T, H, D)
+  bf16* k16;          // (B, T, Hkv, D)
+  bf16* v16;          // (B, T, Hkv, D)
+  bf16* o16;          // (B, T, H, D) (always kept)
 };
 
 struct Gpt::Acts {
@@ -157,6 +163,9 @@ struct Gpt::Acts {
   bf16* wide16;  // (N, max(V, Q, M)): dense outputs in the forward, output gradients backward
   bf16* x16;     // (N, M): rounded inputs and input gradients
   bf16* y16;     // (N, M)
+  bf16* dq16;    // (N, H D) attention input gradients
+  bf16* dk16;    // (N, Hkv D)
+  bf16* dv16;    // (N, Hkv D)
 };
 
 namespace {
@@ -252,7 +261,12 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
     if (!bf) plan.add(&s.ln1, N * C);
     plan.add({{&s.ln1_mean, N}, {&s.ln1_rstd, N}});
     if (!bf) plan.add(&s.qkv, N * Q);
-    plan.add({{&s.q, N * HD}, {&s.k, N * KD}, {&s.v, N * KD}, {&s.res2, N * C}});
+    if (bf) {
+      plan16.add({{&s.q16, N * HD}, {&s.k16, N * KD}, {&s.v16, N * KD}});
+    } else {
+      plan.add({{&s.q, N * HD}, {&s.k, N * KD}, {&s.v, N * KD}});
+    }
+    plan.add(&s.res2, N * C);
     if (!bf) plan.add(&s.ln2, N * C);
     plan.add({{&s.ln2_mean, N}, {&s.ln2_rstd, N}});
     if (bf) {
@@ -265,7 +279,11 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   const bool own = ckpt_ == Checkpointing::None;
   for (auto& b : a.blocks) {
     plan.add(&b.x, N * C);
-    plan.add(&b.o, N * HD);
+    if (bf) {
+      plan16.add(&b.o16, N * HD);
+    } else {
+      plan.add(&b.o, N * HD);
+    }
     plan.add(&b.lse, int64_t(B_) * cfg_.heads * T_);
     add_recomputed(b, own);
   }
@@ -287,7 +305,10 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
     plan16.add({{&a.lnf_16, N * C},
                 {&a.wide16, N * std::max({int64_t(cfg_.vocab), Q, M})},
                 {&a.x16, N * M},
-                {&a.y16, N * M}});
+                {&a.y16, N * M},
+                {&a.dq16, N * HD},
+                {&a.dk16, N * KD},
+                {&a.dv16, N * KD}});
   }
   act_bytes_ = plan.total() * int64_t(sizeof(float)) + plan16.total() * int64_t(sizeof(bf16));
   plan.allocate(a.arena);
@@ -297,13 +318,22 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
       float* x = b.x;
       float* o = b.o;
       float* lse = b.lse;
+      bf16* o16 = b.o16;
       b = shared;
       b.x = x;
       b.o = o;
       b.lse = lse;
+      b.o16 = o16;
     }
   } else if (bf) {
     for (auto& b : a.blocks) b.qkv = shared.qkv;
+  }
+  if (bf) {
+    for (auto& b : a.blocks) {
+      b.q = a.dq;
+      b.k = a.dk;
+      b.v = a.dv;
+    }
   }
 }
 
@@ -388,11 +418,15 @@ void Gpt::block_forward_bf16(int l, bool run_attention) {
   k::matmul_fwd_bf16(a.wide16, b.ln1_16, weight16(w.qkv_w), nullptr, N, C, Q);  // (N, Q)
   widen_to_fp32(a.wide16, b.qkv, N * Q);
   split_qkv(b);
+  const int64_t HD = int64_t(cfg_.heads) * cfg_.head_dim(),
+                KD = int64_t(cfg_.kv_heads) * cfg_.head_dim();
+  round_to_bf16(b.q, b.q16, N * HD);
+  round_to_bf16(b.k, b.k16, N * KD);
+  round_to_bf16(b.v, b.v16, N * KD);
   dense.reset();
-  if (run_attention) attn_.forward(b.q, b.k, b.v, b.o, b.lse);  // o (B,T,H,D), lse (B,H,T)
+  if (run_attention) attn_.forward(b.q16, b.k16, b.v16, b.o16, b.lse);  // o (B,T,H,D), lse (B,H,T)
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-  round_to_bf16(b.o, a.x16, N * C);
-  k::matmul_fwd_bf16(a.wide16, a.x16, weight16(w.proj_w), nullptr, N, C, C);  // (N, C)
+  k::matmul_fwd_bf16(a.wide16, b.o16, weight16(w.proj_w), nullptr, N, C, C);  // (N, C)
   add_bf16(b.res2, b.x, a.wide16, N * C);
   k::layernorm_fwd(a.tmp, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
   round_to_bf16(a.tmp, b.ln2_16, N * C);
@@ -546,13 +580,16 @@ void Gpt::block_backward_bf16(int l) {
 
   // Attention: res2 = x + proj(o).
   round_to_bf16(a.dx, a.wide16, N * C);
-  round_to_bf16(b.o, a.x16, N * C);
-  k::matmul_bwd_bf16(a.y16, gw.proj_w, nullptr, a.wide16, a.x16, weight16(w.proj_w), N, C, C,
-                     false);  // (N, C)
-  widen_to_fp32(a.y16, a.dattn, N * C);
+  k::matmul_bwd_bf16(a.y16, gw.proj_w, nullptr, a.wide16, b.o16, weight16(w.proj_w), N, C, C,
+                     false);  // (N, C) d o
   dense.reset();
-  attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
+  attn_.backward(b.q16, b.k16, b.v16, b.o16, b.lse, a.y16, a.dq16, a.dk16, a.dv16);
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  const int64_t HD = int64_t(cfg_.heads) * cfg_.head_dim(),
+                KD = int64_t(cfg_.kv_heads) * cfg_.head_dim();
+  widen_to_fp32(a.dq16, a.dq, N * HD);
+  widen_to_fp32(a.dk16, a.dk, N * KD);
+  widen_to_fp32(a.dv16, a.dv, N * KD);
   merge_dqkv();
   round_to_bf16(a.dqkv, a.wide16, N * Q);
   k::matmul_bwd_bf16(a.y16, gw.qkv_w, nullptr, a.wide16, b.ln1_16, weight16(w.qkv_w), N, C, Q,

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "wallfacer/core/bf16.h"
+
 namespace wallfacer::model {
 
 class AttentionOp {
@@ -15,6 +17,10 @@ class AttentionOp {
   virtual void forward(const float* q, const float* k, const float* v, float* o, float* lse) = 0;
   virtual void backward(const float* q, const float* k, const float* v, const float* o,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv) = 0;
+  // The bf16 forms (a model with Dtype::bf16): q, k, v, o, dout, dq, dk, dv bf16, lse fp32.
+  virtual void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) = 0;
+  virtual void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                        const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) = 0;
 };
 
 // One named parameter tensor inside the arena.

@@ -279,6 +279,7 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   a.kv_heads = kind == "dit" ? model.heads : model.kv_heads;
   a.head_dim = model.head_dim();
   a.causal = kind != "dit";
+  a.dtype = seqpar::parse_dtype(dtype);
   return a;
 }
 

@@ -50,6 +50,13 @@ class DistAttentionOp : public model::AttentionOp {
                 const float* dout, float* dq, float* dk, float* dv) override {
     attn_.backward(q, k, v, o, lse, dout, dq, dk, dv);
   }
+  void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) override {
+    attn_.forward(q, k, v, o, lse);
+  }
+  void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                const bf16* dout, bf16* dq, bf16* dk, bf16* dv) override {
+    attn_.backward(q, k, v, o, lse, dout, dq, dk, dv);
+  }
 
  private:
   seqpar::DistAttention attn_;
@@ -413,8 +420,8 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
         cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.keep_kv ? " keep_kv" : "",
         cfg.seq, cfg.batch, cfg.checkpointing, num_threads()));
     progress.message(seqpar::parse_dtype(cfg.dtype) == model::Dtype::bf16
-                         ? "dtype bf16: dense layers in bf16 (fp32 accumulation, fp32 master "
-                           "weights and AdamW), attention fp32"
+                         ? "dtype bf16: dense layers and attention in bf16 (fp32 accumulation, "
+                           "fp32 master weights and AdamW)"
                          : "dtype fp32: every layer in fp32");
   }
 
