@@ -9,6 +9,7 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/trace.h"
+#include "wallfacer/kernels/dense_bf16.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::model {
@@ -271,6 +272,8 @@ struct Dit::Acts {
   struct Layer {
     float *ln1, *mean1, *rstd1, *h1, *q, *k, *v, *o, *lse, *a, *xmid, *ln2, *mean2, *rstd2, *h2,
         *f1, *g, *m;
+    // bf16 only (the fp32 h1, q, k, v, o, h2, f1, g are then not allocated)
+    bf16 *h1_16, *q16, *k16, *v16, *o16, *h2_16, *f1_16, *g16;
   };
   std::vector<float*> xs;
   std::vector<Layer> layers;
@@ -278,15 +281,21 @@ struct Dit::Acts {
   // scratch for the backward
   float *dx, *dtmp, *dh, *dmid, *dq, *dk, *dv, *dqkv, *dbig, *dsc, *dmod, *ones, *zeros, *dw_sink,
       *db_sink, *qkv;
+  // bf16 only: product outputs (forward) and output gradients (backward), input gradients, the
+  // attention input gradients
+  std::vector<bf16> arena16;
+  bf16 *wide16, *x16, *y16, *dq16, *dk16, *dv16, *dqkv16;
 };
 
-Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, AttentionOp& attention)
+Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, AttentionOp& attention,
+         Dtype dtype)
     : cfg_(cfg),
       B_(batch),
       T_(int(positions.size())),
       N_(int64_t(batch) * int64_t(positions.size())),
       positions_(std::move(positions)),
       attn_(attention),
+      dtype_(dtype),
       num_params_(dit_num_params(cfg)),
       tensors_(dit_param_tensors(cfg)),
       params_(size_t(num_params_)),
@@ -302,9 +311,13 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   const int64_t C = cfg_.dim, N = N_, B = B_, M = int64_t(cfg_.mlp_ratio) * C,
                 PD = cfg_.patch_dim(), F = cfg_.freq_dim, L = cfg_.layers, H = cfg_.heads;
   Acts& a = *a_;
+  const bool bf = dtype_ == Dtype::bf16;
+  if (bf) params16_.assign(size_t(num_params_), bf16{});
   // First pass counts, second pass assigns.
   std::vector<std::pair<float**, int64_t>> plan;
+  std::vector<std::pair<bf16**, int64_t>> plan16;
   auto want = [&](float** ptr, int64_t n) { plan.push_back({ptr, n}); };
+  auto want16 = [&](bf16** ptr, int64_t n) { plan16.push_back({ptr, n}); };
   want(&a.tf, B * F);
   want(&a.t1, B * C);
   want(&a.t1s, B * C);
@@ -317,12 +330,21 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   for (auto& x : a.xs) want(&x, N * C);
   a.layers.resize(size_t(L));
   for (auto& l : a.layers) {
-    for (float** p : {&l.ln1, &l.h1, &l.q, &l.k, &l.v, &l.o, &l.a, &l.xmid, &l.ln2, &l.h2, &l.m})
-      want(p, N * C);
+    if (bf) {
+      for (float** p : {&l.ln1, &l.a, &l.xmid, &l.ln2, &l.m}) want(p, N * C);
+      for (bf16** p : {&l.h1_16, &l.q16, &l.k16, &l.v16, &l.o16, &l.h2_16}) want16(p, N * C);
+      want16(&l.f1_16, N * M);
+      want16(&l.g16, N * M);
+    } else {
+      for (float** p : {&l.ln1, &l.h1, &l.q, &l.k, &l.v, &l.o, &l.a, &l.xmid, &l.ln2, &l.h2, &l.m})
+        want(p, N * C);
+    }
     for (float** p : {&l.mean1, &l.rstd1, &l.mean2, &l.rstd2}) want(p, N);
     want(&l.lse, B * H * T_);
-    want(&l.f1, N * M);
-    want(&l.g, N * M);
+    if (!bf) {
+      want(&l.f1, N * M);
+      want(&l.g, N * M);
+    }
   }
   want(&a.lnf, N * C);
   want(&a.hf, N * C);
@@ -340,15 +362,29 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   want(&a.zeros, C);
   want(&a.dw_sink, C);
   want(&a.db_sink, C);
-  int64_t total = 0;
+  if (bf) {
+    want16(&a.wide16, N * std::max(3 * C, M));
+    want16(&a.x16, N * 3 * C);
+    want16(&a.y16, N * M);
+    for (bf16** p : {&a.dq16, &a.dk16, &a.dv16}) want16(p, N * C);
+    want16(&a.dqkv16, N * 3 * C);
+  }
+  int64_t total = 0, total16 = 0;
   for (auto& [ptr, n] : plan) total += n;
+  for (auto& [ptr, n] : plan16) total16 += n;
   a.arena.assign(size_t(total), 0.0f);
+  a.arena16.assign(size_t(total16), bf16{});
   int64_t off = 0;
   for (auto& [ptr, n] : plan) {
     *ptr = a.arena.data() + off;
     off += n;
   }
-  act_floats_ = total;
+  off = 0;
+  for (auto& [ptr, n] : plan16) {
+    *ptr = a.arena16.data() + off;
+    off += n;
+  }
+  act_floats_ = total + (total16 + 1) / 2;
   std::fill_n(a.ones, C, 1.0f);
 }
 
@@ -389,11 +425,16 @@ void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
     for (int c = 0; c < C; ++c) a.xs[0][n * C + c] += pos_[(n % T) * C + c];
 
   const int64_t ms = 6 * C;
+  if (dtype_ == Dtype::bf16) round_weights();
   for (int l = 0; l < cfg_.layers; ++l) {
     const auto& w = p_.layers[size_t(l)];
     auto& s = a.layers[size_t(l)];
     const float* mod = a.mod[size_t(l)];
     trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
+    if (dtype_ == Dtype::bf16) {
+      block_forward_bf16(l);
+      continue;
+    }
     std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                      std::initializer_list<trace::Arg>{{"layer", l}});
     // attention branch
@@ -465,6 +506,10 @@ void Dit::backward(float dloss) {
     auto& s = a.layers[size_t(l)];
     const float* mod = a.mod[size_t(l)];
     trace::Span layer("layer backward", trace::Cat::Phase, {{"layer", l}});
+    if (dtype_ == Dtype::bf16) {
+      block_backward_bf16(l);
+      continue;
+    }
     std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                      std::initializer_list<trace::Arg>{{"layer", l}});
     std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
@@ -503,6 +548,100 @@ void Dit::backward(float dloss) {
   k::matmul_bwd(a.dh, g_.t2_w, g_.t2_b, a.dsc, a.t1s, p_.t2_w, B, C, C, false);  // d t1s
   silu_bwd(a.dh, a.t1, a.dh, int64_t(B) * C);
   k::matmul_bwd(nullptr, g_.t1_w, g_.t1_b, a.dh, a.tf, p_.t1_w, B, F, C, false);
+}
+
+void Dit::round_weights() {
+  const int64_t C = cfg_.dim, M = int64_t(cfg_.mlp_ratio) * C;
+  for (const auto& w : p_.layers) {
+    for (const auto& [m, n] : {std::pair<const float*, int64_t>{w.qkv_w, 3 * C * C},
+                               {w.proj_w, C * C},
+                               {w.fc1_w, M * C},
+                               {w.fc2_w, C * M}})
+      round_to_bf16(m, params16_.data() + (m - params_.data()), n);
+  }
+}
+
+// Block l of predict with bf16 products and attention: the steps of the fp32 block, with the
+// product inputs rounded to bf16 and the branch outputs a and m widened to fp32.
+void Dit::block_forward_bf16(int l) {
+  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
+  const int64_t N = N_, ms = 6 * C;
+  Acts& a = *a_;
+  const auto& w = p_.layers[size_t(l)];
+  auto& s = a.layers[size_t(l)];
+  const float* mod = a.mod[size_t(l)];
+  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{{"layer", l}});
+  // attention branch
+  k::layernorm_fwd(s.ln1, s.mean1, s.rstd1, a.xs[size_t(l)], a.ones, a.zeros, N, C);
+  modulate_fwd(a.dtmp, s.ln1, mod, ms, 0, C, B, T, C);
+  round_to_bf16(a.dtmp, s.h1_16, N * C);
+  k::matmul_fwd_bf16(a.wide16, s.h1_16, weight16(w.qkv_w), w.qkv_b, N, C, 3 * C);  // (N, 3C)
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(s.q16 + n * C, a.wide16 + n * 3 * C, sizeof(bf16) * size_t(C));
+    std::memcpy(s.k16 + n * C, a.wide16 + n * 3 * C + C, sizeof(bf16) * size_t(C));
+    std::memcpy(s.v16 + n * C, a.wide16 + n * 3 * C + 2 * C, sizeof(bf16) * size_t(C));
+  }
+  dense.reset();
+  attn_.forward(s.q16, s.k16, s.v16, s.o16, s.lse);  // (B, T, H, D) each
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  k::matmul_fwd_bf16(a.wide16, s.o16, weight16(w.proj_w), w.proj_b, N, C, C);
+  widen_to_fp32(a.wide16, s.a, N * C);
+  gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, B, T, C);
+  // MLP branch
+  k::layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.xmid, a.ones, a.zeros, N, C);
+  modulate_fwd(a.dtmp, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  round_to_bf16(a.dtmp, s.h2_16, N * C);
+  k::matmul_fwd_bf16(s.f1_16, s.h2_16, weight16(w.fc1_w), w.fc1_b, N, C, M);
+  k::gelu_fwd_bf16(s.g16, s.f1_16, N * M);
+  k::matmul_fwd_bf16(a.wide16, s.g16, weight16(w.fc2_w), w.fc2_b, N, M, C);
+  widen_to_fp32(a.wide16, s.m, N * C);
+  gated_add_fwd(a.xs[size_t(l) + 1], s.xmid, s.m, mod, ms, 5 * C, B, T, C);
+}
+
+// Block l of backward with bf16 products and attention; a.dx holds the gradient of the block
+// output on entry and of its input on return, a.dmod collects the modulation gradients.
+void Dit::block_backward_bf16(int l) {
+  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
+  const int64_t N = N_, ms = 6 * C;
+  Acts& a = *a_;
+  const auto& w = p_.layers[size_t(l)];
+  auto& gw = g_.layers[size_t(l)];
+  auto& s = a.layers[size_t(l)];
+  const float* mod = a.mod[size_t(l)];
+  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{{"layer", l}});
+  std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
+  // MLP branch
+  gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, B, T, C);  // dh = d m
+  round_to_bf16(a.dh, a.x16, N * C);
+  k::matmul_bwd_bf16(a.y16, gw.fc2_w, gw.fc2_b, a.x16, s.g16, weight16(w.fc2_w), N, M, C, false);
+  k::gelu_bwd_bf16(a.y16, s.f1_16, a.y16, N * M);
+  k::matmul_bwd_bf16(a.x16, gw.fc1_w, gw.fc1_b, a.y16, s.h2_16, weight16(w.fc1_w), N, C, M,
+                     false);  // d h2
+  widen_to_fp32(a.x16, a.dh, N * C);
+  modulate_bwd(a.dtmp, a.dmod, a.dh, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, s.xmid, a.ones, s.mean2, s.rstd2, N, C);
+  // attention branch
+  gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, B, T, C);  // dh = d a
+  round_to_bf16(a.dh, a.x16, N * C);
+  k::matmul_bwd_bf16(a.y16, gw.proj_w, gw.proj_b, a.x16, s.o16, weight16(w.proj_w), N, C, C,
+                     false);  // d o
+  dense.reset();
+  attn_.backward(s.q16, s.k16, s.v16, s.o16, s.lse, a.y16, a.dq16, a.dk16, a.dv16);
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(a.dqkv16 + n * 3 * C, a.dq16 + n * C, sizeof(bf16) * size_t(C));
+    std::memcpy(a.dqkv16 + n * 3 * C + C, a.dk16 + n * C, sizeof(bf16) * size_t(C));
+    std::memcpy(a.dqkv16 + n * 3 * C + 2 * C, a.dv16 + n * C, sizeof(bf16) * size_t(C));
+  }
+  k::matmul_bwd_bf16(a.x16, gw.qkv_w, gw.qkv_b, a.dqkv16, s.h1_16, weight16(w.qkv_w), N, C, 3 * C,
+                     false);  // d h1
+  widen_to_fp32(a.x16, a.dh, N * C);
+  modulate_bwd(a.dtmp, a.dmod, a.dh, s.ln1, mod, ms, 0, C, B, T, C);
+  k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, a.xs[size_t(l)], a.ones, s.mean1, s.rstd1, N,
+                   C);
+  k::matmul_bwd(a.dsc, gw.ada_w, gw.ada_b, a.dmod, a.sc, w.ada_w, B, C, 6 * C, true);
 }
 
 }  // namespace wallfacer::model

@@ -51,9 +51,6 @@ struct GptConfig {
 enum class Checkpointing { None, Attention };
 Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
 
-// The number format of the dense layers (train.dtype): the one of seqpar/config.h.
-using Dtype = seqpar::Dtype;
-
 struct LayerParams {
   float* ln1_w;     // (C)
   float* ln1_b;     // (C)

@@ -8,8 +8,17 @@
 #include <string>
 
 #include "wallfacer/core/bf16.h"
+#include "wallfacer/seqpar/config.h"
 
 namespace wallfacer::model {
+
+// The number format of a model's products and stored activations (train.dtype): the one of
+// seqpar/config.h.
+using Dtype = seqpar::Dtype;
+
+// n contiguous values rounded to bf16 (to nearest even) or widened to fp32, over the threads.
+void round_to_bf16(const float* in, bf16* out, int64_t n);
+void widen_to_fp32(const bf16* in, float* out, int64_t n);
 
 class AttentionOp {
  public:
