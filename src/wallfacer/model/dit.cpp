@@ -427,37 +427,8 @@ void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
   const int64_t ms = 6 * C;
   if (dtype_ == Dtype::bf16) round_weights();
   for (int l = 0; l < cfg_.layers; ++l) {
-    const auto& w = p_.layers[size_t(l)];
-    auto& s = a.layers[size_t(l)];
-    const float* mod = a.mod[size_t(l)];
     trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
-    if (dtype_ == Dtype::bf16) {
-      block_forward_bf16(l);
-      continue;
-    }
-    std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
-                                     std::initializer_list<trace::Arg>{{"layer", l}});
-    // attention branch
-    k::layernorm_fwd(s.ln1, s.mean1, s.rstd1, a.xs[size_t(l)], a.ones, a.zeros, N, C);
-    modulate_fwd(s.h1, s.ln1, mod, ms, 0, C, B, T, C);
-    k::matmul_fwd(a.qkv, s.h1, w.qkv_w, w.qkv_b, N, C, 3 * C);  // (N, 3C)
-    for (int64_t n = 0; n < N; ++n) {
-      std::memcpy(s.q + n * C, a.qkv + n * 3 * C, sizeof(float) * size_t(C));
-      std::memcpy(s.k + n * C, a.qkv + n * 3 * C + C, sizeof(float) * size_t(C));
-      std::memcpy(s.v + n * C, a.qkv + n * 3 * C + 2 * C, sizeof(float) * size_t(C));
-    }
-    dense.reset();
-    attn_.forward(s.q, s.k, s.v, s.o, s.lse);  // (B, T, H, D) each
-    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-    k::matmul_fwd(s.a, s.o, w.proj_w, w.proj_b, N, C, C);
-    gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, B, T, C);
-    // MLP branch
-    k::layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.xmid, a.ones, a.zeros, N, C);
-    modulate_fwd(s.h2, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
-    k::matmul_fwd(s.f1, s.h2, w.fc1_w, w.fc1_b, N, C, M);
-    k::gelu_fwd(s.g, s.f1, N * M);
-    k::matmul_fwd(s.m, s.g, w.fc2_w, w.fc2_b, N, M, C);
-    gated_add_fwd(a.xs[size_t(l) + 1], s.xmid, s.m, mod, ms, 5 * C, B, T, C);
+    block_forward(l);
   }
   // Final layer
   const float* xL = a.xs[size_t(cfg_.layers)];
@@ -499,44 +470,9 @@ void Dit::backward(float dloss) {
   k::matmul_bwd(a.dsc, g_.final_ada_w, g_.final_ada_b, a.dmod, a.sc, p_.final_ada_w, B, C, 2 * C,
                 true);
 
-  const int64_t ms = 6 * C;
   for (int l = cfg_.layers - 1; l >= 0; --l) {
-    const auto& w = p_.layers[size_t(l)];
-    auto& gw = g_.layers[size_t(l)];
-    auto& s = a.layers[size_t(l)];
-    const float* mod = a.mod[size_t(l)];
     trace::Span layer("layer backward", trace::Cat::Phase, {{"layer", l}});
-    if (dtype_ == Dtype::bf16) {
-      block_backward_bf16(l);
-      continue;
-    }
-    std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
-                                     std::initializer_list<trace::Arg>{{"layer", l}});
-    std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
-    // MLP branch: dx is the gradient of the block output
-    gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, B, T, C);  // dh = d m
-    k::matmul_bwd(a.dbig, gw.fc2_w, gw.fc2_b, a.dh, s.g, w.fc2_w, N, M, C, false);
-    k::gelu_bwd(a.dbig, s.f1, a.dbig, N * M);
-    k::matmul_bwd(a.dh, gw.fc1_w, gw.fc1_b, a.dbig, s.h2, w.fc1_w, N, C, M, false);  // d h2
-    modulate_bwd(a.dtmp, a.dmod, a.dh, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
-    // d xmid = dx (residual) + layernorm backward
-    k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, s.xmid, a.ones, s.mean2, s.rstd2, N, C);
-    // attention branch
-    gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, B, T, C);                   // dh = d a
-    k::matmul_bwd(a.dmid, gw.proj_w, gw.proj_b, a.dh, s.o, w.proj_w, N, C, C, false);  // d o
-    dense.reset();
-    attn_.backward(s.q, s.k, s.v, s.o, s.lse, a.dmid, a.dq, a.dk, a.dv);
-    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-    for (int64_t n = 0; n < N; ++n) {
-      std::memcpy(a.dqkv + n * 3 * C, a.dq + n * C, sizeof(float) * size_t(C));
-      std::memcpy(a.dqkv + n * 3 * C + C, a.dk + n * C, sizeof(float) * size_t(C));
-      std::memcpy(a.dqkv + n * 3 * C + 2 * C, a.dv + n * C, sizeof(float) * size_t(C));
-    }
-    k::matmul_bwd(a.dh, gw.qkv_w, gw.qkv_b, a.dqkv, s.h1, w.qkv_w, N, C, 3 * C, false);  // d h1
-    modulate_bwd(a.dtmp, a.dmod, a.dh, s.ln1, mod, ms, 0, C, B, T, C);
-    k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, a.xs[size_t(l)], a.ones, s.mean1, s.rstd1,
-                     N, C);
-    k::matmul_bwd(a.dsc, gw.ada_w, gw.ada_b, a.dmod, a.sc, w.ada_w, B, C, 6 * C, true);
+    block_backward(l);
   }
   // Patch embedding (positions are fixed)
   k::matmul_bwd(nullptr, g_.patch_w, g_.patch_b, a.dx, xt_, p_.patch_w, N, PD, C, false);
@@ -561,84 +497,115 @@ void Dit::round_weights() {
   }
 }
 
-// Block l of predict with bf16 products and attention: the steps of the fp32 block, with the
-// product inputs rounded to bf16 and the branch outputs a and m widened to fp32.
-void Dit::block_forward_bf16(int l) {
+// The q, k, v rows (N, C each) from the qkv rows (N, 3C), and back.
+template <typename T>
+void split_qkv_rows(T* q, T* k, T* v, const T* qkv, int64_t N, int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(q + n * C, qkv + n * 3 * C, sizeof(T) * size_t(C));
+    std::memcpy(k + n * C, qkv + n * 3 * C + C, sizeof(T) * size_t(C));
+    std::memcpy(v + n * C, qkv + n * 3 * C + 2 * C, sizeof(T) * size_t(C));
+  }
+}
+template <typename T>
+void merge_qkv_rows(T* qkv, const T* q, const T* k, const T* v, int64_t N, int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(qkv + n * 3 * C, q + n * C, sizeof(T) * size_t(C));
+    std::memcpy(qkv + n * 3 * C + C, k + n * C, sizeof(T) * size_t(C));
+    std::memcpy(qkv + n * 3 * C + 2 * C, v + n * C, sizeof(T) * size_t(C));
+  }
+}
+
+// Block l of predict: xs[l] -> xs[l + 1]. The products, GELU, q, k, v, o and the products' inputs
+// are in the model's dtype (bf16: the modulated layernorm outputs rounded, the branch outputs a and
+// m widened to fp32); the rest is fp32.
+void Dit::block_forward(int l) {
   const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
   const int64_t N = N_, ms = 6 * C;
+  const bool bf = dtype_ == Dtype::bf16;
   Acts& a = *a_;
   const auto& w = p_.layers[size_t(l)];
   auto& s = a.layers[size_t(l)];
   const float* mod = a.mod[size_t(l)];
+  const Act h1 = pick(bf, s.h1, s.h1_16), h2 = pick(bf, s.h2, s.h2_16), o = pick(bf, s.o, s.o16);
+  const Act f1 = pick(bf, s.f1, s.f1_16), g = pick(bf, s.g, s.g16);
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
   // attention branch
   k::layernorm_fwd(s.ln1, s.mean1, s.rstd1, a.xs[size_t(l)], a.ones, a.zeros, N, C);
-  modulate_fwd(a.dtmp, s.ln1, mod, ms, 0, C, B, T, C);
-  round_to_bf16(a.dtmp, s.h1_16, N * C);
-  k::matmul_fwd_bf16(a.wide16, s.h1_16, weight16(w.qkv_w), w.qkv_b, N, C, 3 * C);  // (N, 3C)
-  for (int64_t n = 0; n < N; ++n) {
-    std::memcpy(s.q16 + n * C, a.wide16 + n * 3 * C, sizeof(bf16) * size_t(C));
-    std::memcpy(s.k16 + n * C, a.wide16 + n * 3 * C + C, sizeof(bf16) * size_t(C));
-    std::memcpy(s.v16 + n * C, a.wide16 + n * 3 * C + 2 * C, sizeof(bf16) * size_t(C));
+  modulate_fwd(bf ? a.dtmp : s.h1, s.ln1, mod, ms, 0, C, B, T, C);
+  if (bf) round_to_bf16(a.dtmp, s.h1_16, N * C);
+  dense_fwd(pick(bf, a.qkv, a.wide16), h1, w.qkv_w, weight16(w.qkv_w), w.qkv_b, N, C, 3 * C);
+  if (bf) {
+    split_qkv_rows(s.q16, s.k16, s.v16, a.wide16, N, C);
+  } else {
+    split_qkv_rows(s.q, s.k, s.v, a.qkv, N, C);
   }
   dense.reset();
-  attn_.forward(s.q16, s.k16, s.v16, s.o16, s.lse);  // (B, T, H, D) each
+  if (bf) {  // (B, T, H, D) each
+    attn_.forward(s.q16, s.k16, s.v16, s.o16, s.lse);
+  } else {
+    attn_.forward(s.q, s.k, s.v, s.o, s.lse);
+  }
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-  k::matmul_fwd_bf16(a.wide16, s.o16, weight16(w.proj_w), w.proj_b, N, C, C);
-  widen_to_fp32(a.wide16, s.a, N * C);
+  dense_fwd(pick(bf, s.a, a.wide16), o, w.proj_w, weight16(w.proj_w), w.proj_b, N, C, C);
+  if (bf) widen_to_fp32(a.wide16, s.a, N * C);
   gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, B, T, C);
   // MLP branch
   k::layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.xmid, a.ones, a.zeros, N, C);
-  modulate_fwd(a.dtmp, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
-  round_to_bf16(a.dtmp, s.h2_16, N * C);
-  k::matmul_fwd_bf16(s.f1_16, s.h2_16, weight16(w.fc1_w), w.fc1_b, N, C, M);
-  k::gelu_fwd_bf16(s.g16, s.f1_16, N * M);
-  k::matmul_fwd_bf16(a.wide16, s.g16, weight16(w.fc2_w), w.fc2_b, N, M, C);
-  widen_to_fp32(a.wide16, s.m, N * C);
+  modulate_fwd(bf ? a.dtmp : s.h2, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  if (bf) round_to_bf16(a.dtmp, s.h2_16, N * C);
+  dense_fwd(f1, h2, w.fc1_w, weight16(w.fc1_w), w.fc1_b, N, C, M);
+  gelu_fwd(g, f1, N * M);
+  dense_fwd(pick(bf, s.m, a.wide16), g, w.fc2_w, weight16(w.fc2_w), w.fc2_b, N, M, C);
+  if (bf) widen_to_fp32(a.wide16, s.m, N * C);
   gated_add_fwd(a.xs[size_t(l) + 1], s.xmid, s.m, mod, ms, 5 * C, B, T, C);
 }
 
-// Block l of backward with bf16 products and attention; a.dx holds the gradient of the block
-// output on entry and of its input on return, a.dmod collects the modulation gradients.
-void Dit::block_backward_bf16(int l) {
+// Block l of backward: a.dx holds the gradient of the block output on entry and of its input on
+// return. Output gradients enter the products in the model's dtype; the gradients of the products'
+// inputs are widened to fp32 for the modulation and layernorm backward.
+void Dit::block_backward(int l) {
   const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
   const int64_t N = N_, ms = 6 * C;
+  const bool bf = dtype_ == Dtype::bf16;
   Acts& a = *a_;
   const auto& w = p_.layers[size_t(l)];
   auto& gw = g_.layers[size_t(l)];
   auto& s = a.layers[size_t(l)];
   const float* mod = a.mod[size_t(l)];
+  const Act dbig = pick(bf, a.dbig, a.y16), dh = pick(bf, a.dh, a.x16);
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
   std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
-  // MLP branch
+  // MLP branch: dx is the gradient of the block output
   gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, B, T, C);  // dh = d m
-  round_to_bf16(a.dh, a.x16, N * C);
-  k::matmul_bwd_bf16(a.y16, gw.fc2_w, gw.fc2_b, a.x16, s.g16, weight16(w.fc2_w), N, M, C, false);
-  k::gelu_bwd_bf16(a.y16, s.f1_16, a.y16, N * M);
-  k::matmul_bwd_bf16(a.x16, gw.fc1_w, gw.fc1_b, a.y16, s.h2_16, weight16(w.fc1_w), N, C, M,
-                     false);  // d h2
-  widen_to_fp32(a.x16, a.dh, N * C);
-  modulate_bwd(a.dtmp, a.dmod, a.dh, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  dense_bwd(dbig, gw.fc2_w, gw.fc2_b, in_dtype(bf, a.dh, a.x16, N * C), pick(bf, s.g, s.g16),
+            w.fc2_w, weight16(w.fc2_w), N, M, C);
+  gelu_bwd(dbig, pick(bf, s.f1, s.f1_16), dbig, N * M);
+  dense_bwd(dh, gw.fc1_w, gw.fc1_b, dbig, pick(bf, s.h2, s.h2_16), w.fc1_w, weight16(w.fc1_w), N, C,
+            M);  // d h2
+  modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  // d xmid = dx (residual) + layernorm backward
   k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, s.xmid, a.ones, s.mean2, s.rstd2, N, C);
   // attention branch
   gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, B, T, C);  // dh = d a
-  round_to_bf16(a.dh, a.x16, N * C);
-  k::matmul_bwd_bf16(a.y16, gw.proj_w, gw.proj_b, a.x16, s.o16, weight16(w.proj_w), N, C, C,
-                     false);  // d o
+  dense_bwd(pick(bf, a.dmid, a.y16), gw.proj_w, gw.proj_b, in_dtype(bf, a.dh, a.x16, N * C),
+            pick(bf, s.o, s.o16), w.proj_w, weight16(w.proj_w), N, C, C);  // d o
   dense.reset();
-  attn_.backward(s.q16, s.k16, s.v16, s.o16, s.lse, a.y16, a.dq16, a.dk16, a.dv16);
-  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-  for (int64_t n = 0; n < N; ++n) {
-    std::memcpy(a.dqkv16 + n * 3 * C, a.dq16 + n * C, sizeof(bf16) * size_t(C));
-    std::memcpy(a.dqkv16 + n * 3 * C + C, a.dk16 + n * C, sizeof(bf16) * size_t(C));
-    std::memcpy(a.dqkv16 + n * 3 * C + 2 * C, a.dv16 + n * C, sizeof(bf16) * size_t(C));
+  if (bf) {
+    attn_.backward(s.q16, s.k16, s.v16, s.o16, s.lse, a.y16, a.dq16, a.dk16, a.dv16);
+  } else {
+    attn_.backward(s.q, s.k, s.v, s.o, s.lse, a.dmid, a.dq, a.dk, a.dv);
   }
-  k::matmul_bwd_bf16(a.x16, gw.qkv_w, gw.qkv_b, a.dqkv16, s.h1_16, weight16(w.qkv_w), N, C, 3 * C,
-                     false);  // d h1
-  widen_to_fp32(a.x16, a.dh, N * C);
-  modulate_bwd(a.dtmp, a.dmod, a.dh, s.ln1, mod, ms, 0, C, B, T, C);
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  if (bf) {
+    merge_qkv_rows(a.dqkv16, a.dq16, a.dk16, a.dv16, N, C);
+  } else {
+    merge_qkv_rows(a.dqkv, a.dq, a.dk, a.dv, N, C);
+  }
+  dense_bwd(dh, gw.qkv_w, gw.qkv_b, pick(bf, a.dqkv, a.dqkv16), pick(bf, s.h1, s.h1_16), w.qkv_w,
+            weight16(w.qkv_w), N, C, 3 * C);  // d h1
+  modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln1, mod, ms, 0, C, B, T, C);
   k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, a.xs[size_t(l)], a.ones, s.mean1, s.rstd1, N,
                    C);
   k::matmul_bwd(a.dsc, gw.ada_w, gw.ada_b, a.dmod, a.sc, w.ada_w, B, C, 6 * C, true);

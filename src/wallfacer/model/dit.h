@@ -145,13 +145,13 @@ class Dit {
   struct Acts;
 
  private:
-  // The bf16 copy of a block matrix given by its fp32 master.
+  // The bf16 copy of a block matrix given by its fp32 master (null in fp32).
   const bf16* weight16(const float* master) const {
-    return params16_.data() + (master - params_.data());
+    return params16_.empty() ? nullptr : params16_.data() + (master - params_.data());
   }
   void round_weights();  // params16_ = bf16(the block matrices of params_)
-  void block_forward_bf16(int l);
-  void block_backward_bf16(int l);
+  void block_forward(int l);
+  void block_backward(int l);
   DitConfig cfg_;
   int B_, T_;
   int64_t N_;

@@ -168,12 +168,6 @@ struct Gpt::Acts {
   bf16* dv16;    // (N, Hkv D)
 };
 
-// An activation in the model's dtype: exactly one of the pointers is set.
-struct Gpt::Act {
-  float* f32 = nullptr;
-  bf16* b16 = nullptr;
-};
-
 namespace {
 // Collects (pointer slot, size) requests, then allocates one arena and points every slot into it.
 template <typename T>
@@ -212,40 +206,12 @@ void add_bf16(float* out, const float* a, const bf16* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + bits_to_float(bits[i]);
 }
 
-using Act = Gpt::Act;
-Act pick(bool bf, float* f32, bf16* b16) { return bf ? Act{nullptr, b16} : Act{f32, nullptr}; }
-// x as an input of a bf16 product (rounded into scratch16) or of an fp32 one (x itself).
-Act in_dtype(bool bf, float* x, bf16* scratch16, int64_t n) {
-  if (!bf) return {x, nullptr};
-  round_to_bf16(x, scratch16, n);
-  return {nullptr, scratch16};
-}
-// t as fp32: t itself, or t widened into scratch.
-const float* as_fp32(const Act& t, float* scratch, int64_t n) {
-  if (t.f32) return t.f32;
-  widen_to_fp32(t.b16, scratch, n);
-  return scratch;
-}
 // out (N, C) = layernorm(x) in the dtype of out (bf16: computed into scratch, then rounded); the
 // statistics are fp32.
 void layernorm_fwd(const Act& out, float* scratch, float* mean, float* rstd, const float* x,
                    const float* w, const float* b, int64_t N, int C) {
   k::layernorm_fwd(out.b16 ? scratch : out.f32, mean, rstd, x, w, b, N, C);
   if (out.b16) round_to_bf16(scratch, out.b16, N * int64_t(C));
-}
-void gelu_fwd(const Act& out, const Act& in, int64_t n) {
-  if (out.b16) {
-    k::gelu_fwd_bf16(out.b16, in.b16, n);
-  } else {
-    k::gelu_fwd(out.f32, in.f32, n);
-  }
-}
-void gelu_bwd(const Act& din, const Act& in, const Act& dout, int64_t n) {
-  if (din.b16) {
-    k::gelu_bwd_bf16(din.b16, in.b16, dout.b16, n);
-  } else {
-    k::gelu_bwd(din.f32, in.f32, dout.f32, n);
-  }
 }
 // out = x + y (the residual stream, fp32).
 void add_residual(float* out, const float* x, const Act& y, int64_t n) {
@@ -260,20 +226,12 @@ void add_residual(float* out, const float* x, const Act& y, int64_t n) {
 }  // namespace
 
 void Gpt::dense_fwd(const Act& out, const Act& in, const float* w, int C, int OC) {
-  if (out.b16) {
-    k::matmul_fwd_bf16(out.b16, in.b16, weight16(w), nullptr, N_, C, OC);
-  } else {
-    k::matmul_fwd(out.f32, in.f32, w, nullptr, N_, C, OC);
-  }
+  model::dense_fwd(out, in, w, weight16(w), nullptr, N_, C, OC);
 }
 
 void Gpt::dense_bwd(const Act& din, float* dw, const Act& dout, const Act& in, const float* w,
                     int C, int OC) {
-  if (din.b16) {
-    k::matmul_bwd_bf16(din.b16, dw, nullptr, dout.b16, in.b16, weight16(w), N_, C, OC, false);
-  } else {
-    k::matmul_bwd(din.f32, dw, nullptr, dout.f32, in.f32, w, N_, C, OC, false);
-  }
+  model::dense_bwd(din, dw, nullptr, dout, in, w, weight16(w), N_, C, OC);
 }
 
 Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkpointing ckpt,
@@ -480,7 +438,7 @@ void Gpt::block_forward(int l, bool run_attention) {
 }
 
 const bf16* Gpt::weight16(const float* master) const {
-  return params16_.data() + (master - params_.data());
+  return params16_.empty() ? nullptr : params16_.data() + (master - params_.data());
 }
 
 void Gpt::round_weights() {

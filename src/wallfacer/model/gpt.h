@@ -110,7 +110,6 @@ class Gpt {
 
   struct Acts;
   struct BlockActs;
-  struct Act;
 
  private:
   void split_qkv(const BlockActs& b);

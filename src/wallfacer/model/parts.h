@@ -20,6 +20,31 @@ using Dtype = seqpar::Dtype;
 void round_to_bf16(const float* in, bf16* out, int64_t n);
 void widen_to_fp32(const bf16* in, float* out, int64_t n);
 
+// An activation in a model's dtype: exactly one of the pointers is set.
+struct Act {
+  float* f32 = nullptr;
+  bf16* b16 = nullptr;
+};
+// The fp32 tensor (bf false) or the bf16 one (bf true).
+inline Act pick(bool bf, float* f32, bf16* b16) {
+  return bf ? Act{nullptr, b16} : Act{f32, nullptr};
+}
+// x as an input of a product: x itself (fp32), or x rounded into scratch16 (bf16).
+Act in_dtype(bool bf, float* x, bf16* scratch16, int64_t n);
+// t as fp32: t itself, or t widened into scratch.
+const float* as_fp32(const Act& t, float* scratch, int64_t n);
+
+// The products and GELU of a layer in the dtype of their Act arguments: the kernels of
+// kernels/ops.h (fp32, weight w) or of kernels/dense_bf16.h (bf16, weight w16: the bf16 copy of
+// w; may be null in fp32). out (N, OC) = in (N, C) @ w^T [+ bias]; the backward writes din and
+// adds to dw and dbias (fp32; dbias may be null).
+void dense_fwd(const Act& out, const Act& in, const float* w, const bf16* w16, const float* bias,
+               int64_t N, int C, int OC);
+void dense_bwd(const Act& din, float* dw, float* dbias, const Act& dout, const Act& in,
+               const float* w, const bf16* w16, int64_t N, int C, int OC);
+void gelu_fwd(const Act& out, const Act& in, int64_t n);
+void gelu_bwd(const Act& din, const Act& in, const Act& dout, int64_t n);
+
 class AttentionOp {
  public:
   virtual ~AttentionOp() = default;
