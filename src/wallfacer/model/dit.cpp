@@ -395,8 +395,7 @@ const float* Dit::output() const { return a_->out; }
 void Dit::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
-  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C, PD = cfg_.patch_dim(),
-            F = cfg_.freq_dim;
+  const int B = B_, T = T_, C = cfg_.dim, PD = cfg_.patch_dim(), F = cfg_.freq_dim;
   const int64_t N = N_;
   Acts& a = *a_;
   labels_ = labels;
@@ -424,7 +423,6 @@ void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
   for (int64_t n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c) a.xs[0][n * C + c] += pos_[(n % T) * C + c];
 
-  const int64_t ms = 6 * C;
   if (dtype_ == Dtype::bf16) round_weights();
   for (int l = 0; l < cfg_.layers; ++l) {
     trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
@@ -451,8 +449,7 @@ double Dit::forward(const float* xt, const float* t, const int32_t* labels, cons
 }
 
 void Dit::backward(float dloss) {
-  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C, PD = cfg_.patch_dim(),
-            F = cfg_.freq_dim;
+  const int B = B_, T = T_, C = cfg_.dim, PD = cfg_.patch_dim(), F = cfg_.freq_dim;
   const int64_t N = N_;
   Acts& a = *a_;
   // d out = 2 dloss (out - target)
