@@ -16,11 +16,7 @@ echo "model: $layers layers, dim $dim, $heads heads, seq $seq, batch 1, $threads
 losses() { sed -E 's/.*"loss":([^,}]*).*/\1/' "$1/metrics.jsonl"; }
 for r in $(seq 1 "$rounds"); do
   for dtype in fp32 bf16; do
-    OMP_NUM_THREADS=$threads "$wf" train --config "$work/bench.toml" --out "$work/$dtype-$r" \
-      --progress none --set train.dtype=$dtype >/dev/null
-    # tokens/s of the steps after the first (the first warms up)
-    tps=$(sed -E 's/.*"tokens_per_s":([^,}]*).*/\1/' "$work/$dtype-$r/metrics.jsonl" | tail -n +2 |
-      awk '{ s += 1 / $1; n++ } END { printf "%.1f", n / s }')
+    tps=$(wf_run "$dtype-$r" "$dtype")
     echo "round $r $dtype tokens/s $tps"
     echo "$dtype $tps" >> "$work/tps"
   done

@@ -32,6 +32,7 @@ lr = 3e-3
 warmup = 2
 seed = 7
 eval_every = 5
+dtype = "fp32"
 
 [data]
 dir = "$work/data"
@@ -43,6 +44,14 @@ TOML
 
 # The "loss" values of metrics.jsonl, one per line, as written (full precision).
 losses() { sed -E 's/.*"loss":([^,}]*).*/\1/' "$1/metrics.jsonl"; }
+
+# within A B BOUND STEPS: every loss of run B within BOUND (relative) of run A, over STEPS steps.
+within() {
+  paste <(losses "$work/$1") <(losses "$work/$2") | awk -v a="$1" -v b="$2" -v bound="$3" -v want="$4" '
+    { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d; if (d > bound) bad++ }
+    END { if (n != want || bad) { printf "FAIL: %s vs %s: %d steps, %d beyond %g (largest %.2e)\n", a, b, n, bad, bound, worst; exit 1 }
+          printf "ok: %s within %g of %s over %d steps (largest %.2e)\n", b, bound, a, n, worst }' || fail=1
+}
 
 # expect_error RC WHAT PATTERN command...: the command exits with RC and prints exactly one
 # "error:" line, which matches PATTERN; says how long it took (a hang is caught by ctest's TIMEOUT).

@@ -14,7 +14,7 @@ expect2 "unknown key in file" "model.layerz" "$wf" train --config "$work/bad.tom
 expect2 "wrong type" "train.seq expects an integer" "$wf" "${t[@]}" --set train.seq=abc
 expect2 "bad strategy" "parallel.strategy" "$wf" "${t[@]}" --set parallel.strategy=spiral
 expect2 "bad checkpointing" "parallel.checkpointing" "$wf" "${t[@]}" --set parallel.checkpointing=full
-expect2 "bad dtype" "train.dtype must be 'fp32' or 'bf16' (got 'fp16')" "$wf" "${t[@]}" --set train.dtype=fp16
+expect2 "bad dtype" "train.dtype must be 'auto', 'fp32' or 'bf16' (got 'fp16')" "$wf" "${t[@]}" --set train.dtype=fp16
 expect2 "heads" "model.kv_heads" "$wf" "${t[@]}" --set model.kv_heads=3
 expect2 "sp does not divide P" "parallel.sp = 3" mpi 2 "${t[@]}" --set parallel.sp=3
 expect2 "seq not divisible" "train.seq = 63" mpi 2 "${t[@]}" --set parallel.sp=2 --set train.seq=63

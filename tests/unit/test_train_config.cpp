@@ -32,28 +32,32 @@ TEST(TrainConfig, SetStringsMustBeUtf8) {
   EXPECT_EQ(c.data_dir, "runs/d\xc3\xa9j\xc3\xa0");
 }
 
-TEST(TrainConfig, DtypeIsFp32OrBf16AndBf16IsForTheGpt) {
+TEST(TrainConfig, DtypeIsAutoFp32OrBf16ForBothModels) {
   TrainConfig c;
-  EXPECT_EQ(c.dtype, "fp32");
+  EXPECT_EQ(c.dtype, "auto");
+  c.validate(1);
+  c.set("train.dtype=fp32");
+  EXPECT_EQ(c.run_dtype(), model::Dtype::fp32);
   c.validate(1);
   c.set("train.dtype=bf16");
   c.validate(1);
   EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").dtype, "bf16");
+  EXPECT_EQ(c.run_dtype(), model::Dtype::bf16);
+  EXPECT_EQ(c.attn_config(1).dtype, model::Dtype::bf16);
   const auto changes = c.changes_from(TrainConfig{});
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].key, "train.dtype");
   EXPECT_FALSE(TrainConfig::is_shape_key("train.dtype"));
   c.set("train.dtype=fp16");
-  EXPECT_NE(
-      usage_error([&] { c.validate(1); }).find("train.dtype must be 'fp32' or 'bf16' (got 'fp16')"),
-      std::string::npos);
+  EXPECT_NE(usage_error([&] {
+              c.validate(1);
+            }).find("train.dtype must be 'auto', 'fp32' or 'bf16' (got 'fp16')"),
+            std::string::npos);
   TrainConfig d =
       TrainConfig::from_toml("[model]\nkind = \"dit\"\n[train]\ndtype = \"bf16\"\n", "t");
-  EXPECT_NE(usage_error([&] {
-              d.validate(1);
-            }).find("train.dtype = 'bf16' is supported for model.kind = 'gpt' only"),
-            std::string::npos)
-      << usage_error([&] { d.validate(1); });
+  d.validate(1);
+  EXPECT_EQ(d.run_dtype(), model::Dtype::bf16);
+  EXPECT_EQ(d.attn_config(1).dtype, model::Dtype::bf16);
 }
 
 TEST(TrainConfig, IntegersForRealKeysNeedNotBeExactDoubles) {
@@ -68,9 +72,10 @@ TEST(TrainConfig, DtypeIsFp32OrBf16) {
   c.set("train.dtype=bf16");
   c.validate(1);
   c.set("train.dtype=fp16");
-  EXPECT_NE(
-      usage_error([&] { c.validate(1); }).find("train.dtype must be 'fp32' or 'bf16' (got 'fp16')"),
-      std::string::npos);
+  EXPECT_NE(usage_error([&] {
+              c.validate(1);
+            }).find("train.dtype must be 'auto', 'fp32' or 'bf16' (got 'fp16')"),
+            std::string::npos);
 }
 
 TEST(TrainConfig, DitClipShapesAreBounded) {

@@ -9,6 +9,7 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/trace.h"
+#include "wallfacer/kernels/dense_bf16.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::model {
@@ -271,6 +272,8 @@ struct Dit::Acts {
   struct Layer {
     float *ln1, *mean1, *rstd1, *h1, *q, *k, *v, *o, *lse, *a, *xmid, *ln2, *mean2, *rstd2, *h2,
         *f1, *g, *m;
+    // bf16 only (the fp32 h1, q, k, v, o, h2, f1, g are then not allocated)
+    bf16 *h1_16, *q16, *k16, *v16, *o16, *h2_16, *f1_16, *g16;
   };
   std::vector<float*> xs;
   std::vector<Layer> layers;
@@ -278,15 +281,21 @@ struct Dit::Acts {
   // scratch for the backward
   float *dx, *dtmp, *dh, *dmid, *dq, *dk, *dv, *dqkv, *dbig, *dsc, *dmod, *ones, *zeros, *dw_sink,
       *db_sink, *qkv;
+  // bf16 only: product outputs (forward) and output gradients (backward), input gradients, the
+  // attention input gradients
+  std::vector<bf16> arena16;
+  bf16 *wide16, *x16, *y16, *dq16, *dk16, *dv16, *dqkv16;
 };
 
-Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, AttentionOp& attention)
+Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, AttentionOp& attention,
+         Dtype dtype)
     : cfg_(cfg),
       B_(batch),
       T_(int(positions.size())),
       N_(int64_t(batch) * int64_t(positions.size())),
       positions_(std::move(positions)),
       attn_(attention),
+      dtype_(dtype),
       num_params_(dit_num_params(cfg)),
       tensors_(dit_param_tensors(cfg)),
       params_(size_t(num_params_)),
@@ -302,9 +311,13 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   const int64_t C = cfg_.dim, N = N_, B = B_, M = int64_t(cfg_.mlp_ratio) * C,
                 PD = cfg_.patch_dim(), F = cfg_.freq_dim, L = cfg_.layers, H = cfg_.heads;
   Acts& a = *a_;
+  const bool bf = dtype_ == Dtype::bf16;
+  if (bf) params16_.assign(size_t(num_params_), bf16{});
   // First pass counts, second pass assigns.
   std::vector<std::pair<float**, int64_t>> plan;
+  std::vector<std::pair<bf16**, int64_t>> plan16;
   auto want = [&](float** ptr, int64_t n) { plan.push_back({ptr, n}); };
+  auto want16 = [&](bf16** ptr, int64_t n) { plan16.push_back({ptr, n}); };
   want(&a.tf, B * F);
   want(&a.t1, B * C);
   want(&a.t1s, B * C);
@@ -317,12 +330,21 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   for (auto& x : a.xs) want(&x, N * C);
   a.layers.resize(size_t(L));
   for (auto& l : a.layers) {
-    for (float** p : {&l.ln1, &l.h1, &l.q, &l.k, &l.v, &l.o, &l.a, &l.xmid, &l.ln2, &l.h2, &l.m})
-      want(p, N * C);
+    if (bf) {
+      for (float** p : {&l.ln1, &l.a, &l.xmid, &l.ln2, &l.m}) want(p, N * C);
+      for (bf16** p : {&l.h1_16, &l.q16, &l.k16, &l.v16, &l.o16, &l.h2_16}) want16(p, N * C);
+      want16(&l.f1_16, N * M);
+      want16(&l.g16, N * M);
+    } else {
+      for (float** p : {&l.ln1, &l.h1, &l.q, &l.k, &l.v, &l.o, &l.a, &l.xmid, &l.ln2, &l.h2, &l.m})
+        want(p, N * C);
+    }
     for (float** p : {&l.mean1, &l.rstd1, &l.mean2, &l.rstd2}) want(p, N);
     want(&l.lse, B * H * T_);
-    want(&l.f1, N * M);
-    want(&l.g, N * M);
+    if (!bf) {
+      want(&l.f1, N * M);
+      want(&l.g, N * M);
+    }
   }
   want(&a.lnf, N * C);
   want(&a.hf, N * C);
@@ -340,15 +362,29 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   want(&a.zeros, C);
   want(&a.dw_sink, C);
   want(&a.db_sink, C);
-  int64_t total = 0;
+  if (bf) {
+    want16(&a.wide16, N * std::max(3 * C, M));
+    want16(&a.x16, N * 3 * C);
+    want16(&a.y16, N * M);
+    for (bf16** p : {&a.dq16, &a.dk16, &a.dv16}) want16(p, N * C);
+    want16(&a.dqkv16, N * 3 * C);
+  }
+  int64_t total = 0, total16 = 0;
   for (auto& [ptr, n] : plan) total += n;
+  for (auto& [ptr, n] : plan16) total16 += n;
   a.arena.assign(size_t(total), 0.0f);
+  a.arena16.assign(size_t(total16), bf16{});
   int64_t off = 0;
   for (auto& [ptr, n] : plan) {
     *ptr = a.arena.data() + off;
     off += n;
   }
-  act_floats_ = total;
+  off = 0;
+  for (auto& [ptr, n] : plan16) {
+    *ptr = a.arena16.data() + off;
+    off += n;
+  }
+  act_floats_ = total + (total16 + 1) / 2;
   std::fill_n(a.ones, C, 1.0f);
 }
 
@@ -359,8 +395,7 @@ const float* Dit::output() const { return a_->out; }
 void Dit::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
-  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C, PD = cfg_.patch_dim(),
-            F = cfg_.freq_dim;
+  const int B = B_, T = T_, C = cfg_.dim, PD = cfg_.patch_dim(), F = cfg_.freq_dim;
   const int64_t N = N_;
   Acts& a = *a_;
   labels_ = labels;
@@ -388,35 +423,10 @@ void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
   for (int64_t n = 0; n < N; ++n)
     for (int c = 0; c < C; ++c) a.xs[0][n * C + c] += pos_[(n % T) * C + c];
 
-  const int64_t ms = 6 * C;
+  if (dtype_ == Dtype::bf16) round_weights();
   for (int l = 0; l < cfg_.layers; ++l) {
-    const auto& w = p_.layers[size_t(l)];
-    auto& s = a.layers[size_t(l)];
-    const float* mod = a.mod[size_t(l)];
     trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
-    std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
-                                     std::initializer_list<trace::Arg>{{"layer", l}});
-    // attention branch
-    k::layernorm_fwd(s.ln1, s.mean1, s.rstd1, a.xs[size_t(l)], a.ones, a.zeros, N, C);
-    modulate_fwd(s.h1, s.ln1, mod, ms, 0, C, B, T, C);
-    k::matmul_fwd(a.qkv, s.h1, w.qkv_w, w.qkv_b, N, C, 3 * C);  // (N, 3C)
-    for (int64_t n = 0; n < N; ++n) {
-      std::memcpy(s.q + n * C, a.qkv + n * 3 * C, sizeof(float) * size_t(C));
-      std::memcpy(s.k + n * C, a.qkv + n * 3 * C + C, sizeof(float) * size_t(C));
-      std::memcpy(s.v + n * C, a.qkv + n * 3 * C + 2 * C, sizeof(float) * size_t(C));
-    }
-    dense.reset();
-    attn_.forward(s.q, s.k, s.v, s.o, s.lse);  // (B, T, H, D) each
-    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-    k::matmul_fwd(s.a, s.o, w.proj_w, w.proj_b, N, C, C);
-    gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, B, T, C);
-    // MLP branch
-    k::layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.xmid, a.ones, a.zeros, N, C);
-    modulate_fwd(s.h2, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
-    k::matmul_fwd(s.f1, s.h2, w.fc1_w, w.fc1_b, N, C, M);
-    k::gelu_fwd(s.g, s.f1, N * M);
-    k::matmul_fwd(s.m, s.g, w.fc2_w, w.fc2_b, N, M, C);
-    gated_add_fwd(a.xs[size_t(l) + 1], s.xmid, s.m, mod, ms, 5 * C, B, T, C);
+    block_forward(l);
   }
   // Final layer
   const float* xL = a.xs[size_t(cfg_.layers)];
@@ -439,8 +449,7 @@ double Dit::forward(const float* xt, const float* t, const int32_t* labels, cons
 }
 
 void Dit::backward(float dloss) {
-  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C, PD = cfg_.patch_dim(),
-            F = cfg_.freq_dim;
+  const int B = B_, T = T_, C = cfg_.dim, PD = cfg_.patch_dim(), F = cfg_.freq_dim;
   const int64_t N = N_;
   Acts& a = *a_;
   // d out = 2 dloss (out - target)
@@ -458,40 +467,9 @@ void Dit::backward(float dloss) {
   k::matmul_bwd(a.dsc, g_.final_ada_w, g_.final_ada_b, a.dmod, a.sc, p_.final_ada_w, B, C, 2 * C,
                 true);
 
-  const int64_t ms = 6 * C;
   for (int l = cfg_.layers - 1; l >= 0; --l) {
-    const auto& w = p_.layers[size_t(l)];
-    auto& gw = g_.layers[size_t(l)];
-    auto& s = a.layers[size_t(l)];
-    const float* mod = a.mod[size_t(l)];
     trace::Span layer("layer backward", trace::Cat::Phase, {{"layer", l}});
-    std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
-                                     std::initializer_list<trace::Arg>{{"layer", l}});
-    std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
-    // MLP branch: dx is the gradient of the block output
-    gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, B, T, C);  // dh = d m
-    k::matmul_bwd(a.dbig, gw.fc2_w, gw.fc2_b, a.dh, s.g, w.fc2_w, N, M, C, false);
-    k::gelu_bwd(a.dbig, s.f1, a.dbig, N * M);
-    k::matmul_bwd(a.dh, gw.fc1_w, gw.fc1_b, a.dbig, s.h2, w.fc1_w, N, C, M, false);  // d h2
-    modulate_bwd(a.dtmp, a.dmod, a.dh, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
-    // d xmid = dx (residual) + layernorm backward
-    k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, s.xmid, a.ones, s.mean2, s.rstd2, N, C);
-    // attention branch
-    gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, B, T, C);                   // dh = d a
-    k::matmul_bwd(a.dmid, gw.proj_w, gw.proj_b, a.dh, s.o, w.proj_w, N, C, C, false);  // d o
-    dense.reset();
-    attn_.backward(s.q, s.k, s.v, s.o, s.lse, a.dmid, a.dq, a.dk, a.dv);
-    dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-    for (int64_t n = 0; n < N; ++n) {
-      std::memcpy(a.dqkv + n * 3 * C, a.dq + n * C, sizeof(float) * size_t(C));
-      std::memcpy(a.dqkv + n * 3 * C + C, a.dk + n * C, sizeof(float) * size_t(C));
-      std::memcpy(a.dqkv + n * 3 * C + 2 * C, a.dv + n * C, sizeof(float) * size_t(C));
-    }
-    k::matmul_bwd(a.dh, gw.qkv_w, gw.qkv_b, a.dqkv, s.h1, w.qkv_w, N, C, 3 * C, false);  // d h1
-    modulate_bwd(a.dtmp, a.dmod, a.dh, s.ln1, mod, ms, 0, C, B, T, C);
-    k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, a.xs[size_t(l)], a.ones, s.mean1, s.rstd1,
-                     N, C);
-    k::matmul_bwd(a.dsc, gw.ada_w, gw.ada_b, a.dmod, a.sc, w.ada_w, B, C, 6 * C, true);
+    block_backward(l);
   }
   // Patch embedding (positions are fixed)
   k::matmul_bwd(nullptr, g_.patch_w, g_.patch_b, a.dx, xt_, p_.patch_w, N, PD, C, false);
@@ -503,6 +481,131 @@ void Dit::backward(float dloss) {
   k::matmul_bwd(a.dh, g_.t2_w, g_.t2_b, a.dsc, a.t1s, p_.t2_w, B, C, C, false);  // d t1s
   silu_bwd(a.dh, a.t1, a.dh, int64_t(B) * C);
   k::matmul_bwd(nullptr, g_.t1_w, g_.t1_b, a.dh, a.tf, p_.t1_w, B, F, C, false);
+}
+
+void Dit::round_weights() {
+  const int64_t C = cfg_.dim, M = int64_t(cfg_.mlp_ratio) * C;
+  for (const auto& w : p_.layers) {
+    for (const auto& [m, n] : {std::pair<const float*, int64_t>{w.qkv_w, 3 * C * C},
+                               {w.proj_w, C * C},
+                               {w.fc1_w, M * C},
+                               {w.fc2_w, C * M}})
+      round_to_bf16(m, params16_.data() + (m - params_.data()), n);
+  }
+}
+
+// The q, k, v rows (N, C each) from the qkv rows (N, 3C), and back.
+template <typename T>
+void split_qkv_rows(T* q, T* k, T* v, const T* qkv, int64_t N, int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(q + n * C, qkv + n * 3 * C, sizeof(T) * size_t(C));
+    std::memcpy(k + n * C, qkv + n * 3 * C + C, sizeof(T) * size_t(C));
+    std::memcpy(v + n * C, qkv + n * 3 * C + 2 * C, sizeof(T) * size_t(C));
+  }
+}
+template <typename T>
+void merge_qkv_rows(T* qkv, const T* q, const T* k, const T* v, int64_t N, int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(qkv + n * 3 * C, q + n * C, sizeof(T) * size_t(C));
+    std::memcpy(qkv + n * 3 * C + C, k + n * C, sizeof(T) * size_t(C));
+    std::memcpy(qkv + n * 3 * C + 2 * C, v + n * C, sizeof(T) * size_t(C));
+  }
+}
+
+// Block l of predict: xs[l] -> xs[l + 1]. The products, GELU, q, k, v, o and the products' inputs
+// are in the model's dtype (bf16: the modulated layernorm outputs rounded, the branch outputs a and
+// m widened to fp32); the rest is fp32.
+void Dit::block_forward(int l) {
+  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
+  const int64_t N = N_, ms = 6 * C;
+  const bool bf = dtype_ == Dtype::bf16;
+  Acts& a = *a_;
+  const auto& w = p_.layers[size_t(l)];
+  auto& s = a.layers[size_t(l)];
+  const float* mod = a.mod[size_t(l)];
+  const Act h1 = pick(bf, s.h1, s.h1_16), h2 = pick(bf, s.h2, s.h2_16), o = pick(bf, s.o, s.o16);
+  const Act f1 = pick(bf, s.f1, s.f1_16), g = pick(bf, s.g, s.g16);
+  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{{"layer", l}});
+  // attention branch
+  k::layernorm_fwd(s.ln1, s.mean1, s.rstd1, a.xs[size_t(l)], a.ones, a.zeros, N, C);
+  modulate_fwd(bf ? a.dtmp : s.h1, s.ln1, mod, ms, 0, C, B, T, C);
+  if (bf) round_to_bf16(a.dtmp, s.h1_16, N * C);
+  dense_fwd(pick(bf, a.qkv, a.wide16), h1, w.qkv_w, weight16(w.qkv_w), w.qkv_b, N, C, 3 * C);
+  if (bf) {
+    split_qkv_rows(s.q16, s.k16, s.v16, a.wide16, N, C);
+  } else {
+    split_qkv_rows(s.q, s.k, s.v, a.qkv, N, C);
+  }
+  dense.reset();
+  if (bf) {  // (B, T, H, D) each
+    attn_.forward(s.q16, s.k16, s.v16, s.o16, s.lse);
+  } else {
+    attn_.forward(s.q, s.k, s.v, s.o, s.lse);
+  }
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  dense_fwd(pick(bf, s.a, a.wide16), o, w.proj_w, weight16(w.proj_w), w.proj_b, N, C, C);
+  if (bf) widen_to_fp32(a.wide16, s.a, N * C);
+  gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, B, T, C);
+  // MLP branch
+  k::layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.xmid, a.ones, a.zeros, N, C);
+  modulate_fwd(bf ? a.dtmp : s.h2, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  if (bf) round_to_bf16(a.dtmp, s.h2_16, N * C);
+  dense_fwd(f1, h2, w.fc1_w, weight16(w.fc1_w), w.fc1_b, N, C, M);
+  gelu_fwd(g, f1, N * M);
+  dense_fwd(pick(bf, s.m, a.wide16), g, w.fc2_w, weight16(w.fc2_w), w.fc2_b, N, M, C);
+  if (bf) widen_to_fp32(a.wide16, s.m, N * C);
+  gated_add_fwd(a.xs[size_t(l) + 1], s.xmid, s.m, mod, ms, 5 * C, B, T, C);
+}
+
+// Block l of backward: a.dx holds the gradient of the block output on entry and of its input on
+// return. Output gradients enter the products in the model's dtype; the gradients of the products'
+// inputs are widened to fp32 for the modulation and layernorm backward.
+void Dit::block_backward(int l) {
+  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
+  const int64_t N = N_, ms = 6 * C;
+  const bool bf = dtype_ == Dtype::bf16;
+  Acts& a = *a_;
+  const auto& w = p_.layers[size_t(l)];
+  auto& gw = g_.layers[size_t(l)];
+  auto& s = a.layers[size_t(l)];
+  const float* mod = a.mod[size_t(l)];
+  const Act dbig = pick(bf, a.dbig, a.y16), dh = pick(bf, a.dh, a.x16);
+  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
+                                   std::initializer_list<trace::Arg>{{"layer", l}});
+  std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
+  // MLP branch: dx is the gradient of the block output
+  gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, B, T, C);  // dh = d m
+  dense_bwd(dbig, gw.fc2_w, gw.fc2_b, in_dtype(bf, a.dh, a.x16, N * C), pick(bf, s.g, s.g16),
+            w.fc2_w, weight16(w.fc2_w), N, M, C);
+  gelu_bwd(dbig, pick(bf, s.f1, s.f1_16), dbig, N * M);
+  dense_bwd(dh, gw.fc1_w, gw.fc1_b, dbig, pick(bf, s.h2, s.h2_16), w.fc1_w, weight16(w.fc1_w), N, C,
+            M);  // d h2
+  modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  // d xmid = dx (residual) + layernorm backward
+  k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, s.xmid, a.ones, s.mean2, s.rstd2, N, C);
+  // attention branch
+  gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, B, T, C);  // dh = d a
+  dense_bwd(pick(bf, a.dmid, a.y16), gw.proj_w, gw.proj_b, in_dtype(bf, a.dh, a.x16, N * C),
+            pick(bf, s.o, s.o16), w.proj_w, weight16(w.proj_w), N, C, C);  // d o
+  dense.reset();
+  if (bf) {
+    attn_.backward(s.q16, s.k16, s.v16, s.o16, s.lse, a.y16, a.dq16, a.dk16, a.dv16);
+  } else {
+    attn_.backward(s.q, s.k, s.v, s.o, s.lse, a.dmid, a.dq, a.dk, a.dv);
+  }
+  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
+  if (bf) {
+    merge_qkv_rows(a.dqkv16, a.dq16, a.dk16, a.dv16, N, C);
+  } else {
+    merge_qkv_rows(a.dqkv, a.dq, a.dk, a.dv, N, C);
+  }
+  dense_bwd(dh, gw.qkv_w, gw.qkv_b, pick(bf, a.dqkv, a.dqkv16), pick(bf, s.h1, s.h1_16), w.qkv_w,
+            weight16(w.qkv_w), N, C, 3 * C);  // d h1
+  modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln1, mod, ms, 0, C, B, T, C);
+  k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, a.xs[size_t(l)], a.ones, s.mean1, s.rstd1, N,
+                   C);
+  k::matmul_bwd(a.dsc, gw.ada_w, gw.ada_b, a.dmod, a.sc, w.ada_w, B, C, 6 * C, true);
 }
 
 }  // namespace wallfacer::model

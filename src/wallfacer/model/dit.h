@@ -14,6 +14,14 @@
 // x_t = (1 - t) x0 + t noise, and the loss is the squared error.
 //
 // Parameters, gradients and activations live in contiguous arenas.
+//
+// With Dtype::bf16 the products of every block (QKV, projection, fc1, fc2) run in bf16 with fp32
+// accumulation (kernels/dense_bf16.h, a bf16 copy of the fp32 master weights made at each
+// forward) and the attention through the bf16 forms of the AttentionOp: the modulated layernorm
+// outputs h1 and h2, q, k, v, o, the fc1 and GELU outputs are stored in bf16, as are the gradients
+// that enter those products. The residual stream, layernorm statistics and outputs (the modulation
+// backward reads them), the gated branch outputs, the conditioning MLP, the adaLN modulation, the
+// patch embedding and the final layer, the loss and every weight gradient stay fp32.
 
 #include <cstdint>
 #include <memory>
@@ -107,7 +115,8 @@ void dit_unpatchify(const DitConfig& cfg, const float* patches, const int64_t* p
 class Dit {
  public:
   // batch: clips of this rank; positions: global token indices of the rows this rank holds.
-  Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, AttentionOp& attention);
+  Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, AttentionOp& attention,
+      Dtype dtype = Dtype::fp32);
   ~Dit();
   Dit(const Dit&) = delete;
   Dit& operator=(const Dit&) = delete;
@@ -117,7 +126,9 @@ class Dit {
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  // The activation and gradient buffers in floats (a bf16 value counts as half a float).
   int64_t activation_floats() const { return act_floats_; }
+  Dtype dtype() const { return dtype_; }
 
   // xt: (B, T, PD) noisy patches, t: (B) times in [0, 1], labels: (B) or null.
   // Computes the prediction (B, T, PD) into output().
@@ -134,17 +145,26 @@ class Dit {
   struct Acts;
 
  private:
+  // The bf16 copy of a block matrix given by its fp32 master (null in fp32).
+  const bf16* weight16(const float* master) const {
+    return params16_.empty() ? nullptr : params16_.data() + (master - params_.data());
+  }
+  void round_weights();  // params16_ = bf16(the block matrices of params_)
+  void block_forward(int l);
+  void block_backward(int l);
   DitConfig cfg_;
   int B_, T_;
   int64_t N_;
   std::vector<int64_t> positions_;
   AttentionOp& attn_;
+  Dtype dtype_;
   int64_t num_params_;
   std::vector<ParamTensor> tensors_;
   std::vector<float> params_, grads_;
   DitParams p_, g_;
   std::vector<float> pos_;  // (T, C)
   std::unique_ptr<Acts> a_;
+  std::vector<bf16> params16_;  // bf16 copy of the block matrices (Dtype::bf16)
   int64_t act_floats_ = 0;
   const int32_t* labels_ = nullptr;
   const float* xt_ = nullptr;

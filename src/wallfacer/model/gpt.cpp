@@ -107,7 +107,9 @@ void gpt_init_params(const GptConfig& cfg, float* arena, uint64_t seed) {
 
 // Activations. Each block has a view; `kept` tensors have storage per block, the others point into
 // one shared set (with checkpointing) or have storage per block (without). In bf16 the fp32 ln1,
-// ln2, fch and fch_gelu are not allocated (their bf16 twins are), and qkv is one shared scratch.
+// ln2, fch, fch_gelu and o are not allocated (their bf16 twins are), q, k, v are bf16 too (their
+// fp32 pointers name the shared scratch dq, dk, dv that the rotary embedding writes before the
+// rounding), and qkv is one shared scratch.
 struct Gpt::BlockActs {
   float* x;         // (N, C) block input (always kept)
   float* ln1;       // (N, C)
@@ -130,6 +132,10 @@ struct Gpt::BlockActs {
   bf16* ln2_16;       // (N, C)
   bf16* fch_16;       // (N, M)
   bf16* fch_gelu_16;  // (N, M)
+  bf16* q16;          // (B, T, H, D)
+  bf16* k16;          // (B, T, Hkv, D)
+  bf16* v16;          // (B, T, Hkv, D)
+  bf16* o16;          // (B, T, H, D) (always kept)
 };
 
 struct Gpt::Acts {
@@ -157,6 +163,9 @@ struct Gpt::Acts {
   bf16* wide16;  // (N, max(V, Q, M)): dense outputs in the forward, output gradients backward
   bf16* x16;     // (N, M): rounded inputs and input gradients
   bf16* y16;     // (N, M)
+  bf16* dq16;    // (N, H D) attention input gradients
+  bf16* dk16;    // (N, Hkv D)
+  bf16* dv16;    // (N, Hkv D)
 };
 
 namespace {
@@ -190,25 +199,40 @@ class ArenaPlan {
   std::vector<Req> req_;
 };
 
-// Conversions of n contiguous values over the threads.
-constexpr int64_t kConvertBlock = int64_t(1) << 14;
-void round_to_bf16(const float* in, bf16* out, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += kConvertBlock)
-    fp32_to_bf16(in + i, out + i, std::min(kConvertBlock, n - i));
-}
-void widen_to_fp32(const bf16* in, float* out, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += kConvertBlock)
-    bf16_to_fp32(in + i, out + i, std::min(kConvertBlock, n - i));
-}
 // out = a + widened b (a residual add of a bf16 layer output).
 void add_bf16(float* out, const float* a, const bf16* b, int64_t n) {
   const auto* bits = reinterpret_cast<const uint16_t*>(b);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + bits_to_float(bits[i]);
 }
+
+// out (N, C) = layernorm(x) in the dtype of out (bf16: computed into scratch, then rounded); the
+// statistics are fp32.
+void layernorm_fwd(const Act& out, float* scratch, float* mean, float* rstd, const float* x,
+                   const float* w, const float* b, int64_t N, int C) {
+  k::layernorm_fwd(out.b16 ? scratch : out.f32, mean, rstd, x, w, b, N, C);
+  if (out.b16) round_to_bf16(scratch, out.b16, N * int64_t(C));
+}
+// out = x + y (the residual stream, fp32).
+void add_residual(float* out, const float* x, const Act& y, int64_t n) {
+  if (y.b16) {
+    add_bf16(out, x, y.b16, n);
+    return;
+  }
+  const float* yf = y.f32;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] + yf[i];
+}
 }  // namespace
+
+void Gpt::dense_fwd(const Act& out, const Act& in, const float* w, int C, int OC) {
+  model::dense_fwd(out, in, w, weight16(w), nullptr, N_, C, OC);
+}
+
+void Gpt::dense_bwd(const Act& din, float* dw, const Act& dout, const Act& in, const float* w,
+                    int C, int OC) {
+  model::dense_bwd(din, dw, nullptr, dout, in, w, weight16(w), N_, C, OC);
+}
 
 Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkpointing ckpt,
          AttentionOp& attention, Dtype dtype)
@@ -252,7 +276,12 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
     if (!bf) plan.add(&s.ln1, N * C);
     plan.add({{&s.ln1_mean, N}, {&s.ln1_rstd, N}});
     if (!bf) plan.add(&s.qkv, N * Q);
-    plan.add({{&s.q, N * HD}, {&s.k, N * KD}, {&s.v, N * KD}, {&s.res2, N * C}});
+    if (bf) {
+      plan16.add({{&s.q16, N * HD}, {&s.k16, N * KD}, {&s.v16, N * KD}});
+    } else {
+      plan.add({{&s.q, N * HD}, {&s.k, N * KD}, {&s.v, N * KD}});
+    }
+    plan.add(&s.res2, N * C);
     if (!bf) plan.add(&s.ln2, N * C);
     plan.add({{&s.ln2_mean, N}, {&s.ln2_rstd, N}});
     if (bf) {
@@ -265,7 +294,11 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   const bool own = ckpt_ == Checkpointing::None;
   for (auto& b : a.blocks) {
     plan.add(&b.x, N * C);
-    plan.add(&b.o, N * HD);
+    if (bf) {
+      plan16.add(&b.o16, N * HD);
+    } else {
+      plan.add(&b.o, N * HD);
+    }
     plan.add(&b.lse, int64_t(B_) * cfg_.heads * T_);
     add_recomputed(b, own);
   }
@@ -287,7 +320,10 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
     plan16.add({{&a.lnf_16, N * C},
                 {&a.wide16, N * std::max({int64_t(cfg_.vocab), Q, M})},
                 {&a.x16, N * M},
-                {&a.y16, N * M}});
+                {&a.y16, N * M},
+                {&a.dq16, N * HD},
+                {&a.dk16, N * KD},
+                {&a.dv16, N * KD}});
   }
   act_bytes_ = plan.total() * int64_t(sizeof(float)) + plan16.total() * int64_t(sizeof(bf16));
   plan.allocate(a.arena);
@@ -297,13 +333,22 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
       float* x = b.x;
       float* o = b.o;
       float* lse = b.lse;
+      bf16* o16 = b.o16;
       b = shared;
       b.x = x;
       b.o = o;
       b.lse = lse;
+      b.o16 = o16;
     }
   } else if (bf) {
     for (auto& b : a.blocks) b.qkv = shared.qkv;
+  }
+  if (bf) {
+    for (auto& b : a.blocks) {
+      b.q = a.dq;
+      b.k = a.dk;
+      b.v = a.dv;
+    }
   }
 }
 
@@ -325,6 +370,11 @@ void Gpt::split_qkv(const BlockActs& b) {
   for (int64_t n = 0; n < N; ++n) {  // v (B, T, Hkv, D)
     std::memcpy(b.v + n * KD, b.qkv + n * Q + (H + Hkv) * D, size_t(KD) * sizeof(float));
   }
+  if (dtype_ == Dtype::bf16) {
+    round_to_bf16(b.q, b.q16, N * H * D);
+    round_to_bf16(b.k, b.k16, N * KD);
+    round_to_bf16(b.v, b.v16, N * KD);
+  }
 }
 
 // a.dqkv from a.dq, a.dk (rotated back) and a.dv: the transpose of split_qkv.
@@ -332,9 +382,14 @@ void Gpt::merge_dqkv() {
   auto& a = *a_;
   const int64_t N = N_;
   const int Q = cfg_.qkv_dim(), D = cfg_.head_dim(), H = cfg_.heads, Hkv = cfg_.kv_heads;
+  const int64_t KD = int64_t(Hkv) * D;
+  if (dtype_ == Dtype::bf16) {
+    widen_to_fp32(a.dq16, a.dq, N * H * D);
+    widen_to_fp32(a.dk16, a.dk, N * KD);
+    widen_to_fp32(a.dv16, a.dv, N * KD);
+  }
   k::rope_bwd(a.dqkv, Q, a.dq, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);
   k::rope_bwd(a.dqkv + H * D, Q, a.dk, rope_cos_.data(), rope_sin_.data(), B_, T_, Hkv, D);
-  const int64_t KD = int64_t(Hkv) * D;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     std::memcpy(a.dqkv + n * Q + (H + Hkv) * D, a.dv + n * KD, size_t(KD) * sizeof(float));
@@ -343,68 +398,47 @@ void Gpt::merge_dqkv() {
 
 // Forward of block l from its input b.x: everything up to the next block's input. With
 // run_attention false (checkpoint recompute for the backward), o and lse are taken as already
-// computed and the block output is not written.
+// computed and the block output is not written. The products, GELU and the stored activations are
+// in the model's dtype; the residual stream, layernorm statistics and the rotary embedding fp32.
 void Gpt::block_forward(int l, bool run_attention) {
   auto& a = *a_;
   const BlockActs& b = a.blocks[size_t(l)];
   const LayerParams& w = p_.layers[size_t(l)];
   const int64_t N = N_;
   const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
+  const bool bf = dtype_ == Dtype::bf16;
   float* x_out = l + 1 < cfg_.layers ? a.blocks[size_t(l) + 1].x : a.x_final;
+  const Act out = pick(bf, a.tmp, a.wide16);  // a dense output before its residual add
+  const Act ln1 = pick(bf, b.ln1, b.ln1_16), ln2 = pick(bf, b.ln2, b.ln2_16);
+  const Act fch = pick(bf, b.fch, b.fch_16), fch_gelu = pick(bf, b.fch_gelu, b.fch_gelu_16);
 
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
-  k::layernorm_fwd(b.ln1, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
-  k::matmul_fwd(b.qkv, b.ln1, w.qkv_w, nullptr, N, C, Q);                        // (N, Q)
+  layernorm_fwd(ln1, a.tmp, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
+  dense_fwd(pick(bf, b.qkv, a.wide16), ln1, w.qkv_w, C, Q);                        // (N, Q)
+  if (bf) widen_to_fp32(a.wide16, b.qkv, N * Q);
   split_qkv(b);
   dense.reset();
-  if (run_attention) attn_.forward(b.q, b.k, b.v, b.o, b.lse);  // o (B,T,H,D), lse (B,H,T)
+  if (run_attention) {  // o (B,T,H,D), lse (B,H,T)
+    if (bf) {
+      attn_.forward(b.q16, b.k16, b.v16, b.o16, b.lse);
+    } else {
+      attn_.forward(b.q, b.k, b.v, b.o, b.lse);
+    }
+  }
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-  k::matmul_fwd(a.tmp, b.o, w.proj_w, nullptr, N, C, C);  // (N, C)
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < N * C; ++i) b.res2[i] = b.x[i] + a.tmp[i];
-  k::layernorm_fwd(b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
-  k::matmul_fwd(b.fch, b.ln2, w.fc_w, nullptr, N, C, M);  // (N, M)
-  k::gelu_fwd(b.fch_gelu, b.fch, N * M);
+  dense_fwd(out, pick(bf, b.o, b.o16), w.proj_w, C, C);  // (N, C)
+  add_residual(b.res2, b.x, out, N * C);
+  layernorm_fwd(ln2, a.tmp, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
+  dense_fwd(fch, ln2, w.fc_w, C, M);  // (N, M)
+  gelu_fwd(fch_gelu, fch, N * M);
   if (!run_attention) return;  // recompute for the backward: the block output is not needed
-  k::matmul_fwd(a.tmp, b.fch_gelu, w.fcproj_w, nullptr, N, M, C);  // (N, C)
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < N * C; ++i) x_out[i] = b.res2[i] + a.tmp[i];
-}
-
-// The bf16 twin of block_forward: the same steps, with the dense products in bf16.
-void Gpt::block_forward_bf16(int l, bool run_attention) {
-  auto& a = *a_;
-  const BlockActs& b = a.blocks[size_t(l)];
-  const LayerParams& w = p_.layers[size_t(l)];
-  const int64_t N = N_;
-  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
-  float* x_out = l + 1 < cfg_.layers ? a.blocks[size_t(l) + 1].x : a.x_final;
-
-  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
-                                   std::initializer_list<trace::Arg>{{"layer", l}});
-  k::layernorm_fwd(a.tmp, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
-  round_to_bf16(a.tmp, b.ln1_16, N * C);
-  k::matmul_fwd_bf16(a.wide16, b.ln1_16, weight16(w.qkv_w), nullptr, N, C, Q);  // (N, Q)
-  widen_to_fp32(a.wide16, b.qkv, N * Q);
-  split_qkv(b);
-  dense.reset();
-  if (run_attention) attn_.forward(b.q, b.k, b.v, b.o, b.lse);  // o (B,T,H,D), lse (B,H,T)
-  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-  round_to_bf16(b.o, a.x16, N * C);
-  k::matmul_fwd_bf16(a.wide16, a.x16, weight16(w.proj_w), nullptr, N, C, C);  // (N, C)
-  add_bf16(b.res2, b.x, a.wide16, N * C);
-  k::layernorm_fwd(a.tmp, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
-  round_to_bf16(a.tmp, b.ln2_16, N * C);
-  k::matmul_fwd_bf16(b.fch_16, b.ln2_16, weight16(w.fc_w), nullptr, N, C, M);  // (N, M)
-  k::gelu_fwd_bf16(b.fch_gelu_16, b.fch_16, N * M);
-  if (!run_attention) return;  // recompute for the backward: the block output is not needed
-  k::matmul_fwd_bf16(a.wide16, b.fch_gelu_16, weight16(w.fcproj_w), nullptr, N, M, C);  // (N, C)
-  add_bf16(x_out, b.res2, a.wide16, N * C);
+  dense_fwd(out, fch_gelu, w.fcproj_w, M, C);  // (N, C)
+  add_residual(x_out, b.res2, out, N * C);
 }
 
 const bf16* Gpt::weight16(const float* master) const {
-  return params16_.data() + (master - params_.data());
+  return params16_.empty() ? nullptr : params16_.data() + (master - params_.data());
 }
 
 void Gpt::round_weights() {
@@ -425,22 +459,13 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets) {
   k::embedding_fwd(a.blocks[0].x, tokens, p_.wte, N, C, V);  // (N, C)
   for (int l = 0; l < cfg_.layers; ++l) {
     trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
-    if (bf) {
-      block_forward_bf16(l, true);
-    } else {
-      block_forward(l, true);
-    }
+    block_forward(l, true);
   }
   trace::Span head("lm head", trace::Cat::Compute);
-  if (bf) {
-    k::layernorm_fwd(a.tmp, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
-    round_to_bf16(a.tmp, a.lnf_16, N * C);
-    k::matmul_fwd_bf16(a.wide16, a.lnf_16, weight16(p_.wte), nullptr, N, C, V);  // (N, V)
-    widen_to_fp32(a.wide16, a.logits, N * V);
-  } else {
-    k::layernorm_fwd(a.lnf, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
-    k::matmul_fwd(a.logits, a.lnf, p_.wte, nullptr, N, C, V);  // (N, V)
-  }
+  const Act lnf = pick(bf, a.lnf, a.lnf_16);
+  layernorm_fwd(lnf, a.tmp, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
+  dense_fwd(pick(bf, a.logits, a.wide16), lnf, p_.wte, C, V);  // (N, V)
+  if (bf) widen_to_fp32(a.wide16, a.logits, N * V);
   k::softmax_xent_fwd(a.losses, a.logits, targets, N, V);
   double s = 0.0;
   for (int64_t n = 0; n < N; ++n) s += a.losses[n];
@@ -458,41 +483,29 @@ void Gpt::backward(float dloss) {
   std::optional<trace::Span> head(std::in_place, "lm head", trace::Cat::Compute,
                                   std::initializer_list<trace::Arg>{});
   k::softmax_xent_bwd(a.logits, a.logits, targets_, dloss, N, V);  // (N, V)
-  if (bf) {
-    round_to_bf16(a.logits, a.wide16, N * V);
-    k::matmul_bwd_bf16(a.x16, g_.wte, nullptr, a.wide16, a.lnf_16, weight16(p_.wte), N, C, V,
-                       false);  // (N, C)
-    widen_to_fp32(a.x16, a.dln, N * C);
-  } else {
-    k::matmul_bwd(a.dln, g_.wte, nullptr, a.logits, a.lnf, p_.wte, N, C, V, false);  // (N, C)
-  }
+  const Act dln = pick(bf, a.dln, a.x16);
+  dense_bwd(dln, g_.wte, in_dtype(bf, a.logits, a.wide16, N * V), pick(bf, a.lnf, a.lnf_16), p_.wte,
+            C, V);  // (N, C)
   std::fill(a.dx, a.dx + N * C, 0.0f);
-  k::layernorm_bwd(a.dx, g_.lnf_w, g_.lnf_b, a.dln, a.x_final, p_.lnf_w, a.lnf_mean, a.lnf_rstd, N,
-                   C);
+  k::layernorm_bwd(a.dx, g_.lnf_w, g_.lnf_b, as_fp32(dln, a.dln, N * C), a.x_final, p_.lnf_w,
+                   a.lnf_mean, a.lnf_rstd, N, C);
   head.reset();
 
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     trace::Span layer("layer backward", trace::Cat::Phase, {{"layer", l}});
     if (ckpt_ == Checkpointing::Attention) {
       trace::Span recompute("recompute", trace::Cat::Phase, {{"layer", l}});
-      if (bf) {
-        block_forward_bf16(l, false);
-      } else {
-        block_forward(l, false);
-      }
+      block_forward(l, false);
     }
-    if (bf) {
-      block_backward_bf16(l);
-    } else {
-      block_backward(l);
-    }
+    block_backward(l);
   }
   k::embedding_bwd(g_.wte, tokens_, a.dx, N, C);
   tokens_ = targets_ = nullptr;  // logits now hold gradients: a new forward is needed
 }
 
 // Backward of block l: a.dx holds the gradient of the block output on entry and of its input on
-// return.
+// return. Output gradients enter the products in the model's dtype (bf16: a.dx and dqkv rounded),
+// input gradients are widened to fp32 for the layernorm backward and the rotary embedding.
 void Gpt::block_backward(int l) {
   auto& a = *a_;
   const BlockActs& b = a.blocks[size_t(l)];
@@ -500,66 +513,35 @@ void Gpt::block_backward(int l) {
   const LayerParams& gw = g_.layers[size_t(l)];
   const int64_t N = N_;
   const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
+  const bool bf = dtype_ == Dtype::bf16;
+  const Act dfch = pick(bf, a.dfch, a.x16), dln = pick(bf, a.dln, a.y16);
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
 
   // MLP: x_out = res2 + fcproj(gelu(fc(ln2(res2)))); a.dx holds d x_out.
-  k::matmul_bwd(a.dfch, gw.fcproj_w, nullptr, a.dx, b.fch_gelu, w.fcproj_w, N, M, C, false);
-  k::gelu_bwd(a.dfch, b.fch, a.dfch, N * M);                                      // (N, M)
-  k::matmul_bwd(a.dln, gw.fc_w, nullptr, a.dfch, b.ln2, w.fc_w, N, C, M, false);  // (N, C)
-  k::layernorm_bwd(a.dx, gw.ln2_w, gw.ln2_b, a.dln, b.res2, w.ln2_w, b.ln2_mean, b.ln2_rstd, N,
-                   C);  // a.dx: d res2
+  dense_bwd(dfch, gw.fcproj_w, in_dtype(bf, a.dx, a.wide16, N * C),
+            pick(bf, b.fch_gelu, b.fch_gelu_16), w.fcproj_w, M, C);        // (N, M)
+  gelu_bwd(dfch, pick(bf, b.fch, b.fch_16), dfch, N * M);                  // (N, M)
+  dense_bwd(dln, gw.fc_w, dfch, pick(bf, b.ln2, b.ln2_16), w.fc_w, C, M);  // (N, C)
+  k::layernorm_bwd(a.dx, gw.ln2_w, gw.ln2_b, as_fp32(dln, a.dln, N * C), b.res2, w.ln2_w,
+                   b.ln2_mean, b.ln2_rstd, N, C);  // a.dx: d res2
 
   // Attention: res2 = x + proj(o).
-  k::matmul_bwd(a.dattn, gw.proj_w, nullptr, a.dx, b.o, w.proj_w, N, C, C, false);  // (N, C)
+  const Act dattn = pick(bf, a.dattn, a.y16);
+  dense_bwd(dattn, gw.proj_w, in_dtype(bf, a.dx, a.wide16, N * C), pick(bf, b.o, b.o16), w.proj_w,
+            C, C);  // (N, C)
   dense.reset();
-  attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
+  if (bf) {
+    attn_.backward(b.q16, b.k16, b.v16, b.o16, b.lse, a.y16, a.dq16, a.dk16, a.dv16);
+  } else {
+    attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
+  }
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   merge_dqkv();
-  k::matmul_bwd(a.dln, gw.qkv_w, nullptr, a.dqkv, b.ln1, w.qkv_w, N, C, Q, false);  // (N, C)
-  k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, a.dln, b.x, w.ln1_w, b.ln1_mean, b.ln1_rstd, N,
-                   C);  // a.dx: d x
-}
-
-// The bf16 twin of block_backward: output gradients are rounded to bf16 for the dense products,
-// whose input gradients are widened back to fp32 for the layernorms and the attention.
-void Gpt::block_backward_bf16(int l) {
-  auto& a = *a_;
-  const BlockActs& b = a.blocks[size_t(l)];
-  const LayerParams& w = p_.layers[size_t(l)];
-  const LayerParams& gw = g_.layers[size_t(l)];
-  const int64_t N = N_;
-  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
-  std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
-                                   std::initializer_list<trace::Arg>{{"layer", l}});
-
-  // MLP; a.dx holds d x_out.
-  round_to_bf16(a.dx, a.wide16, N * C);
-  k::matmul_bwd_bf16(a.x16, gw.fcproj_w, nullptr, a.wide16, b.fch_gelu_16, weight16(w.fcproj_w), N,
-                     M, C, false);                  // (N, M) d gelu output
-  k::gelu_bwd_bf16(a.x16, b.fch_16, a.x16, N * M);  // (N, M) d fch
-  k::matmul_bwd_bf16(a.y16, gw.fc_w, nullptr, a.x16, b.ln2_16, weight16(w.fc_w), N, C, M,
-                     false);  // (N, C)
-  widen_to_fp32(a.y16, a.dln, N * C);
-  k::layernorm_bwd(a.dx, gw.ln2_w, gw.ln2_b, a.dln, b.res2, w.ln2_w, b.ln2_mean, b.ln2_rstd, N,
-                   C);  // a.dx: d res2
-
-  // Attention: res2 = x + proj(o).
-  round_to_bf16(a.dx, a.wide16, N * C);
-  round_to_bf16(b.o, a.x16, N * C);
-  k::matmul_bwd_bf16(a.y16, gw.proj_w, nullptr, a.wide16, a.x16, weight16(w.proj_w), N, C, C,
-                     false);  // (N, C)
-  widen_to_fp32(a.y16, a.dattn, N * C);
-  dense.reset();
-  attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
-  dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-  merge_dqkv();
-  round_to_bf16(a.dqkv, a.wide16, N * Q);
-  k::matmul_bwd_bf16(a.y16, gw.qkv_w, nullptr, a.wide16, b.ln1_16, weight16(w.qkv_w), N, C, Q,
-                     false);  // (N, C)
-  widen_to_fp32(a.y16, a.dln, N * C);
-  k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, a.dln, b.x, w.ln1_w, b.ln1_mean, b.ln1_rstd, N,
-                   C);  // a.dx: d x
+  dense_bwd(dln, gw.qkv_w, in_dtype(bf, a.dqkv, a.wide16, N * Q), pick(bf, b.ln1, b.ln1_16),
+            w.qkv_w, C, Q);  // (N, C)
+  k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, as_fp32(dln, a.dln, N * C), b.x, w.ln1_w, b.ln1_mean,
+                   b.ln1_rstd, N, C);  // a.dx: d x
 }
 
 }  // namespace wallfacer::model

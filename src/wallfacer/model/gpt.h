@@ -13,13 +13,14 @@
 // `Attention`, the forward keeps only each block's input and the attention output (o, lse); the
 // backward recomputes norms, projections and MLP of a block and never reruns the attention forward.
 //
-// With Dtype::bf16 the dense layers (QKV, projection, MLP fc and fcproj, LM head) run in bf16 with
-// fp32 accumulation (kernels/dense_bf16.h): each forward rounds the fp32 master weights to a bf16
-// copy once; the layers' inputs are rounded to bf16 (ln1, ln2, the GELU output and the final
-// layernorm output are kept in bf16 for the backward, as is the fc output), their outputs and input
-// gradients come back in bf16 and are widened where fp32 parts need them. Embedding, layernorms,
-// residual adds, rotary embedding, attention, softmax and loss, and every weight gradient stay
-// fp32 (GELU computes in fp32 between bf16 input and output).
+// With Dtype::bf16 the matrix products (QKV, projection, MLP fc and fcproj, LM head) run in bf16
+// with fp32 accumulation (kernels/dense_bf16.h) and the attention through the bf16 forms of the
+// AttentionOp: each forward rounds the fp32 master weights to a bf16 copy once; the outputs of ln1,
+// ln2 and the final layernorm, q, k, v, o, the fc and GELU outputs are stored in bf16, and so are
+// the gradients that enter a product (d o, dq, dk, dv, the MLP's). The residual stream and its
+// gradient, layernorm statistics, the rotary embedding (computed in fp32 on widened values, then
+// rounded), the attention LSE, softmax and loss, and every weight gradient stay fp32 (GELU computes
+// in fp32 between bf16 input and output). One block_forward / block_backward serves both dtypes.
 
 #include <cstdint>
 #include <memory>
@@ -49,9 +50,6 @@ struct GptConfig {
 
 enum class Checkpointing { None, Attention };
 Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
-
-// The number format of the dense layers (train.dtype): the one of seqpar/config.h.
-using Dtype = seqpar::Dtype;
 
 struct LayerParams {
   float* ln1_w;     // (C)
@@ -117,9 +115,12 @@ class Gpt {
   void split_qkv(const BlockActs& b);
   void merge_dqkv();
   void block_forward(int l, bool run_attention);
-  void block_forward_bf16(int l, bool run_attention);
   void block_backward(int l);
-  void block_backward_bf16(int l);
+  // out (N, OC) = in (N, C) @ w^T in the dtype of out and in (w: the fp32 master; bf16 uses its
+  // bf16 copy); the backward adds the weight gradient to dw (fp32) and writes din.
+  void dense_fwd(const Act& out, const Act& in, const float* w, int C, int OC);
+  void dense_bwd(const Act& din, float* dw, const Act& dout, const Act& in, const float* w, int C,
+                 int OC);
   // The bf16 copy of a dense weight given by its fp32 master.
   const bf16* weight16(const float* master) const;
   void round_weights();  // params16_ = bf16(the matrices of params_)

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/attention_bf16.h"
 
 namespace wallfacer::model {
 
@@ -19,9 +20,9 @@ LocalAttention::LocalAttention(int batch, int seq, int heads, int kv_heads, int 
       delta_(size_t(batch) * heads * seq) {}
 
 // Fills the fields the forward and backward parameters share (contiguous tensors).
-template <typename Params>
+template <typename Params, typename T>
 void set_common(Params& p, int batch, int seq, int heads, int kv_heads, int head_dim, bool causal,
-                const float* q, const float* k, const float* v) {
+                const T* q, const T* k, const T* v) {
   p.dims = {batch, seq, seq, heads, kv_heads, head_dim};
   p.q = q;
   p.q_stride = k::Strides3::contiguous(seq, heads, head_dim);
@@ -61,6 +62,34 @@ void LocalAttention::backward(const float* q, const float* k, const float* v, co
   p.dv = dv;
   p.dv_stride = p.k_stride;
   k::attn_bwd(p);
+}
+
+void LocalAttention::forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) {
+  k::AttnFwdBf16Params p;
+  set_common(p, batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
+  p.lse = lse;
+  p.o.bf16_data = o;
+  p.o.stride = p.q_stride;
+  k::attn_fwd_bf16(p);
+}
+
+void LocalAttention::backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                              const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) {
+  k::AttnBwdBf16Params p;
+  set_common(p, batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
+  p.lse = lse;
+  k::attn_bwd_preprocess_bf16(p.dims, o, p.q_stride, dout, p.q_stride, delta_.data(), p.lse_stride);
+  p.dout = dout;
+  p.dout_stride = p.q_stride;
+  p.delta = delta_.data();
+  p.delta_stride = p.lse_stride;
+  p.dq.bf16_data = dq;
+  p.dq.stride = p.q_stride;
+  p.dk.bf16_data = dk;
+  p.dk.stride = p.k_stride;
+  p.dv.bf16_data = dv;
+  p.dv.stride = p.k_stride;
+  k::attn_bwd_bf16(p);
 }
 
 }  // namespace wallfacer::model

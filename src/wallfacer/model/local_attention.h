@@ -16,6 +16,10 @@ class LocalAttention : public AttentionOp {
   void forward(const float* q, const float* k, const float* v, float* o, float* lse) override;
   void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
                 const float* dout, float* dq, float* dk, float* dv) override;
+  // The bf16 flash kernels (kernels/attention_bf16.h).
+  void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) override;
+  void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                const bf16* dout, bf16* dq, bf16* dk, bf16* dv) override;
 
  private:
   int batch_, seq_, heads_, kv_heads_, head_dim_;

@@ -7,7 +7,43 @@
 #include <cstdint>
 #include <string>
 
+#include "wallfacer/core/bf16.h"
+#include "wallfacer/seqpar/config.h"
+
 namespace wallfacer::model {
+
+// The number format of a model's products and stored activations (train.dtype): the one of
+// seqpar/config.h.
+using Dtype = seqpar::Dtype;
+
+// n contiguous values rounded to bf16 (to nearest even) or widened to fp32, over the threads.
+void round_to_bf16(const float* in, bf16* out, int64_t n);
+void widen_to_fp32(const bf16* in, float* out, int64_t n);
+
+// An activation in a model's dtype: exactly one of the pointers is set.
+struct Act {
+  float* f32 = nullptr;
+  bf16* b16 = nullptr;
+};
+// The fp32 tensor (bf false) or the bf16 one (bf true).
+inline Act pick(bool bf, float* f32, bf16* b16) {
+  return bf ? Act{nullptr, b16} : Act{f32, nullptr};
+}
+// x as an input of a product: x itself (fp32), or x rounded into scratch16 (bf16).
+Act in_dtype(bool bf, float* x, bf16* scratch16, int64_t n);
+// t as fp32: t itself, or t widened into scratch.
+const float* as_fp32(const Act& t, float* scratch, int64_t n);
+
+// The products and GELU of a layer in the dtype of their Act arguments: the kernels of
+// kernels/ops.h (fp32, weight w) or of kernels/dense_bf16.h (bf16, weight w16: the bf16 copy of
+// w; may be null in fp32). out (N, OC) = in (N, C) @ w^T [+ bias]; the backward writes din and
+// adds to dw and dbias (fp32; dbias may be null).
+void dense_fwd(const Act& out, const Act& in, const float* w, const bf16* w16, const float* bias,
+               int64_t N, int C, int OC);
+void dense_bwd(const Act& din, float* dw, float* dbias, const Act& dout, const Act& in,
+               const float* w, const bf16* w16, int64_t N, int C, int OC);
+void gelu_fwd(const Act& out, const Act& in, int64_t n);
+void gelu_bwd(const Act& din, const Act& in, const Act& dout, int64_t n);
 
 class AttentionOp {
  public:
@@ -15,6 +51,10 @@ class AttentionOp {
   virtual void forward(const float* q, const float* k, const float* v, float* o, float* lse) = 0;
   virtual void backward(const float* q, const float* k, const float* v, const float* o,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv) = 0;
+  // The bf16 forms (a model with Dtype::bf16): q, k, v, o, dout, dq, dk, dv bf16, lse fp32.
+  virtual void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) = 0;
+  virtual void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                        const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) = 0;
 };
 
 // One named parameter tensor inside the arena.

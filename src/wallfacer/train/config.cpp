@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/kernels/attention_bf16.h"
 
 namespace wallfacer::train {
 
@@ -279,7 +280,13 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   a.kv_heads = kind == "dit" ? model.heads : model.kv_heads;
   a.head_dim = model.head_dim();
   a.causal = kind != "dit";
+  a.dtype = run_dtype();
   return a;
+}
+
+model::Dtype TrainConfig::run_dtype() const {
+  if (dtype != "auto") return seqpar::parse_dtype(dtype);
+  return kernels::bf16_avx512_available() ? model::Dtype::bf16 : model::Dtype::fp32;
 }
 
 void TrainConfig::validate(int P) const {
@@ -352,13 +359,8 @@ void TrainConfig::validate(int P) const {
                  "or [0, 0] for every step",
                  trace_steps[0], trace_steps[1]);
   model::parse_checkpointing(checkpointing);
-  WF_USAGE_CHECK(dtype == "fp32" || dtype == "bf16",
-                 "train.dtype must be 'fp32' or 'bf16' (got '{}')", dtype);
-  const model::Dtype precision = seqpar::parse_dtype(dtype);
-  WF_USAGE_CHECK(kind == "gpt" || precision == model::Dtype::fp32,
-                 "train.dtype = '{}' is supported for model.kind = 'gpt' only: use 'fp32' for "
-                 "model.kind = '{}'",
-                 dtype, kind);
+  WF_USAGE_CHECK(dtype == "auto" || dtype == "fp32" || dtype == "bf16",
+                 "train.dtype must be 'auto', 'fp32' or 'bf16' (got '{}')", dtype);
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
                  "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
   if (ulysses > 1) {

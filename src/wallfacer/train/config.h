@@ -51,9 +51,10 @@ struct TrainConfig {
   int64_t eval_every = 0;    // 0: no evaluation
   int eval_batches = 1;
   double timeout = 600;  // train.timeout: seconds a wait for another rank may last (0: no limit)
-  // train.dtype: "fp32", or "bf16" (GPT only: dense layers in bf16 with fp32 accumulation, fp32
-  // master weights and AdamW state; model::Dtype).
-  std::string dtype = "fp32";
+  // train.dtype: "auto" (bf16 where the CPU has AVX512-BF16, else fp32; run_dtype()), "fp32" or
+  // "bf16" (products and stored activations in bf16 with fp32 accumulation, fp32 master weights
+  // and AdamW state; model::Dtype; docs/training.md).
+  std::string dtype = "auto";
   // data.*
   std::string data_dir = "data/kjv";
   // parallel.*
@@ -92,6 +93,9 @@ struct TrainConfig {
   // the clip's shape is in range (validate refuses it otherwise).
   void derive();
   seqpar::AttnConfig attn_config(int P) const;
+  // The dtype a run uses: train.dtype, with "auto" decided by this CPU (bf16 where it has
+  // AVX512-BF16, else fp32).
+  model::Dtype run_dtype() const;
 };
 
 }  // namespace wallfacer::train

@@ -24,7 +24,7 @@ class GptTask : public Task {
         train_loader_(train_shard_, cfg.seq, uint64_t(cfg.seed)),
         val_loader_(val_shard_, cfg.seq, uint64_t(cfg.seed)),
         model_(cfg.model, nb, positions, model::parse_checkpointing(cfg.checkpointing), attn,
-               seqpar::parse_dtype(cfg.dtype)),
+               cfg.run_dtype()),
         tokens_(positions.size() * size_t(nb)),
         targets_(tokens_.size()) {
     for (const TokenShard* s : {&train_shard_, &val_shard_}) {
@@ -76,7 +76,7 @@ class DitTask : public Task {
         b0_(b0),
         nb_(nb),
         positions_(positions),
-        model_(dcfg_, nb, positions, attn),
+        model_(dcfg_, nb, positions, attn, cfg.run_dtype()),
         clip_(size_t(video_.values())),
         noise_(clip_.size()),
         xt_(positions.size() * size_t(nb) * size_t(dcfg_.patch_dim())),

@@ -24,6 +24,7 @@
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
 #include "wallfacer/core/trace.h"
+#include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
@@ -48,6 +49,13 @@ class DistAttentionOp : public model::AttentionOp {
   }
   void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
                 const float* dout, float* dq, float* dk, float* dv) override {
+    attn_.backward(q, k, v, o, lse, dout, dq, dk, dv);
+  }
+  void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) override {
+    attn_.forward(q, k, v, o, lse);
+  }
+  void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                const bf16* dout, bf16* dq, bf16* dk, bf16* dv) override {
     attn_.backward(q, k, v, o, lse, dout, dq, dk, dv);
   }
 
@@ -272,9 +280,13 @@ void check_training_memory(const TrainConfig& cfg, int P) {
 }  // namespace
 
 TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
-  const TrainConfig& cfg = opt.cfg;
+  // train.dtype = "auto" is decided here, once: the ranks compare, and the checkpoints record, the
+  // dtype the run uses.
+  TrainConfig cfg = opt.cfg;
   const int P = world.size(), rank = world.rank();
   cfg.validate(P);
+  const bool auto_dtype = cfg.dtype == "auto";
+  cfg.dtype = seqpar::dtype_name(cfg.run_dtype());
   check_same_config(world, cfg);
   check_training_memory(cfg, P);
   const int sp = cfg.sp, dp = cfg.dp(P), sp_rank = rank % sp, dp_rank = rank / sp;
@@ -412,10 +424,18 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
         "batch {}, checkpointing {}, {} threads/rank",
         cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.keep_kv ? " keep_kv" : "",
         cfg.seq, cfg.batch, cfg.checkpointing, num_threads()));
-    progress.message(seqpar::parse_dtype(cfg.dtype) == model::Dtype::bf16
-                         ? "dtype bf16: dense layers in bf16 (fp32 accumulation, fp32 master "
-                           "weights and AdamW), attention fp32"
-                         : "dtype fp32: every layer in fp32");
+    const bool avx512_bf16 = kernels::bf16_avx512_available();
+    const std::string why = auto_dtype
+                                ? fmt::format("train.dtype = 'auto': this CPU {} AVX512-BF16",
+                                              avx512_bf16 ? "has" : "lacks")
+                                : std::string("train.dtype");
+    progress.message(
+        cfg.run_dtype() == model::Dtype::bf16
+            ? fmt::format("dtype bf16 ({}{}): matrix products and attention in bf16 with fp32 "
+                          "accumulation; fp32 master weights, AdamW, norms' statistics, residual "
+                          "stream and loss",
+                          why, avx512_bf16 ? "" : "; portable bf16 path, slower than fp32")
+            : fmt::format("dtype fp32 ({}): every layer in fp32", why));
   }
 
   const double global_tokens = double(cfg.batch) * double(cfg.seq);
