@@ -204,4 +204,28 @@ std::vector<int64_t> random_doc_lengths_count(int64_t seq, int64_t count, uint64
   return lengths;
 }
 
+std::vector<int64_t> doc_lengths_from_options(const std::vector<int64_t>& lengths,
+                                              int64_t random_count, int64_t seq, uint64_t seed) {
+  WF_USAGE_CHECK(lengths.empty() || random_count == 0,
+                 "--docs and --docs-random exclude each other; give one");
+  WF_USAGE_CHECK(random_count >= 0, "--docs-random is {}; give a number of documents >= 1",
+                 random_count);
+  if (random_count > 0) {
+    WF_USAGE_CHECK(random_count <= seq,
+                   "--docs-random {} exceeds --seq {}: a document holds at least one position",
+                   random_count, seq);
+    return random_doc_lengths_count(seq, random_count, seed);
+  }
+  if (lengths.empty()) return {};
+  int64_t sum = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    WF_USAGE_CHECK(lengths[i] > 0, "--docs: length {} (document {}) must be positive", lengths[i],
+                   i);
+    sum += lengths[i];
+  }
+  WF_USAGE_CHECK(sum == seq, "--docs lengths sum to {}, not to --seq {}; make them sum to --seq",
+                 sum, seq);
+  return lengths;
+}
+
 }  // namespace wallfacer::seqpar

@@ -70,4 +70,11 @@ std::vector<int64_t> random_doc_lengths(int64_t seq, uint64_t seed, double media
 // documents). 1 <= count <= seq (UsageError otherwise).
 std::vector<int64_t> random_doc_lengths_count(int64_t seq, int64_t count, uint64_t seed);
 
+// The document lengths of a command's --docs L1,L2,... (`lengths`) or --docs-random N
+// (`random_count` > 0: random_doc_lengths_count, seeded) for a sequence of seq positions; empty
+// when neither is given (one document). UsageError naming the option when both are given, a
+// length is not positive, the lengths do not sum to seq, or N is not in 1 .. seq.
+std::vector<int64_t> doc_lengths_from_options(const std::vector<int64_t>& lengths,
+                                              int64_t random_count, int64_t seq, uint64_t seed);
+
 }  // namespace wallfacer::seqpar

@@ -64,6 +64,7 @@ QPackParts qpack_parts(std::byte* block, Dtype dt, int batch, int64_t n, int h, 
 Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicator team)
     : s_(std::move(schedule)), group_(std::move(group)), team_(std::move(team)) {
   scratch_.resize(s_.buffers.size());
+  if (!s_.docs.starts.empty()) doc_of_pos_ = kernels::doc_of_pos(s_.docs);
   for (size_t id = kNumUserBuffers; id < s_.buffers.size(); ++id) {
     if (s_.buffers[id].kept) {
       kept_ids_.push_back(int(id));
@@ -235,6 +236,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   float* o2b = f32(op.dst2, op.dst2 >= 0 ? (op.backward ? op.kseg.block : op.qseg.block) : 0);
   auto at = [](const std::byte* p, int64_t i) { return reinterpret_cast<const float*>(p) + i; };
   auto at16 = [](const std::byte* p, int64_t i) { return reinterpret_cast<const bf16*>(p) + i; };
+  const int32_t* docs = doc_of_pos_.empty() ? nullptr : doc_of_pos_.data();
 
   // Sub-blocks of query rows: between them the pending transfers get MPI progress.
   bool pending = poll(reqs);
@@ -261,6 +263,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
       p.q_pos0 = op.qseg.pos0 + r0;
       p.k_pos0 = op.kseg.pos0;
       p.accumulate = true;
+      p.doc_of_pos = docs;
       kernels::attn_fwd(p);
     } else if (!op.backward) {
       kernels::AttnFwdBf16Params p;
@@ -309,6 +312,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
         p.q_pos0 = op.qseg.pos0 + r0;
         p.k_pos0 = op.kseg.pos0;
         p.accumulate = true;
+        p.doc_of_pos = docs;
         kernels::attn_bwd(p);
       } else {
         kernels::AttnBwdBf16Params p;

@@ -91,6 +91,7 @@ class Executor {
   const char* phase_name_ = "forward";
   const char* trace_label_ = "attention";
   std::vector<int> world_rank_;  // of each rank of group_ (trace spans name peers by world rank)
+  std::vector<int32_t> doc_of_pos_;  // the kernels' document of each position; empty: none
 };
 
 }  // namespace wallfacer::seqpar
