@@ -4,7 +4,8 @@
 // a document spanning every rank and boundaries on rank and kernel tile borders; the results
 // against the naive fp64 reference of the whole sequence and against the fp32 kernels on one
 // process, and the work counter (forward FLOPs of all ranks) against a pair-by-pair count of the
-// mask.
+// mask. The random documents in the strategy's layout are set on a DistAttention built without
+// them (DistAttention::set_documents).
 // Usage: mpirun -np P test_docs_mpi
 
 #include <fmt/format.h>
@@ -27,9 +28,10 @@ using namespace wallfacer::seqpar;
 namespace {
 
 // Forward and backward on `group`; the outputs gathered in natural order, and the forward FLOPs
-// of all ranks.
+// of all ranks. `set_later`: the DistAttention is built with one document and runs once, then
+// gets c's documents from set_documents.
 AttnTensors run(comm::Communicator& group, const AttnConfig& c, const AttnTensors& in,
-                double& flops) {
+                bool set_later, double& flops) {
   const int P = group.size(), rank = group.rank();
   const auto q = local_rows(in.q, c, P, rank, c.heads),
              k = local_rows(in.k, c, P, rank, c.kv_heads),
@@ -37,7 +39,15 @@ AttnTensors run(comm::Communicator& group, const AttnConfig& c, const AttnTensor
              dout = local_rows(in.dout, c, P, rank, c.heads);
   std::vector<float> o(q.size()), lse(size_t(c.batch) * c.heads * (c.seq / P)), dq(q.size()),
       dk(k.size()), dv(v.size());
-  DistAttention attn(c, group);
+  AttnConfig built = c;
+  if (set_later) built.doc_lengths.clear();
+  DistAttention attn(built, group);
+  if (set_later) {
+    attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
+    attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                  dk.data(), dv.data());
+    attn.set_documents(c.doc_lengths.data(), int(c.doc_lengths.size()));
+  }
   attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
   attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
                 dk.data(), dv.data());
@@ -77,7 +87,8 @@ int main(int argc, char** argv) {
       random_doc_lengths_count(S, 16, 11)};  // long-tailed lengths
   const AttnTolerance tol = attn_tolerance(Dtype::fp32);
   const AttnTolerance tol2{2 * tol.out, 2 * tol.lse, 2 * tol.grad};
-  for (const auto& docs : doc_sets) {
+  for (size_t set = 0; set < doc_sets.size(); ++set) {
+    const auto& docs = doc_sets[set];
     for (bool causal : {false, true}) {
       AttnConfig base;
       base.seq = S;
@@ -125,7 +136,9 @@ int main(int argc, char** argv) {
             group = world.split(0, plan::inverse_order(device_of)[size_t(rank)]);
           }
           double flops = 0;
-          const AttnTensors got = run(group, c, in, flops);
+          // The random documents in the strategy's layout come from set_documents.
+          const bool set_later = set == 2 && layout == Layout::Strategy;
+          const AttnTensors got = run(group, c, in, set_later, flops);
           ++configs;
           check(flops == want_flops, fmt::format("{}: forward FLOPs {} of all ranks, the mask "
                                                  "keeps {}",

@@ -79,6 +79,23 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
   world_rank_.assign(world.begin(), world.end());
 }
 
+void Executor::replace_schedule(Schedule s) {
+  WF_CHECK(s.P == s_.P && s.rank == s_.rank && s.buffers.size() == s_.buffers.size(),
+           "replace_schedule: a schedule of another config");
+  for (size_t i = 0; i < s.buffers.size(); ++i)
+    WF_CHECK(s.buffers[i].name == s_.buffers[i].name && s.buffers[i].rows == s_.buffers[i].rows &&
+                 s.buffers[i].blocks == s_.buffers[i].blocks &&
+                 s.buffers[i].heads == s_.buffers[i].heads && s.buffers[i].fmt == s_.buffers[i].fmt,
+             "replace_schedule: buffer {} differs", s.buffers[i].name);
+  WF_USAGE_CHECK(kept_.empty(),
+                 "the documents change while {} forward(s) await their backward (keep_kv); set "
+                 "them before a forward",
+                 kept_.size());
+  s_ = std::move(s);
+  doc_of_pos_.clear();
+  if (!s_.docs.starts.empty()) doc_of_pos_ = kernels::doc_of_pos(s_.docs);
+}
+
 int64_t Executor::buffer_bytes(int buf) const {
   const auto& spec = s_.buffers[size_t(buf)];
   return spec.blocks * block_bytes(spec, s_.cfg.batch, s_.cfg.head_dim);
