@@ -139,6 +139,13 @@ TEST(SeqparDocs, BalancedScheduleMeetsTheTarget) {
                 1e-12);
     EXPECT_LE(b, 1.10) << (causal ? "causal" : "full");
     EXPECT_GT(z, 1.5) << (causal ? "causal" : "full");
+    // WallFacer-2: a team's rows against the teams of its sub-ring (refine_doc_layout).
+    AttnConfig wf = config({Strategy::WallFacer, 8, 2, 1}, S, causal, docs, Layout::Balanced);
+    const double w = summarize_schedules(wf, 8).work_imbalance;
+    wf.layout = Layout::Strategy;
+    const double ws = summarize_schedules(wf, 8).work_imbalance;
+    EXPECT_LE(w, 1.10) << "wallfacer C=2 " << (causal ? "causal" : "full");
+    EXPECT_GT(ws, 1.5) << "wallfacer C=2 " << (causal ? "causal" : "full");
   }
 }
 

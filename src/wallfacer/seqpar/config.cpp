@@ -6,6 +6,7 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/seqpar/doc_layout.h"
+#include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::seqpar {
 
@@ -93,17 +94,31 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   struct Latest {
     std::vector<int64_t> lengths;
     int64_t seq = -1;
-    int P = 0;
+    int P = 0, teams = 0;
     bool causal = false;
     DocLayout layout;
   };
   thread_local Latest latest;
-  if (latest.seq != cfg.seq || latest.P != P || latest.causal != cfg.causal ||
+  // WallFacer-C > 1 computes a team's rows against the teams of its sub-ring: refined for that.
+  const int C = cfg.strategy == Strategy::WallFacer && cfg.ulysses <= 1 ? cfg.teams : 1;
+  if (latest.seq != cfg.seq || latest.P != P || latest.causal != cfg.causal || latest.teams != C ||
       latest.lengths != cfg.doc_lengths) {
-    latest.layout = balanced_doc_layout(doc_bounds(cfg), P, cfg.causal);
+    const kernels::DocBounds docs = doc_bounds(cfg);
+    latest.layout = balanced_doc_layout(docs, P, cfg.causal);
+    if (C > 1) {
+      const TeamLayout L(P, C);
+      std::vector<std::vector<int>> queries(P), keys(P);
+      for (int r = 0; r < P; ++r) {
+        for (int a = 0; a < C; ++a) queries[r].push_back(r / C * C + a);
+        for (int step = 0; step < L.G; ++step)
+          for (int a = 0; a < C; ++a) keys[r].push_back(L.kv_team(r, step) * C + a);
+      }
+      latest.layout = refine_doc_layout(latest.layout, docs, cfg.causal, queries, keys);
+    }
     latest.lengths = cfg.doc_lengths;
     latest.seq = cfg.seq;
     latest.P = P;
+    latest.teams = C;
     latest.causal = cfg.causal;
   }
   return latest.layout.runs;

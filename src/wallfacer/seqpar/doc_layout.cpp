@@ -120,6 +120,72 @@ DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int
   return l;
 }
 
+DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
+                            const std::vector<std::vector<int>>& query_ranks,
+                            const std::vector<std::vector<int>>& key_ranks, int chunks_per_rank) {
+  const int P = start.ranks();
+  const int64_t K = int64_t(P) * chunks_per_rank, size = docs.seq() / K;
+  WF_CHECK(
+      size > 0 && docs.seq() % K == 0 && int(query_ranks.size()) == P && int(key_ranks.size()) == P,
+      "refine_doc_layout: {} positions, {} ranks, {} chunks each", docs.seq(), P, chunks_per_rank);
+  std::vector<std::vector<int64_t>> owned(P);
+  for (int r = 0; r < P; ++r)
+    for (const PosRun& run : start.runs[r]) {
+      WF_CHECK(run.begin % size == 0 && run.end % size == 0,
+               "refine_doc_layout: run {}..{} is not made of chunks of {}", run.begin, run.end,
+               size);
+      for (int64_t c = run.begin / size; c < run.end / size; ++c) owned[r].push_back(c);
+    }
+  // Kept pairs between chunk q (queries) and chunk k (keys).
+  std::vector<int64_t> pairs(size_t(K * K));
+  for (int64_t q = 0; q < K; ++q)
+    for (int64_t k = 0; k < K; ++k)
+      pairs[size_t(q * K + k)] =
+          kernels::kept_pairs(docs, {q * size, (q + 1) * size}, {k * size, (k + 1) * size}, causal);
+  std::vector<int64_t> work(P);
+  // (largest work, sum of squared works) of the current ownership: lower is better.
+  auto score = [&] {
+    int64_t top = 0;
+    double squares = 0;
+    for (int r = 0; r < P; ++r) {
+      int64_t w = 0;
+      for (int qr : query_ranks[r])
+        for (int kr : key_ranks[r])
+          for (int64_t q : owned[qr])
+            for (int64_t k : owned[kr]) w += pairs[size_t(q * K + k)];
+      work[r] = w;
+      top = std::max(top, w);
+      squares += double(w) * double(w);
+    }
+    return std::make_pair(top, squares);
+  };
+  for (int64_t iter = 0; iter < 4 * K; ++iter) {
+    auto best = score();
+    const int hi = int(std::max_element(work.begin(), work.end()) - work.begin());
+    int best_r = -1;
+    size_t best_a = 0, best_b = 0;
+    for (size_t a = 0; a < owned[hi].size(); ++a)
+      for (int r = 0; r < P; ++r) {
+        if (r == hi) continue;
+        for (size_t b = 0; b < owned[r].size(); ++b) {
+          std::swap(owned[hi][a], owned[r][b]);
+          const auto s = score();
+          std::swap(owned[hi][a], owned[r][b]);
+          if (s < best) best = s, best_r = r, best_a = a, best_b = b;
+        }
+      }
+    if (best_r < 0) break;
+    std::swap(owned[hi][best_a], owned[best_r][best_b]);
+  }
+  DocLayout l;
+  for (int r = 0; r < P; ++r) {
+    std::vector<PosRun> runs;
+    for (int64_t c : owned[r]) runs.push_back({c * size, (c + 1) * size});
+    l.runs.push_back(merged(std::move(runs)));
+  }
+  return l;
+}
+
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
                                                    bool causal) {
   const int p = layout.ranks();

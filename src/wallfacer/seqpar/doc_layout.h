@@ -44,6 +44,17 @@ DocLayout zigzag_layout(int64_t seq, int ranks);
 DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal,
                               int chunks_per_rank = 8);
 
+// A layout for strategies in which rank r computes the queries of the ranks query_ranks[r] against
+// the keys of the ranks key_ranks[r] (WallFacer-C: its team's rows against the teams of its
+// sub-ring), starting from `start` (of chunks of seq / (ranks * chunks_per_rank) positions, as
+// balanced_doc_layout gives): swaps of chunks between the most loaded rank and another while they
+// lower the largest work (ties: the sum of squared works). Every rank keeps its number of
+// positions.
+DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
+                            const std::vector<std::vector<int>>& query_ranks,
+                            const std::vector<std::vector<int>>& key_ranks,
+                            int chunks_per_rank = 8);
+
 // Kept (query, key) pairs between rank r's runs (queries) and rank s's runs (keys): work[r][s].
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
                                                    bool causal);
