@@ -32,6 +32,18 @@ std::vector<PosRun> merged(std::vector<PosRun> runs) {
   return out;
 }
 
+// The layout in which rank r holds the chunks owned[r] of `size` positions (chunk c: positions
+// [c size, (c + 1) size)), adjacent ones merged.
+DocLayout chunk_layout(const std::vector<std::vector<int64_t>>& owned, int64_t size) {
+  DocLayout l;
+  for (const auto& chunks : owned) {
+    std::vector<PosRun> runs;
+    for (int64_t c : chunks) runs.push_back({c * size, (c + 1) * size});
+    l.runs.push_back(merged(std::move(runs)));
+  }
+  return l;
+}
+
 }  // namespace
 
 int64_t DocLayout::positions(int rank) const {
@@ -111,13 +123,7 @@ DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int
     load[best_r] += delta;
   }
 
-  DocLayout l;
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<PosRun> runs;
-    for (int64_t c : owned[r]) runs.push_back({c * size, (c + 1) * size});
-    l.runs.push_back(merged(std::move(runs)));
-  }
-  return l;
+  return chunk_layout(owned, size);
 }
 
 DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
@@ -177,13 +183,7 @@ DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool 
     if (best_r < 0) break;
     std::swap(owned[hi][best_a], owned[best_r][best_b]);
   }
-  DocLayout l;
-  for (int r = 0; r < P; ++r) {
-    std::vector<PosRun> runs;
-    for (int64_t c : owned[r]) runs.push_back({c * size, (c + 1) * size});
-    l.runs.push_back(merged(std::move(runs)));
-  }
-  return l;
+  return chunk_layout(owned, size);
 }
 
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
