@@ -2,7 +2,7 @@
 //   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C]
 //     [--ulysses U] [--placement {team-intra,ring-intra}] --seq N
 //     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--dtype {fp32,bf16}]
-//     [--check] [--iters K]
+//     [--docs L1,L2,... | --docs-random N] [--layout {strategy,balanced}] [--check] [--iters K]
 //     [--json] [--dump DIR] [--trace FILE.json]
 
 #include <algorithm>
@@ -26,6 +26,7 @@
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/plan/report.h"
 #include "wallfacer/seqpar/attention.h"
+#include "wallfacer/seqpar/doc_layout.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
 #include "wallfacer/train/io.h"
@@ -53,20 +54,13 @@ struct AttnOptions {
   int iters = 1;
   std::string dump;
   uint64_t seed = 1;
+  std::vector<int64_t> docs;  // document lengths (--docs)
+  int64_t docs_random = 0;    // number of random documents (--docs-random)
+  std::string layout = "strategy";
   int count = 0;  // > 0: count the schedule of this many ranks, run nothing
   int64_t progress_rows = 256;
   std::string trace;  // Chrome trace file of the iterations
 };
-
-// Every rank's values, on every rank (index = rank).
-std::vector<double> all_ranks(comm::Communicator& world, double x) {
-  std::vector<double> v(size_t(world.size()), 0.0);
-  v[size_t(world.rank())] = x;
-  world.all_reduce_sum(v.data(), int64_t(v.size()));
-  return v;
-}
-
-double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
 // "ring", or "ulysses2 x zigzag" for a hybrid.
 std::string label(const seqpar::AttnConfig& cfg) {
@@ -108,25 +102,30 @@ nlohmann::json predicted_json(const plan::Cluster& cl, const seqpar::AttnConfig&
            {{"fwd", pr.exposed_fwd_s * 1e3}, {"bwd", pr.exposed_bwd_s * 1e3}}}};
 }
 
+// The config as the JSON output names it: the planner's description, the dtype, the layout and
+// the documents (count, longest, and the fraction of the mask's pairs they keep).
+nlohmann::json describe(const seqpar::AttnConfig& cfg, int P, plan::Placement placement) {
+  nlohmann::json j = plan::describe_config(cfg, P, placement);
+  j["dtype"] = seqpar::dtype_name(cfg.dtype);
+  j["layout"] = seqpar::layout_name(cfg.layout);
+  const kernels::DocBounds docs = seqpar::doc_bounds(cfg);
+  int64_t longest = 0;
+  for (int d = 0; d < docs.count(); ++d) longest = std::max(longest, docs.length(d));
+  const kernels::PosRun all{0, cfg.seq};
+  j["docs"] = {{"count", docs.count()},
+               {"longest", longest},
+               {"kept", double(kernels::kept_pairs(docs, all, all, cfg.causal)) /
+                            double(kernels::kept_pairs(all, all, cfg.causal))}};
+  return j;
+}
+
 // Bytes and steps per rank (maximum over ranks) of the schedules, summed without running them;
 // with a cluster file, the planner's times too.
 int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placement, int node_size,
                    const plan::Cluster* cl, bool json) {
-  seqpar::validate(cfg, P);
-  seqpar::ScheduleTotals worst;
-  double fmax = 0, fsum = 0;
-  for (int r = 0; r < P; ++r) {
-    const auto t = cfg.ulysses > 1 ? seqpar::hybrid_totals(cfg, P, r)
-                                   : seqpar::schedule_totals(seqpar::make_schedule(cfg, P, r));
-    for (auto m : {&seqpar::ScheduleTotals::p2p_bytes_fwd, &seqpar::ScheduleTotals::p2p_bytes_bwd,
-                   &seqpar::ScheduleTotals::coll_bytes_fwd, &seqpar::ScheduleTotals::coll_bytes_bwd,
-                   &seqpar::ScheduleTotals::p2p_steps_fwd, &seqpar::ScheduleTotals::p2p_steps_bwd})
-      worst.*m = std::max(worst.*m, t.*m);
-    fmax = std::max(fmax, t.flops_fwd);
-    fsum += t.flops_fwd;
-  }
-  nlohmann::json j = plan::describe_config(cfg, P, placement);
-  j["dtype"] = seqpar::dtype_name(cfg.dtype);
+  const seqpar::ScheduleSummary sum = seqpar::summarize_schedules(cfg, P);
+  const seqpar::ScheduleTotals& worst = sum.worst;
+  nlohmann::json j = describe(cfg, P, placement);
   if (node_size > 0) {
     std::vector<int> node_of;
     for (int r = 0; r < P; ++r) node_of.push_back(r / node_size);
@@ -138,7 +137,7 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
                 {"coll_fwd", worst.coll_bytes_fwd},
                 {"coll_bwd", worst.coll_bytes_bwd}};
   j["steps"] = {{"p2p_fwd", worst.p2p_steps_fwd}, {"p2p_bwd", worst.p2p_steps_bwd}};
-  j["work_imbalance"] = fsum > 0 ? fmax / (fsum / P) : 1.0;
+  j["work_imbalance"] = sum.work_imbalance;
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -173,6 +172,8 @@ int run_attn(const AttnOptions& o) {
   cfg.causal = o.causal;
   cfg.keep_kv = o.keep_kv;
   cfg.dtype = seqpar::parse_dtype(o.dtype);
+  cfg.doc_lengths = seqpar::doc_lengths_from_options(o.docs, o.docs_random, o.seq, o.seed);
+  cfg.layout = seqpar::parse_layout(o.layout);
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
   WF_USAGE_CHECK(o.count >= 0, "--count is {}; give a number of ranks >= 1", o.count);
   WF_USAGE_CHECK(o.progress_rows >= 0, "--progress-rows is {}; give 0 (whole blocks) or more",
@@ -237,18 +238,10 @@ int run_attn(const AttnOptions& o) {
 
   seqpar::DistAttention attn(cfg, world);
   attn.set_progress_rows(o.progress_rows);
-  std::vector<double> fwd_ms, bwd_ms, fwd_exp, bwd_exp;
+  std::vector<seqpar::AttnStats> iterations;
   if (!o.trace.empty()) {
     // Room for every span: each op of this rank's schedules (both of a hybrid) once per phase.
-    size_t ops = 0;
-    auto add = [&](const seqpar::Schedule& s) { ops += s.fwd.size() + s.bwd.size(); };
-    if (cfg.ulysses > 1) {
-      const auto h = seqpar::hybrid_configs(cfg, P);
-      add(seqpar::make_schedule(h.outer, h.u, rank % h.u));
-      add(seqpar::make_schedule(h.inner, h.rings, rank / h.u));
-    } else {
-      add(seqpar::make_schedule(cfg, P, rank));
-    }
+    const size_t ops = size_t(seqpar::schedule_ops(cfg, P, rank));
     trace::start(size_t(o.iters) * (ops + 8) + 64);
   }
   for (int it = 0; it < o.iters; ++it) {
@@ -263,37 +256,26 @@ int run_attn(const AttnOptions& o) {
       attn.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
                     dk.data(), dv.data());
     }
-    const auto& st = attn.stats();
-    fwd_ms.push_back(st.fwd_ms);
-    bwd_ms.push_back(st.bwd_ms);
-    fwd_exp.push_back(st.exposed_comm_fwd_ms);
-    bwd_exp.push_back(st.exposed_comm_bwd_ms);
+    iterations.push_back(attn.stats());
   }
   trace::stop();
   if (half) {
     out = to_fp32(out16), dq = to_fp32(dq16), dk = to_fp32(dk16), dv = to_fp32(dv16);
   }
-  const auto st = attn.stats();
-  const auto flops = all_ranks(world, st.attn_flops);
-  double mean_flops = 0;
-  for (double f : flops) mean_flops += f / P;
-  nlohmann::json j = plan::describe_config(cfg, P, placement);
-  j["dtype"] = seqpar::dtype_name(cfg.dtype);
+  const seqpar::RunSummary sum = seqpar::summarize_run(world, iterations);
+  nlohmann::json j = describe(cfg, P, placement);
   j["iters"] = o.iters;
   j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
   if (!o.cluster.empty()) j.update(predicted_json(cl, cfg, P, placement));
-  auto mx = [&](double x) { return max_of(all_ranks(world, x)); };
-  j["bytes"] = {{"p2p_fwd", int64_t(mx(double(st.p2p_bytes_fwd)))},
-                {"p2p_bwd", int64_t(mx(double(st.p2p_bytes_bwd)))},
-                {"coll_fwd", int64_t(mx(double(st.coll_bytes_fwd)))},
-                {"coll_bwd", int64_t(mx(double(st.coll_bytes_bwd)))}};
-  j["steps"] = {{"p2p_fwd", int64_t(mx(double(st.p2p_steps_fwd)))},
-                {"p2p_bwd", int64_t(mx(double(st.p2p_steps_bwd)))}};
-  // Times: the median over iterations on each rank, then the slowest rank.
-  j["time_ms"] = {{"fwd", mx(median(fwd_ms))}, {"bwd", mx(median(bwd_ms))}};
-  j["exposed_comm_ms"] = {{"fwd", mx(median(fwd_exp))}, {"bwd", mx(median(bwd_exp))}};
-  j["work_imbalance"] = mean_flops > 0 ? max_of(flops) / mean_flops : 1.0;
-  j["attn_gflops_fwd"] = mean_flops * P / 1e9;
+  j["bytes"] = {{"p2p_fwd", sum.p2p_bytes_fwd},
+                {"p2p_bwd", sum.p2p_bytes_bwd},
+                {"coll_fwd", sum.coll_bytes_fwd},
+                {"coll_bwd", sum.coll_bytes_bwd}};
+  j["steps"] = {{"p2p_fwd", sum.p2p_steps_fwd}, {"p2p_bwd", sum.p2p_steps_bwd}};
+  j["time_ms"] = {{"fwd", sum.fwd_ms}, {"bwd", sum.bwd_ms}};
+  j["exposed_comm_ms"] = {{"fwd", sum.exposed_fwd_ms}, {"bwd", sum.exposed_bwd_ms}};
+  j["work_imbalance"] = sum.work_imbalance;
+  j["attn_gflops_fwd"] = sum.flops_fwd / 1e9;
 
   // Every rank learns whether rank 0 wrote it; a failure ends the job through main's error path.
   if (!o.trace.empty())
@@ -303,12 +285,8 @@ int run_attn(const AttnOptions& o) {
   j["max_err"] = {
       {"out", nullptr}, {"lse", nullptr}, {"dq", nullptr}, {"dk", nullptr}, {"dv", nullptr}};
   if (o.check || !o.dump.empty()) {
-    seqpar::AttnTensors got;
-    got.o = seqpar::gather_rows(world, cfg, out.data(), cfg.heads);
-    got.lse = seqpar::gather_stat(world, cfg, lse.data(), cfg.heads);
-    got.dq = seqpar::gather_rows(world, cfg, dq.data(), cfg.heads);
-    got.dk = seqpar::gather_rows(world, cfg, dk.data(), cfg.kv_heads);
-    got.dv = seqpar::gather_rows(world, cfg, dv.data(), cfg.kv_heads);
+    const seqpar::AttnTensors got =
+        seqpar::gather_outputs(world, cfg, out.data(), lse.data(), dq.data(), dk.data(), dv.data());
     double verdict = 0;
     if (rank == 0) {
       const auto in = seqpar::make_inputs(cfg, o.seed);
@@ -344,6 +322,11 @@ int run_attn(const AttnOptions& o) {
         put("dq.npy", got.dq, qshape);
         put("dk.npy", got.dk, kshape);
         put("dv.npy", got.dv, kshape);
+        // The documents (one of length seq without --docs).
+        std::vector<int64_t> lengths = cfg.doc_lengths;
+        if (lengths.empty()) lengths = {cfg.seq};
+        write_npy((std::filesystem::path(o.dump) / "docs.npy").string(), lengths.data(),
+                  {int64_t(lengths.size())});
       }
     }
     world.all_reduce_sum(&verdict, 1);
@@ -355,10 +338,12 @@ int run_attn(const AttnOptions& o) {
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf(
-          "attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d dtype=%s%s\n",
+          "attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d dtype=%s%s "
+          "layout=%s docs=%d\n",
           label(cfg).c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads,
           cfg.kv_heads, cfg.head_dim, std::string(seqpar::dtype_name(cfg.dtype)).c_str(),
-          cfg.causal ? " causal" : "");
+          cfg.causal ? " causal" : "", std::string(seqpar::layout_name(cfg.layout)).c_str(),
+          int(j["docs"]["count"]));
       std::printf("  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld\n",
                   (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
                   (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"]);
@@ -436,8 +421,22 @@ Action setup(CLI::App& root) {
                 "tolerance)");
   cmd->add_option("--iters", o->iters, "iterations (times are medians)");
   cmd->add_flag("--json", o->json, "print one JSON object");
-  cmd->add_option("--dump", o->dump, "write inputs and gathered results as .npy files to DIR");
-  cmd->add_option("--seed", o->seed, "input seed");
+  cmd->add_option("--dump", o->dump,
+                  "write inputs and gathered results as .npy files to DIR, and the document "
+                  "lengths as docs.npy (int64)");
+  cmd->add_option("--seed", o->seed, "seed of the inputs and of --docs-random");
+  cmd->add_option("--docs", o->docs,
+                  "packed documents: their lengths L1,L2,... (positive, summing to --seq); a "
+                  "token attends only to its own document (causally with --causal)")
+      ->delimiter(',');
+  cmd->add_option("--docs-random", o->docs_random,
+                  "packed documents: N of them, lengths from a long-tailed distribution "
+                  "(log-normal weights, sigma 2; each at least 1) filling --seq, seeded by --seed");
+  cmd->add_option("--layout", o->layout,
+                  "where the rows go: strategy (the strategy's own: contiguous or zigzag) or "
+                  "balanced (balances the document-masked work; --seq divisible by 8P)")
+      ->check(CLI::IsMember({"strategy", "balanced"}))
+      ->capture_default_str();
   cmd->add_option("--progress-rows", o->progress_rows,
                   "query rows per kernel call while transfers are pending (0: whole blocks)");
   cmd->add_option("--trace", o->trace,

@@ -7,6 +7,7 @@
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/plan/cluster.h"
 #include "wallfacer/plan/model.h"
 #include "wallfacer/plan/placement.h"

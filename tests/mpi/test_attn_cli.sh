@@ -67,6 +67,35 @@ bad 1 "strategy" --strategy spiral --seq 64 --heads 4 --head-dim 8
 bad 4 "must divide the 4 ranks" --strategy ring --ulysses 3 --seq 96 --heads 6 --head-dim 8
 bad 4 "must divide --heads" --strategy ring --ulysses 2 --seq 64 --heads 3 --head-dim 8
 bad 4 "ring or zigzag" --strategy ulysses --ulysses 2 --seq 64 --heads 4 --head-dim 8
+bad 2 "sum to 500" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 100,400
+bad 2 "positive" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 0,512
+bad 2 "exceeds --seq" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs-random 65
+bad 2 "exclude" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs 64 --docs-random 2
+bad 2 "fp32" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs 32,32 --dtype bf16
+bad 4 "balanced layout" --strategy ring --seq 80 --heads 2 --head-dim 8 --layout balanced
+
+# Documents: a one-token document, boundaries on rank and tile borders, the balanced layout;
+# --dump writes the lengths as docs.npy (int64).
+dump=$(mktemp -d)
+out=$(run 4 "$wf" attn --strategy wallfacer --teams 2 --seq 512 --heads 4 --head-dim 8 --causal \
+  --docs 1,127,128,256 --layout balanced --check --json --dump "$dump" 2>&1); rc=$?
+[ $rc -eq 0 ] || err "--docs --layout balanced --check exited $rc: $out"
+for key in '"layout":"balanced"' '"count":4' '"longest":256' '"check":"pass"'; do
+  echo "$out" | grep -qF "$key" || err "docs json lacks $key: $out"
+done
+[ -f "$dump/docs.npy" ] && grep -qaF "'descr': '<i8'" "$dump/docs.npy" &&
+  [ "$(tail -c 32 "$dump/docs.npy" | od -An -tu8 | tr -s ' \n' ' ')" = " 1 127 128 256 " ] ||
+  err "--dump docs.npy: not the int64 lengths 1 127 128 256"
+rm -rf "$dump"
+out=$(run 2 "$wf" attn --strategy zigzag --seq 256 --heads 2 --head-dim 8 --docs-random 7 --seed 3 \
+  --check 2>&1); rc=$?
+[ $rc -eq 0 ] || err "--docs-random --check exited $rc: $out"
+echo "$out" | grep -q "docs=7" || err "--docs-random 7: header: $out"
+
+# Documents each inside one rank's rows: no K,V block goes around the ring.
+out=$("$wf" attn --count 4 --strategy ring --seq 512 --heads 2 --head-dim 8 --causal \
+  --docs 128,128,128,128 --json 2>&1)
+echo "$out" | grep -qF '"p2p_fwd":0' || err "--count documents inside ranks: $out"
 
 # --count sums the schedules without running: ring on 8 ranks sends 7 hops of K,V forward
 # (2 * 128 rows * 2 heads * 8 dims * 4 bytes each).

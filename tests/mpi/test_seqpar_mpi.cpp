@@ -53,17 +53,6 @@ struct Run {
   std::array<mpi_bytes::Tally, 2> handed;  // what the last forward and backward handed to MPI
 };
 
-std::vector<float> local_rows(const std::vector<float>& full, const AttnConfig& c, int P, int rank,
-                              int heads) {
-  const auto pos = local_positions(c, P, rank);
-  const int64_t n = int64_t(pos.size()), w = int64_t(heads) * c.head_dim;
-  std::vector<float> out(size_t(c.batch * n * w));
-  for (int64_t b = 0; b < c.batch; ++b)
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(full.data() + (b * c.seq + pos[size_t(i)]) * w, w, out.data() + (b * n + i) * w);
-  return out;
-}
-
 // The tensors of one rank, fp32 or bf16, and DistAttention's forward and backward on them.
 template <class T>
 struct Tensors {

@@ -11,7 +11,11 @@
 
 namespace wallfacer {
 
-void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+namespace {
+
+// Writes `count` elements of `bytes_per` bytes each, of NumPy type `descr`, via a temporary file.
+void write_npy_bytes(const std::string& path, const char* descr, const void* data, size_t bytes_per,
+                     const std::vector<int64_t>& shape) {
   std::string dims;
   int64_t count = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -19,7 +23,8 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
     if (i + 1 < shape.size()) dims += " ";
     count *= shape[i];
   }
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  std::string header =
+      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   // magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64
   // and ended by a newline.
   const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
@@ -35,12 +40,22 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
     const char len_le[2] = {char(len & 0xff), char(len >> 8)};
     f.write(len_le, 2);
     f.write(header.data(), std::streamsize(header.size()));
-    f.write(reinterpret_cast<const char*>(data), std::streamsize(count * sizeof(float)));
+    f.write(static_cast<const char*>(data), std::streamsize(size_t(count) * bytes_per));
     f.flush();
     WF_CHECK(f.good(), "writing {} failed", tmp);
   }
   WF_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp, path,
            std::strerror(errno));
+}
+
+}  // namespace
+
+void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+  write_npy_bytes(path, "<f4", data, sizeof(float), shape);
+}
+
+void write_npy(const std::string& path, const int64_t* data, const std::vector<int64_t>& shape) {
+  write_npy_bytes(path, "<i8", data, sizeof(int64_t), shape);
 }
 
 std::vector<float> parse_npy(std::string_view bytes, const std::string& name,

@@ -15,7 +15,7 @@ namespace wallfacer::kernels {
 struct PosRun {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
-  bool operator==(const PosRun&) const = default;
+  bool operator==(const PosRun& o) const { return begin == o.begin && end == o.end; }
 };
 
 // Documents as cumulative lengths: starts[0] = 0 < starts[1] < ... < starts[count()] = seq().

@@ -62,8 +62,15 @@ struct DistAttention::Impl {
   std::byte *q = nullptr, *dout = nullptr, *o = nullptr, *k = nullptr, *v = nullptr, *dk = nullptr,
             *dv = nullptr, *lse = nullptr, *delta = nullptr;
 
-  Impl(const AttnConfig& cfg, comm::Communicator& group)
-      : exec(make_executor(cfg, group)), dtype(cfg.dtype) {
+  AttnConfig cfg;  // as built, with the documents of set_documents
+  int P = 1, rank = 0;
+
+  Impl(const AttnConfig& cfg_in, comm::Communicator& group)
+      : exec(make_executor(cfg_in, group)),
+        dtype(cfg_in.dtype),
+        cfg(cfg_in),
+        P(group.size()),
+        rank(group.rank()) {
     if (cfg.ulysses <= 1) return;
     const auto h = hybrid_configs(cfg, group.size());
     auto ring = group.split(group.rank() % h.u, group.rank());
@@ -165,6 +172,17 @@ struct DistAttention::Impl {
     exec.set_progress_rows(rows);
     if (inner) inner->set_progress_rows(rows);
   }
+
+  // The documents of the next calls: the ring's schedules (a hybrid's inner ring) are rebuilt.
+  void set_documents(std::vector<int64_t> lengths) {
+    cfg.doc_lengths = std::move(lengths);
+    validate(cfg, P);
+    if (inner) {
+      inner->set_documents(cfg.doc_lengths);
+      return;
+    }
+    exec.replace_schedule(make_schedule(cfg, P, rank));
+  }
 };
 
 DistAttention::DistAttention(const AttnConfig& cfg, comm::Communicator& group) {
@@ -237,5 +255,16 @@ void DistAttention::backward(const bf16* q, const bf16* k, const bf16* v, const 
 const AttnStats& DistAttention::stats() const { return impl_->stats; }
 
 void DistAttention::set_progress_rows(int64_t rows) { impl_->set_progress_rows(rows); }
+
+void DistAttention::set_documents(const int64_t* lengths, int count) {
+  WF_USAGE_CHECK(count >= 0 && (count == 0 || lengths != nullptr),
+                 "set_documents: {} lengths at {}; give count >= 0 lengths (0: one document)",
+                 count, static_cast<const void*>(lengths));
+  WF_USAGE_CHECK(impl_->cfg.layout == Layout::Strategy,
+                 "set_documents: the balanced layout places the rows by the documents; build a "
+                 "DistAttention for each set of documents, or use Layout::Strategy");
+  impl_->set_documents(lengths ? std::vector<int64_t>(lengths, lengths + count)
+                               : std::vector<int64_t>{});
+}
 
 }  // namespace wallfacer::seqpar

@@ -85,6 +85,16 @@ class DistAttention {
   void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
                 const bf16* dout, bf16* dq, bf16* dk, bf16* dv);
 
+  // Collective. The documents of the following forwards and backwards (docs/documents.md): the
+  // `count` document lengths of every sequence, in order, positive and summing to seq (count 0:
+  // one document); replaces AttnConfig::doc_lengths, so that a trainer can change them every
+  // batch without building a new DistAttention (its schedules are rebuilt, no memory or
+  // communicator is). The rows of each rank stay where they are, so it needs
+  // Layout::Strategy (UsageError with Layout::Balanced, whose rows follow the documents), and no
+  // forward awaiting its backward (keep_kv). Every rank passes the same lengths. The lengths are
+  // copied.
+  void set_documents(const int64_t* lengths, int count);
+
   const AttnStats& stats() const;
 
   // While transfers are pending, the kernels run on sub-blocks of this many query rows and MPI is

@@ -5,6 +5,8 @@
 #include <numeric>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/seqpar/doc_layout.h"
+#include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::seqpar {
 
@@ -41,7 +43,24 @@ std::string_view dtype_name(Dtype d) { return d == Dtype::bf16 ? "bf16" : "fp32"
 
 int64_t dtype_bytes(Dtype d) { return d == Dtype::bf16 ? 2 : 4; }
 
+Layout parse_layout(std::string_view name) {
+  if (name == "strategy") return Layout::Strategy;
+  if (name == "balanced") return Layout::Balanced;
+  throw UsageError(fmt::format(
+      "unknown layout '{}': use strategy (the strategy's own) or balanced (balances the "
+      "document-masked work)",
+      name));
+}
+
+std::string_view layout_name(Layout l) { return l == Layout::Balanced ? "balanced" : "strategy"; }
+
+kernels::DocBounds doc_bounds(const AttnConfig& cfg) {
+  if (cfg.doc_lengths.empty()) return kernels::DocBounds{{0, cfg.seq}};
+  return kernels::doc_bounds_from_lengths(cfg.doc_lengths, cfg.seq);
+}
+
 bool uses_zigzag_layout(const AttnConfig& cfg) {
+  if (cfg.layout == Layout::Balanced) return false;
   return cfg.strategy == Strategy::Zigzag || (cfg.strategy == Strategy::WallFacer && cfg.causal);
 }
 
@@ -69,6 +88,42 @@ void validate_hybrid(const AttnConfig& cfg, int P) {
                  u, name, P);
 }
 
+// The balanced layout of cfg's documents on P ranks. A schedule asks for it once per rank and
+// step: the latest one is kept per thread.
+const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig& cfg, int P) {
+  struct Latest {
+    std::vector<int64_t> lengths;
+    int64_t seq = -1;
+    int P = 0, teams = 0;
+    bool causal = false;
+    DocLayout layout;
+  };
+  thread_local Latest latest;
+  // WallFacer-C > 1 computes a team's rows against the teams of its sub-ring: refined for that.
+  const int C = cfg.strategy == Strategy::WallFacer && cfg.ulysses <= 1 ? cfg.teams : 1;
+  if (latest.seq != cfg.seq || latest.P != P || latest.causal != cfg.causal || latest.teams != C ||
+      latest.lengths != cfg.doc_lengths) {
+    const kernels::DocBounds docs = doc_bounds(cfg);
+    latest.layout = balanced_doc_layout(docs, P, cfg.causal);
+    if (C > 1) {
+      const TeamLayout L(P, C);
+      std::vector<std::vector<int>> queries(P), keys(P);
+      for (int r = 0; r < P; ++r) {
+        for (int a = 0; a < C; ++a) queries[r].push_back(r / C * C + a);
+        for (int step = 0; step < L.G; ++step)
+          for (int a = 0; a < C; ++a) keys[r].push_back(L.kv_team(r, step) * C + a);
+      }
+      latest.layout = refine_doc_layout(latest.layout, docs, cfg.causal, queries, keys);
+    }
+    latest.lengths = cfg.doc_lengths;
+    latest.seq = cfg.seq;
+    latest.P = P;
+    latest.teams = C;
+    latest.causal = cfg.causal;
+  }
+  return latest.layout.runs;
+}
+
 }  // namespace
 
 HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
@@ -82,6 +137,9 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
   h.outer.teams = 1;
   h.outer.ulysses = 1;
   h.outer.seq = cfg.seq / h.rings;
+  // The Ulysses schedule's computes are done by the ring (with the documents and the layout).
+  h.outer.doc_lengths.clear();
+  h.outer.layout = Layout::Strategy;
   h.inner = cfg;
   h.inner.teams = 1;
   h.inner.ulysses = 1;
@@ -106,6 +164,11 @@ void validate(const AttnConfig& cfg, int P) {
                  "--heads {} must be a multiple of --kv-heads {} for grouped-query attention",
                  cfg.heads, cfg.kv_heads);
   const auto name = strategy_name(cfg.strategy);
+  if (!cfg.doc_lengths.empty()) {
+    doc_bounds(cfg);  // positive lengths summing to seq
+    WF_USAGE_CHECK(cfg.dtype == Dtype::fp32,
+                   "documents need --dtype fp32: the bf16 kernels take no document mask yet");
+  }
   WF_USAGE_CHECK(cfg.ulysses >= 1, "--ulysses is {}; it must be at least 1", cfg.ulysses);
   WF_USAGE_CHECK(
       !cfg.keep_kv || (cfg.strategy == Strategy::WallFacer && cfg.teams > 1 && cfg.ulysses == 1),
@@ -123,6 +186,14 @@ void validate(const AttnConfig& cfg, int P) {
     WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy wallfacer, not {}",
                    cfg.teams, name);
   }
+  if (cfg.layout == Layout::Balanced) {
+    const int64_t ring = P / std::max(cfg.ulysses, 1), parts = 8 * ring;
+    WF_USAGE_CHECK(cfg.seq % parts == 0 && cfg.seq % P == 0,
+                   "--seq {} must be divisible by {} for the balanced layout on {} ranks (8 runs "
+                   "per rank{}); pad the sequence or use --layout strategy",
+                   cfg.seq, std::lcm(parts, int64_t(P)), P,
+                   cfg.ulysses > 1 ? " of the ring over the Ulysses teams" : "");
+  }
   if (cfg.ulysses > 1) {
     validate_hybrid(cfg, P);
     WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.ulysses) <= INT_MAX,
@@ -132,8 +203,8 @@ void validate(const AttnConfig& cfg, int P) {
     return;
   }
   const int64_t parts = uses_zigzag_layout(cfg) ? 2 * int64_t(P) : P;
-  WF_USAGE_CHECK(cfg.seq % parts == 0, "--seq {} must be divisible by {} for {}{} on {} ranks{}",
-                 cfg.seq, parts, name,
+  WF_USAGE_CHECK(cfg.layout == Layout::Balanced || cfg.seq % parts == 0,
+                 "--seq {} must be divisible by {} for {}{} on {} ranks{}", cfg.seq, parts, name,
                  cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "", P,
                  parts == P ? "" : " (2P half-chunks of the zigzag layout)");
   WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.teams) <= INT_MAX,
@@ -160,6 +231,15 @@ std::vector<PositionRun> local_runs(const AttnConfig& cfg, int P, int rank) {
     for (const auto& run : local_runs(h.inner, h.rings, rank / h.u)) {
       const int64_t a = std::max(lo, run.row0), b = std::min(hi, run.row0 + run.rows);
       if (a < b) runs.push_back({a - lo, b - a, run.pos0 + (a - run.row0)});
+    }
+    return runs;
+  }
+  if (cfg.layout == Layout::Balanced) {
+    std::vector<PositionRun> runs;
+    int64_t row = 0;
+    for (const auto& run : balanced_runs(cfg, P)[size_t(rank)]) {
+      runs.push_back({row, run.size(), run.begin});
+      row += run.size();
     }
     return runs;
   }

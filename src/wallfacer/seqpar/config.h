@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "wallfacer/kernels/doc_mask.h"
+
 namespace wallfacer::seqpar {
 
 // How the P ranks of a group share the work (docs/seqpar.md):
@@ -36,6 +38,17 @@ std::string_view dtype_name(Dtype d);
 // Bytes of one element: 4 or 2.
 int64_t dtype_bytes(Dtype d);
 
+// Where the rows of the sequence go among the ranks (docs/seqpar.md, "Layouts"):
+//   Strategy  the strategy's own layout: contiguous (ring, Ulysses, WallFacer without a mask) or
+//             zigzag (zigzag, causal WallFacer).
+//   Balanced  balanced_doc_layout (seqpar/doc_layout.h) of the documents: seq/P rows per rank in
+//             up to 8 runs, chosen so that every rank has the same document-masked work. Needs seq
+//             divisible by 8P (8 x the ring length P/ulysses for a hybrid's ring).
+enum class Layout { Strategy, Balanced };
+// "strategy" | "balanced"; throws UsageError naming the bad value.
+Layout parse_layout(std::string_view name);
+std::string_view layout_name(Layout l);
+
 // One attention of one layer, the same on every rank of the group. validate() states what a
 // group of P ranks accepts; in short: seq divisible by P (by 2P for the zigzag layout), heads a
 // multiple of kv_heads, head_dim 1..256 (kernels::kMaxHeadDim).
@@ -59,7 +72,17 @@ struct AttnConfig {
   bool keep_kv = false;
   // Element type of the tensors and of their messages (see Dtype).
   Dtype dtype = Dtype::fp32;
+  // Packed documents (docs/documents.md): the lengths of the documents of each sequence, in order,
+  // positive and summing to seq; a token attends only to tokens of its own document (and, causal,
+  // to those at positions <= its own). Empty: one document. fp32 only for now (UsageError with
+  // bf16). Every rank of the group gives the same lengths.
+  std::vector<int64_t> doc_lengths;
+  Layout layout = Layout::Strategy;
 };
+
+// The documents of cfg as cumulative lengths (kernels/doc_mask.h): one document when
+// cfg.doc_lengths is empty; UsageError when the lengths are not positive or do not sum to seq.
+kernels::DocBounds doc_bounds(const AttnConfig& cfg);
 
 // The two configs a Ulysses x ring hybrid composes: `inner` runs on the P/u ranks with the same
 // member index (the ring over the teams: heads/u and kv_heads/u, strategy of cfg), `outer` on the u
@@ -86,11 +109,13 @@ void validate(const AttnConfig& cfg, int P);
 //   zigzag (zigzag, causal wallfacer): half-chunks rank and 2P-1-rank of 2P chunks of seq/(2P);
 //   Ulysses x ring hybrid: rows [a*n, (a+1)*n) of the rows that ring rank j holds, for rank
 //   j*ulysses + a.
+//   Layout::Balanced: the runs of balanced_doc_layout (ascending positions), for every strategy.
 // The rows of the whole sequence are the union over ranks, each token once.
 std::vector<int64_t> local_positions(const AttnConfig& cfg, int P, int rank);
 
 // Global token positions as runs: rank `rank` holds, in local row order, `rows` tokens starting at
-// global position `pos0` for each run (1 run for contiguous layouts, 2 for the zigzag layout).
+// global position `pos0` for each run (1 run for contiguous layouts, 2 for the zigzag layout, up to
+// 8 for the balanced layout).
 struct PositionRun {
   int64_t row0 = 0;  // first local row
   int64_t rows = 0;
@@ -99,7 +124,7 @@ struct PositionRun {
 std::vector<PositionRun> local_runs(const AttnConfig& cfg, int P, int rank);
 
 // True when the strategy uses the 2P half-chunk zigzag layout (rank r holds half-chunks r and
-// 2P-1-r): zigzag always, wallfacer with a causal mask.
+// 2P-1-r): zigzag always, wallfacer with a causal mask; never with Layout::Balanced.
 bool uses_zigzag_layout(const AttnConfig& cfg);
 
 }  // namespace wallfacer::seqpar

@@ -32,6 +32,18 @@ std::vector<PosRun> merged(std::vector<PosRun> runs) {
   return out;
 }
 
+// The layout in which rank r holds the chunks owned[r] of `size` positions (chunk c: positions
+// [c size, (c + 1) size)), adjacent ones merged.
+DocLayout chunk_layout(const std::vector<std::vector<int64_t>>& owned, int64_t size) {
+  DocLayout l;
+  for (const auto& chunks : owned) {
+    std::vector<PosRun> runs;
+    for (int64_t c : chunks) runs.push_back({c * size, (c + 1) * size});
+    l.runs.push_back(merged(std::move(runs)));
+  }
+  return l;
+}
+
 }  // namespace
 
 int64_t DocLayout::positions(int rank) const {
@@ -111,13 +123,67 @@ DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int
     load[best_r] += delta;
   }
 
-  DocLayout l;
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<PosRun> runs;
-    for (int64_t c : owned[r]) runs.push_back({c * size, (c + 1) * size});
-    l.runs.push_back(merged(std::move(runs)));
+  return chunk_layout(owned, size);
+}
+
+DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
+                            const std::vector<std::vector<int>>& query_ranks,
+                            const std::vector<std::vector<int>>& key_ranks, int chunks_per_rank) {
+  const int P = start.ranks();
+  const int64_t K = int64_t(P) * chunks_per_rank, size = docs.seq() / K;
+  WF_CHECK(
+      size > 0 && docs.seq() % K == 0 && int(query_ranks.size()) == P && int(key_ranks.size()) == P,
+      "refine_doc_layout: {} positions, {} ranks, {} chunks each", docs.seq(), P, chunks_per_rank);
+  std::vector<std::vector<int64_t>> owned(P);
+  for (int r = 0; r < P; ++r)
+    for (const PosRun& run : start.runs[r]) {
+      WF_CHECK(run.begin % size == 0 && run.end % size == 0,
+               "refine_doc_layout: run {}..{} is not made of chunks of {}", run.begin, run.end,
+               size);
+      for (int64_t c = run.begin / size; c < run.end / size; ++c) owned[r].push_back(c);
+    }
+  // Kept pairs between chunk q (queries) and chunk k (keys).
+  std::vector<int64_t> pairs(size_t(K * K));
+  for (int64_t q = 0; q < K; ++q)
+    for (int64_t k = 0; k < K; ++k)
+      pairs[size_t(q * K + k)] =
+          kernels::kept_pairs(docs, {q * size, (q + 1) * size}, {k * size, (k + 1) * size}, causal);
+  std::vector<int64_t> work(P);
+  // (largest work, sum of squared works) of the current ownership: lower is better.
+  auto score = [&] {
+    int64_t top = 0;
+    double squares = 0;
+    for (int r = 0; r < P; ++r) {
+      int64_t w = 0;
+      for (int qr : query_ranks[r])
+        for (int kr : key_ranks[r])
+          for (int64_t q : owned[qr])
+            for (int64_t k : owned[kr]) w += pairs[size_t(q * K + k)];
+      work[r] = w;
+      top = std::max(top, w);
+      squares += double(w) * double(w);
+    }
+    return std::make_pair(top, squares);
+  };
+  for (int64_t iter = 0; iter < 4 * K; ++iter) {
+    auto best = score();
+    const int hi = int(std::max_element(work.begin(), work.end()) - work.begin());
+    int best_r = -1;
+    size_t best_a = 0, best_b = 0;
+    for (size_t a = 0; a < owned[hi].size(); ++a)
+      for (int r = 0; r < P; ++r) {
+        if (r == hi) continue;
+        for (size_t b = 0; b < owned[r].size(); ++b) {
+          std::swap(owned[hi][a], owned[r][b]);
+          const auto s = score();
+          std::swap(owned[hi][a], owned[r][b]);
+          if (s < best) best = s, best_r = r, best_a = a, best_b = b;
+        }
+      }
+    if (best_r < 0) break;
+    std::swap(owned[hi][best_a], owned[best_r][best_b]);
   }
-  return l;
+  return chunk_layout(owned, size);
 }
 
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
@@ -201,6 +267,30 @@ std::vector<int64_t> random_doc_lengths_count(int64_t seq, int64_t count, uint64
     used += lengths[d];
   }
   for (int64_t d = 0; used < seq; d = (d + 1) % count, ++used) ++lengths[d];
+  return lengths;
+}
+
+std::vector<int64_t> doc_lengths_from_options(const std::vector<int64_t>& lengths,
+                                              int64_t random_count, int64_t seq, uint64_t seed) {
+  WF_USAGE_CHECK(lengths.empty() || random_count == 0,
+                 "--docs and --docs-random exclude each other; give one");
+  WF_USAGE_CHECK(random_count >= 0, "--docs-random is {}; give a number of documents >= 1",
+                 random_count);
+  if (random_count > 0) {
+    WF_USAGE_CHECK(random_count <= seq,
+                   "--docs-random {} exceeds --seq {}: a document holds at least one position",
+                   random_count, seq);
+    return random_doc_lengths_count(seq, random_count, seed);
+  }
+  if (lengths.empty()) return {};
+  int64_t sum = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    WF_USAGE_CHECK(lengths[i] > 0, "--docs: length {} (document {}) must be positive", lengths[i],
+                   i);
+    sum += lengths[i];
+  }
+  WF_USAGE_CHECK(sum == seq, "--docs lengths sum to {}, not to --seq {}; make them sum to --seq",
+                 sum, seq);
   return lengths;
 }
 

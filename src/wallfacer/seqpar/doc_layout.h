@@ -44,6 +44,17 @@ DocLayout zigzag_layout(int64_t seq, int ranks);
 DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal,
                               int chunks_per_rank = 8);
 
+// A layout for strategies in which rank r computes the queries of the ranks query_ranks[r] against
+// the keys of the ranks key_ranks[r] (WallFacer-C: its team's rows against the teams of its
+// sub-ring), starting from `start` (of chunks of seq / (ranks * chunks_per_rank) positions, as
+// balanced_doc_layout gives): swaps of chunks between the most loaded rank and another while they
+// lower the largest work (ties: the sum of squared works). Every rank keeps its number of
+// positions.
+DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
+                            const std::vector<std::vector<int>>& query_ranks,
+                            const std::vector<std::vector<int>>& key_ranks,
+                            int chunks_per_rank = 8);
+
 // Kept (query, key) pairs between rank r's runs (queries) and rank s's runs (keys): work[r][s].
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
                                                    bool causal);
@@ -69,5 +80,12 @@ std::vector<int64_t> random_doc_lengths(int64_t seq, uint64_t seed, double media
 // (sigma 2), lengths 1 + their share of the other seq - count positions (remainders to the first
 // documents). 1 <= count <= seq (UsageError otherwise).
 std::vector<int64_t> random_doc_lengths_count(int64_t seq, int64_t count, uint64_t seed);
+
+// The document lengths of a command's --docs L1,L2,... (`lengths`) or --docs-random N
+// (`random_count` > 0: random_doc_lengths_count, seeded) for a sequence of seq positions; empty
+// when neither is given (one document). UsageError naming the option when both are given, a
+// length is not positive, the lengths do not sum to seq, or N is not in 1 .. seq.
+std::vector<int64_t> doc_lengths_from_options(const std::vector<int64_t>& lengths,
+                                              int64_t random_count, int64_t seq, uint64_t seed);
 
 }  // namespace wallfacer::seqpar

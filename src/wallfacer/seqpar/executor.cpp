@@ -64,6 +64,7 @@ QPackParts qpack_parts(std::byte* block, Dtype dt, int batch, int64_t n, int h, 
 Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicator team)
     : s_(std::move(schedule)), group_(std::move(group)), team_(std::move(team)) {
   scratch_.resize(s_.buffers.size());
+  if (!s_.docs.starts.empty()) doc_of_pos_ = kernels::doc_of_pos(s_.docs);
   for (size_t id = kNumUserBuffers; id < s_.buffers.size(); ++id) {
     if (s_.buffers[id].kept) {
       kept_ids_.push_back(int(id));
@@ -76,6 +77,23 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
   std::vector<float> world(size_t(group_.size()));
   group_.all_gather(&me, 1, world.data());
   world_rank_.assign(world.begin(), world.end());
+}
+
+void Executor::replace_schedule(Schedule s) {
+  WF_CHECK(s.P == s_.P && s.rank == s_.rank && s.buffers.size() == s_.buffers.size(),
+           "replace_schedule: a schedule of another config");
+  for (size_t i = 0; i < s.buffers.size(); ++i)
+    WF_CHECK(s.buffers[i].name == s_.buffers[i].name && s.buffers[i].rows == s_.buffers[i].rows &&
+                 s.buffers[i].blocks == s_.buffers[i].blocks &&
+                 s.buffers[i].heads == s_.buffers[i].heads && s.buffers[i].fmt == s_.buffers[i].fmt,
+             "replace_schedule: buffer {} differs", s.buffers[i].name);
+  WF_USAGE_CHECK(kept_.empty(),
+                 "the documents change while {} forward(s) await their backward (keep_kv); set "
+                 "them before a forward",
+                 kept_.size());
+  s_ = std::move(s);
+  doc_of_pos_.clear();
+  if (!s_.docs.starts.empty()) doc_of_pos_ = kernels::doc_of_pos(s_.docs);
 }
 
 int64_t Executor::buffer_bytes(int buf) const {
@@ -235,6 +253,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   float* o2b = f32(op.dst2, op.dst2 >= 0 ? (op.backward ? op.kseg.block : op.qseg.block) : 0);
   auto at = [](const std::byte* p, int64_t i) { return reinterpret_cast<const float*>(p) + i; };
   auto at16 = [](const std::byte* p, int64_t i) { return reinterpret_cast<const bf16*>(p) + i; };
+  const int32_t* docs = doc_of_pos_.empty() ? nullptr : doc_of_pos_.data();
 
   // Sub-blocks of query rows: between them the pending transfers get MPI progress.
   bool pending = poll(reqs);
@@ -261,6 +280,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
       p.q_pos0 = op.qseg.pos0 + r0;
       p.k_pos0 = op.kseg.pos0;
       p.accumulate = true;
+      p.doc_of_pos = docs;
       kernels::attn_fwd(p);
     } else if (!op.backward) {
       kernels::AttnFwdBf16Params p;
@@ -309,6 +329,7 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
         p.q_pos0 = op.qseg.pos0 + r0;
         p.k_pos0 = op.kseg.pos0;
         p.accumulate = true;
+        p.doc_of_pos = docs;
         kernels::attn_bwd(p);
       } else {
         kernels::AttnBwdBf16Params p;

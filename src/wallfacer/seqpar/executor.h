@@ -44,6 +44,10 @@ class Executor {
 
   const Schedule& schedule() const { return s_; }
 
+  // Runs `s` from now on: the same config but for its documents, so the same buffers (Error
+  // otherwise, and while a forward awaits its backward).
+  void replace_schedule(Schedule s);
+
   // Rows per kernel call while transfers are pending (more calls = more MPI progress); 0: whole
   // blocks. The default is two of the kernels' 128-row query tiles: smaller calls cut the tiles and
   // slow the backward kernel (about 1.3x at 64 rows).
@@ -91,6 +95,7 @@ class Executor {
   const char* phase_name_ = "forward";
   const char* trace_label_ = "attention";
   std::vector<int> world_rank_;  // of each rank of group_ (trace spans name peers by world rank)
+  std::vector<int32_t> doc_of_pos_;  // the kernels' document of each position; empty: none
 };
 
 }  // namespace wallfacer::seqpar

@@ -6,6 +6,7 @@
 
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/stats.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
 
@@ -73,6 +74,17 @@ AttnTensors make_inputs(const AttnConfig& cfg, uint64_t seed) {
   return t;
 }
 
+std::vector<float> local_rows(const std::vector<float>& full, const AttnConfig& c, int P, int rank,
+                              int heads) {
+  const auto pos = local_positions(c, P, rank);
+  const int64_t n = int64_t(pos.size()), w = int64_t(heads) * c.head_dim;
+  std::vector<float> out(size_t(c.batch * n * w));
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(full.data() + (b * c.seq + pos[size_t(i)]) * w, w, out.data() + (b * n + i) * w);
+  return out;
+}
+
 AttnTolerance attn_tolerance(Dtype dtype) {
   if (dtype == Dtype::fp32) return {};
   const double u = 1.0 / 256;
@@ -111,11 +123,15 @@ AttnTensors reference_attention(const AttnConfig& cfg, const AttnTensors& in, bo
   const int S = int(cfg.seq);
   kernels::AttnDims dims{cfg.batch, S, S, cfg.heads, cfg.kv_heads, cfg.head_dim};
   AttnTensors out;
+  const std::vector<int32_t> doc_of_pos =
+      cfg.doc_lengths.empty() ? std::vector<int32_t>{} : kernels::doc_of_pos(doc_bounds(cfg));
+  const int32_t* docs = doc_of_pos.empty() ? nullptr : doc_of_pos.data();
   if (fp64) {
     kernels::reference::AttnRefProblem pr;
     pr.dims = dims;
     pr.scale = 1.0 / std::sqrt(double(cfg.head_dim));
     pr.causal = cfg.causal;
+    pr.doc_of_pos = docs;
     auto d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
     auto f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
     std::vector<double> o, lse, dq, dk, dv;
@@ -152,6 +168,7 @@ AttnTensors reference_attention(const AttnConfig& cfg, const AttnTensors& in, bo
   p.lse_stride = ls;
   p.scale = scale;
   p.causal = cfg.causal;
+  p.doc_of_pos = docs;
   kernels::attn_fwd(p);
   std::vector<float> delta(out.lse.size());
   kernels::attn_bwd_preprocess(dims, out.o.data(), qs, in.dout.data(), qs, delta.data(), ls);
@@ -177,6 +194,7 @@ AttnTensors reference_attention(const AttnConfig& cfg, const AttnTensors& in, bo
   g.dv_stride = ks;
   g.scale = scale;
   g.causal = cfg.causal;
+  g.doc_of_pos = docs;
   kernels::attn_bwd(g);
   return out;
 }
@@ -201,6 +219,102 @@ double rel_err(const std::vector<float>& x, const std::vector<float>& ref) {
 AttnErrors attention_errors(const AttnTensors& got, const AttnTensors& ref) {
   return {rel_err(got.o, ref.o), rel_err(got.lse, ref.lse), rel_err(got.dq, ref.dq),
           rel_err(got.dk, ref.dk), rel_err(got.dv, ref.dv)};
+}
+
+AttnTensors gather_outputs(comm::Communicator& group, const AttnConfig& cfg, const float* o,
+                           const float* lse, const float* dq, const float* dk, const float* dv) {
+  AttnTensors got;
+  got.o = gather_rows(group, cfg, o, cfg.heads);
+  got.lse = gather_stat(group, cfg, lse, cfg.heads);
+  got.dq = gather_rows(group, cfg, dq, cfg.heads);
+  got.dk = gather_rows(group, cfg, dk, cfg.kv_heads);
+  got.dv = gather_rows(group, cfg, dv, cfg.kv_heads);
+  return got;
+}
+
+double work_imbalance(const std::vector<double>& work) {
+  double sum = 0, mx = 0;
+  for (double w : work) sum += w, mx = std::max(mx, w);
+  return sum > 0 ? mx / (sum / double(work.size())) : 1.0;
+}
+
+ScheduleSummary summarize_schedules(const AttnConfig& cfg, int P) {
+  validate(cfg, P);
+  ScheduleSummary out;
+  auto& w = out.worst;
+  for (int r = 0; r < P; ++r) {
+    const auto t =
+        cfg.ulysses > 1 ? hybrid_totals(cfg, P, r) : schedule_totals(make_schedule(cfg, P, r));
+    for (auto m : {&ScheduleTotals::p2p_bytes_fwd, &ScheduleTotals::p2p_bytes_bwd,
+                   &ScheduleTotals::coll_bytes_fwd, &ScheduleTotals::coll_bytes_bwd,
+                   &ScheduleTotals::p2p_steps_fwd, &ScheduleTotals::p2p_steps_bwd,
+                   &ScheduleTotals::p2p_sends_fwd, &ScheduleTotals::p2p_sends_bwd})
+      w.*m = std::max(w.*m, t.*m);
+    w.flops_fwd = std::max(w.flops_fwd, t.flops_fwd);
+    w.flops_bwd = std::max(w.flops_bwd, t.flops_bwd);
+    out.flops_fwd.push_back(t.flops_fwd);
+  }
+  out.work_imbalance = work_imbalance(out.flops_fwd);
+  return out;
+}
+
+int64_t schedule_ops(const AttnConfig& cfg, int P, int rank) {
+  auto ops = [](const Schedule& s) { return int64_t(s.fwd.size() + s.bwd.size()); };
+  if (cfg.ulysses <= 1) return ops(make_schedule(cfg, P, rank));
+  const auto h = hybrid_configs(cfg, P);
+  return ops(make_schedule(h.outer, h.u, rank % h.u)) +
+         ops(make_schedule(h.inner, h.rings, rank / h.u));
+}
+
+RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>& iterations) {
+  WF_CHECK(!iterations.empty(), "no iterations to summarize");
+  const int P = group.size(), me = group.rank();
+  const AttnStats& last = iterations.back();
+  std::vector<double> fwd, bwd, efwd, ebwd;
+  for (const auto& it : iterations) {
+    fwd.push_back(it.fwd_ms);
+    bwd.push_back(it.bwd_ms);
+    efwd.push_back(it.exposed_comm_fwd_ms);
+    ebwd.push_back(it.exposed_comm_bwd_ms);
+  }
+  // Every rank's figures, on every rank: row f of the table is field f.
+  const std::vector<double> mine = {double(last.p2p_bytes_fwd),
+                                    double(last.p2p_bytes_bwd),
+                                    double(last.coll_bytes_fwd),
+                                    double(last.coll_bytes_bwd),
+                                    double(last.p2p_steps_fwd),
+                                    double(last.p2p_steps_bwd),
+                                    median(fwd),
+                                    median(bwd),
+                                    median(efwd),
+                                    median(ebwd),
+                                    last.attn_flops};
+  const size_t F = mine.size();
+  std::vector<double> all(F * size_t(P), 0.0);
+  for (size_t f = 0; f < F; ++f) all[f * size_t(P) + size_t(me)] = mine[f];
+  group.all_reduce_sum(all.data(), int64_t(all.size()));
+  auto row = [&](size_t f) {
+    return std::vector<double>(all.begin() + long(f * P), all.begin() + long((f + 1) * P));
+  };
+  auto mx = [&](size_t f) {
+    const auto r = row(f);
+    return *std::max_element(r.begin(), r.end());
+  };
+  RunSummary s;
+  s.p2p_bytes_fwd = int64_t(mx(0));
+  s.p2p_bytes_bwd = int64_t(mx(1));
+  s.coll_bytes_fwd = int64_t(mx(2));
+  s.coll_bytes_bwd = int64_t(mx(3));
+  s.p2p_steps_fwd = int64_t(mx(4));
+  s.p2p_steps_bwd = int64_t(mx(5));
+  s.fwd_ms = mx(6);
+  s.bwd_ms = mx(7);
+  s.exposed_fwd_ms = mx(8);
+  s.exposed_bwd_ms = mx(9);
+  const auto flops = row(10);
+  s.work_imbalance = work_imbalance(flops);
+  for (double f : flops) s.flops_fwd += f;
+  return s;
 }
 
 }  // namespace wallfacer::seqpar

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/config.h"
+#include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::seqpar {
 
@@ -42,6 +44,11 @@ struct AttnTensors {
 // (the values a bf16 run holds, exactly: the reference then sees the same inputs).
 AttnTensors make_inputs(const AttnConfig& cfg, uint64_t seed);
 
+// Rank `rank`'s rows (B, n, heads, D), in its local_positions order, of a whole-sequence tensor
+// (B, S, heads, D) in natural order.
+std::vector<float> local_rows(const std::vector<float>& full, const AttnConfig& cfg, int P,
+                              int rank, int heads);
+
 // All-gathers every rank's local rows (B, n, heads, D) into (B, S, heads, D), natural order.
 std::vector<float> gather_rows(comm::Communicator& group, const AttnConfig& cfg, const float* local,
                                int heads);
@@ -49,8 +56,8 @@ std::vector<float> gather_rows(comm::Communicator& group, const AttnConfig& cfg,
 std::vector<float> gather_stat(comm::Communicator& group, const AttnConfig& cfg, const float* local,
                                int heads);
 
-// Single-process o, lse, dq, dk, dv of the whole sequence from t's inputs: fp32 flash kernels, or
-// the naive fp64 reference (kernels/reference) when `fp64`.
+// Single-process o, lse, dq, dk, dv of the whole sequence from t's inputs, with cfg's documents:
+// fp32 flash kernels, or the naive fp64 reference (kernels/reference) when `fp64`.
 AttnTensors reference_attention(const AttnConfig& cfg, const AttnTensors& inputs, bool fp64);
 
 struct AttnErrors {
@@ -62,5 +69,36 @@ struct AttnErrors {
 
 // max |x - ref| / max |ref| for each of o, lse, dq, dk, dv.
 AttnErrors attention_errors(const AttnTensors& got, const AttnTensors& ref);
+
+// All-gathers the outputs of every rank (o, lse, dq, dk, dv of its rows) in natural order.
+AttnTensors gather_outputs(comm::Communicator& group, const AttnConfig& cfg, const float* o,
+                           const float* lse, const float* dq, const float* dk, const float* dv);
+
+// The schedules of all P ranks summed without running them (no MPI): per field the largest
+// rank's bytes and steps, and the work imbalance, max / mean over ranks of the forward FLOPs (the
+// kept pairs: with documents, the document-masked work).
+struct ScheduleSummary {
+  ScheduleTotals worst;
+  std::vector<double> flops_fwd;  // per rank
+  double work_imbalance = 1.0;
+};
+ScheduleSummary summarize_schedules(const AttnConfig& cfg, int P);
+
+// Ops of one rank's schedules (both of a hybrid) per forward and backward.
+int64_t schedule_ops(const AttnConfig& cfg, int P, int rank);
+
+// Several iterations of a DistAttention summed over the group (collective): bytes and steps of
+// the latest iteration, the largest over ranks; times, the median over iterations on each rank,
+// then the slowest rank; the work imbalance and total FLOPs of the forward.
+struct RunSummary {
+  int64_t p2p_bytes_fwd = 0, p2p_bytes_bwd = 0, coll_bytes_fwd = 0, coll_bytes_bwd = 0;
+  int64_t p2p_steps_fwd = 0, p2p_steps_bwd = 0;
+  double fwd_ms = 0, bwd_ms = 0, exposed_fwd_ms = 0, exposed_bwd_ms = 0;
+  double work_imbalance = 1.0, flops_fwd = 0;
+};
+RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>& iterations);
+
+// max / mean of per-rank work (1.0 when it is all zero).
+double work_imbalance(const std::vector<double>& work);
 
 }  // namespace wallfacer::seqpar

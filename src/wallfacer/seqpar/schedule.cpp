@@ -4,6 +4,7 @@
 #include <set>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/kernels/doc_mask.h"
 
 namespace wallfacer::seqpar {
 namespace {
@@ -130,7 +131,7 @@ class Builder {
     const auto& c = s_.cfg;
     for (const auto& qseg : qs) {
       for (const auto& kseg : ks) {
-        const int64_t pairs = attention_pairs(qseg.pos0, qseg.rows, kseg.pos0, kseg.rows, c.causal);
+        const int64_t pairs = kept_pairs(s_, qseg.pos0, qseg.rows, kseg.pos0, kseg.rows);
         if (pairs == 0) continue;
         Op op;
         op.kind = OpKind::Compute;
@@ -141,7 +142,8 @@ class Builder {
         op.dst2 = out2;
         op.qseg = qseg;
         op.kseg = kseg;
-        op.masked = c.causal && pairs < qseg.rows * kseg.rows;
+        op.masked = c.causal && attention_pairs(qseg.pos0, qseg.rows, kseg.pos0, kseg.rows, true) <
+                                    qseg.rows * kseg.rows;
         op.pairs = pairs;
         op.heads = heads;
         op.kv_heads = kv_heads;
@@ -171,6 +173,24 @@ std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team
     for (const auto& run : local_runs(cfg, P, team * C + a))
       segs.push_back({a, run.row0, run.rows, run.pos0});
   return segs;
+}
+
+// With documents, whether the block that rank r holds at ring step `step` must go on to the next
+// rank: true when a rank that would hold it at a later step (step + 1 .. G - 1) has kept pairs
+// with it. `queries(x, t)` and `keys(x, t)` are the segments rank x pairs at step t. Without
+// documents every hop is made, as the closed forms count them.
+template <class Queries, class Keys>
+bool hop_needed(const Schedule& s, const TeamLayout& L, int r, int step, Queries queries,
+                Keys keys) {
+  if (s.docs.starts.empty()) return true;
+  int x = r;
+  for (int t = step + 1; t < L.G; ++t) {
+    x = L.next(x);
+    for (const Segment& q : queries(x, t))
+      for (const Segment& k : keys(x, t))
+        if (kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows) > 0) return true;
+  }
+  return false;
 }
 
 // Ring, zigzag ring and WallFacer-C (ring = WallFacer-1).
@@ -219,12 +239,16 @@ void build_team_ring(Schedule& s, Builder& b) {
   b.local(LocalKind::InitOut, -1, oacc, lacc);
   const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K, w) : -1;
   const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K, w) : -1;
+  // A K,V block goes on only while a later rank of the sub-ring has a query that sees it.
+  auto team_queries = [&](int x, int) { return team_segments(c, P, C, x / C); };
+  auto kv_keys = [&](int x, int at) { return team_segments(c, P, C, L.kv_team(x, at)); };
   for (int step = 0; step < G; ++step) {
     const int cur = step == 0 ? kv_first : (step % 2 ? ring1 : ring0);
     int sa = -1, ra = -1;
     if (step < G - 1) {
-      sa = b.send(cur, L.next(r), kTagKV);
-      ra = b.recv(step % 2 ? ring0 : ring1, L.prev(r), kTagKV);
+      if (hop_needed(s, L, r, step, team_queries, kv_keys)) sa = b.send(cur, L.next(r), kTagKV);
+      if (hop_needed(s, L, L.prev(r), step, team_queries, kv_keys))
+        ra = b.recv(step % 2 ? ring0 : ring1, L.prev(r), kTagKV);
     }
     b.computes(false, qt, cur, oacc, lacc, my_team, team_segments(c, P, C, L.kv_team(r, step)), H,
                K);
@@ -290,12 +314,22 @@ void build_team_ring(Schedule& s, Builder& b) {
     acc_in = b.buffer("grad_in", afmt, C, theads, f);
   }
   int acc_send[2] = {-1, -1};
+  // The travelling block goes on only while a later rank has pairs with it; its gradient
+  // accumulator makes every hop home.
+  auto bwd_queries = [&](int x, int at) {
+    return move_kv ? team_segments(c, P, C, x / C) : team_segments(c, P, C, L.query_team(x, at));
+  };
+  auto bwd_keys = [&](int x, int at) {
+    return move_kv ? team_segments(c, P, C, L.kv_team(x, at))
+                   : team_segments(c, P, C, L.kv_team(x, 0));
+  };
   for (int step = 0; step < G; ++step) {
     const int cur = step == 0 ? first : ring[step % 2];
     int ta = -1, tb = -1, ain = -1;
     if (step < G - 1) {
-      ta = b.send(cur, L.next(r), tag_t);
-      tb = b.recv(ring[(step + 1) % 2], L.prev(r), tag_t);
+      if (hop_needed(s, L, r, step, bwd_queries, bwd_keys)) ta = b.send(cur, L.next(r), tag_t);
+      if (hop_needed(s, L, L.prev(r), step, bwd_queries, bwd_keys))
+        tb = b.recv(ring[(step + 1) % 2], L.prev(r), tag_t);
     }
     if (step > 0) ain = b.recv(acc_in, L.prev(r), kTagGrad);
     const int acc = slot[step % 2];
@@ -491,6 +525,31 @@ int64_t attention_tile_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_
   return total;
 }
 
+int64_t attention_tile_pairs(const kernels::DocBounds& docs, int64_t qpos0, int64_t qrows,
+                             int64_t kpos0, int64_t krows, bool causal, int tile_q, int tile_k) {
+  if (docs.starts.empty() || tile_q <= 0 || tile_k <= 0)
+    return attention_tile_pairs(qpos0, qrows, kpos0, krows, causal, tile_q, tile_k);
+  int64_t total = 0;
+  for (int64_t i0 = 0; i0 < qrows; i0 += tile_q) {
+    const int64_t nq = std::min<int64_t>(tile_q, qrows - i0);
+    const int64_t qa = qpos0 + i0, qb = qa + nq - 1;  // first and last query position
+    const int qd0 = docs.doc_at(qa), qd1 = docs.doc_at(qb);
+    for (int64_t j0 = 0; j0 < krows; j0 += tile_k) {
+      const int64_t nk = std::min<int64_t>(tile_k, krows - j0);
+      const int64_t ka = kpos0 + j0, kb = ka + nk - 1;
+      if (causal && qb < ka) continue;
+      if (docs.doc_at(kb) < qd0 || docs.doc_at(ka) > qd1) continue;
+      total += nq * nk;
+    }
+  }
+  return total;
+}
+
+int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows) {
+  if (s.docs.starts.empty()) return attention_pairs(qpos0, qrows, kpos0, krows, s.cfg.causal);
+  return kernels::kept_pairs(s.docs, {qpos0, qpos0 + qrows}, {kpos0, kpos0 + krows}, s.cfg.causal);
+}
+
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
   const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
@@ -513,6 +572,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   s.teams = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
+  if (!cfg.doc_lengths.empty()) s.docs = doc_bounds(cfg);
   const int H = cfg.heads, K = cfg.kv_heads;
   // The caller's tensors are of cfg.dtype (dq, dk, dv rounded once at the end), lse and delta fp32.
   const Dtype w = cfg.dtype, f = Dtype::fp32;

@@ -120,7 +120,9 @@ struct Op {
   // Compute: forward  q = src (Rows), kv = src2 (KV), o = dst (Rows), lse = dst2 (Stat);
   //          backward qpack = src (QPack), kv = src2 (KV), dq = dst (Rows), dkv = dst2 (KV).
   // Always accumulates into dst/dst2. `masked`: the causal mask cuts this block pair (diagonal);
-  // pairs: (query, key) pairs kept by the mask.
+  // pairs: (query, key) pairs kept by the mask and the documents (kernels::kept_pairs), never 0:
+  // a pair of segments that no document spans is no op at all. With documents the kernels also
+  // get the schedule's doc_of_pos.
   bool backward = false;
   Segment qseg, kseg;
   bool masked = false;
@@ -132,9 +134,11 @@ struct Op {
 struct Schedule {
   AttnConfig cfg;
   int P = 1, rank = 0;
-  int teams = 1;                    // C: the size of the Team group (ranks rank/C*C .. +C-1)
-  int64_t n = 0;                    // rows per rank
-  bool bwd_moves_kv = false;        // backward: K,V travel (else the query packages)
+  int teams = 1;              // C: the size of the Team group (ranks rank/C*C .. +C-1)
+  int64_t n = 0;              // rows per rank
+  bool bwd_moves_kv = false;  // backward: K,V travel (else the query packages)
+  // The documents of cfg (cumulative lengths; empty when cfg.doc_lengths is: one document).
+  kernels::DocBounds docs;
   std::vector<BufferSpec> buffers;  // indexed by buffer id
   std::vector<Op> fwd, bwd;
 };
@@ -199,5 +203,14 @@ int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t kro
 // entirely counted whole. Tile sizes <= 0: the kept pairs (attention_pairs).
 int64_t attention_tile_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows,
                              bool causal, int tile_q, int tile_k);
+
+// The same with documents: a tile pair that shares no document, or that the causal mask cuts away
+// entirely, is skipped; every other one is counted whole (docs/documents.md, "Cost"). docs empty
+// (no starts): attention_tile_pairs.
+int64_t attention_tile_pairs(const kernels::DocBounds& docs, int64_t qpos0, int64_t qrows,
+                             int64_t kpos0, int64_t krows, bool causal, int tile_q, int tile_k);
+
+// The (query, key) pairs kept between the runs, with the schedule's documents when it has them.
+int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows);
 
 }  // namespace wallfacer::seqpar

@@ -1,0 +1,193 @@
+// Packed documents in the sequence-parallel schedules, without MPI: every compute op's pair count
+// against a pair-by-pair count of the document mask, no op without kept pairs, the schedules' work
+// against the mask's total, the balanced layout through AttnConfig, the planner's tile count, and
+// the checks of the documents and the layout.
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/kernels/doc_mask.h"
+#include "wallfacer/seqpar/doc_layout.h"
+#include "wallfacer/seqpar/harness.h"
+#include "wallfacer/seqpar/schedule.h"
+
+namespace wallfacer::seqpar {
+namespace {
+
+// Document of every position, from the lengths, by walking them (independent of DocBounds).
+std::vector<int> doc_ids(const std::vector<int64_t>& lengths) {
+  std::vector<int> ids;
+  for (size_t d = 0; d < lengths.size(); ++d) ids.insert(ids.end(), size_t(lengths[d]), int(d));
+  return ids;
+}
+
+// Pairs the mask keeps between two runs of positions, one by one.
+int64_t brute_pairs(const std::vector<int>& ids, int64_t q0, int64_t qn, int64_t k0, int64_t kn,
+                    bool causal) {
+  int64_t n = 0;
+  for (int64_t i = q0; i < q0 + qn; ++i)
+    for (int64_t j = k0; j < k0 + kn; ++j)
+      n += ids[size_t(i)] == ids[size_t(j)] && (!causal || i >= j);
+  return n;
+}
+
+struct Case {
+  Strategy strategy;
+  int P, teams, ulysses;
+};
+
+std::vector<Case> cases() {
+  return {{Strategy::Ring, 1, 1, 1},      {Strategy::Ring, 2, 1, 1},
+          {Strategy::Ring, 4, 1, 1},      {Strategy::Zigzag, 4, 1, 1},
+          {Strategy::Zigzag, 8, 1, 1},    {Strategy::Ulysses, 4, 1, 1},
+          {Strategy::WallFacer, 4, 2, 1}, {Strategy::WallFacer, 8, 2, 1},
+          {Strategy::WallFacer, 8, 1, 1}, {Strategy::Ring, 8, 1, 2},
+          {Strategy::Zigzag, 8, 1, 4}};
+}
+
+AttnConfig config(const Case& k, int64_t seq, bool causal, std::vector<int64_t> docs,
+                  Layout layout) {
+  AttnConfig c;
+  c.strategy = k.strategy;
+  c.teams = k.teams;
+  c.ulysses = k.ulysses;
+  c.seq = seq;
+  c.heads = 8;
+  c.kv_heads = 8;
+  c.head_dim = 4;
+  c.causal = causal;
+  c.doc_lengths = std::move(docs);
+  c.layout = layout;
+  return c;
+}
+
+// Document sets of 512 positions: a one-token document, boundaries on rank borders (multiples of
+// 512 / P) and kernel tile borders (128, 256), a document spanning every rank, random lengths.
+std::vector<std::vector<int64_t>> doc_sets() {
+  return {{1, 63, 64, 128, 5, 251}, {1, 509, 2}, random_doc_lengths_count(512, 12, 7)};
+}
+
+TEST(SeqparDocs, ComputeOpsCountTheMaskedPairs) {
+  for (const auto& docs : doc_sets()) {
+    const auto ids = doc_ids(docs);
+    for (const Case& k : cases())
+      for (bool causal : {false, true})
+        for (Layout layout : {Layout::Strategy, Layout::Balanced}) {
+          const AttnConfig c = config(k, 512, causal, docs, layout);
+          const int64_t total = brute_pairs(ids, 0, 512, 0, 512, causal);
+          // The ring's schedules compute (a hybrid's Ulysses schedules only move the rows).
+          const auto h = hybrid_configs(c, k.P);
+          const AttnConfig& rc = k.ulysses > 1 ? h.inner : c;
+          const int ranks = k.ulysses > 1 ? h.rings : k.P;
+          int64_t fwd = 0, bwd = 0;
+          for (int r = 0; r < ranks; ++r) {
+            const Schedule s = make_schedule(rc, ranks, r);
+            for (const auto* ops : {&s.fwd, &s.bwd})
+              for (const Op& op : *ops) {
+                if (op.kind != OpKind::Compute) continue;
+                const int64_t want = brute_pairs(ids, op.qseg.pos0, op.qseg.rows, op.kseg.pos0,
+                                                 op.kseg.rows, causal);
+                ASSERT_GT(op.pairs, 0) << "an op with no kept pair";
+                ASSERT_EQ(op.pairs, want)
+                    << strategy_name(k.strategy) << " P=" << k.P << " rank " << r;
+                (op.backward ? bwd : fwd) += op.pairs;
+              }
+          }
+          // Every pair once per head group: Ulysses computes all pairs on each rank's heads.
+          const int64_t copies = k.strategy == Strategy::Ulysses ? k.P : 1;
+          EXPECT_EQ(fwd, total * copies) << strategy_name(k.strategy) << " P=" << k.P;
+          EXPECT_EQ(bwd, total * copies) << strategy_name(k.strategy) << " P=" << k.P;
+          // The FLOPs of all ranks: 4 per kept pair, head and head dimension.
+          const auto sum = summarize_schedules(c, k.P);
+          const double flops = std::accumulate(sum.flops_fwd.begin(), sum.flops_fwd.end(), 0.0);
+          EXPECT_EQ(flops, 4.0 * double(total) * c.heads * c.head_dim);
+        }
+  }
+}
+
+TEST(SeqparDocs, BalancedLayoutIsTheDocLayout) {
+  const auto docs = random_doc_lengths_count(1024, 9, 3);
+  for (bool causal : {false, true})
+    for (int P : {1, 2, 4, 8}) {
+      AttnConfig c = config({Strategy::Ring, P, 1, 1}, 1024, causal, docs, Layout::Balanced);
+      const DocLayout want =
+          balanced_doc_layout(kernels::doc_bounds_from_lengths(docs, 1024), P, causal);
+      for (int r = 0; r < P; ++r) {
+        std::vector<int64_t> pos;
+        for (const auto& run : want.runs[size_t(r)])
+          for (int64_t p = run.begin; p < run.end; ++p) pos.push_back(p);
+        EXPECT_EQ(local_positions(c, P, r), pos) << "P=" << P << " rank " << r;
+      }
+    }
+}
+
+// The length mix of docs/documents.md at S = 65536: the schedules' work imbalance with the
+// balanced layout meets the target, zigzag's does not.
+TEST(SeqparDocs, BalancedScheduleMeetsTheTarget) {
+  const int64_t S = 65536;
+  const auto docs = random_doc_lengths(S, 5);
+  for (bool causal : {false, true}) {
+    AttnConfig zig = config({Strategy::Zigzag, 8, 1, 1}, S, causal, docs, Layout::Strategy);
+    AttnConfig bal = zig;
+    bal.layout = Layout::Balanced;
+    const double z = summarize_schedules(zig, 8).work_imbalance;
+    const double b = summarize_schedules(bal, 8).work_imbalance;
+    const DocLayout l = balanced_doc_layout(kernels::doc_bounds_from_lengths(docs, S), 8, causal);
+    EXPECT_NEAR(b, imbalance(layout_work(l, kernels::doc_bounds_from_lengths(docs, S), causal)),
+                1e-12);
+    EXPECT_LE(b, 1.10) << (causal ? "causal" : "full");
+    EXPECT_GT(z, 1.5) << (causal ? "causal" : "full");
+    // WallFacer-2: a team's rows against the teams of its sub-ring (refine_doc_layout).
+    AttnConfig wf = config({Strategy::WallFacer, 8, 2, 1}, S, causal, docs, Layout::Balanced);
+    const double w = summarize_schedules(wf, 8).work_imbalance;
+    wf.layout = Layout::Strategy;
+    const double ws = summarize_schedules(wf, 8).work_imbalance;
+    EXPECT_LE(w, 1.10) << "wallfacer C=2 " << (causal ? "causal" : "full");
+    EXPECT_GT(ws, 1.5) << "wallfacer C=2 " << (causal ? "causal" : "full");
+  }
+}
+
+TEST(SeqparDocs, TilePairsSkipTilesWithoutKeptPairs) {
+  const std::vector<int64_t> lengths = {1, 200, 57, 300, 100, 366};
+  const auto ids = doc_ids(lengths);
+  const auto docs = kernels::doc_bounds_from_lengths(lengths, 1024);
+  const int tq = 128, tk = 256;
+  for (bool causal : {false, true})
+    for (auto [q0, qn, k0, kn] : std::vector<std::array<int64_t, 4>>{
+             {0, 1024, 0, 1024}, {100, 300, 0, 700}, {512, 512, 0, 512}, {0, 256, 700, 324}}) {
+      int64_t want = 0;
+      for (int64_t i = 0; i < qn; i += tq)
+        for (int64_t j = 0; j < kn; j += tk) {
+          const int64_t a = std::min<int64_t>(tq, qn - i), b = std::min<int64_t>(tk, kn - j);
+          if (brute_pairs(ids, q0 + i, a, k0 + j, b, causal) > 0) want += a * b;
+        }
+      EXPECT_EQ(attention_tile_pairs(docs, q0, qn, k0, kn, causal, tq, tk), want)
+          << q0 << " " << qn << " " << k0 << " " << kn;
+    }
+}
+
+TEST(SeqparDocs, DocumentsAndLayoutAreChecked) {
+  AttnConfig c = config({Strategy::Ring, 4, 1, 1}, 512, true, {100, 400}, Layout::Strategy);
+  EXPECT_THROW(validate(c, 4), UsageError);  // sums to 500
+  c.doc_lengths = {0, 512};
+  EXPECT_THROW(validate(c, 4), UsageError);
+  c.doc_lengths = {12, 500};
+  EXPECT_NO_THROW(validate(c, 4));
+  c.dtype = Dtype::bf16;
+  EXPECT_THROW(validate(c, 4), UsageError);
+  c.dtype = Dtype::fp32;
+  c.layout = Layout::Balanced;
+  c.seq = 528;  // a multiple of P = 4, not of 8P = 32
+  c.doc_lengths = {28, 500};
+  EXPECT_THROW(validate(c, 4), UsageError);
+  EXPECT_THROW(parse_layout("zigzag"), UsageError);
+  EXPECT_THROW(doc_lengths_from_options({1, 2}, 0, 4, 1), UsageError);
+  EXPECT_THROW(doc_lengths_from_options({1, 3}, 2, 4, 1), UsageError);
+  EXPECT_THROW(doc_lengths_from_options({}, 5, 4, 1), UsageError);
+  EXPECT_EQ(doc_lengths_from_options({}, 4, 4, 1), (std::vector<int64_t>{1, 1, 1, 1}));
+}
+
+}  // namespace
+}  // namespace wallfacer::seqpar
