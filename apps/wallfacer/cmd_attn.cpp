@@ -116,8 +116,7 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
   seqpar::ScheduleTotals worst;
   double fmax = 0, fsum = 0;
   for (int r = 0; r < P; ++r) {
-    const auto t = cfg.ulysses > 1 ? seqpar::hybrid_totals(cfg, P, r)
-                                   : seqpar::schedule_totals(seqpar::make_schedule(cfg, P, r));
+    const auto t = seqpar::schedule_totals(seqpar::make_schedule(cfg, P, r));
     for (auto m : {&seqpar::ScheduleTotals::p2p_bytes_fwd, &seqpar::ScheduleTotals::p2p_bytes_bwd,
                    &seqpar::ScheduleTotals::coll_bytes_fwd, &seqpar::ScheduleTotals::coll_bytes_bwd,
                    &seqpar::ScheduleTotals::p2p_steps_fwd, &seqpar::ScheduleTotals::p2p_steps_bwd})
@@ -239,16 +238,9 @@ int run_attn(const AttnOptions& o) {
   attn.set_progress_rows(o.progress_rows);
   std::vector<double> fwd_ms, bwd_ms, fwd_exp, bwd_exp;
   if (!o.trace.empty()) {
-    // Room for every span: each op of this rank's schedules (both of a hybrid) once per phase.
-    size_t ops = 0;
-    auto add = [&](const seqpar::Schedule& s) { ops += s.fwd.size() + s.bwd.size(); };
-    if (cfg.ulysses > 1) {
-      const auto h = seqpar::hybrid_configs(cfg, P);
-      add(seqpar::make_schedule(h.outer, h.u, rank % h.u));
-      add(seqpar::make_schedule(h.inner, h.rings, rank / h.u));
-    } else {
-      add(seqpar::make_schedule(cfg, P, rank));
-    }
+    // Room for every span: each op of this rank's schedule once per phase.
+    const auto s = seqpar::make_schedule(cfg, P, rank);
+    const size_t ops = s.fwd.size() + s.bwd.size();
     trace::start(size_t(o.iters) * (ops + 8) + 64);
   }
   for (int it = 0; it < o.iters; ++it) {

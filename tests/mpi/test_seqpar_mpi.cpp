@@ -739,10 +739,9 @@ int main(int argc, char** argv) {
                           c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
           const std::string name = c.dtype == Dtype::bf16 ? config + " bf16" : config;
           // Bytes and steps: the Communicator's counters == schedule counter == closed form, on
-          // every rank (hybrids: their Ulysses and ring schedules summed, and the planner's program
-          // of the two); what MPI was handed against all three.
-          const auto sched =
-              c.ulysses > 1 ? hybrid_totals(c, P, me) : schedule_totals(make_schedule(c, P, me));
+          // every rank (hybrids: the closed forms of their Ulysses and ring parts summed, and the
+          // planner's program too); what MPI was handed against all three.
+          const auto sched = schedule_totals(make_schedule(c, P, me));
           const auto form = formula_totals(c, P, me);
           const auto& st = r.stats;
           const int64_t measured[] = {st.p2p_bytes_fwd,  st.p2p_bytes_bwd, st.coll_bytes_fwd,

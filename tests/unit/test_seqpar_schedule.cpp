@@ -160,7 +160,8 @@ TEST(SeqparSchedule, HybridValidate) {
   EXPECT_NO_THROW(validate(hybrid(Strategy::Zigzag, 24, 3, 3, 3, true), 6));
 }
 
-// A hybrid's two schedules sum to its closed form; the Ulysses part only moves data.
+// A hybrid's schedule sends what its closed form (Ulysses in the team plus the ring over the teams)
+// says, and computes every kept (query, key) pair of its rows once, on heads/u heads.
 TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
   for (auto [P, u] : std::vector<std::pair<int, int>>{{4, 2}, {8, 2}, {8, 4}, {16, 4}, {6, 3}}) {
     for (bool causal : {false, true}) {
@@ -170,15 +171,24 @@ TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
         for (Dtype d : {Dtype::fp32, Dtype::bf16}) {
           c.dtype = d;
           for (int r = 0; r < P; ++r) {
-            auto got = hybrid_totals(c, P, r);
+            const Schedule s = make_schedule(c, P, r);
+            auto got = schedule_totals(s);
             EXPECT_GT(got.p2p_bytes_fwd, 0);
             EXPECT_GT(got.coll_bytes_bwd, 0);
+            // Forward FLOPs: 4 per kept pair, head and head dim, of this rank's team rows against
+            // the whole sequence, on heads/u heads.
+            int64_t pairs = 0;
+            for (int b = 0; b < u; ++b)
+              for (int64_t q : local_positions(c, P, r / u * u + b))
+                pairs += causal ? q + 1 : c.seq;
+            EXPECT_EQ(got.flops_fwd, 4.0 * double(pairs) * c.batch * (c.heads / u) * c.head_dim);
+            EXPECT_EQ(got.flops_bwd, 2.5 * got.flops_fwd);
             got.flops_fwd = got.flops_bwd = 0;
             EXPECT_EQ(got, formula_totals(c, P, r))
                 << "P=" << P << " u=" << u << " rank " << r << " " << dtype_name(d);
+            EXPECT_EQ(s.teams, u);
           }
         }
-        EXPECT_THROW(make_schedule(c, P, 0), Error);  // no single schedule
       }
     }
   }

@@ -90,11 +90,6 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
   return h;
 }
 
-int64_t hybrid_staging_elements(const AttnConfig& cfg, int P) {
-  const int64_t rows = int64_t(cfg.batch) * (cfg.seq / P), D = cfg.head_dim;
-  return rows * (3 * int64_t(cfg.heads) * D + 4 * int64_t(cfg.kv_heads) * D + 2 * cfg.heads);
-}
-
 void validate(const AttnConfig& cfg, int P) {
   WF_USAGE_CHECK(P >= 1, "the group has {} ranks; it needs at least 1", P);
   WF_USAGE_CHECK(cfg.batch >= 1, "--batch is {}; it must be at least 1", cfg.batch);

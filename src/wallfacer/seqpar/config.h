@@ -61,20 +61,16 @@ struct AttnConfig {
   Dtype dtype = Dtype::fp32;
 };
 
-// The two configs a Ulysses x ring hybrid composes: `inner` runs on the P/u ranks with the same
-// member index (the ring over the teams: heads/u and kv_heads/u, strategy of cfg), `outer` on the u
-// ranks of a team (Ulysses on seq/(P/u) tokens: the team's rows). Rank j*u + a holds rows
-// [a*n, (a+1)*n) (n = seq/P) of the rows that rank j of `inner` holds. Both have ulysses = 1.
+// The two configs a Ulysses x ring hybrid is made of (its layout and its closed-form volumes are
+// theirs; its schedule is one, make_schedule): `inner`, the ring over the P/u ranks with the same
+// member index (heads/u and kv_heads/u, strategy of cfg), and `outer`, Ulysses on the u ranks of a
+// team (on seq/(P/u) tokens: the team's rows). Rank j*u + a holds rows [a*n, (a+1)*n) (n = seq/P)
+// of the rows that rank j of `inner` holds. Both have ulysses = 1.
 struct HybridConfigs {
   AttnConfig outer, inner;
   int u = 1, rings = 1;  // team size (Ulysses degree) and ring length P/u
 };
 HybridConfigs hybrid_configs(const AttnConfig& cfg, int P);
-
-// Elements a hybrid's DistAttention holds besides its two schedules' buffers: the gathered rows in
-// the inner ring's layout, (B, u*n) rows of heads/u heads: q, dout, o (dq), k, v, dk, dv, lse,
-// delta.
-int64_t hybrid_staging_elements(const AttnConfig& cfg, int P);
 
 // Throws UsageError with a one-line message when cfg cannot run on P ranks.
 void validate(const AttnConfig& cfg, int P);

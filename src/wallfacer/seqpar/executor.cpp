@@ -393,7 +393,6 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   const auto t0 = team_.counters();
   std::vector<comm::Request> reqs(ops.size());
   std::set<int> rounds;
-  bool hooked = false;
   const bool traced = trace::on();
   if (traced) begin_trace(ops);
   Timer total;
@@ -430,15 +429,8 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
         break;
       }
       case OpKind::Compute:
-        if (!hook_) {
-          compute(op, reqs);
-          st.flops += op.flops;
-        } else if (!hooked) {
-          hook_(op, ptr(op.src), ptr(op.src2), ptr(op.dst), ptr(op.dst2));
-          hooked = true;
-        } else {
-          continue;  // done by the hook
-        }
+        compute(op, reqs);
+        st.flops += op.flops;
         break;
     }
     if (traced) trace_op(int(i), start_ns);
@@ -555,10 +547,6 @@ void Executor::trace_op(int i, int64_t start_ns) {
                     {index, phase, sched});
       break;
     case OpKind::Compute:
-      if (hook_) {  // a span around the hook's own spans (a hybrid's ring over the teams)
-        trace::record("ring over teams", trace::Cat::Phase, start_ns, now, {index, phase, sched});
-        break;
-      }
       trace::record(op.backward ? "attention backward" : "attention forward", trace::Cat::Compute,
                     start_ns, now,
                     {{"q_rows", op.qseg.rows},

@@ -173,13 +173,42 @@ std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team
   return segs;
 }
 
-// Ring, zigzag ring and WallFacer-C (ring = WallFacer-1).
+// Where the ring steps of a schedule go: teams of C ranks (rank r = t*C + a) hold team buffers of
+// C blocks that circulate on rings of G ranks with the same member index.
+//   WallFacer-C (ring and zigzag are C = 1): the TeamLayout geometry (placement, sub-rings).
+//   Ulysses x ring hybrid (C = u): no placement; the ring runs over the G = P/u teams.
+struct RingLayout {
+  bool hybrid = false;
+  int C = 1, G = 1;
+  TeamLayout team;
+  RingLayout(const AttnConfig& c, int P, int C_)
+      : hybrid(c.ulysses > 1),
+        C(C_),
+        G(hybrid ? P / C_ : P / (C_ * C_)),
+        team(P, hybrid ? 1 : C_) {}
+  int placement_dst(int r) const { return hybrid ? r : team.placement_dst(r); }
+  int placement_src(int r) const { return hybrid ? r : team.placement_src(r); }
+  int next(int r) const { return hybrid ? ((r / C + 1) % G) * C + r % C : team.next(r); }
+  int prev(int r) const { return hybrid ? ((r / C + G - 1) % G) * C + r % C : team.prev(r); }
+  int kv_team(int r, int step) const {
+    return hybrid ? (r / C - step % G + G) % G : team.kv_team(r, step);
+  }
+  int query_team(int r, int step) const {
+    return hybrid ? (r / C - step % G + G) % G : team.query_team(r, step);
+  }
+};
+
+// Ring, zigzag ring, WallFacer-C (ring = WallFacer-1) and the Ulysses x ring hybrids. The team
+// buffers (C blocks, block a of member a's rows) come from an all-gather in the team (WallFacer)
+// or from Ulysses' all-to-all in the team, which trades the members' rows for heads: member a then
+// holds the team's rows of heads slice a (H/u heads, Hkv/u kv heads) and the ring runs on those.
 void build_team_ring(Schedule& s, Builder& b) {
   const auto& c = s.cfg;
   const int P = s.P, r = s.rank, C = s.teams;
-  const TeamLayout L(P, C);
+  const RingLayout L(c, P, C);
+  const bool hybrid = L.hybrid;
   const int G = L.G, t = r / C;
-  const int H = c.heads, K = c.kv_heads;
+  const int H = hybrid ? c.heads / C : c.heads, K = hybrid ? c.kv_heads / C : c.kv_heads;
   // w: the tensors and their messages; f: the accumulators (and the gradients that travel).
   const Dtype w = c.dtype, f = Dtype::fp32;
   const int place_dst = L.placement_dst(r), place_src = L.placement_src(r);
@@ -189,13 +218,26 @@ void build_team_ring(Schedule& s, Builder& b) {
   const bool keep = c.keep_kv && C > 1;
   const auto my_team = team_segments(c, P, C, t);
   const auto resident = team_segments(c, P, C, L.kv_team(r, 0));
+  // Ulysses' all-to-all in the team: `src` (C blocks, block j for member j) -> a new buffer.
+  auto trade = [&](int src, const std::string& name) {
+    const BufferSpec spec = s.buffers[size_t(src)];
+    const int dst = b.buffer(name, spec.fmt, C, spec.heads, spec.dtype);
+    b.collective(CollKind::AllToAll, Group::Team, C, src, dst);
+    return dst;
+  };
 
   // ---- forward
   b.phase(&s.fwd);
-  const int kvl = b.buffer("kv_local", Fmt::KV, 1, K, w);
-  b.local(LocalKind::PackKV, -1, kvl);
-  int qt = kInQ, kvt = kvl;
-  if (C > 1) {
+  int kvl = -1, kvs = -1, qt = kInQ, kvt = -1;
+  if (hybrid) {
+    kvs = b.buffer("kv_shards", Fmt::KV, C, K, w);
+    b.local(LocalKind::PackKV, -1, kvs, -1, C);
+    kvt = trade(kvs, "kv_team");
+  } else {
+    kvl = kvt = b.buffer("kv_local", Fmt::KV, 1, K, w);
+    b.local(LocalKind::PackKV, -1, kvl);
+  }
+  if (C > 1 && !hybrid) {
     kvt = b.buffer(keep && !placed ? "kv_kept" : "kv_team", Fmt::KV, C, K, w, keep && !placed);
     b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   }
@@ -207,7 +249,11 @@ void build_team_ring(Schedule& s, Builder& b) {
     pr = b.recv(kv_first, place_src, kTagPlace);
     b.next_round();
   }
-  if (C > 1) {
+  if (hybrid) {
+    const int qs = b.buffer("q_shards", Fmt::Rows, C, H, w);
+    b.local(LocalKind::Shard, kInQ, qs, -1, C);
+    qt = trade(qs, "q_team");
+  } else if (C > 1) {
     qt = b.buffer("q_team", Fmt::Rows, C, H, w);
     b.collective(CollKind::AllGather, Group::Team, C, kInQ, qt);
   }
@@ -233,7 +279,13 @@ void build_team_ring(Schedule& s, Builder& b) {
       b.next_round();
     }
   }
-  if (C > 1) {
+  if (hybrid) {
+    // O back to the rows' owners as the tensors travel (rounded to bf16 once); LSE stays fp32.
+    const int os = trade(b.as_dtype(oacc, "o_team_wire", w), "o_shards");
+    const int ls = trade(lacc, "lse_shards");
+    b.local(LocalKind::Merge, os, kOutO, -1, C);
+    b.local(LocalKind::Merge, ls, kOutLse, -1, C);
+  } else if (C > 1) {
     // The partial O travel as the tensors do (rounded to bf16 once); LSE stays fp32.
     const int owire = b.as_dtype(oacc, "o_team_wire", w);
     b.collective(CollKind::ReduceScatterLse, Group::Team, C, owire, kOutO, lacc, kOutLse);
@@ -252,6 +304,9 @@ void build_team_ring(Schedule& s, Builder& b) {
   ps = pr = -1;
   if (keep) {
     kv_placed = kv_first;  // kept from the forward
+  } else if (hybrid) {
+    b.local(LocalKind::PackKV, -1, kvs, -1, C);
+    b.collective(CollKind::AllToAll, Group::Team, C, kvs, kvt);
   } else {
     b.local(LocalKind::PackKV, -1, kvl);
     if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
@@ -262,10 +317,18 @@ void build_team_ring(Schedule& s, Builder& b) {
     pr = b.recv(kv_placed, place_src, kTagPlace);
     b.next_round();
   }
-  const int qpl = b.buffer("qpack_local", Fmt::QPack, 1, H, w);
-  b.local(LocalKind::PackQPack, -1, qpl);
-  int qpt = qpl;
-  if (C > 1) {
+  int qpt = -1;
+  if (hybrid) {
+    const int qps = b.buffer("qpack_shards", Fmt::QPack, C, H, w);
+    b.local(LocalKind::PackQPack, -1, qps, -1, C);
+    qpt = trade(qps, "qpack_team");
+  }
+  const int qpl = hybrid ? -1 : b.buffer("qpack_local", Fmt::QPack, 1, H, w);
+  if (!hybrid) {
+    b.local(LocalKind::PackQPack, -1, qpl);
+    qpt = qpl;
+  }
+  if (C > 1 && !hybrid) {
     qpt = b.buffer("qpack_team", Fmt::QPack, C, H, w);
     b.collective(CollKind::AllGather, Group::Team, C, qpl, qpt);
   }
@@ -319,6 +382,14 @@ void build_team_ring(Schedule& s, Builder& b) {
   if (G > 1) {
     const int h = b.recv(home, L.prev(r), kTagGrad);
     b.wait({h, acc_send[0], acc_send[1]});
+  }
+  if (hybrid) {
+    // dQ and dK,dV back to the rows' owners, in fp32, rounded once by the merge.
+    const int dqs = trade(dq_team, "dq_shards");
+    const int dkvs = trade(dkv_team, "dkv_shards");
+    b.local(LocalKind::Merge, dqs, kOutDq, -1, C);
+    b.local(LocalKind::UnpackKV, dkvs, -1, -1, C);
+    return;
   }
   // dK, dV go back along the inverse placement while dQ is reduce-scattered in the team.
   int dkvt = dkv_team, rs = -1, rr = -1;
@@ -494,7 +565,8 @@ int64_t attention_tile_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
   const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
-  const int64_t G = P / (C * C), D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
+  const int64_t G = cfg.ulysses > 1 ? P / cfg.ulysses : P / (C * C), D = cfg.head_dim,
+                H = cfg.heads, K = cfg.kv_heads;
   const int64_t e = dtype_bytes(cfg.dtype);
   if (G == 1) return false;  // no hops either way
   const int64_t kv = (G - 1) * 2 * K * D * e + G * 2 * K * D * 4;
@@ -504,13 +576,12 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
 
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   validate(cfg, P);
-  WF_CHECK(cfg.ulysses == 1, "a Ulysses x ring hybrid runs the two schedules of hybrid_configs");
   WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
   Schedule s;
   s.cfg = cfg;
   s.P = P;
   s.rank = rank;
-  s.teams = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  s.teams = cfg.ulysses > 1 ? cfg.ulysses : cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
   const int H = cfg.heads, K = cfg.kv_heads;
@@ -575,15 +646,6 @@ ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b) {
   t.flops_fwd = a.flops_fwd + b.flops_fwd;
   t.flops_bwd = a.flops_bwd + b.flops_bwd;
   return t;
-}
-
-ScheduleTotals hybrid_totals(const AttnConfig& cfg, int P, int rank) {
-  validate(cfg, P);
-  const auto h = hybrid_configs(cfg, P);
-  // The Ulysses schedule's compute ops are not run (the ring computes): only its transfers count.
-  auto outer = schedule_totals(make_schedule(h.outer, h.u, rank % h.u));
-  outer.flops_fwd = outer.flops_bwd = 0;
-  return outer + schedule_totals(make_schedule(h.inner, h.rings, rank / h.u));
 }
 
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {

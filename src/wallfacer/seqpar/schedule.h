@@ -132,7 +132,8 @@ struct Op {
 struct Schedule {
   AttnConfig cfg;
   int P = 1, rank = 0;
-  int teams = 1;                    // C: the size of the Team group (ranks rank/C*C .. +C-1)
+  int teams = 1;                    // the size of the Team group (ranks rank/C*C .. +C-1): C,
+                                    // or a hybrid's Ulysses degree u
   int64_t n = 0;                    // rows per rank
   bool bwd_moves_kv = false;        // backward: K,V travel (else the query packages)
   std::vector<BufferSpec> buffers;  // indexed by buffer id
@@ -153,8 +154,10 @@ bool backward_moves_kv(const AttnConfig& cfg, int P);
 int64_t kept_elements(const AttnConfig& cfg, int P);
 
 // The schedule of `rank` (validates cfg first: UsageError when it cannot run on P ranks). A Ulysses
-// x ring hybrid (cfg.ulysses > 1) has no schedule of its own: it runs the schedules of the two
-// configs of hybrid_configs (see hybrid_totals).
+// x ring hybrid (cfg.ulysses = u > 1) is one schedule too: all-to-alls of q and K,V in the team
+// (Team group of u consecutive ranks) trade the members' rows for heads, the ring (zigzag ring)
+// steps run with world peers on the team's rows of heads/u heads, and all-to-alls take O, LSE
+// back (backward: the query packages and K,V in, dQ and dK,dV back).
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank);
 
 // What a schedule sends, summed without running it.
@@ -168,9 +171,6 @@ struct ScheduleTotals {
 };
 ScheduleTotals schedule_totals(const Schedule& s);
 ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b);
-
-// A hybrid's totals of `rank`: its Ulysses schedule in the team plus its ring schedule.
-ScheduleTotals hybrid_totals(const AttnConfig& cfg, int P, int rank);
 
 // Closed-form volumes of one rank (docs/algorithm.md, "Volumes": forward and backward, GQA, and
 // the LSE and delta rows that travel with O and the query packages; the element size of
