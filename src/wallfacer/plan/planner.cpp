@@ -66,7 +66,8 @@ namespace {
 double scratch_of(const seqpar::Schedule& s) {
   double e = 0;
   for (size_t b = seqpar::kNumUserBuffers; b < s.buffers.size(); ++b)
-    if (!s.buffers[b].kept)  // kept ones: one per layer, counted apart (kept_elements)
+    // Kept ones: one per layer, counted apart (kept_elements); aliases: no memory of their own.
+    if (!s.buffers[b].kept && s.buffers[b].alias < 0)
       e += double(s.buffers[b].blocks) *
            double(seqpar::block_elements(s.buffers[b], s.cfg.batch, s.cfg.head_dim));
   return e;

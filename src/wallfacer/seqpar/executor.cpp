@@ -65,11 +65,17 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
     : s_(std::move(schedule)), group_(std::move(group)), team_(std::move(team)) {
   scratch_.resize(s_.buffers.size());
   for (size_t id = kNumUserBuffers; id < s_.buffers.size(); ++id) {
-    if (s_.buffers[id].kept) {
+    const auto& spec = s_.buffers[id];
+    if (spec.alias >= 0) {  // shares the memory of another buffer
+      const int a = spec.alias;
+      WF_CHECK(a >= kNumUserBuffers && a < int(id) && !spec.kept && !s_.buffers[a].kept &&
+                   s_.buffers[a].alias < 0 && buffer_bytes(int(id)) <= buffer_bytes(a),
+               "buffer {} cannot share the memory of buffer {}", spec.name, a);
+    } else if (spec.kept) {
       kept_ids_.push_back(int(id));
-      continue;
+    } else {
+      scratch_[id].assign(size_t((buffer_bytes(int(id)) + 3) / 4), 0.0f);
     }
-    scratch_[id].assign(size_t((buffer_bytes(int(id)) + 3) / 4), 0.0f);
   }
   // World ranks of the group's ranks, for the peers in trace spans (ranks < 2^24: exact floats).
   const float me = float(comm::Communicator::world().rank());
@@ -94,7 +100,8 @@ std::byte* Executor::ptr(int buf, int block) {
     const size_t k = std::find(kept_ids_.begin(), kept_ids_.end(), buf) - kept_ids_.begin();
     base = kept_.back()[k].data();
   } else {
-    base = scratch_[buf].data();
+    const int own = s_.buffers[buf].alias >= 0 ? s_.buffers[buf].alias : buf;
+    base = scratch_[size_t(own)].data();
   }
   WF_CHECK(base != nullptr, "buffer {} ({}) is not bound", buf, s_.buffers[buf].name);
   return static_cast<std::byte*>(base) +

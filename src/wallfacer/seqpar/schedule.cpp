@@ -1,6 +1,5 @@
 #include "wallfacer/seqpar/schedule.h"
 
-#include <map>
 #include <set>
 
 #include "wallfacer/core/error.h"
@@ -24,15 +23,24 @@ class Builder {
     round_ = 0;
   }
 
-  // A scratch buffer; the same name in the forward and the backward is the same buffer.
+  // A new scratch buffer (names are unique: one per tensor).
   int buffer(const std::string& name, Fmt fmt, int blocks, int heads, Dtype dtype,
              bool kept = false) {
-    auto it = by_name_.find(name);
-    if (it != by_name_.end()) return it->second;
+    WF_CHECK(names_.insert(name).second, "schedule buffer {} declared twice", name);
     s_.buffers.push_back({name, fmt, blocks, s_.n, heads, kept, dtype});
-    const int id = int(s_.buffers.size()) - 1;
-    by_name_[name] = id;
-    return id;
+    return int(s_.buffers.size()) - 1;
+  }
+
+  // A new buffer of the shape of `of` that shares its memory (BufferSpec::alias).
+  int alias(const std::string& name, int of) {
+    BufferSpec spec = s_.buffers[size_t(of)];
+    WF_CHECK(!spec.kept && spec.alias < 0 && of >= kNumUserBuffers,
+             "buffer {} cannot lend its memory to {}", spec.name, name);
+    WF_CHECK(names_.insert(name).second, "schedule buffer {} declared twice", name);
+    spec.name = name;
+    spec.alias = of;
+    s_.buffers.push_back(spec);
+    return int(s_.buffers.size()) - 1;
   }
 
   int64_t bytes(int buf) const { return s_.buffers[buf].blocks * block_size(buf); }
@@ -161,7 +169,7 @@ class Builder {
   Schedule& s_;
   std::vector<Op>* ops_ = nullptr;
   int round_ = 0;
-  std::map<std::string, int> by_name_;
+  std::set<std::string> names_;
 };
 
 // The rows of team `team` (C member blocks), as segments of its team block.
@@ -241,10 +249,21 @@ void build_team_ring(Schedule& s, Builder& b) {
     kvt = b.buffer(keep && !placed ? "kv_kept" : "kv_team", Fmt::KV, C, K, w, keep && !placed);
     b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   }
+  // The K,V blocks that circulate, and the placed one: the block of forward step 0 and the
+  // backward's resident K,V (or, when K,V travel, the block of its step 0). Without keep_kv it
+  // lives in kv_ring0, which the ring first writes at step 1, when step 0 is done with it (and
+  // which a backward that moves the query packages leaves alone).
+  const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K, w) : -1;
+  const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K, w) : -1;
+  int kv_placed = -1;
+  if (placed)
+    kv_placed = keep    ? b.buffer("kv_kept", Fmt::KV, C, K, w, true)
+                : G > 1 ? b.alias("kv_placed", ring0)
+                        : b.buffer("kv_placed", Fmt::KV, C, K, w);
   int kv_first = kvt;
   int ps = -1, pr = -1;
   if (placed) {
-    kv_first = b.buffer(keep ? "kv_kept" : "kv_ring0", Fmt::KV, C, K, w, keep);
+    kv_first = kv_placed;
     ps = b.send(kvt, place_dst, kTagPlace);
     pr = b.recv(kv_first, place_src, kTagPlace);
     b.next_round();
@@ -263,8 +282,6 @@ void build_team_ring(Schedule& s, Builder& b) {
   if (C > 1 || w != f) oacc = b.buffer("o_team", Fmt::Rows, C, H, f);
   if (C > 1) lacc = b.buffer("lse_team", Fmt::Stat, C, H, f);
   b.local(LocalKind::InitOut, -1, oacc, lacc);
-  const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K, w) : -1;
-  const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K, w) : -1;
   for (int step = 0; step < G; ++step) {
     const int cur = step == 0 ? kv_first : (step % 2 ? ring1 : ring0);
     int sa = -1, ra = -1;
@@ -300,10 +317,10 @@ void build_team_ring(Schedule& s, Builder& b) {
   // reduce-scatters dQ and dK,dV. Gradients travel and are summed in fp32 (docs/numerics.md).
   b.phase(&s.bwd);
   const bool move_kv = s.bwd_moves_kv;
-  int kv_placed = kvt;
+  const int kv_resident = placed ? kv_placed : kvt;  // with keep_kv: the forward's kv_kept
   ps = pr = -1;
   if (keep) {
-    kv_placed = kv_first;  // kept from the forward
+    // kept from the forward
   } else if (hybrid) {
     b.local(LocalKind::PackKV, -1, kvs, -1, C);
     b.collective(CollKind::AllToAll, Group::Team, C, kvs, kvt);
@@ -312,7 +329,6 @@ void build_team_ring(Schedule& s, Builder& b) {
     if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   }
   if (placed && !keep) {
-    kv_placed = b.buffer("kv_ring0", Fmt::KV, C, K, w);
     ps = b.send(kvt, place_dst, kTagPlace);
     pr = b.recv(kv_placed, place_src, kTagPlace);
     b.next_round();
@@ -341,13 +357,13 @@ void build_team_ring(Schedule& s, Builder& b) {
   const int home = move_kv ? dkv_team : dq_team;
   const Fmt tfmt = move_kv ? Fmt::KV : Fmt::QPack, afmt = move_kv ? Fmt::KV : Fmt::Rows;
   const int theads = move_kv ? K : H;
-  const int first = move_kv ? kv_placed : qpt;
+  const int first = move_kv ? kv_resident : qpt;
   const int tag_t = move_kv ? kTagKV : kTagQPack;
   b.local(LocalKind::Zero, -1, res_acc);
   int ring[2] = {-1, -1}, slot[2] = {home, -1}, acc_in = -1;
   if (G > 1) {
-    ring[0] = b.buffer(move_kv ? "kv_ring0" : "qpack_ring0", tfmt, C, theads, w);
-    ring[1] = b.buffer(move_kv ? "kv_ring1" : "qpack_ring1", tfmt, C, theads, w);
+    ring[0] = move_kv ? ring0 : b.buffer("qpack_ring0", tfmt, C, theads, w);
+    ring[1] = move_kv ? ring1 : b.buffer("qpack_ring1", tfmt, C, theads, w);
     slot[0] = b.buffer("grad_part0", afmt, C, theads, f);
     slot[1] = b.buffer("grad_part1", afmt, C, theads, f);
     acc_in = b.buffer("grad_in", afmt, C, theads, f);
@@ -368,8 +384,8 @@ void build_team_ring(Schedule& s, Builder& b) {
       b.computes(true, qpt, cur, res_acc, acc, my_team, team_segments(c, P, C, L.kv_team(r, step)),
                  H, K);
     } else {
-      b.computes(true, cur, kv_placed, acc, res_acc, team_segments(c, P, C, L.query_team(r, step)),
-                 resident, H, K);
+      b.computes(true, cur, kv_resident, acc, res_acc,
+                 team_segments(c, P, C, L.query_team(r, step)), resident, H, K);
     }
     if (step > 0) {
       b.wait({ain});
@@ -448,7 +464,7 @@ void build_ulysses(Schedule& s, Builder& b) {
 
   b.phase(&s.bwd);
   b.local(LocalKind::PackKV, -1, kvs, -1, P);
-  a2a(kvs, "kv_heads", Fmt::KV, k);
+  if (P > 1) b.collective(CollKind::AllToAll, Group::World, P, kvs, kvh);
   const int qps = b.buffer("qpack_shards", Fmt::QPack, P, h, w);
   b.local(LocalKind::PackQPack, -1, qps, -1, P);
   const int qph = a2a(qps, "qpack_heads", Fmt::QPack, h);

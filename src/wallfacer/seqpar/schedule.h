@@ -12,7 +12,9 @@
 //   QPack [q (B,rows,H,D) | dout (B,rows,H,D) | lse (B,H,rows) | delta (B,H,rows)]
 //                                             the immutable part of a backward query package
 // Buffers 0..kNumUserBuffers-1 are the caller's tensors (one block of the rank's own rows); the
-// others are scratch that the executor allocates once.
+// others are scratch that the executor allocates once. A buffer id names one tensor: the forward
+// and the backward use the same id for the same tensor (kv_local, kv_ring0, ...), and no id
+// serves two roles. Two roles share memory only where a buffer says so (BufferSpec::alias).
 //
 // Element types. Each buffer has a dtype, the type of its Rows and KV elements and of the q and
 // dout parts of a QPack; Stat buffers and the lse, delta parts of a QPack are fp32 always. With
@@ -61,6 +63,10 @@ struct BufferSpec {
   // copy per forward not yet followed by its backward, last in, first out.
   bool kept = false;
   Dtype dtype = Dtype::fp32;  // of the Rows / KV elements and the q, dout parts of a QPack
+  // >= 0: this buffer has no memory of its own but that of buffer `alias` (a scratch buffer, not
+  // kept, itself no alias, of at least this buffer's bytes): the schedule never needs both at
+  // once.
+  int alias = -1;
 };
 
 // Elements of one block of `spec` (batch B, head dim D).
