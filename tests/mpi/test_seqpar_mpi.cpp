@@ -34,6 +34,7 @@
 #include "mpi_bytes.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/kernels/attention.h"
 #include "wallfacer/plan/attention_program.h"
 #include "wallfacer/plan/placement.h"
 #include "wallfacer/plan/planner.h"
@@ -425,7 +426,8 @@ int test_comm(comm::Communicator& world) {
     std::vector<float> o(size_t(P * ob), float(me + 1)), l(size_t(P * lb), std::log(float(me + 1)));
     std::vector<float> oo(static_cast<size_t>(ob)), lo(static_cast<size_t>(lb));
     const auto t0 = mpi_bytes::tally();
-    world.reduce_scatter_lse(o.data(), l.data(), oo.data(), lo.data(), B, rows, H, D);
+    world.reduce_scatter_lse(o.data(), l.data(), oo.data(), lo.data(), B, rows, H, D,
+                             kernels::lse_merge_rows);
     const auto handed = mpi_bytes::since(t0);
     double s1 = 0, s2 = 0;
     for (int s = 1; s <= P; ++s) {

@@ -373,10 +373,10 @@ void Executor::collective(const Op& op) {
       const auto& spec = s_.buffers[op.dst];
       if (half)
         comm.reduce_scatter_lse(b16(op.src), f32(op.src2), b16(op.dst), f32(op.dst2), s_.cfg.batch,
-                                s_.n, spec.heads, s_.cfg.head_dim);
+                                s_.n, spec.heads, s_.cfg.head_dim, kernels::lse_merge_rows);
       else
         comm.reduce_scatter_lse(f32(op.src), f32(op.src2), f32(op.dst), f32(op.dst2), s_.cfg.batch,
-                                s_.n, spec.heads, s_.cfg.head_dim);
+                                s_.n, spec.heads, s_.cfg.head_dim, kernels::lse_merge_rows);
       break;
     }
   }
