@@ -5,12 +5,14 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/timer.h"
 #include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/attention_params.h"
 
 namespace wallfacer::seqpar {
 
@@ -225,124 +227,77 @@ void Executor::local(const Op& op) {
   }
 }
 
+namespace {
+
+void run_kernel(const kernels::AttnFwdParams& p) { kernels::attn_fwd(p); }
+void run_kernel(const kernels::AttnFwdBf16Params& p) { kernels::attn_fwd_bf16(p); }
+void run_kernel(const kernels::AttnBwdParams& p) { kernels::attn_bwd(p); }
+void run_kernel(const kernels::AttnBwdBf16Params& p) { kernels::attn_bwd_bf16(p); }
+
+// Query rows [r0, r0 + rows) of compute op `op` (relative to its query segment) with the kernels
+// of element type T: q (a Rows block, or the QPack block of the backward) and K,V of type T, the
+// accumulators fp32. `q_block`, `kv_block`, `out`, `out2`: the op's blocks (K,V and dK,dV at the
+// key segment's first row); n rows per block.
+template <class T>
+void compute_rows(const Op& op, int batch, int head_dim, int64_t n, std::byte* q_block,
+                  const std::byte* kv_block, float* out, float* out2, int64_t r0, int64_t rows) {
+  const int h = op.heads, k = op.kv_heads, D = head_dim;
+  const int64_t row = op.qseg.row0 + r0, q_at = row * h * D;
+  const T* kv = reinterpret_cast<const T*>(kv_block);
+  kernels::AttnInputs<T> t;
+  t.dims = {batch, int(rows), int(op.kseg.rows), h, k, D};
+  t.q_stride = {n * h * D, int64_t(h) * D, D};  // Rows blocks of h heads
+  t.k = kv;                                     // KV blocks of k heads
+  t.v = kv + int64_t(k) * D;
+  t.kv_stride = {n * 2 * k * D, 2 * int64_t(k) * D, D};
+  t.stat_stride = {int64_t(h) * n, n};  // Stat blocks of h heads
+  t.scale = 1.0f / std::sqrt(float(D));
+  t.causal = op.masked;
+  t.q_pos0 = op.qseg.pos0 + r0;
+  t.k_pos0 = op.kseg.pos0;
+  t.accumulate = true;
+  if (!op.backward) {
+    t.q = reinterpret_cast<const T*>(q_block) + q_at;
+    run_kernel(kernels::fwd_params(t, out + q_at, out2 + row));
+    return;
+  }
+  const Dtype dt = std::is_same_v<T, bf16> ? Dtype::bf16 : Dtype::fp32;
+  const QPackParts part = qpack_parts(q_block, dt, batch, n, h, D);
+  t.q = reinterpret_cast<const T*>(part.q) + q_at;
+  kernels::AttnGrads<T, float> g;
+  g.dout = reinterpret_cast<const T*>(part.dout) + q_at;
+  g.lse = part.lse + row;
+  g.delta = part.delta + row;
+  g.dq = out + q_at;
+  g.dk = out2;
+  g.dv = out2 + int64_t(k) * D;
+  run_kernel(kernels::bwd_params(t, g));
+}
+
+}  // namespace
+
 void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   const auto& c = s_.cfg;
-  const int B = c.batch, D = c.head_dim, h = op.heads, k = op.kv_heads;
   const int64_t n = s_.n;
-  const float scale = 1.0f / std::sqrt(float(D));
-  const Strides3 qs{n * h * D, int64_t(h) * D, D};           // Rows blocks of h heads
-  const Strides3 kvs{n * 2 * k * D, 2 * int64_t(k) * D, D};  // KV blocks of k heads
-  const Strides2 st{int64_t(h) * n, n};                      // Stat blocks of h heads
   const bool half = s_.buffers[op.src].dtype == Dtype::bf16;
   const int64_t e = dtype_bytes(s_.buffers[op.src].dtype);
   // The inputs (q or query package, K,V) are of the schedule's dtype, the outputs fp32.
   std::byte* qb = ptr(op.src, op.qseg.block);
-  const std::byte* kvb = ptr(op.src2, op.kseg.block) + op.kseg.row0 * 2 * k * D * e;
+  const std::byte* kvb =
+      ptr(op.src2, op.kseg.block) + op.kseg.row0 * 2 * op.kv_heads * c.head_dim * e;
   float* ob = f32(op.dst, op.qseg.block);
-  float* o2b = f32(op.dst2, op.dst2 >= 0 ? (op.backward ? op.kseg.block : op.qseg.block) : 0);
-  auto at = [](const std::byte* p, int64_t i) { return reinterpret_cast<const float*>(p) + i; };
-  auto at16 = [](const std::byte* p, int64_t i) { return reinterpret_cast<const bf16*>(p) + i; };
+  float* o2b = f32(op.dst2, op.backward ? op.kseg.block : op.qseg.block);
+  if (op.backward) o2b += op.kseg.row0 * 2 * op.kv_heads * c.head_dim;  // dK,dV of the key rows
 
   // Sub-blocks of query rows: between them the pending transfers get MPI progress.
   bool pending = poll(reqs);
   const int64_t chunk = pending && progress_rows_ > 0 ? progress_rows_ : op.qseg.rows;
   for (int64_t r0 = 0; r0 < op.qseg.rows; r0 += chunk) {
     const int64_t rows = std::min(chunk, op.qseg.rows - r0);
-    const int64_t row = op.qseg.row0 + r0;
-    kernels::AttnDims dims{B, int(rows), int(op.kseg.rows), h, k, D};
-    if (!op.backward && !half) {
-      kernels::AttnFwdParams p;
-      p.dims = dims;
-      p.q = at(qb, row * h * D);
-      p.q_stride = qs;
-      p.k = at(kvb, 0);
-      p.k_stride = kvs;
-      p.v = at(kvb, int64_t(k) * D);
-      p.v_stride = kvs;
-      p.o = ob + row * h * D;
-      p.o_stride = qs;
-      p.lse = o2b + row;
-      p.lse_stride = st;
-      p.scale = scale;
-      p.causal = op.masked;
-      p.q_pos0 = op.qseg.pos0 + r0;
-      p.k_pos0 = op.kseg.pos0;
-      p.accumulate = true;
-      kernels::attn_fwd(p);
-    } else if (!op.backward) {
-      kernels::AttnFwdBf16Params p;
-      p.dims = dims;
-      p.q = at16(qb, row * h * D);
-      p.q_stride = qs;
-      p.k = at16(kvb, 0);
-      p.k_stride = kvs;
-      p.v = at16(kvb, int64_t(k) * D);
-      p.v_stride = kvs;
-      p.o = {nullptr, ob + row * h * D, qs};
-      p.lse = o2b + row;
-      p.lse_stride = st;
-      p.scale = scale;
-      p.causal = op.masked;
-      p.q_pos0 = op.qseg.pos0 + r0;
-      p.k_pos0 = op.kseg.pos0;
-      p.accumulate = true;
-      kernels::attn_fwd_bf16(p);
-    } else {
-      const QPackParts part = qpack_parts(qb, s_.buffers[op.src].dtype, B, n, h, D);
-      float* dk = o2b + op.kseg.row0 * 2 * k * D;
-      if (!half) {
-        kernels::AttnBwdParams p;
-        p.dims = dims;
-        p.q = at(part.q, row * h * D);
-        p.q_stride = qs;
-        p.dout = at(part.dout, row * h * D);
-        p.dout_stride = qs;
-        p.lse = part.lse + row;
-        p.lse_stride = st;
-        p.delta = part.delta + row;
-        p.delta_stride = st;
-        p.k = at(kvb, 0);
-        p.k_stride = kvs;
-        p.v = at(kvb, int64_t(k) * D);
-        p.v_stride = kvs;
-        p.dq = ob + row * h * D;
-        p.dq_stride = qs;
-        p.dk = dk;
-        p.dk_stride = kvs;
-        p.dv = dk + int64_t(k) * D;
-        p.dv_stride = kvs;
-        p.scale = scale;
-        p.causal = op.masked;
-        p.q_pos0 = op.qseg.pos0 + r0;
-        p.k_pos0 = op.kseg.pos0;
-        p.accumulate = true;
-        kernels::attn_bwd(p);
-      } else {
-        kernels::AttnBwdBf16Params p;
-        p.dims = dims;
-        p.q = at16(part.q, row * h * D);
-        p.q_stride = qs;
-        p.dout = at16(part.dout, row * h * D);
-        p.dout_stride = qs;
-        p.lse = part.lse + row;
-        p.lse_stride = st;
-        p.delta = part.delta + row;
-        p.delta_stride = st;
-        p.k = at16(kvb, 0);
-        p.k_stride = kvs;
-        p.v = at16(kvb, int64_t(k) * D);
-        p.v_stride = kvs;
-        p.dq = {nullptr, ob + row * h * D, qs};
-        p.dk = {nullptr, dk, kvs};
-        p.dv = {nullptr, dk + int64_t(k) * D, kvs};
-        p.scale = scale;
-        p.causal = op.masked;
-        p.q_pos0 = op.qseg.pos0 + r0;
-        p.k_pos0 = op.kseg.pos0;
-        p.accumulate = true;
-        kernels::attn_bwd_bf16(p);
-      }
-    }
+    if (half)
+      compute_rows<bf16>(op, c.batch, c.head_dim, n, qb, kvb, ob, o2b, r0, rows);
+    else
+      compute_rows<float>(op, c.batch, c.head_dim, n, qb, kvb, ob, o2b, r0, rows);
     if (pending) pending = poll(reqs);
   }
 }

@@ -7,6 +7,7 @@
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
 
 namespace wallfacer::seqpar {
@@ -138,46 +139,21 @@ AttnTensors reference_attention(const AttnConfig& cfg, const AttnTensors& in, bo
   const auto ks = kernels::Strides3::contiguous(S, cfg.kv_heads, cfg.head_dim);
   const auto ls = kernels::Strides2::contiguous(cfg.heads, S);
   const float scale = 1.0f / std::sqrt(float(cfg.head_dim));
-  kernels::AttnFwdParams p;
-  p.dims = dims;
-  p.q = in.q.data();
-  p.q_stride = qs;
-  p.k = in.k.data();
-  p.k_stride = ks;
-  p.v = in.v.data();
-  p.v_stride = ks;
-  p.o = out.o.data();
-  p.o_stride = qs;
-  p.lse = out.lse.data();
-  p.lse_stride = ls;
-  p.scale = scale;
-  p.causal = cfg.causal;
-  kernels::attn_fwd(p);
+  kernels::AttnInputs<float> t;
+  t.dims = dims;
+  t.q = in.q.data();
+  t.q_stride = qs;
+  t.k = in.k.data();
+  t.v = in.v.data();
+  t.kv_stride = ks;
+  t.stat_stride = ls;
+  t.scale = scale;
+  t.causal = cfg.causal;
+  kernels::attn_fwd(kernels::fwd_params(t, out.o.data(), out.lse.data()));
   std::vector<float> delta(out.lse.size());
   kernels::attn_bwd_preprocess(dims, out.o.data(), qs, in.dout.data(), qs, delta.data(), ls);
-  kernels::AttnBwdParams g;
-  g.dims = dims;
-  g.q = in.q.data();
-  g.q_stride = qs;
-  g.k = in.k.data();
-  g.k_stride = ks;
-  g.v = in.v.data();
-  g.v_stride = ks;
-  g.dout = in.dout.data();
-  g.dout_stride = qs;
-  g.lse = out.lse.data();
-  g.lse_stride = ls;
-  g.delta = delta.data();
-  g.delta_stride = ls;
-  g.dq = out.dq.data();
-  g.dq_stride = qs;
-  g.dk = out.dk.data();
-  g.dk_stride = ks;
-  g.dv = out.dv.data();
-  g.dv_stride = ks;
-  g.scale = scale;
-  g.causal = cfg.causal;
-  kernels::attn_bwd(g);
+  kernels::attn_bwd(kernels::bwd_params(t, {in.dout.data(), out.lse.data(), delta.data(),
+                                            out.dq.data(), out.dk.data(), out.dv.data()}));
   return out;
 }
 
