@@ -240,7 +240,7 @@ int run_attn(const AttnOptions& o) {
   attn.set_progress_rows(o.progress_rows);
   std::vector<seqpar::AttnStats> iterations;
   if (!o.trace.empty()) {
-    // Room for every span: each op of this rank's schedules (both of a hybrid) once per phase.
+    // Room for every span: each op of this rank's schedule once per phase.
     const size_t ops = size_t(seqpar::schedule_ops(cfg, P, rank));
     trace::start(size_t(o.iters) * (ops + 8) + 64);
   }

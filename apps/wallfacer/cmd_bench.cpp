@@ -27,6 +27,7 @@
 #include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
@@ -142,22 +143,22 @@ double spot_check(const CaseInputs& in, const float* q, const float* k, const fl
   return max_ref > 0 ? max_err / max_ref : max_err;
 }
 
-// Points the fields that the fp32 and bf16 params structs share at a case's inputs (of either
-// element type), LSE and delta; the outputs are the caller's to set.
-template <typename Params, typename T>
-void set_inputs(Params& p, const CaseInputs& in, const T* q, const T* k, const T* v, const T* dout,
-                float* lse, float* delta) {
-  p.dims = in.d;
-  p.q = q, p.q_stride = in.qs;
-  p.k = k, p.k_stride = in.ks;
-  p.v = v, p.v_stride = in.ks;
-  p.lse = lse, p.lse_stride = in.ls;
-  if constexpr (requires { p.dout; }) {
-    p.dout = dout, p.dout_stride = in.qs;
-    p.delta = delta, p.delta_stride = in.ls;
-  }
-  p.scale = in.scale;
-  p.causal = in.causal;
+// The inputs of a case's kernel calls (of either element type).
+template <typename T>
+kernels::AttnInputs<T> call_inputs(const CaseInputs& in, const T* q, const T* k, const T* v,
+                                   const int32_t* doc_of_pos = nullptr) {
+  kernels::AttnInputs<T> t;
+  t.dims = in.d;
+  t.q = q;
+  t.q_stride = in.qs;
+  t.k = k;
+  t.v = v;
+  t.kv_stride = in.ks;
+  t.stat_stride = in.ls;
+  t.scale = in.scale;
+  t.causal = in.causal;
+  t.doc_of_pos = doc_of_pos;
+  return t;
 }
 
 // One dtype's kernels on a case: buffers, the timed calls and the spot check.
@@ -184,15 +185,10 @@ class Fp32Run : public KernelRun {
         dv_(in.k.size()),
         lse_(size_t(in.d.batch) * in.d.heads * in.d.seq_q),
         delta_(lse_.size()) {
-    set_inputs(fp_, in, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), lse_.data(),
-               delta_.data());
-    fp_.o = o_.data(), fp_.o_stride = in.qs;
-    set_inputs(bp_, in, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), lse_.data(),
-               delta_.data());
-    bp_.dq = dq_.data(), bp_.dq_stride = in.qs;
-    bp_.dk = dk_.data(), bp_.dk_stride = in.ks;
-    bp_.dv = dv_.data(), bp_.dv_stride = in.ks;
-    fp_.doc_of_pos = bp_.doc_of_pos = doc_of_pos;
+    const auto t = call_inputs(in, in.q.data(), in.k.data(), in.v.data(), doc_of_pos);
+    fp_ = kernels::fwd_params(t, o_.data(), lse_.data());
+    bp_ = kernels::bwd_params(
+        t, {in.dout.data(), lse_.data(), delta_.data(), dq_.data(), dk_.data(), dv_.data()});
   }
   const char* dtype() const override { return "fp32"; }
   void forward() override { kernels::attn_fwd(fp_); }
@@ -238,12 +234,11 @@ class Bf16Run : public KernelRun {
         dv_(k_.size()),
         lse_(size_t(in.d.batch) * in.d.heads * in.d.seq_q),
         delta_(lse_.size()) {
-    set_inputs(fp_, in, q_.data(), k_.data(), v_.data(), dout_.data(), lse_.data(), delta_.data());
-    fp_.o = {o_.data(), nullptr, in.qs};
-    set_inputs(bp_, in, q_.data(), k_.data(), v_.data(), dout_.data(), lse_.data(), delta_.data());
-    bp_.dq = {dq_.data(), nullptr, in.qs};
-    bp_.dk = {dk_.data(), nullptr, in.ks};
-    bp_.dv = {dv_.data(), nullptr, in.ks};
+    const auto t = call_inputs(in, q_.data(), k_.data(), v_.data());
+    fp_ = kernels::fwd_params(t, o_.data(), lse_.data());
+    bp_ = kernels::bwd_params(
+        t, kernels::AttnGrads<bf16, bf16>{dout_.data(), lse_.data(), delta_.data(), dq_.data(),
+                                          dk_.data(), dv_.data()});
     fp_.doc_of_pos = bp_.doc_of_pos = doc_of_pos;
   }
   const char* dtype() const override { return "bf16"; }

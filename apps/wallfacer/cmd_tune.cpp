@@ -25,6 +25,7 @@
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/plan/calibrate.h"
 #include "wallfacer/plan/planner.h"
@@ -102,20 +103,15 @@ AttnRates time_attention(comm::Communicator& world, int head_dim, std::mt19937& 
   const auto s3 = kernels::Strides3::contiguous(d.seq_q, d.heads, d.head_dim);
   const auto s2 = kernels::Strides2::contiguous(d.heads, d.seq_q);
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  kernels::AttnFwdParams fp;
-  fp.dims = d;
-  fp.q = q.data(), fp.k = k.data(), fp.v = v.data(), fp.o = o.data(), fp.lse = lse.data();
-  fp.q_stride = fp.k_stride = fp.v_stride = fp.o_stride = s3;
-  fp.lse_stride = s2;
-  fp.scale = scale;
-  kernels::AttnBwdParams bp;
-  bp.dims = d;
-  bp.q = q.data(), bp.k = k.data(), bp.v = v.data(), bp.dout = dout.data(), bp.lse = lse.data();
-  bp.delta = delta.data(), bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
-  bp.q_stride = bp.k_stride = bp.v_stride = bp.dout_stride = bp.dq_stride = bp.dk_stride =
-      bp.dv_stride = s3;
-  bp.lse_stride = bp.delta_stride = s2;
-  bp.scale = scale;
+  kernels::AttnInputs<float> t;
+  t.dims = d;
+  t.q = q.data(), t.k = k.data(), t.v = v.data();
+  t.q_stride = t.kv_stride = s3;
+  t.stat_stride = s2;
+  t.scale = scale;
+  const auto fp = kernels::fwd_params(t, o.data(), lse.data());
+  const auto bp = kernels::bwd_params(
+      t, {dout.data(), lse.data(), delta.data(), dq.data(), dk.data(), dv.data()});
   world.barrier();
   AttnRates r;
   r.head_dim = head_dim;

@@ -71,7 +71,6 @@ bad 2 "sum to 500" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 100,4
 bad 2 "positive" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 0,512
 bad 2 "exceeds --seq" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs-random 65
 bad 2 "exclude" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs 64 --docs-random 2
-bad 2 "fp32" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs 32,32 --dtype bf16
 bad 4 "balanced layout" --strategy ring --seq 80 --heads 2 --head-dim 8 --layout balanced
 
 # Documents: a one-token document, boundaries on rank and tile borders, the balanced layout;
@@ -91,6 +90,15 @@ out=$(run 2 "$wf" attn --strategy zigzag --seq 256 --heads 2 --head-dim 8 --docs
   --check 2>&1); rc=$?
 [ $rc -eq 0 ] || err "--docs-random --check exited $rc: $out"
 echo "$out" | grep -q "docs=7" || err "--docs-random 7: header: $out"
+
+# Documents in bf16, every kind of strategy: checked against one process.
+for strat in "ring" "zigzag --causal" "ulysses" "wallfacer --teams 2 --causal" "ring --ulysses 2 --causal"; do
+  # shellcheck disable=SC2086
+  out=$(run 4 "$wf" attn --strategy $strat --seq 512 --heads 4 --head-dim 8 --dtype bf16 \
+    --docs 1,127,128,256 --check --json 2>&1); rc=$?
+  [ $rc -eq 0 ] || err "bf16 --docs ($strat) exited $rc: $out"
+  echo "$out" | grep -qF '"check":"pass"' || err "bf16 --docs ($strat): $out"
+done
 
 # Documents each inside one rank's rows: no K,V block goes around the ring.
 out=$("$wf" attn --count 4 --strategy ring --seq 512 --heads 2 --head-dim 8 --causal \

@@ -34,6 +34,7 @@
 #include "mpi_bytes.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/kernels/attention.h"
 #include "wallfacer/plan/attention_program.h"
 #include "wallfacer/plan/placement.h"
 #include "wallfacer/plan/planner.h"
@@ -414,7 +415,8 @@ int test_comm(comm::Communicator& world) {
     std::vector<float> o(size_t(P * ob), float(me + 1)), l(size_t(P * lb), std::log(float(me + 1)));
     std::vector<float> oo(static_cast<size_t>(ob)), lo(static_cast<size_t>(lb));
     const auto t0 = mpi_bytes::tally();
-    world.reduce_scatter_lse(o.data(), l.data(), oo.data(), lo.data(), B, rows, H, D);
+    world.reduce_scatter_lse(o.data(), l.data(), oo.data(), lo.data(), B, rows, H, D,
+                             kernels::lse_merge_rows);
     const auto handed = mpi_bytes::since(t0);
     double s1 = 0, s2 = 0;
     for (int s = 1; s <= P; ++s) {
@@ -728,10 +730,9 @@ int main(int argc, char** argv) {
                           c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
           const std::string name = c.dtype == Dtype::bf16 ? config + " bf16" : config;
           // Bytes and steps: the Communicator's counters == schedule counter == closed form, on
-          // every rank (hybrids: their Ulysses and ring schedules summed, and the planner's program
-          // of the two); what MPI was handed against all three.
-          const auto sched =
-              c.ulysses > 1 ? hybrid_totals(c, P, me) : schedule_totals(make_schedule(c, P, me));
+          // every rank (hybrids: the closed forms of their Ulysses and ring parts summed, and the
+          // planner's program too); what MPI was handed against all three.
+          const auto sched = schedule_totals(make_schedule(c, P, me));
           const auto form = formula_totals(c, P, me);
           const auto& st = r.stats;
           const int64_t measured[] = {st.p2p_bytes_fwd,  st.p2p_bytes_bwd, st.coll_bytes_fwd,

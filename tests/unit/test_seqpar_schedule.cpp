@@ -160,7 +160,8 @@ TEST(SeqparSchedule, HybridValidate) {
   EXPECT_NO_THROW(validate(hybrid(Strategy::Zigzag, 24, 3, 3, 3, true), 6));
 }
 
-// A hybrid's two schedules sum to its closed form; the Ulysses part only moves data.
+// A hybrid's schedule sends what its closed form (Ulysses in the team plus the ring over the teams)
+// says, and computes every kept (query, key) pair of its rows once, on heads/u heads.
 TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
   for (auto [P, u] : std::vector<std::pair<int, int>>{{4, 2}, {8, 2}, {8, 4}, {16, 4}, {6, 3}}) {
     for (bool causal : {false, true}) {
@@ -170,15 +171,24 @@ TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
         for (Dtype d : {Dtype::fp32, Dtype::bf16}) {
           c.dtype = d;
           for (int r = 0; r < P; ++r) {
-            auto got = hybrid_totals(c, P, r);
+            const Schedule s = make_schedule(c, P, r);
+            auto got = schedule_totals(s);
             EXPECT_GT(got.p2p_bytes_fwd, 0);
             EXPECT_GT(got.coll_bytes_bwd, 0);
+            // Forward FLOPs: 4 per kept pair, head and head dim, of this rank's team rows against
+            // the whole sequence, on heads/u heads.
+            int64_t pairs = 0;
+            for (int b = 0; b < u; ++b)
+              for (int64_t q : local_positions(c, P, r / u * u + b))
+                pairs += causal ? q + 1 : c.seq;
+            EXPECT_EQ(got.flops_fwd, 4.0 * double(pairs) * c.batch * (c.heads / u) * c.head_dim);
+            EXPECT_EQ(got.flops_bwd, 2.5 * got.flops_fwd);
             got.flops_fwd = got.flops_bwd = 0;
             EXPECT_EQ(got, formula_totals(c, P, r))
                 << "P=" << P << " u=" << u << " rank " << r << " " << dtype_name(d);
+            EXPECT_EQ(s.teams, u);
           }
         }
-        EXPECT_THROW(make_schedule(c, P, 0), Error);  // no single schedule
       }
     }
   }
@@ -284,6 +294,123 @@ TEST(SeqparSchedule, TotalsEqualFormulas) {
           }
         }
       }
+    }
+  }
+}
+
+// Buffers that share memory (BufferSpec::alias) are never live at once: replaying each phase, a
+// buffer is read only while the memory holds what was last written to it (a send reads until its
+// wait), or, with nothing written yet in the phase, when it is the caller's or kept from the
+// forward. Names are unique, and an alias fits in the memory it borrows.
+void expect_buffers_sound(const Schedule& s, const std::string& what) {
+  std::set<std::string> names;
+  for (const auto& b : s.buffers) EXPECT_TRUE(names.insert(b.name).second) << what << " " << b.name;
+  auto bytes = [&](int id) {
+    const auto& b = s.buffers[size_t(id)];
+    return b.blocks * block_bytes(b, s.cfg.batch, s.cfg.head_dim);
+  };
+  auto memory = [&](int id) {
+    return s.buffers[size_t(id)].alias >= 0 ? s.buffers[size_t(id)].alias : id;
+  };
+  for (size_t id = 0; id < s.buffers.size(); ++id) {
+    const int a = s.buffers[id].alias;
+    if (a < 0) continue;
+    EXPECT_GE(a, int(kNumUserBuffers)) << what;
+    EXPECT_LT(s.buffers[size_t(a)].alias, 0) << what;
+    EXPECT_FALSE(s.buffers[size_t(a)].kept || s.buffers[id].kept) << what;
+    EXPECT_LE(bytes(int(id)), bytes(a)) << what;
+  }
+  for (int phase = 0; phase < 2; ++phase) {
+    const auto& ops = phase ? s.bwd : s.fwd;
+    std::map<int, int> holder;   // memory -> the buffer last written there
+    std::map<int, int> sending;  // send op -> buffer it reads until its wait
+    auto read = [&](int b, size_t i) {
+      if (b < 0) return;
+      auto it = holder.find(memory(b));
+      if (it == holder.end()) {
+        EXPECT_TRUE(b < int(kNumUserBuffers) || s.buffers[size_t(b)].kept)
+            << what << " phase " << phase << " op " << i << " reads " << s.buffers[size_t(b)].name
+            << " before writing it";
+      } else {
+        EXPECT_EQ(it->second, b) << what << " phase " << phase << " op " << i << " reads "
+                                 << s.buffers[size_t(b)].name << " whose memory holds "
+                                 << s.buffers[size_t(it->second)].name;
+      }
+    };
+    auto write = [&](int b, size_t i) {
+      if (b < 0) return;
+      for (const auto& [op, sent] : sending)
+        EXPECT_FALSE(memory(sent) == memory(b) && sent != b)
+            << what << " phase " << phase << " op " << i << " overwrites "
+            << s.buffers[size_t(sent)].name << " while op " << op << " sends it";
+      holder[memory(b)] = b;
+    };
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      switch (op.kind) {
+        case OpKind::Send:
+          read(op.src, i);
+          sending[int(i)] = op.src;
+          break;
+        case OpKind::Recv:
+          write(op.dst, i);
+          break;
+        case OpKind::Wait:
+          for (int w : op.waits) sending.erase(w);
+          break;
+        case OpKind::Local:
+          read(op.src, i);
+          if (op.local == LocalKind::Add) read(op.dst, i);
+          write(op.dst, i);
+          write(op.dst2, i);
+          break;
+        case OpKind::Collective:
+          read(op.src, i);
+          read(op.src2, i);
+          write(op.dst, i);
+          write(op.dst2, i);
+          break;
+        case OpKind::Compute:
+          for (int b : {op.src, op.src2, op.dst, op.dst2}) read(b, i);
+          break;
+      }
+    }
+  }
+}
+
+TEST(SeqparSchedule, BuffersSharingMemoryAreNeverLiveAtOnce) {
+  int aliased = 0;
+  for (auto [P, C] :
+       std::vector<std::pair<int, int>>{{1, 1}, {4, 1}, {4, 2}, {8, 2}, {16, 2}, {16, 4}}) {
+    for (Strategy st : {Strategy::Ring, Strategy::Zigzag, Strategy::Ulysses, Strategy::WallFacer}) {
+      if ((st == Strategy::WallFacer) != (C > 1)) continue;
+      for (bool causal : {false, true}) {
+        for (int K : {16, 4}) {
+          for (int variant = 0; variant < 3; ++variant) {  // fp32, bf16, keep_kv
+            auto c = config(st, 64 * P, 16, K, 8, causal, C, 2);
+            c.dtype = variant ? Dtype::bf16 : Dtype::fp32;
+            c.keep_kv = variant == 2;
+            if (c.keep_kv && C == 1) continue;
+            if (st == Strategy::Ulysses && K % P) continue;
+            for (int r = 0; r < P; ++r) {
+              const Schedule s = make_schedule(c, P, r);
+              for (const auto& b : s.buffers) aliased += b.alias >= 0;
+              expect_buffers_sound(s, fmt::format("{} P={} C={} K={} rank {} {}", strategy_name(st),
+                                                  P, C, K, r, c.keep_kv ? "keep_kv" : ""));
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(aliased, 0);  // the placed K,V share kv_ring0
+  // Hybrids.
+  for (auto [P, u] : std::vector<std::pair<int, int>>{{4, 2}, {8, 2}, {8, 4}}) {
+    for (bool causal : {false, true}) {
+      auto c = hybrid(causal ? Strategy::Zigzag : Strategy::Ring, 48 * P, 8, 4, u, causal, 2);
+      for (int r = 0; r < P; ++r)
+        expect_buffers_sound(make_schedule(c, P, r),
+                             fmt::format("hybrid P={} u={} rank {}", P, u, r));
     }
   }
 }

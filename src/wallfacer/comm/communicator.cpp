@@ -19,7 +19,6 @@
 
 #include "wallfacer/comm/mpi_comm.h"
 #include "wallfacer/core/error.h"
-#include "wallfacer/kernels/attention.h"
 
 namespace wallfacer::comm {
 namespace {
@@ -705,7 +704,8 @@ namespace {
 // Merges n partial (O, LSE) blocks, block j at o_got + j * o_block and l_got + j * l_block, in
 // block order into o (B, rows, H, D) and lse (B, H, rows), which start as block 0.
 void merge_partials(int n, const float* o_got, const float* l_got, float* o, float* lse, int batch,
-                    int64_t rows, int heads, int head_dim) {
+                    int64_t rows, int heads, int head_dim, Communicator::LseMergeRows merge) {
+  WF_CHECK(merge != nullptr, "reduce_scatter_lse needs an LSE combine");
   const int64_t o_block = int64_t(batch) * rows * heads * head_dim;
   const int64_t l_block = int64_t(batch) * heads * rows;
   std::memcpy(o, o_got, o_block * sizeof(float));
@@ -718,8 +718,7 @@ void merge_partials(int n, const float* o_got, const float* l_got, float* o, flo
       for (int h = 0; h < heads; ++h) {
         const int64_t oo = int64_t(b) * rows * o_row + int64_t(h) * head_dim;
         const int64_t lo = (int64_t(b) * heads + h) * rows;
-        kernels::lse_merge_rows(int(rows), head_dim, o + oo, o_row, lse + lo, 1, o2 + oo, o_row,
-                                l2 + lo, 1);
+        merge(int(rows), head_dim, o + oo, o_row, lse + lo, 1, o2 + oo, o_row, l2 + lo, 1);
       }
     }
   }
@@ -729,7 +728,7 @@ void merge_partials(int n, const float* o_got, const float* l_got, float* o, flo
 
 void Communicator::reduce_scatter_lse(const float* o_send, const float* lse_send, float* o_recv,
                                       float* lse_recv, int batch, int64_t rows, int heads,
-                                      int head_dim) {
+                                      int head_dim, LseMergeRows merge) {
   const int n = size();
   const int64_t o_block = int64_t(batch) * rows * heads * head_dim;
   const int64_t l_block = int64_t(batch) * heads * rows;
@@ -737,13 +736,14 @@ void Communicator::reduce_scatter_lse(const float* o_send, const float* lse_send
   std::vector<float> o_got(size_t(n) * o_block), l_got(size_t(n) * l_block);
   impl_->all_to_all(o_send, o_got.data(), o_block);
   impl_->all_to_all(lse_send, l_got.data(), l_block);
-  merge_partials(n, o_got.data(), l_got.data(), o_recv, lse_recv, batch, rows, heads, head_dim);
+  merge_partials(n, o_got.data(), l_got.data(), o_recv, lse_recv, batch, rows, heads, head_dim,
+                 merge);
   impl_->counters.coll_bytes += int64_t(n - 1) * (o_block + l_block) * int64_t(sizeof(float));
 }
 
 void Communicator::reduce_scatter_lse(const bf16* o_send, const float* lse_send, bf16* o_recv,
                                       float* lse_recv, int batch, int64_t rows, int heads,
-                                      int head_dim) {
+                                      int head_dim, LseMergeRows merge) {
   const int n = size();
   const int64_t o_block = int64_t(batch) * rows * heads * head_dim;
   const int64_t l_block = int64_t(batch) * heads * rows;
@@ -753,7 +753,8 @@ void Communicator::reduce_scatter_lse(const bf16* o_send, const float* lse_send,
   impl_->all_to_all(o_send, o_wire.data(), o_block);
   impl_->all_to_all(lse_send, l_got.data(), l_block);
   bf16_to_fp32(o_wire.data(), o_got.data(), int64_t(o_wire.size()));
-  merge_partials(n, o_got.data(), l_got.data(), o.data(), lse_recv, batch, rows, heads, head_dim);
+  merge_partials(n, o_got.data(), l_got.data(), o.data(), lse_recv, batch, rows, heads, head_dim,
+                 merge);
   fp32_to_bf16(o.data(), o_recv, o_block);
   impl_->counters.coll_bytes +=
       int64_t(n - 1) * (o_block * int64_t(sizeof(bf16)) + l_block * int64_t(sizeof(float)));

@@ -83,16 +83,25 @@ class Communicator {
   void all_to_all(const bf16* send, bf16* recv, int64_t count_per_rank);
   void barrier();
 
-  // Reduce-scatter of partial attention results with the LSE combine (kernels::lse_merge_rows):
-  // o_send holds size() blocks of (B, rows, H, D) and lse_send size() blocks of (B, H, rows), block
-  // j for rank j; every rank receives its block merged over all ranks (in rank order) into o_recv
+  // The LSE combine of the reduce-scatter below, given by the caller (comm knows no kernels;
+  // kernels::lse_merge_rows is one): merges `rows` rows of a partial attention result (o2, lse2)
+  // into (o, lse), lse <- log(exp(lse) + exp(lse2)) and o <- exp(lse_old - lse) o +
+  // exp(lse2 - lse) o2; o rows have head_dim contiguous floats, rows the given strides apart.
+  using LseMergeRows = void (*)(int rows, int head_dim, float* o, int64_t o_row_stride, float* lse,
+                                int64_t lse_row_stride, const float* o2, int64_t o2_row_stride,
+                                const float* lse2, int64_t lse2_row_stride);
+
+  // Reduce-scatter of partial attention results with the LSE combine `merge`: o_send holds size()
+  // blocks of (B, rows, H, D) and lse_send size() blocks of (B, H, rows), block j for rank j;
+  // every rank receives its block merged over all ranks (in rank order) into o_recv
   // (B, rows, H, D) and lse_recv (B, H, rows). Counted as (n-1)/n of the full (O, LSE) buffer.
   void reduce_scatter_lse(const float* o_send, const float* lse_send, float* o_recv,
-                          float* lse_recv, int batch, int64_t rows, int heads, int head_dim);
+                          float* lse_recv, int batch, int64_t rows, int heads, int head_dim,
+                          LseMergeRows merge);
   // The same with bf16 partial O on the wire: the blocks are widened to fp32 and merged in fp32,
   // and the merged O is rounded to bf16 once; lse stays fp32.
   void reduce_scatter_lse(const bf16* o_send, const float* lse_send, bf16* o_recv, float* lse_recv,
-                          int batch, int64_t rows, int heads, int head_dim);
+                          int batch, int64_t rows, int heads, int head_dim, LseMergeRows merge);
 
   // Runs f on every rank and agrees on the outcome (collective): when f throws on any rank, every
   // rank throws the error of the lowest rank that failed (a UsageError stays one), its message

@@ -5,6 +5,7 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::model {
@@ -53,22 +54,18 @@ const float* GptDecoder::step(int32_t token) {
     k::rope_fwd(kc + size_t(pos) * Hkv * D, qkv_.data() + H * D, Q, cos_.data(), sin_.data(), 1, 1,
                 Hkv, D);
     std::copy_n(qkv_.data() + (H + Hkv) * D, Hkv * D, vc + size_t(pos) * Hkv * D);
-    k::AttnFwdParams a;
+    k::AttnInputs<float> a;
     a.dims = {1, 1, int(pos) + 1, H, Hkv, D};
     a.q = q_.data();
     a.q_stride = k::Strides3::contiguous(1, H, D);
     a.k = kc;
-    a.k_stride = k::Strides3::contiguous(max_tokens_, Hkv, D);
     a.v = vc;
-    a.v_stride = a.k_stride;
-    a.o = o_.data();
-    a.o_stride = a.q_stride;
-    a.lse = lse_.data();
-    a.lse_stride = k::Strides2::contiguous(H, 1);
+    a.kv_stride = k::Strides3::contiguous(max_tokens_, Hkv, D);
+    a.stat_stride = k::Strides2::contiguous(H, 1);
     a.scale = 1.0f / std::sqrt(float(D));
     a.causal = true;
     a.q_pos0 = pos;
-    k::attn_fwd(a);
+    k::attn_fwd(k::fwd_params(a, o_.data(), lse_.data()));
     k::matmul_fwd(tmp_.data(), o_.data(), w.proj_w, nullptr, 1, C, C);
     for (int c = 0; c < C; ++c) x_[size_t(c)] += tmp_[size_t(c)];
     k::layernorm_fwd(ln_.data(), mean_.data(), rstd_.data(), x_.data(), w.ln2_w, w.ln2_b, 1, C);

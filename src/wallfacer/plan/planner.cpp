@@ -66,46 +66,38 @@ namespace {
 double scratch_of(const seqpar::Schedule& s) {
   double e = 0;
   for (size_t b = seqpar::kNumUserBuffers; b < s.buffers.size(); ++b)
-    if (!s.buffers[b].kept)  // kept ones: one per layer, counted apart (kept_elements)
+    // Kept ones: one per layer, counted apart (kept_elements); aliases: no memory of their own.
+    if (!s.buffers[b].kept && s.buffers[b].alias < 0)
       e += double(s.buffers[b].blocks) *
            double(seqpar::block_elements(s.buffers[b], s.cfg.batch, s.cfg.head_dim));
   return e;
 }
 
-// Appends one schedule's ops of one rank to `prog`. `map` turns the schedule's ranks into layout
-// ranks; `world` is the schedule's World group in layout ranks. `at_compute`, when given, replaces
-// the first compute op (and drops the others): a hybrid runs its ring there.
-void emit(Program& prog, int self, const seqpar::Schedule& s, const std::vector<seqpar::Op>& ops,
-          const std::function<int(int)>& map, const std::vector<int>& world, int req_base,
-          int tile_q, int tile_k, const std::function<void()>& at_compute) {
-  const int layout_rank = map(self);
-  auto& out = prog.ops[layout_rank];
-  bool computed = false;
+// Appends one rank's ops of one phase of its schedule to `prog` (layout ranks = schedule ranks).
+void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op>& ops, int tile_q,
+          int tile_k) {
+  auto& out = prog.ops[size_t(s.rank)];
   for (size_t i = 0; i < ops.size(); ++i) {
     const seqpar::Op& o = ops[i];
-    const int req = req_base + static_cast<int>(i);
+    const int req = static_cast<int>(i);
     switch (o.kind) {
       case seqpar::OpKind::Local:
         break;
       case seqpar::OpKind::Send:
-        out.push_back(Op::send(map(o.peer), double(o.bytes), req, o.tag));
+        out.push_back(Op::send(o.peer, double(o.bytes), req, o.tag));
         break;
       case seqpar::OpKind::Recv:
-        out.push_back(Op::recv(map(o.peer), double(o.bytes), req, o.tag));
+        out.push_back(Op::recv(o.peer, double(o.bytes), req, o.tag));
         break;
       case seqpar::OpKind::Wait:
-        for (int w : o.waits) out.push_back(Op::wait(req_base + w));
+        for (int w : o.waits) out.push_back(Op::wait(w));
         break;
       case seqpar::OpKind::Collective: {
-        std::vector<int> members;
-        if (o.group == seqpar::Group::World) {
-          members = world;
-        } else {
-          const int C = s.teams, t0 = self / C * C;
-          for (int a = 0; a < C; ++a) members.push_back(map(t0 + a));
-        }
-        WF_CHECK(int(members.size()) == o.group_size, "collective of {} ranks on a group of {}",
-                 o.group_size, members.size());
+        // World: ranks 0 .. P-1; Team: the C consecutive ranks of this rank's team.
+        const int C = o.group == seqpar::Group::World ? s.P : s.teams, t0 = s.rank / C * C;
+        std::vector<int> members(static_cast<size_t>(C));
+        std::iota(members.begin(), members.end(), t0);
+        WF_CHECK(C == o.group_size, "collective of {} ranks on a group of {}", o.group_size, C);
         Coll c = Coll::AllGather;
         switch (o.coll) {
           case seqpar::CollKind::AllGather:
@@ -122,26 +114,21 @@ void emit(Program& prog, int self, const seqpar::Schedule& s, const std::vector<
         out.push_back(Op::collective(c, prog.group(members), double(o.bytes)));
         break;
       }
-      case seqpar::OpKind::Compute:
-        if (at_compute) {
-          if (!computed) at_compute();
-          computed = true;
-        } else {
-          // The kernel's work: kept pairs, or whole tiles where the mask cuts them.
-          const double work = o.pairs > 0 ? double(seqpar::attention_tile_pairs(
-                                                s.docs, o.qseg.pos0, o.qseg.rows, o.kseg.pos0,
-                                                o.kseg.rows, o.masked, tile_q, tile_k)) /
-                                                double(o.pairs)
-                                          : 1.0;
-          out.push_back(
-              Op::compute(o.backward ? Work::AttentionBwd : Work::AttentionFwd, o.flops * work));
-        }
+      case seqpar::OpKind::Compute: {
+        // The kernel's work: kept pairs, or whole tiles where the mask cuts them.
+        const double work =
+            o.pairs > 0
+                ? double(seqpar::attention_tile_pairs(s.docs, o.qseg.pos0, o.qseg.rows, o.kseg.pos0,
+                                                      o.kseg.rows, o.masked, tile_q, tile_k)) /
+                      double(o.pairs)
+                : 1.0;
+        out.push_back(
+            Op::compute(o.backward ? Work::AttentionBwd : Work::AttentionFwd, o.flops * work));
         break;
+      }
     }
   }
 }
-
-constexpr int kRingRequestBase = 1 << 24;
 
 }  // namespace
 
@@ -149,41 +136,10 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
                           int tile_k, double* scratch_elements) {
   Program prog(P);
   double scratch = 0;
-  auto phase = [&](const seqpar::Schedule& s) -> const std::vector<seqpar::Op>& {
-    return backward ? s.bwd : s.fwd;
-  };
-  if (cfg.ulysses <= 1) {
-    std::vector<int> world(P);
-    std::iota(world.begin(), world.end(), 0);
-    for (int r = 0; r < P; ++r) {
-      seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
-      scratch = std::max(scratch, scratch_of(s));
-      emit(
-          prog, r, s, phase(s), [](int q) { return q; }, world, 0, tile_q, tile_k, nullptr);
-    }
-  } else {
-    seqpar::validate(cfg, P);
-    const auto hc = seqpar::hybrid_configs(cfg, P);
-    const int u = hc.u, rr = hc.rings;
-    const seqpar::AttnConfig &cu = hc.outer, &cr = hc.inner;
-    for (int j = 0; j < rr; ++j)
-      for (int a = 0; a < u; ++a) {
-        seqpar::Schedule su = seqpar::make_schedule(cu, u, a);
-        seqpar::Schedule sr = seqpar::make_schedule(cr, rr, j);
-        scratch = std::max(scratch, scratch_of(su) + scratch_of(sr) +
-                                        double(seqpar::hybrid_staging_elements(cfg, P)));
-        std::vector<int> team(u), ring(rr);
-        for (int b = 0; b < u; ++b) team[b] = j * u + b;
-        for (int k = 0; k < rr; ++k) ring[k] = k * u + a;
-        auto run_ring = [&] {
-          emit(
-              prog, j, sr, phase(sr), [&](int k) { return k * u + a; }, ring, kRingRequestBase,
-              tile_q, tile_k, nullptr);
-        };
-        emit(
-            prog, a, su, phase(su), [&](int b) { return j * u + b; }, team, 0, tile_q, tile_k,
-            run_ring);
-      }
+  for (int r = 0; r < P; ++r) {
+    const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
+    scratch = std::max(scratch, scratch_of(s));
+    emit(prog, s, backward ? s.bwd : s.fwd, tile_q, tile_k);
   }
   if (scratch_elements) *scratch_elements = scratch;
   return prog;

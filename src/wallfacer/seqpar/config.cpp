@@ -148,11 +148,6 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
   return h;
 }
 
-int64_t hybrid_staging_elements(const AttnConfig& cfg, int P) {
-  const int64_t rows = int64_t(cfg.batch) * (cfg.seq / P), D = cfg.head_dim;
-  return rows * (3 * int64_t(cfg.heads) * D + 4 * int64_t(cfg.kv_heads) * D + 2 * cfg.heads);
-}
-
 void validate(const AttnConfig& cfg, int P) {
   WF_USAGE_CHECK(P >= 1, "the group has {} ranks; it needs at least 1", P);
   WF_USAGE_CHECK(cfg.batch >= 1, "--batch is {}; it must be at least 1", cfg.batch);
@@ -164,11 +159,7 @@ void validate(const AttnConfig& cfg, int P) {
                  "--heads {} must be a multiple of --kv-heads {} for grouped-query attention",
                  cfg.heads, cfg.kv_heads);
   const auto name = strategy_name(cfg.strategy);
-  if (!cfg.doc_lengths.empty()) {
-    doc_bounds(cfg);  // positive lengths summing to seq
-    WF_USAGE_CHECK(cfg.dtype == Dtype::fp32,
-                   "documents need --dtype fp32: the bf16 kernels take no document mask yet");
-  }
+  if (!cfg.doc_lengths.empty()) doc_bounds(cfg);  // positive lengths summing to seq
   WF_USAGE_CHECK(cfg.ulysses >= 1, "--ulysses is {}; it must be at least 1", cfg.ulysses);
   WF_USAGE_CHECK(
       !cfg.keep_kv || (cfg.strategy == Strategy::WallFacer && cfg.teams > 1 && cfg.ulysses == 1),

@@ -74,8 +74,8 @@ struct AttnConfig {
   Dtype dtype = Dtype::fp32;
   // Packed documents (docs/documents.md): the lengths of the documents of each sequence, in order,
   // positive and summing to seq; a token attends only to tokens of its own document (and, causal,
-  // to those at positions <= its own). Empty: one document. fp32 only for now (UsageError with
-  // bf16). Every rank of the group gives the same lengths.
+  // to those at positions <= its own). Empty: one document. fp32 and bf16 alike. Every
+  // rank of the group gives the same lengths.
   std::vector<int64_t> doc_lengths;
   Layout layout = Layout::Strategy;
 };
@@ -84,20 +84,16 @@ struct AttnConfig {
 // cfg.doc_lengths is empty; UsageError when the lengths are not positive or do not sum to seq.
 kernels::DocBounds doc_bounds(const AttnConfig& cfg);
 
-// The two configs a Ulysses x ring hybrid composes: `inner` runs on the P/u ranks with the same
-// member index (the ring over the teams: heads/u and kv_heads/u, strategy of cfg), `outer` on the u
-// ranks of a team (Ulysses on seq/(P/u) tokens: the team's rows). Rank j*u + a holds rows
-// [a*n, (a+1)*n) (n = seq/P) of the rows that rank j of `inner` holds. Both have ulysses = 1.
+// The two configs a Ulysses x ring hybrid is made of (its layout and its closed-form volumes are
+// theirs; its schedule is one, make_schedule): `inner`, the ring over the P/u ranks with the same
+// member index (heads/u and kv_heads/u, strategy of cfg), and `outer`, Ulysses on the u ranks of a
+// team (on seq/(P/u) tokens: the team's rows). Rank j*u + a holds rows [a*n, (a+1)*n) (n = seq/P)
+// of the rows that rank j of `inner` holds. Both have ulysses = 1.
 struct HybridConfigs {
   AttnConfig outer, inner;
   int u = 1, rings = 1;  // team size (Ulysses degree) and ring length P/u
 };
 HybridConfigs hybrid_configs(const AttnConfig& cfg, int P);
-
-// Elements a hybrid's DistAttention holds besides its two schedules' buffers: the gathered rows in
-// the inner ring's layout, (B, u*n) rows of heads/u heads: q, dout, o (dq), k, v, dk, dv, lse,
-// delta.
-int64_t hybrid_staging_elements(const AttnConfig& cfg, int P);
 
 // Throws UsageError with a one-line message when cfg cannot run on P ranks.
 void validate(const AttnConfig& cfg, int P);

@@ -5,12 +5,14 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <type_traits>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/timer.h"
 #include "wallfacer/core/trace.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/attention_params.h"
 
 namespace wallfacer::seqpar {
 
@@ -66,11 +68,17 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
   scratch_.resize(s_.buffers.size());
   if (!s_.docs.starts.empty()) doc_of_pos_ = kernels::doc_of_pos(s_.docs);
   for (size_t id = kNumUserBuffers; id < s_.buffers.size(); ++id) {
-    if (s_.buffers[id].kept) {
+    const auto& spec = s_.buffers[id];
+    if (spec.alias >= 0) {  // shares the memory of another buffer
+      const int a = spec.alias;
+      WF_CHECK(a >= kNumUserBuffers && a < int(id) && !spec.kept && !s_.buffers[a].kept &&
+                   s_.buffers[a].alias < 0 && buffer_bytes(int(id)) <= buffer_bytes(a),
+               "buffer {} cannot share the memory of buffer {}", spec.name, a);
+    } else if (spec.kept) {
       kept_ids_.push_back(int(id));
-      continue;
+    } else {
+      scratch_[id].assign(size_t((buffer_bytes(int(id)) + 3) / 4), 0.0f);
     }
-    scratch_[id].assign(size_t((buffer_bytes(int(id)) + 3) / 4), 0.0f);
   }
   // World ranks of the group's ranks, for the peers in trace spans (ranks < 2^24: exact floats).
   const float me = float(comm::Communicator::world().rank());
@@ -112,7 +120,8 @@ std::byte* Executor::ptr(int buf, int block) {
     const size_t k = std::find(kept_ids_.begin(), kept_ids_.end(), buf) - kept_ids_.begin();
     base = kept_.back()[k].data();
   } else {
-    base = scratch_[buf].data();
+    const int own = s_.buffers[buf].alias >= 0 ? s_.buffers[buf].alias : buf;
+    base = scratch_[size_t(own)].data();
   }
   WF_CHECK(base != nullptr, "buffer {} ({}) is not bound", buf, s_.buffers[buf].name);
   return static_cast<std::byte*>(base) +
@@ -236,23 +245,69 @@ void Executor::local(const Op& op) {
   }
 }
 
+namespace {
+
+void run_kernel(const kernels::AttnFwdParams& p) { kernels::attn_fwd(p); }
+void run_kernel(const kernels::AttnFwdBf16Params& p) { kernels::attn_fwd_bf16(p); }
+void run_kernel(const kernels::AttnBwdParams& p) { kernels::attn_bwd(p); }
+void run_kernel(const kernels::AttnBwdBf16Params& p) { kernels::attn_bwd_bf16(p); }
+
+// Query rows [r0, r0 + rows) of compute op `op` (relative to its query segment) with the kernels
+// of element type T: q (a Rows block, or the QPack block of the backward) and K,V of type T, the
+// accumulators fp32. `q_block`, `kv_block`, `out`, `out2`: the op's blocks (K,V and dK,dV at the
+// key segment's first row); n rows per block.
+template <class T>
+void compute_rows(const Op& op, int batch, int head_dim, int64_t n, std::byte* q_block,
+                  const std::byte* kv_block, float* out, float* out2, int64_t r0, int64_t rows,
+                  const int32_t* doc_of_pos) {
+  const int h = op.heads, k = op.kv_heads, D = head_dim;
+  const int64_t row = op.qseg.row0 + r0, q_at = row * h * D;
+  const T* kv = reinterpret_cast<const T*>(kv_block);
+  kernels::AttnInputs<T> t;
+  t.dims = {batch, int(rows), int(op.kseg.rows), h, k, D};
+  t.q_stride = {n * h * D, int64_t(h) * D, D};  // Rows blocks of h heads
+  t.k = kv;                                     // KV blocks of k heads
+  t.v = kv + int64_t(k) * D;
+  t.kv_stride = {n * 2 * k * D, 2 * int64_t(k) * D, D};
+  t.stat_stride = {int64_t(h) * n, n};  // Stat blocks of h heads
+  t.scale = 1.0f / std::sqrt(float(D));
+  t.causal = op.masked;
+  t.q_pos0 = op.qseg.pos0 + r0;
+  t.k_pos0 = op.kseg.pos0;
+  t.doc_of_pos = doc_of_pos;
+  t.accumulate = true;
+  if (!op.backward) {
+    t.q = reinterpret_cast<const T*>(q_block) + q_at;
+    run_kernel(kernels::fwd_params(t, out + q_at, out2 + row));
+    return;
+  }
+  const Dtype dt = std::is_same_v<T, bf16> ? Dtype::bf16 : Dtype::fp32;
+  const QPackParts part = qpack_parts(q_block, dt, batch, n, h, D);
+  t.q = reinterpret_cast<const T*>(part.q) + q_at;
+  kernels::AttnGrads<T, float> g;
+  g.dout = reinterpret_cast<const T*>(part.dout) + q_at;
+  g.lse = part.lse + row;
+  g.delta = part.delta + row;
+  g.dq = out + q_at;
+  g.dk = out2;
+  g.dv = out2 + int64_t(k) * D;
+  run_kernel(kernels::bwd_params(t, g));
+}
+
+}  // namespace
+
 void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   const auto& c = s_.cfg;
-  const int B = c.batch, D = c.head_dim, h = op.heads, k = op.kv_heads;
   const int64_t n = s_.n;
-  const float scale = 1.0f / std::sqrt(float(D));
-  const Strides3 qs{n * h * D, int64_t(h) * D, D};           // Rows blocks of h heads
-  const Strides3 kvs{n * 2 * k * D, 2 * int64_t(k) * D, D};  // KV blocks of k heads
-  const Strides2 st{int64_t(h) * n, n};                      // Stat blocks of h heads
   const bool half = s_.buffers[op.src].dtype == Dtype::bf16;
   const int64_t e = dtype_bytes(s_.buffers[op.src].dtype);
   // The inputs (q or query package, K,V) are of the schedule's dtype, the outputs fp32.
   std::byte* qb = ptr(op.src, op.qseg.block);
-  const std::byte* kvb = ptr(op.src2, op.kseg.block) + op.kseg.row0 * 2 * k * D * e;
+  const std::byte* kvb =
+      ptr(op.src2, op.kseg.block) + op.kseg.row0 * 2 * op.kv_heads * c.head_dim * e;
   float* ob = f32(op.dst, op.qseg.block);
   float* o2b = f32(op.dst2, op.dst2 >= 0 ? (op.backward ? op.kseg.block : op.qseg.block) : 0);
-  auto at = [](const std::byte* p, int64_t i) { return reinterpret_cast<const float*>(p) + i; };
-  auto at16 = [](const std::byte* p, int64_t i) { return reinterpret_cast<const bf16*>(p) + i; };
+  if (op.backward) o2b += op.kseg.row0 * 2 * op.kv_heads * c.head_dim;  // dK,dV of the key rows
   const int32_t* docs = doc_of_pos_.empty() ? nullptr : doc_of_pos_.data();
 
   // Sub-blocks of query rows: between them the pending transfers get MPI progress.
@@ -260,103 +315,10 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   const int64_t chunk = pending && progress_rows_ > 0 ? progress_rows_ : op.qseg.rows;
   for (int64_t r0 = 0; r0 < op.qseg.rows; r0 += chunk) {
     const int64_t rows = std::min(chunk, op.qseg.rows - r0);
-    const int64_t row = op.qseg.row0 + r0;
-    kernels::AttnDims dims{B, int(rows), int(op.kseg.rows), h, k, D};
-    if (!op.backward && !half) {
-      kernels::AttnFwdParams p;
-      p.dims = dims;
-      p.q = at(qb, row * h * D);
-      p.q_stride = qs;
-      p.k = at(kvb, 0);
-      p.k_stride = kvs;
-      p.v = at(kvb, int64_t(k) * D);
-      p.v_stride = kvs;
-      p.o = ob + row * h * D;
-      p.o_stride = qs;
-      p.lse = o2b + row;
-      p.lse_stride = st;
-      p.scale = scale;
-      p.causal = op.masked;
-      p.q_pos0 = op.qseg.pos0 + r0;
-      p.k_pos0 = op.kseg.pos0;
-      p.accumulate = true;
-      p.doc_of_pos = docs;
-      kernels::attn_fwd(p);
-    } else if (!op.backward) {
-      kernels::AttnFwdBf16Params p;
-      p.dims = dims;
-      p.q = at16(qb, row * h * D);
-      p.q_stride = qs;
-      p.k = at16(kvb, 0);
-      p.k_stride = kvs;
-      p.v = at16(kvb, int64_t(k) * D);
-      p.v_stride = kvs;
-      p.o = {nullptr, ob + row * h * D, qs};
-      p.lse = o2b + row;
-      p.lse_stride = st;
-      p.scale = scale;
-      p.causal = op.masked;
-      p.q_pos0 = op.qseg.pos0 + r0;
-      p.k_pos0 = op.kseg.pos0;
-      p.accumulate = true;
-      kernels::attn_fwd_bf16(p);
-    } else {
-      const QPackParts part = qpack_parts(qb, s_.buffers[op.src].dtype, B, n, h, D);
-      float* dk = o2b + op.kseg.row0 * 2 * k * D;
-      if (!half) {
-        kernels::AttnBwdParams p;
-        p.dims = dims;
-        p.q = at(part.q, row * h * D);
-        p.q_stride = qs;
-        p.dout = at(part.dout, row * h * D);
-        p.dout_stride = qs;
-        p.lse = part.lse + row;
-        p.lse_stride = st;
-        p.delta = part.delta + row;
-        p.delta_stride = st;
-        p.k = at(kvb, 0);
-        p.k_stride = kvs;
-        p.v = at(kvb, int64_t(k) * D);
-        p.v_stride = kvs;
-        p.dq = ob + row * h * D;
-        p.dq_stride = qs;
-        p.dk = dk;
-        p.dk_stride = kvs;
-        p.dv = dk + int64_t(k) * D;
-        p.dv_stride = kvs;
-        p.scale = scale;
-        p.causal = op.masked;
-        p.q_pos0 = op.qseg.pos0 + r0;
-        p.k_pos0 = op.kseg.pos0;
-        p.accumulate = true;
-        p.doc_of_pos = docs;
-        kernels::attn_bwd(p);
-      } else {
-        kernels::AttnBwdBf16Params p;
-        p.dims = dims;
-        p.q = at16(part.q, row * h * D);
-        p.q_stride = qs;
-        p.dout = at16(part.dout, row * h * D);
-        p.dout_stride = qs;
-        p.lse = part.lse + row;
-        p.lse_stride = st;
-        p.delta = part.delta + row;
-        p.delta_stride = st;
-        p.k = at16(kvb, 0);
-        p.k_stride = kvs;
-        p.v = at16(kvb, int64_t(k) * D);
-        p.v_stride = kvs;
-        p.dq = {nullptr, ob + row * h * D, qs};
-        p.dk = {nullptr, dk, kvs};
-        p.dv = {nullptr, dk + int64_t(k) * D, kvs};
-        p.scale = scale;
-        p.causal = op.masked;
-        p.q_pos0 = op.qseg.pos0 + r0;
-        p.k_pos0 = op.kseg.pos0;
-        p.accumulate = true;
-        kernels::attn_bwd_bf16(p);
-      }
-    }
+    if (half)
+      compute_rows<bf16>(op, c.batch, c.head_dim, n, qb, kvb, ob, o2b, r0, rows, docs);
+    else
+      compute_rows<float>(op, c.batch, c.head_dim, n, qb, kvb, ob, o2b, r0, rows, docs);
     if (pending) pending = poll(reqs);
   }
 }
@@ -387,10 +349,10 @@ void Executor::collective(const Op& op) {
       const auto& spec = s_.buffers[op.dst];
       if (half)
         comm.reduce_scatter_lse(b16(op.src), f32(op.src2), b16(op.dst), f32(op.dst2), s_.cfg.batch,
-                                s_.n, spec.heads, s_.cfg.head_dim);
+                                s_.n, spec.heads, s_.cfg.head_dim, kernels::lse_merge_rows);
       else
         comm.reduce_scatter_lse(f32(op.src), f32(op.src2), f32(op.dst), f32(op.dst2), s_.cfg.batch,
-                                s_.n, spec.heads, s_.cfg.head_dim);
+                                s_.n, spec.heads, s_.cfg.head_dim, kernels::lse_merge_rows);
       break;
     }
   }
@@ -414,7 +376,6 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   const auto t0 = team_.counters();
   std::vector<comm::Request> reqs(ops.size());
   std::set<int> rounds;
-  bool hooked = false;
   const bool traced = trace::on();
   if (traced) begin_trace(ops);
   Timer total;
@@ -451,15 +412,8 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
         break;
       }
       case OpKind::Compute:
-        if (!hook_) {
-          compute(op, reqs);
-          st.flops += op.flops;
-        } else if (!hooked) {
-          hook_(op, ptr(op.src), ptr(op.src2), ptr(op.dst), ptr(op.dst2));
-          hooked = true;
-        } else {
-          continue;  // done by the hook
-        }
+        compute(op, reqs);
+        st.flops += op.flops;
         break;
     }
     if (traced) trace_op(int(i), start_ns);
@@ -576,10 +530,6 @@ void Executor::trace_op(int i, int64_t start_ns) {
                     {index, phase, sched});
       break;
     case OpKind::Compute:
-      if (hook_) {  // a span around the hook's own spans (a hybrid's ring over the teams)
-        trace::record("ring over teams", trace::Cat::Phase, start_ns, now, {index, phase, sched});
-        break;
-      }
       trace::record(op.backward ? "attention backward" : "attention forward", trace::Cat::Compute,
                     start_ns, now,
                     {{"q_rows", op.qseg.rows},

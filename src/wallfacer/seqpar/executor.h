@@ -6,7 +6,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
@@ -53,14 +52,6 @@ class Executor {
   // slow the backward kernel (about 1.3x at 64 rows).
   void set_progress_rows(int64_t rows) { progress_rows_ = rows; }
 
-  // When set, a phase's Compute ops are not run: the hook is called once, at the first of them,
-  // with that op and its four buffers (src, src2, dst, dst2; every block, of their BufferSpec's
-  // types) and must leave in dst, dst2 what the ops would have accumulated there. A Ulysses x ring
-  // hybrid computes the heads its Ulysses schedule gathered with a ring over the teams this way.
-  using ComputeHook =
-      std::function<void(const Op& op, const void* src, const void* src2, void* dst, void* dst2)>;
-  void set_compute_hook(ComputeHook hook) { hook_ = std::move(hook); }
-
   // The "schedule" argument of this executor's trace spans (a static string; default "attention").
   void set_trace_label(const char* label) { trace_label_ = label; }
 
@@ -89,7 +80,6 @@ class Executor {
   std::vector<std::vector<std::vector<float>>> spare_;  // freed copies, reused
   UserTensors user_{};
   int64_t progress_rows_ = 256;
-  ComputeHook hook_;
   const std::vector<Op>* traced_ops_ = nullptr;
   std::vector<int64_t> posted_ns_;  // per op: when its transfer was posted (-1: none pending)
   const char* phase_name_ = "forward";

@@ -8,6 +8,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/stats.h"
 #include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
 
 namespace wallfacer::seqpar {
@@ -154,48 +155,22 @@ AttnTensors reference_attention(const AttnConfig& cfg, const AttnTensors& in, bo
   const auto ks = kernels::Strides3::contiguous(S, cfg.kv_heads, cfg.head_dim);
   const auto ls = kernels::Strides2::contiguous(cfg.heads, S);
   const float scale = 1.0f / std::sqrt(float(cfg.head_dim));
-  kernels::AttnFwdParams p;
-  p.dims = dims;
-  p.q = in.q.data();
-  p.q_stride = qs;
-  p.k = in.k.data();
-  p.k_stride = ks;
-  p.v = in.v.data();
-  p.v_stride = ks;
-  p.o = out.o.data();
-  p.o_stride = qs;
-  p.lse = out.lse.data();
-  p.lse_stride = ls;
-  p.scale = scale;
-  p.causal = cfg.causal;
-  p.doc_of_pos = docs;
-  kernels::attn_fwd(p);
+  kernels::AttnInputs<float> t;
+  t.dims = dims;
+  t.q = in.q.data();
+  t.q_stride = qs;
+  t.k = in.k.data();
+  t.v = in.v.data();
+  t.kv_stride = ks;
+  t.stat_stride = ls;
+  t.scale = scale;
+  t.causal = cfg.causal;
+  t.doc_of_pos = docs;
+  kernels::attn_fwd(kernels::fwd_params(t, out.o.data(), out.lse.data()));
   std::vector<float> delta(out.lse.size());
   kernels::attn_bwd_preprocess(dims, out.o.data(), qs, in.dout.data(), qs, delta.data(), ls);
-  kernels::AttnBwdParams g;
-  g.dims = dims;
-  g.q = in.q.data();
-  g.q_stride = qs;
-  g.k = in.k.data();
-  g.k_stride = ks;
-  g.v = in.v.data();
-  g.v_stride = ks;
-  g.dout = in.dout.data();
-  g.dout_stride = qs;
-  g.lse = out.lse.data();
-  g.lse_stride = ls;
-  g.delta = delta.data();
-  g.delta_stride = ls;
-  g.dq = out.dq.data();
-  g.dq_stride = qs;
-  g.dk = out.dk.data();
-  g.dk_stride = ks;
-  g.dv = out.dv.data();
-  g.dv_stride = ks;
-  g.scale = scale;
-  g.causal = cfg.causal;
-  g.doc_of_pos = docs;
-  kernels::attn_bwd(g);
+  kernels::attn_bwd(kernels::bwd_params(t, {in.dout.data(), out.lse.data(), delta.data(),
+                                            out.dq.data(), out.dk.data(), out.dv.data()}));
   return out;
 }
 
@@ -243,8 +218,7 @@ ScheduleSummary summarize_schedules(const AttnConfig& cfg, int P) {
   ScheduleSummary out;
   auto& w = out.worst;
   for (int r = 0; r < P; ++r) {
-    const auto t =
-        cfg.ulysses > 1 ? hybrid_totals(cfg, P, r) : schedule_totals(make_schedule(cfg, P, r));
+    const auto t = schedule_totals(make_schedule(cfg, P, r));
     for (auto m : {&ScheduleTotals::p2p_bytes_fwd, &ScheduleTotals::p2p_bytes_bwd,
                    &ScheduleTotals::coll_bytes_fwd, &ScheduleTotals::coll_bytes_bwd,
                    &ScheduleTotals::p2p_steps_fwd, &ScheduleTotals::p2p_steps_bwd,
@@ -259,11 +233,8 @@ ScheduleSummary summarize_schedules(const AttnConfig& cfg, int P) {
 }
 
 int64_t schedule_ops(const AttnConfig& cfg, int P, int rank) {
-  auto ops = [](const Schedule& s) { return int64_t(s.fwd.size() + s.bwd.size()); };
-  if (cfg.ulysses <= 1) return ops(make_schedule(cfg, P, rank));
-  const auto h = hybrid_configs(cfg, P);
-  return ops(make_schedule(h.outer, h.u, rank % h.u)) +
-         ops(make_schedule(h.inner, h.rings, rank / h.u));
+  const Schedule s = make_schedule(cfg, P, rank);
+  return int64_t(s.fwd.size() + s.bwd.size());
 }
 
 RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>& iterations) {

@@ -1,6 +1,5 @@
 #include "wallfacer/seqpar/schedule.h"
 
-#include <map>
 #include <set>
 
 #include "wallfacer/core/error.h"
@@ -25,15 +24,24 @@ class Builder {
     round_ = 0;
   }
 
-  // A scratch buffer; the same name in the forward and the backward is the same buffer.
+  // A new scratch buffer (names are unique: one per tensor).
   int buffer(const std::string& name, Fmt fmt, int blocks, int heads, Dtype dtype,
              bool kept = false) {
-    auto it = by_name_.find(name);
-    if (it != by_name_.end()) return it->second;
+    WF_CHECK(names_.insert(name).second, "schedule buffer {} declared twice", name);
     s_.buffers.push_back({name, fmt, blocks, s_.n, heads, kept, dtype});
-    const int id = int(s_.buffers.size()) - 1;
-    by_name_[name] = id;
-    return id;
+    return int(s_.buffers.size()) - 1;
+  }
+
+  // A new buffer of the shape of `of` that shares its memory (BufferSpec::alias).
+  int alias(const std::string& name, int of) {
+    BufferSpec spec = s_.buffers[size_t(of)];
+    WF_CHECK(!spec.kept && spec.alias < 0 && of >= kNumUserBuffers,
+             "buffer {} cannot lend its memory to {}", spec.name, name);
+    WF_CHECK(names_.insert(name).second, "schedule buffer {} declared twice", name);
+    spec.name = name;
+    spec.alias = of;
+    s_.buffers.push_back(spec);
+    return int(s_.buffers.size()) - 1;
   }
 
   int64_t bytes(int buf) const { return s_.buffers[buf].blocks * block_size(buf); }
@@ -163,7 +171,7 @@ class Builder {
   Schedule& s_;
   std::vector<Op>* ops_ = nullptr;
   int round_ = 0;
-  std::map<std::string, int> by_name_;
+  std::set<std::string> names_;
 };
 
 // The rows of team `team` (C member blocks), as segments of its team block.
@@ -175,12 +183,37 @@ std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team
   return segs;
 }
 
+// Where the ring steps of a schedule go: teams of C ranks (rank r = t*C + a) hold team buffers of
+// C blocks that circulate on rings of G ranks with the same member index.
+//   WallFacer-C (ring and zigzag are C = 1): the TeamLayout geometry (placement, sub-rings).
+//   Ulysses x ring hybrid (C = u): no placement; the ring runs over the G = P/u teams.
+struct RingLayout {
+  bool hybrid = false;
+  int C = 1, G = 1;
+  TeamLayout team;
+  RingLayout(const AttnConfig& c, int P, int C_)
+      : hybrid(c.ulysses > 1),
+        C(C_),
+        G(hybrid ? P / C_ : P / (C_ * C_)),
+        team(P, hybrid ? 1 : C_) {}
+  int placement_dst(int r) const { return hybrid ? r : team.placement_dst(r); }
+  int placement_src(int r) const { return hybrid ? r : team.placement_src(r); }
+  int next(int r) const { return hybrid ? ((r / C + 1) % G) * C + r % C : team.next(r); }
+  int prev(int r) const { return hybrid ? ((r / C + G - 1) % G) * C + r % C : team.prev(r); }
+  int kv_team(int r, int step) const {
+    return hybrid ? (r / C - step % G + G) % G : team.kv_team(r, step);
+  }
+  int query_team(int r, int step) const {
+    return hybrid ? (r / C - step % G + G) % G : team.query_team(r, step);
+  }
+};
+
 // With documents, whether the block that rank r holds at ring step `step` must go on to the next
 // rank: true when a rank that would hold it at a later step (step + 1 .. G - 1) has kept pairs
 // with it. `queries(x, t)` and `keys(x, t)` are the segments rank x pairs at step t. Without
 // documents every hop is made, as the closed forms count them.
 template <class Queries, class Keys>
-bool hop_needed(const Schedule& s, const TeamLayout& L, int r, int step, Queries queries,
+bool hop_needed(const Schedule& s, const RingLayout& L, int r, int step, Queries queries,
                 Keys keys) {
   if (s.docs.starts.empty()) return true;
   int x = r;
@@ -193,13 +226,17 @@ bool hop_needed(const Schedule& s, const TeamLayout& L, int r, int step, Queries
   return false;
 }
 
-// Ring, zigzag ring and WallFacer-C (ring = WallFacer-1).
+// Ring, zigzag ring, WallFacer-C (ring = WallFacer-1) and the Ulysses x ring hybrids. The team
+// buffers (C blocks, block a of member a's rows) come from an all-gather in the team (WallFacer)
+// or from Ulysses' all-to-all in the team, which trades the members' rows for heads: member a then
+// holds the team's rows of heads slice a (H/u heads, Hkv/u kv heads) and the ring runs on those.
 void build_team_ring(Schedule& s, Builder& b) {
   const auto& c = s.cfg;
   const int P = s.P, r = s.rank, C = s.teams;
-  const TeamLayout L(P, C);
+  const RingLayout L(c, P, C);
+  const bool hybrid = L.hybrid;
   const int G = L.G, t = r / C;
-  const int H = c.heads, K = c.kv_heads;
+  const int H = hybrid ? c.heads / C : c.heads, K = hybrid ? c.kv_heads / C : c.kv_heads;
   // w: the tensors and their messages; f: the accumulators (and the gradients that travel).
   const Dtype w = c.dtype, f = Dtype::fp32;
   const int place_dst = L.placement_dst(r), place_src = L.placement_src(r);
@@ -209,25 +246,53 @@ void build_team_ring(Schedule& s, Builder& b) {
   const bool keep = c.keep_kv && C > 1;
   const auto my_team = team_segments(c, P, C, t);
   const auto resident = team_segments(c, P, C, L.kv_team(r, 0));
+  // Ulysses' all-to-all in the team: `src` (C blocks, block j for member j) -> a new buffer.
+  auto trade = [&](int src, const std::string& name) {
+    const BufferSpec spec = s.buffers[size_t(src)];
+    const int dst = b.buffer(name, spec.fmt, C, spec.heads, spec.dtype);
+    b.collective(CollKind::AllToAll, Group::Team, C, src, dst);
+    return dst;
+  };
 
   // ---- forward
   b.phase(&s.fwd);
-  const int kvl = b.buffer("kv_local", Fmt::KV, 1, K, w);
-  b.local(LocalKind::PackKV, -1, kvl);
-  int qt = kInQ, kvt = kvl;
-  if (C > 1) {
+  int kvl = -1, kvs = -1, qt = kInQ, kvt = -1;
+  if (hybrid) {
+    kvs = b.buffer("kv_shards", Fmt::KV, C, K, w);
+    b.local(LocalKind::PackKV, -1, kvs, -1, C);
+    kvt = trade(kvs, "kv_team");
+  } else {
+    kvl = kvt = b.buffer("kv_local", Fmt::KV, 1, K, w);
+    b.local(LocalKind::PackKV, -1, kvl);
+  }
+  if (C > 1 && !hybrid) {
     kvt = b.buffer(keep && !placed ? "kv_kept" : "kv_team", Fmt::KV, C, K, w, keep && !placed);
     b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   }
+  // The K,V blocks that circulate, and the placed one: the block of forward step 0 and the
+  // backward's resident K,V (or, when K,V travel, the block of its step 0). Without keep_kv it
+  // lives in kv_ring0, which the ring first writes at step 1, when step 0 is done with it (and
+  // which a backward that moves the query packages leaves alone).
+  const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K, w) : -1;
+  const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K, w) : -1;
+  int kv_placed = -1;
+  if (placed)
+    kv_placed = keep    ? b.buffer("kv_kept", Fmt::KV, C, K, w, true)
+                : G > 1 ? b.alias("kv_placed", ring0)
+                        : b.buffer("kv_placed", Fmt::KV, C, K, w);
   int kv_first = kvt;
   int ps = -1, pr = -1;
   if (placed) {
-    kv_first = b.buffer(keep ? "kv_kept" : "kv_ring0", Fmt::KV, C, K, w, keep);
+    kv_first = kv_placed;
     ps = b.send(kvt, place_dst, kTagPlace);
     pr = b.recv(kv_first, place_src, kTagPlace);
     b.next_round();
   }
-  if (C > 1) {
+  if (hybrid) {
+    const int qs = b.buffer("q_shards", Fmt::Rows, C, H, w);
+    b.local(LocalKind::Shard, kInQ, qs, -1, C);
+    qt = trade(qs, "q_team");
+  } else if (C > 1) {
     qt = b.buffer("q_team", Fmt::Rows, C, H, w);
     b.collective(CollKind::AllGather, Group::Team, C, kInQ, qt);
   }
@@ -237,8 +302,6 @@ void build_team_ring(Schedule& s, Builder& b) {
   if (C > 1 || w != f) oacc = b.buffer("o_team", Fmt::Rows, C, H, f);
   if (C > 1) lacc = b.buffer("lse_team", Fmt::Stat, C, H, f);
   b.local(LocalKind::InitOut, -1, oacc, lacc);
-  const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K, w) : -1;
-  const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K, w) : -1;
   // A K,V block goes on only while a later rank of the sub-ring has a query that sees it.
   auto team_queries = [&](int x, int) { return team_segments(c, P, C, x / C); };
   auto kv_keys = [&](int x, int at) { return team_segments(c, P, C, L.kv_team(x, at)); };
@@ -257,7 +320,13 @@ void build_team_ring(Schedule& s, Builder& b) {
       b.next_round();
     }
   }
-  if (C > 1) {
+  if (hybrid) {
+    // O back to the rows' owners as the tensors travel (rounded to bf16 once); LSE stays fp32.
+    const int os = trade(b.as_dtype(oacc, "o_team_wire", w), "o_shards");
+    const int ls = trade(lacc, "lse_shards");
+    b.local(LocalKind::Merge, os, kOutO, -1, C);
+    b.local(LocalKind::Merge, ls, kOutLse, -1, C);
+  } else if (C > 1) {
     // The partial O travel as the tensors do (rounded to bf16 once); LSE stays fp32.
     const int owire = b.as_dtype(oacc, "o_team_wire", w);
     b.collective(CollKind::ReduceScatterLse, Group::Team, C, owire, kOutO, lacc, kOutLse);
@@ -272,24 +341,34 @@ void build_team_ring(Schedule& s, Builder& b) {
   // reduce-scatters dQ and dK,dV. Gradients travel and are summed in fp32 (docs/numerics.md).
   b.phase(&s.bwd);
   const bool move_kv = s.bwd_moves_kv;
-  int kv_placed = kvt;
+  const int kv_resident = placed ? kv_placed : kvt;  // with keep_kv: the forward's kv_kept
   ps = pr = -1;
   if (keep) {
-    kv_placed = kv_first;  // kept from the forward
+    // kept from the forward
+  } else if (hybrid) {
+    b.local(LocalKind::PackKV, -1, kvs, -1, C);
+    b.collective(CollKind::AllToAll, Group::Team, C, kvs, kvt);
   } else {
     b.local(LocalKind::PackKV, -1, kvl);
     if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
   }
   if (placed && !keep) {
-    kv_placed = b.buffer("kv_ring0", Fmt::KV, C, K, w);
     ps = b.send(kvt, place_dst, kTagPlace);
     pr = b.recv(kv_placed, place_src, kTagPlace);
     b.next_round();
   }
-  const int qpl = b.buffer("qpack_local", Fmt::QPack, 1, H, w);
-  b.local(LocalKind::PackQPack, -1, qpl);
-  int qpt = qpl;
-  if (C > 1) {
+  int qpt = -1;
+  if (hybrid) {
+    const int qps = b.buffer("qpack_shards", Fmt::QPack, C, H, w);
+    b.local(LocalKind::PackQPack, -1, qps, -1, C);
+    qpt = trade(qps, "qpack_team");
+  }
+  const int qpl = hybrid ? -1 : b.buffer("qpack_local", Fmt::QPack, 1, H, w);
+  if (!hybrid) {
+    b.local(LocalKind::PackQPack, -1, qpl);
+    qpt = qpl;
+  }
+  if (C > 1 && !hybrid) {
     qpt = b.buffer("qpack_team", Fmt::QPack, C, H, w);
     b.collective(CollKind::AllGather, Group::Team, C, qpl, qpt);
   }
@@ -302,13 +381,13 @@ void build_team_ring(Schedule& s, Builder& b) {
   const int home = move_kv ? dkv_team : dq_team;
   const Fmt tfmt = move_kv ? Fmt::KV : Fmt::QPack, afmt = move_kv ? Fmt::KV : Fmt::Rows;
   const int theads = move_kv ? K : H;
-  const int first = move_kv ? kv_placed : qpt;
+  const int first = move_kv ? kv_resident : qpt;
   const int tag_t = move_kv ? kTagKV : kTagQPack;
   b.local(LocalKind::Zero, -1, res_acc);
   int ring[2] = {-1, -1}, slot[2] = {home, -1}, acc_in = -1;
   if (G > 1) {
-    ring[0] = b.buffer(move_kv ? "kv_ring0" : "qpack_ring0", tfmt, C, theads, w);
-    ring[1] = b.buffer(move_kv ? "kv_ring1" : "qpack_ring1", tfmt, C, theads, w);
+    ring[0] = move_kv ? ring0 : b.buffer("qpack_ring0", tfmt, C, theads, w);
+    ring[1] = move_kv ? ring1 : b.buffer("qpack_ring1", tfmt, C, theads, w);
     slot[0] = b.buffer("grad_part0", afmt, C, theads, f);
     slot[1] = b.buffer("grad_part1", afmt, C, theads, f);
     acc_in = b.buffer("grad_in", afmt, C, theads, f);
@@ -339,8 +418,8 @@ void build_team_ring(Schedule& s, Builder& b) {
       b.computes(true, qpt, cur, res_acc, acc, my_team, team_segments(c, P, C, L.kv_team(r, step)),
                  H, K);
     } else {
-      b.computes(true, cur, kv_placed, acc, res_acc, team_segments(c, P, C, L.query_team(r, step)),
-                 resident, H, K);
+      b.computes(true, cur, kv_resident, acc, res_acc,
+                 team_segments(c, P, C, L.query_team(r, step)), resident, H, K);
     }
     if (step > 0) {
       b.wait({ain});
@@ -353,6 +432,14 @@ void build_team_ring(Schedule& s, Builder& b) {
   if (G > 1) {
     const int h = b.recv(home, L.prev(r), kTagGrad);
     b.wait({h, acc_send[0], acc_send[1]});
+  }
+  if (hybrid) {
+    // dQ and dK,dV back to the rows' owners, in fp32, rounded once by the merge.
+    const int dqs = trade(dq_team, "dq_shards");
+    const int dkvs = trade(dkv_team, "dkv_shards");
+    b.local(LocalKind::Merge, dqs, kOutDq, -1, C);
+    b.local(LocalKind::UnpackKV, dkvs, -1, -1, C);
+    return;
   }
   // dK, dV go back along the inverse placement while dQ is reduce-scattered in the team.
   int dkvt = dkv_team, rs = -1, rr = -1;
@@ -411,7 +498,7 @@ void build_ulysses(Schedule& s, Builder& b) {
 
   b.phase(&s.bwd);
   b.local(LocalKind::PackKV, -1, kvs, -1, P);
-  a2a(kvs, "kv_heads", Fmt::KV, k);
+  if (P > 1) b.collective(CollKind::AllToAll, Group::World, P, kvs, kvh);
   const int qps = b.buffer("qpack_shards", Fmt::QPack, P, h, w);
   b.local(LocalKind::PackQPack, -1, qps, -1, P);
   const int qph = a2a(qps, "qpack_heads", Fmt::QPack, h);
@@ -553,7 +640,8 @@ int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
   const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
-  const int64_t G = P / (C * C), D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
+  const int64_t G = cfg.ulysses > 1 ? P / cfg.ulysses : P / (C * C), D = cfg.head_dim,
+                H = cfg.heads, K = cfg.kv_heads;
   const int64_t e = dtype_bytes(cfg.dtype);
   if (G == 1) return false;  // no hops either way
   const int64_t kv = (G - 1) * 2 * K * D * e + G * 2 * K * D * 4;
@@ -563,13 +651,12 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
 
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   validate(cfg, P);
-  WF_CHECK(cfg.ulysses == 1, "a Ulysses x ring hybrid runs the two schedules of hybrid_configs");
   WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
   Schedule s;
   s.cfg = cfg;
   s.P = P;
   s.rank = rank;
-  s.teams = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  s.teams = cfg.ulysses > 1 ? cfg.ulysses : cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
   if (!cfg.doc_lengths.empty()) s.docs = doc_bounds(cfg);
@@ -635,15 +722,6 @@ ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b) {
   t.flops_fwd = a.flops_fwd + b.flops_fwd;
   t.flops_bwd = a.flops_bwd + b.flops_bwd;
   return t;
-}
-
-ScheduleTotals hybrid_totals(const AttnConfig& cfg, int P, int rank) {
-  validate(cfg, P);
-  const auto h = hybrid_configs(cfg, P);
-  // The Ulysses schedule's compute ops are not run (the ring computes): only its transfers count.
-  auto outer = schedule_totals(make_schedule(h.outer, h.u, rank % h.u));
-  outer.flops_fwd = outer.flops_bwd = 0;
-  return outer + schedule_totals(make_schedule(h.inner, h.rings, rank / h.u));
 }
 
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {

@@ -12,7 +12,9 @@
 //   QPack [q (B,rows,H,D) | dout (B,rows,H,D) | lse (B,H,rows) | delta (B,H,rows)]
 //                                             the immutable part of a backward query package
 // Buffers 0..kNumUserBuffers-1 are the caller's tensors (one block of the rank's own rows); the
-// others are scratch that the executor allocates once.
+// others are scratch that the executor allocates once. A buffer id names one tensor: the forward
+// and the backward use the same id for the same tensor (kv_local, kv_ring0, ...), and no id
+// serves two roles. Two roles share memory only where a buffer says so (BufferSpec::alias).
 //
 // Element types. Each buffer has a dtype, the type of its Rows and KV elements and of the q and
 // dout parts of a QPack; Stat buffers and the lse, delta parts of a QPack are fp32 always. With
@@ -61,6 +63,10 @@ struct BufferSpec {
   // copy per forward not yet followed by its backward, last in, first out.
   bool kept = false;
   Dtype dtype = Dtype::fp32;  // of the Rows / KV elements and the q, dout parts of a QPack
+  // >= 0: this buffer has no memory of its own but that of buffer `alias` (a scratch buffer, not
+  // kept, itself no alias, of at least this buffer's bytes): the schedule never needs both at
+  // once.
+  int alias = -1;
 };
 
 // Elements of one block of `spec` (batch B, head dim D).
@@ -134,7 +140,8 @@ struct Op {
 struct Schedule {
   AttnConfig cfg;
   int P = 1, rank = 0;
-  int teams = 1;              // C: the size of the Team group (ranks rank/C*C .. +C-1)
+  int teams = 1;              // the size of the Team group (ranks rank/C*C .. +C-1): C,
+                              // or a hybrid's Ulysses degree u
   int64_t n = 0;              // rows per rank
   bool bwd_moves_kv = false;  // backward: K,V travel (else the query packages)
   // The documents of cfg (cumulative lengths; empty when cfg.doc_lengths is: one document).
@@ -157,8 +164,10 @@ bool backward_moves_kv(const AttnConfig& cfg, int P);
 int64_t kept_elements(const AttnConfig& cfg, int P);
 
 // The schedule of `rank` (validates cfg first: UsageError when it cannot run on P ranks). A Ulysses
-// x ring hybrid (cfg.ulysses > 1) has no schedule of its own: it runs the schedules of the two
-// configs of hybrid_configs (see hybrid_totals).
+// x ring hybrid (cfg.ulysses = u > 1) is one schedule too: all-to-alls of q and K,V in the team
+// (Team group of u consecutive ranks) trade the members' rows for heads, the ring (zigzag ring)
+// steps run with world peers on the team's rows of heads/u heads, and all-to-alls take O, LSE
+// back (backward: the query packages and K,V in, dQ and dK,dV back).
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank);
 
 // What a schedule sends, summed without running it.
@@ -172,9 +181,6 @@ struct ScheduleTotals {
 };
 ScheduleTotals schedule_totals(const Schedule& s);
 ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b);
-
-// A hybrid's totals of `rank`: its Ulysses schedule in the team plus its ring schedule.
-ScheduleTotals hybrid_totals(const AttnConfig& cfg, int P, int rank);
 
 // Closed-form volumes of one rank (docs/algorithm.md, "Volumes": forward and backward, GQA, and
 // the LSE and delta rows that travel with O and the query packages; the element size of
