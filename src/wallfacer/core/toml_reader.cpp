@@ -62,14 +62,21 @@ TomlTable TomlTable::sub(std::string_view key, bool required) {
   return TomlTable(n ? n->as_table() : nullptr, name(key), source_);
 }
 
-double TomlTable::number(std::string_view key, double lo, double hi) {
+// The value of a required key as `convert` reads it, in [lo, hi]; `kind` names the type wanted.
+template <typename T>
+T TomlTable::in_range(std::string_view key, std::optional<T> (*convert)(const toml::node&),
+                      std::string_view kind, T lo, T hi) {
   const toml::node* n = get(key);
   WF_USAGE_CHECK(n, "{}: missing key '{}'", source_, name(key));
-  const std::optional<double> v = toml_number(*n);
-  WF_USAGE_CHECK(v, "{}: '{}' must be a number", source_, name(key));
+  const std::optional<T> v = convert(*n);
+  WF_USAGE_CHECK(v, "{}: '{}' must be {}", source_, name(key), kind);
   WF_USAGE_CHECK(*v >= lo && *v <= hi, "{}: '{}' = {} is out of range [{}, {}]", source_, name(key),
                  *v, lo, hi);
   return *v;
+}
+
+double TomlTable::number(std::string_view key, double lo, double hi) {
+  return in_range(key, &toml_number, "a number", lo, hi);
 }
 
 double TomlTable::number_or(std::string_view key, double fallback, double lo, double hi) {
@@ -77,13 +84,7 @@ double TomlTable::number_or(std::string_view key, double fallback, double lo, do
 }
 
 int TomlTable::integer(std::string_view key, int lo, int hi) {
-  const toml::node* n = get(key);
-  WF_USAGE_CHECK(n, "{}: missing key '{}'", source_, name(key));
-  const std::optional<int64_t> v = toml_integer(*n);
-  WF_USAGE_CHECK(v, "{}: '{}' must be an integer", source_, name(key));
-  WF_USAGE_CHECK(*v >= lo && *v <= hi, "{}: '{}' = {} is out of range [{}, {}]", source_, name(key),
-                 *v, lo, hi);
-  return static_cast<int>(*v);
+  return static_cast<int>(in_range<int64_t>(key, &toml_integer, "an integer", lo, hi));
 }
 
 int TomlTable::integer_or(std::string_view key, int fallback, int lo, int hi) {

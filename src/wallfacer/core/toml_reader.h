@@ -53,6 +53,9 @@ class TomlTable {
 
  private:
   const toml::node* get(std::string_view key);
+  template <typename T>
+  T in_range(std::string_view key, std::optional<T> (*convert)(const toml::node&),
+             std::string_view kind, T lo, T hi);
   const toml::table* t_;
   std::string path_, source_;
   std::set<std::string> read_;
