@@ -1,6 +1,6 @@
 #pragma once
-// wallfacer bench gemm: the dense products of a Transformer layer, bf16 (kernels/dense_bf16.h)
-// against fp32 (kernels/ops.h, cblas_sgemm), in the same rounds.
+// wallfacer bench gemm: its options and output; the benchmark itself is bench/gemm_bench.h (the
+// dense products of a Transformer layer, bf16 against fp32, in the same rounds).
 
 #include <CLI/CLI.hpp>
 

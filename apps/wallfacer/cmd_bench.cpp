@@ -1,36 +1,29 @@
-// wallfacer bench kernel (and gemm, bench_gemm.cpp): flash-attention forward/backward GFLOP/s (fp32
-// and/or bf16 kernels) against OpenBLAS sgemm measured in the same run, one row per case and dtype
-// (nccl-tests style), or one JSON object per case and dtype. With --docs or --docs-random: the
-// kernels (fp32, bf16 or both) on a packed sequence of documents against the same sequence without
-// documents (the speedup of skipped tiles).
+// wallfacer bench kernel (and gemm, bench_gemm.cpp): the options and the output of the kernel
+// benchmark (bench/kernel_bench.h): flash-attention forward/backward GFLOP/s (fp32 and/or bf16
+// kernels) against OpenBLAS sgemm measured in the same run, one row per case and dtype (nccl-tests
+// style), or one JSON object per case and dtype. With --docs or --docs-random: the kernels of
+// --dtype on a packed sequence of documents against the same sequence without documents (the
+// speedup of skipped tiles).
 
-#include <cblas.h>
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "bench_gemm.h"
 #include "command.h"
-#include "wallfacer/core/bf16.h"
+#include "wallfacer/bench/kernel_bench.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/threads.h"
-#include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_bf16.h"
-#include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/kernels/isa.h"
-#include "wallfacer/kernels/reference/attention_ref.h"
 #include "wallfacer/seqpar/doc_layout.h"
 
 namespace wallfacer::cli {
@@ -53,297 +46,13 @@ struct KernelBenchOptions {
   bool seq_given = false;      // --seq on the command line
 };
 
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
+bench::AttnShape shape_of(const KernelBenchOptions& opt) {
+  return {opt.heads, opt.kv_heads, opt.head_dim, opt.batch};
 }
-
-void fill_random(std::vector<float>& x, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (auto& v : x) v = dist(gen);
-}
-
-// C = A B with A (n x d), B (d x n), all threads given to OpenBLAS. n is capped so that C stays at
-// most 64 MiB; the FLOP rate of this shape no longer changes at that size.
-class SgemmProbe {
- public:
-  SgemmProbe(int n, int d)
-      : n_(std::min(n, 4096)), d_(d), a_(size_t(n_) * d), b_(size_t(d) * n_), c_(size_t(n_) * n_) {
-    fill_random(a_, 1);
-    fill_random(b_, 2);
-    run();  // warm-up
-  }
-  int n() const { return n_; }
-  double flops() const { return 2.0 * n_ * n_ * d_; }
-  // Seconds per product, averaged over `reps` back-to-back products.
-  double seconds(int reps) {
-    const double t0 = now_s();
-    for (int r = 0; r < reps; ++r) run();
-    return (now_s() - t0) / reps;
-  }
-
- private:
-  void run() {
-    set_blas_threads(num_threads());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_, n_, d_, 1.0f, a_.data(), d_,
-                b_.data(), n_, 0.0f, c_.data(), n_);
-  }
-  int n_, d_;
-  std::vector<float> a_, b_, c_;
-};
-
-// The inputs of one case (fp32, uniform in [-1, 1]); the bf16 kernels get them rounded.
-struct CaseInputs {
-  kernels::AttnDims d;
-  kernels::Strides3 qs, ks;
-  kernels::Strides2 ls;
-  float scale = 1.0f;
-  bool causal = false;
-  std::vector<float> q, k, v, dout;
-  CaseInputs(const KernelBenchOptions& opt, int seq, bool is_causal) : causal(is_causal) {
-    const int hkv = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
-    d = {opt.batch, seq, seq, opt.heads, hkv, opt.head_dim};
-    qs = kernels::Strides3::contiguous(seq, opt.heads, opt.head_dim);
-    ks = kernels::Strides3::contiguous(seq, hkv, opt.head_dim);
-    ls = kernels::Strides2::contiguous(opt.heads, seq);
-    scale = 1.0f / std::sqrt(float(opt.head_dim));
-    q.resize(size_t(opt.batch) * seq * opt.heads * opt.head_dim);
-    k.resize(size_t(opt.batch) * seq * hkv * opt.head_dim);
-    v.resize(k.size());
-    dout.resize(q.size());
-    fill_random(q, 11);
-    fill_random(k, 12);
-    fill_random(v, 13);
-    fill_random(dout, 14);
-  }
-};
-
-// Largest relative error of a few query rows of the first and last head (O and LSE) against the
-// fp64 reference; q, k, v, o, lse are the kernel's inputs and outputs as fp32.
-// doc_of_pos: the documents of the call (nullptr: none).
-double spot_check(const CaseInputs& in, const float* q, const float* k, const float* v,
-                  const float* o, const float* lse, const int32_t* doc_of_pos = nullptr) {
-  const kernels::AttnDims& d = in.d;
-  const kernels::reference::AttnRefProblem pr{d, double(in.scale), in.causal, 0, 0, doc_of_pos};
-  std::vector<double> ref_row(d.head_dim);
-  double max_ref = 0, max_err = 0;
-  for (int h : {0, d.heads - 1})
-    for (int i : {0, d.seq_q / 3, d.seq_q - 1}) {
-      const double l =
-          kernels::reference::attn_fwd_ref_row(pr, q, k, v, d.batch - 1, h, i, ref_row.data());
-      const size_t row = ((size_t(d.batch - 1) * d.seq_q + i) * d.heads + h) * d.head_dim;
-      for (int c = 0; c < d.head_dim; ++c) {
-        max_ref = std::max(max_ref, std::fabs(ref_row[c]));
-        max_err = std::max(max_err, std::fabs(double(o[row + c]) - ref_row[c]));
-      }
-      const double lk = lse[(size_t(d.batch - 1) * d.heads + h) * d.seq_q + i];
-      max_err = std::max(max_err, std::fabs(lk - l) / std::max(1.0, std::fabs(l)) * max_ref);
-    }
-  return max_ref > 0 ? max_err / max_ref : max_err;
-}
-
-// The inputs of a case's kernel calls (of either element type).
-template <typename T>
-kernels::AttnInputs<T> call_inputs(const CaseInputs& in, const T* q, const T* k, const T* v,
-                                   const int32_t* doc_of_pos = nullptr) {
-  kernels::AttnInputs<T> t;
-  t.dims = in.d;
-  t.q = q;
-  t.q_stride = in.qs;
-  t.k = k;
-  t.v = v;
-  t.kv_stride = in.ks;
-  t.stat_stride = in.ls;
-  t.scale = in.scale;
-  t.causal = in.causal;
-  t.doc_of_pos = doc_of_pos;
-  return t;
-}
-
-// One dtype's kernels on a case: buffers, the timed calls and the spot check.
-class KernelRun {
- public:
-  virtual ~KernelRun() = default;
-  virtual const char* dtype() const = 0;
-  virtual void forward() = 0;
-  virtual void backward() = 0;  // delta, then the backward
-  virtual int64_t workspace_bytes(int threads) const = 0;
-  virtual double check_err() const = 0;
-  // Bound of the spot check (docs/numerics.md).
-  virtual double check_tol(int seq_k) const = 0;
-};
-
-class Fp32Run : public KernelRun {
- public:
-  // doc_of_pos: documents of the packed sequence (kernels/attention.h); nullptr: none.
-  explicit Fp32Run(const CaseInputs& in, const int32_t* doc_of_pos = nullptr)
-      : in_(in),
-        o_(in.q.size()),
-        dq_(in.q.size()),
-        dk_(in.k.size()),
-        dv_(in.k.size()),
-        lse_(size_t(in.d.batch) * in.d.heads * in.d.seq_q),
-        delta_(lse_.size()) {
-    const auto t = call_inputs(in, in.q.data(), in.k.data(), in.v.data(), doc_of_pos);
-    fp_ = kernels::fwd_params(t, o_.data(), lse_.data());
-    bp_ = kernels::bwd_params(
-        t, {in.dout.data(), lse_.data(), delta_.data(), dq_.data(), dk_.data(), dv_.data()});
-  }
-  const char* dtype() const override { return "fp32"; }
-  void forward() override { kernels::attn_fwd(fp_); }
-  void backward() override {
-    kernels::attn_bwd_preprocess(in_.d, o_.data(), in_.qs, in_.dout.data(), in_.qs, delta_.data(),
-                                 in_.ls);
-    kernels::attn_bwd(bp_);
-  }
-  int64_t workspace_bytes(int threads) const override {
-    return std::max(kernels::attn_fwd_workspace_bytes(in_.d, threads),
-                    kernels::attn_bwd_workspace_bytes(in_.d, threads));
-  }
-  double check_err() const override {
-    return spot_check(in_, in_.q.data(), in_.k.data(), in_.v.data(), o_.data(), lse_.data(),
-                      fp_.doc_of_pos);
-  }
-  // 32 fp32 epsilons for O up to 1000 keys, growing like sqrt(keys) beyond (full attention
-  // averages O down like 1 / sqrt(keys) while its absolute error does not shrink).
-  double check_tol(int seq_k) const override {
-    return 32 * 1.1920928955078125e-7 * std::sqrt(std::max(1.0, seq_k / 1000.0));
-  }
-
- private:
-  const CaseInputs& in_;
-  std::vector<float> o_, dq_, dk_, dv_, lse_, delta_;
-  kernels::AttnFwdParams fp_;
-  kernels::AttnBwdParams bp_;
-};
-
-// bf16 inputs and outputs (the inputs rounded from the fp32 ones).
-class Bf16Run : public KernelRun {
- public:
-  // doc_of_pos: documents of the packed sequence (kernels/attention.h); nullptr: none.
-  explicit Bf16Run(const CaseInputs& in, const int32_t* doc_of_pos = nullptr)
-      : in_(in),
-        q_(to_bf16(in.q)),
-        k_(to_bf16(in.k)),
-        v_(to_bf16(in.v)),
-        dout_(to_bf16(in.dout)),
-        o_(q_.size()),
-        dq_(q_.size()),
-        dk_(k_.size()),
-        dv_(k_.size()),
-        lse_(size_t(in.d.batch) * in.d.heads * in.d.seq_q),
-        delta_(lse_.size()) {
-    const auto t = call_inputs(in, q_.data(), k_.data(), v_.data());
-    fp_ = kernels::fwd_params(t, o_.data(), lse_.data());
-    bp_ = kernels::bwd_params(
-        t, kernels::AttnGrads<bf16, bf16>{dout_.data(), lse_.data(), delta_.data(), dq_.data(),
-                                          dk_.data(), dv_.data()});
-    fp_.doc_of_pos = bp_.doc_of_pos = doc_of_pos;
-  }
-  const char* dtype() const override { return "bf16"; }
-  void forward() override { kernels::attn_fwd_bf16(fp_); }
-  void backward() override {
-    kernels::attn_bwd_preprocess_bf16(in_.d, o_.data(), in_.qs, dout_.data(), in_.qs, delta_.data(),
-                                      in_.ls);
-    kernels::attn_bwd_bf16(bp_);
-  }
-  int64_t workspace_bytes(int threads) const override {
-    return std::max(kernels::attn_fwd_bf16_workspace_bytes(in_.d, threads),
-                    kernels::attn_bwd_bf16_workspace_bytes(in_.d, threads, true));
-  }
-  // Against the fp64 reference of the rounded inputs.
-  double check_err() const override {
-    return spot_check(in_, to_fp32(q_).data(), to_fp32(k_).data(), to_fp32(v_).data(),
-                      to_fp32(o_).data(), lse_.data(), fp_.doc_of_pos);
-  }
-  // 3 bf16 unit roundoffs (2^-8), as the unit tests.
-  double check_tol(int) const override { return 3.0 / 256; }
-
- private:
-  const CaseInputs& in_;
-  std::vector<bf16> q_, k_, v_, dout_, o_, dq_, dk_, dv_;
-  std::vector<float> lse_, delta_;
-  kernels::AttnFwdBf16Params fp_;
-  kernels::AttnBwdBf16Params bp_;
-};
-
-struct DtypeResult {
-  std::string dtype;
-  double fwd_s = 1e30, bwd_s = 1e30, fwd_gflops = 0, bwd_gflops = 0;
-  int64_t workspace_bytes = 0;
-  double check_err = 0, check_tol = 0;
-};
-
-struct CaseResult {
-  int seq = 0;
-  bool causal = false;
-  int iters = 0;
-  int sgemm_n = 0;
-  double sgemm_gflops = 0;
-  int64_t peak_rss_bytes = 0;
-  std::vector<DtypeResult> runs;  // in the order of --dtype (fp32 first for both)
-};
 
 std::vector<std::string> dtypes_of(const std::string& dtype) {
   if (dtype == "both") return {"fp32", "bf16"};
   return {dtype};
-}
-
-// The kernels of one dtype (fp32 or bf16) on a case, with documents when doc_of_pos is set.
-std::unique_ptr<KernelRun> make_run(const std::string& dtype, const CaseInputs& in,
-                                    const int32_t* doc_of_pos = nullptr) {
-  if (dtype == "fp32") return std::make_unique<Fp32Run>(in, doc_of_pos);
-  return std::make_unique<Bf16Run>(in, doc_of_pos);
-}
-
-CaseResult run_case(const KernelBenchOptions& opt, int seq, bool causal) {
-  CaseResult r;
-  r.seq = seq;
-  r.causal = causal;
-  const CaseInputs in(opt, seq, causal);
-  std::vector<std::unique_ptr<KernelRun>> runs;
-  for (const std::string& dt : dtypes_of(opt.dtype)) runs.push_back(make_run(dt, in));
-  const double fwd_flops =
-      4.0 * opt.batch * opt.heads * double(seq) * seq * opt.head_dim * (causal ? 0.5 : 1.0);
-  const double bwd_flops = 2.5 * fwd_flops;
-  r.iters = opt.iters > 0 ? opt.iters : std::clamp(int(std::lround(1e11 / fwd_flops)), 1, 10);
-  if (fwd_flops < 5e10)
-    for (auto& run : runs) run->forward();  // warm-up when it is cheap
-
-  // Rounds of (sgemm, then forward and backward of each dtype), interleaved so that all see the
-  // same machine load; each rate comes from its best round.
-  SgemmProbe gemm(seq, opt.head_dim);
-  // As many products per round as make up the forward's FLOPs (up to 30 GFLOP), so that both are
-  // timed over similar stretches of time.
-  const int gemm_reps =
-      std::clamp(int(std::ceil(std::min(fwd_flops, 3e10) / gemm.flops())), 1, 1000);
-  double gemm_s = 1e30;
-  r.runs.resize(runs.size());
-  for (int it = 0; it < r.iters; ++it) {
-    gemm_s = std::min(gemm_s, gemm.seconds(gemm_reps));
-    for (size_t x = 0; x < runs.size(); ++x) {
-      double t0 = now_s();
-      runs[x]->forward();
-      r.runs[x].fwd_s = std::min(r.runs[x].fwd_s, now_s() - t0);
-      t0 = now_s();
-      runs[x]->backward();
-      r.runs[x].bwd_s = std::min(r.runs[x].bwd_s, now_s() - t0);
-    }
-  }
-  r.sgemm_n = gemm.n();
-  r.sgemm_gflops = gemm.flops() / gemm_s / 1e9;
-  for (size_t x = 0; x < runs.size(); ++x) {
-    DtypeResult& d = r.runs[x];
-    d.dtype = runs[x]->dtype();
-    d.fwd_gflops = fwd_flops / d.fwd_s / 1e9;
-    d.bwd_gflops = bwd_flops / d.bwd_s / 1e9;
-    d.workspace_bytes = runs[x]->workspace_bytes(num_threads());
-    d.check_err = runs[x]->check_err();
-    d.check_tol = runs[x]->check_tol(seq);
-  }
-  r.peak_rss_bytes = peak_rss_bytes();
-  return r;
 }
 
 // Document lengths of a --docs / --docs-random case of seq positions.
@@ -373,66 +82,42 @@ int run_doc_bench(const KernelBenchOptions& opt, const std::vector<bool>& masks)
   }
   bool ok = true;
   for (int s : opt.seqs)
-    for (bool causal : masks) {
-      const std::vector<int64_t> lengths = bench_doc_lengths(opt, s);
-      const kernels::DocBounds docs = kernels::doc_bounds_from_lengths(lengths, s);
-      const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
-      const kernels::PosRun all{0, s};
-      const double kept = double(kernels::kept_pairs(docs, all, all, causal)) /
-                          kernels::kept_pairs(all, all, causal);
-      const CaseInputs in(opt, s, causal);
+    for (bool causal : masks)
       for (const std::string& dt : dtypes_of(opt.dtype)) {
-        const std::unique_ptr<KernelRun> plain = make_run(dt, in),
-                                         packed = make_run(dt, in, ids.data());
-        const double fwd_flops =
-            4.0 * opt.batch * opt.heads * double(s) * s * opt.head_dim * (causal ? 0.5 : 1.0);
-        const int iters =
-            opt.iters > 0 ? opt.iters : std::clamp(int(std::lround(1e11 / fwd_flops)), 1, 10);
-        double t[4] = {1e30, 1e30, 1e30, 1e30};  // fwd, fwd with docs, bwd, bwd with docs
-        for (int it = 0; it < iters; ++it)
-          for (int x = 0; x < 4; ++x) {
-            KernelRun& run = x % 2 == 0 ? *plain : *packed;
-            const double t0 = now_s();
-            if (x < 2)
-              run.forward();
-            else
-              run.backward();
-            t[x] = std::min(t[x], now_s() - t0);
-          }
-        const double err = packed->check_err(), tol = packed->check_tol(s);
-        ok = ok && err <= tol;
-        const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+        const bench::DocCaseResult r =
+            bench::run_doc_case(shape_of(opt), s, causal, bench_doc_lengths(opt, s), dt, opt.iters);
+        ok = ok && r.check_err <= r.check_tol;
         if (opt.json) {
           const nlohmann::json j = {{"seq", s},
                                     {"heads", opt.heads},
                                     {"head_dim", opt.head_dim},
                                     {"batch", opt.batch},
                                     {"causal", causal},
-                                    {"dtype", dt},
-                                    {"docs", docs.count()},
-                                    {"longest_doc", longest},
-                                    {"kept_fraction", kept},
+                                    {"dtype", r.dtype},
+                                    {"docs", r.docs},
+                                    {"longest_doc", r.longest},
+                                    {"kept_fraction", r.kept},
                                     {"threads", num_threads()},
-                                    {"iters", iters},
-                                    {"fwd_ms", t[0] * 1e3},
-                                    {"fwd_docs_ms", t[1] * 1e3},
-                                    {"bwd_ms", t[2] * 1e3},
-                                    {"bwd_docs_ms", t[3] * 1e3},
-                                    {"fwd_speedup", t[0] / t[1]},
-                                    {"bwd_speedup", t[2] / t[3]},
-                                    {"check_err", err},
-                                    {"check_tol", tol}};
+                                    {"iters", r.iters},
+                                    {"fwd_ms", r.fwd_s * 1e3},
+                                    {"fwd_docs_ms", r.fwd_docs_s * 1e3},
+                                    {"bwd_ms", r.bwd_s * 1e3},
+                                    {"bwd_docs_ms", r.bwd_docs_s * 1e3},
+                                    {"fwd_speedup", r.fwd_s / r.fwd_docs_s},
+                                    {"bwd_speedup", r.bwd_s / r.bwd_docs_s},
+                                    {"check_err", r.check_err},
+                                    {"check_tol", r.check_tol}};
           fmt::print("{}\n", j.dump());
         } else {
           fmt::print(
               " {:>7} {:>6} {:>5} {:>6} {:>8} {:>8.4f} {:>10.1f} {:>10.1f} {:>7.2f} {:>10.1f} "
               "{:>10.1f} {:>7.2f} {:>9.1e}\n",
-              s, causal ? "causal" : "full", dt, docs.count(), longest, kept, t[0] * 1e3,
-              t[1] * 1e3, t[0] / t[1], t[2] * 1e3, t[3] * 1e3, t[2] / t[3], err);
+              s, causal ? "causal" : "full", r.dtype, r.docs, r.longest, r.kept, r.fwd_s * 1e3,
+              r.fwd_docs_s * 1e3, r.fwd_s / r.fwd_docs_s, r.bwd_s * 1e3, r.bwd_docs_s * 1e3,
+              r.bwd_s / r.bwd_docs_s, r.check_err);
         }
         std::fflush(stdout);
       }
-    }
   if (!opt.json)
     fmt::print("# check: spot rows with documents vs fp64 reference, relative error {}\n",
                ok ? "ok" : "FAILED");
@@ -470,21 +155,9 @@ int run_kernel_bench(KernelBenchOptions opt) {
   WF_USAGE_CHECK(!(opt.causal_only && opt.full_only), "--causal and --full exclude each other");
   const bool fp32 = opt.dtype != "bf16", bf16 = opt.dtype != "fp32";
   const kernels::Bf16Path path = bf16 ? kernels::bf16_path() : kernels::Bf16Path::portable;
-  for (int s : opt.seqs) {
-    // One fp32 tensor of the heads and one of the kv heads: the inputs are two of those, the fp32
-    // outputs two more; the bf16 run holds eight bf16 tensors, the spot check's fp32 copies and
-    // its workspace (packed copies, fp32 dQ).
-    const int hkv = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
-    const double set = 4.0 * opt.batch * s * (double(opt.heads) + hkv) * opt.head_dim;
-    const kernels::AttnDims d{opt.batch, s, s, opt.heads, hkv, opt.head_dim};
-    double bytes = 2 * set;
-    if (fp32) bytes += 2 * set;
-    if (bf16)
-      bytes += 4 * set +
-               double(std::max(kernels::attn_fwd_bf16_workspace_bytes(d, num_threads()),
-                               kernels::attn_bwd_bf16_workspace_bytes(d, num_threads(), true)));
-    check_memory(bytes, fmt::format("the kernel benchmark at --seq {}", s));
-  }
+  for (int s : opt.seqs)
+    check_memory(bench::case_bytes(shape_of(opt), s, fp32, bf16),
+                 fmt::format("the kernel benchmark at --seq {}", s));
 
   std::vector<bool> masks;
   if (!opt.causal_only) masks.push_back(false);
@@ -511,9 +184,11 @@ int run_kernel_bench(KernelBenchOptions opt) {
   bool ok = true;
   for (int s : opt.seqs)
     for (bool causal : masks) {
-      const CaseResult r = run_case(opt, s, causal);
-      const DtypeResult* base = r.runs.size() == 2 ? &r.runs[0] : nullptr;  // fp32 beside bf16
-      for (const DtypeResult& x : r.runs) {
+      const bench::CaseResult r =
+          bench::run_case(shape_of(opt), s, causal, dtypes_of(opt.dtype), opt.iters);
+      const bench::DtypeResult* base =
+          r.runs.size() == 2 ? &r.runs[0] : nullptr;  // fp32 beside bf16
+      for (const bench::DtypeResult& x : r.runs) {
         ok = ok && x.check_err <= x.check_tol;
         const double fr = x.fwd_gflops / r.sgemm_gflops, br = x.bwd_gflops / r.sgemm_gflops;
         if (opt.json) {

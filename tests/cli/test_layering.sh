@@ -12,6 +12,8 @@ declare -A allowed=(
   [model]="core kernels comm seqpar model"
   [train]="core kernels comm seqpar model train"
   [plan]="core seqpar plan"
+  [bench]="core kernels bench"
+  [tune]="core kernels comm seqpar model train plan tune"
 )
 for m in "${!allowed[@]}"; do
   [ -d "$src/$m" ] || { echo "FAIL: no module $m under $src"; fail=1; continue; }

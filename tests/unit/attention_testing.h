@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "wallfacer/bench/inputs.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
@@ -31,11 +32,7 @@ struct Case {
 inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 inline std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = dist(gen);
-  return x;
+  return wallfacer::bench::uniform_values(n, seed);
 }
 
 template <typename T>

@@ -152,6 +152,20 @@ TEST(PlanConfig, BadClustersAreUsageErrors) {
       "attention_tile_k");
 }
 
+TEST(PlanConfig, IntegersForRealKeysNeedNotBeExactDoubles) {
+  // 2^53 + 1 has no exact double: it reads as the nearest one, 2^53 (as in training configs).
+  std::string s = kCluster;
+  s.replace(s.find("gemm_flops = 1e12"), 17, "gemm_flops = 9007199254740993");
+  s.replace(s.find("memory = 1e10"), 13,
+            "memory = 1e10\nattention_head_dims = [32, 64]\n"
+            "attention_fwd_flops_by_head_dim = [1e9, 9007199254740993]\n"
+            "attention_bwd_flops_by_head_dim = [1e9, 1e9]");
+  const Cluster c = parse_cluster(s, "c.toml");
+  EXPECT_EQ(c.gemm_flops, 9007199254740992.0);
+  ASSERT_EQ(c.attention_fwd_by_head_dim.size(), 2u);
+  EXPECT_EQ(c.attention_fwd_by_head_dim[1], 9007199254740992.0);
+}
+
 TEST(PlanConfig, ShippedModelsAndParameterCounts) {
   ModelSpec m7 = load_model(src("configs/models/gpt-7b.toml"));
   EXPECT_EQ(m7.layers, 32);

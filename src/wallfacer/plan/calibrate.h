@@ -1,5 +1,5 @@
 #pragma once
-// Fitting measurements to the cost model's parameters (no MPI here: tune does the measuring).
+// Fitting measurements to the cost model's parameters (no MPI here: tune/tune.h measures).
 
 #include <vector>
 

@@ -8,7 +8,7 @@
 #include <functional>
 
 #include "wallfacer/core/error.h"
-#include "wallfacer/plan/toml_util.h"
+#include "wallfacer/core/toml_reader.h"
 
 namespace wallfacer::plan {
 
@@ -21,7 +21,7 @@ int dtype_size(const std::string& dtype, const std::string& source) {
       fmt::format("{}: device.dtype '{}' is not one of fp32, bf16, fp16", source, dtype));
 }
 
-Link read_link(detail::Table& t) {
+Link read_link(TomlTable& t) {
   Link l;
   l.bandwidth = t.number("bandwidth", 1e3, 1e15);
   l.latency = t.number("latency", 0, 1);
@@ -31,13 +31,13 @@ Link read_link(detail::Table& t) {
 }  // namespace
 
 Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
-  toml::table doc = detail::parse_toml(toml_text, source);
-  detail::Table root(&doc, "", source);
+  toml::table doc = parse_toml(toml_text, source);
+  TomlTable root(&doc, "", source);
   Cluster c;
   c.name = root.string("name");
   c.description = root.string_or("description", "");
 
-  detail::Table nodes = root.sub("nodes");
+  TomlTable nodes = root.sub("nodes");
   c.nodes = nodes.integer("count", 1, 1 << 20);
   c.devices_per_node = nodes.integer("devices_per_node", 1, 1 << 12);
   nodes.reject_unknown();
@@ -47,7 +47,7 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
                  source, c.nodes, c.devices_per_node, int64_t(c.nodes) * c.devices_per_node,
                  kMaxDevices);
 
-  detail::Table dev = root.sub("device");
+  TomlTable dev = root.sub("device");
   c.device = dev.string_or("name", "");
   c.gemm_flops = dev.number("gemm_flops", 1e6, 1e18);
   c.attention_flops = dev.number("attention_flops", 1e6, 1e18);
@@ -76,11 +76,11 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   c.dtype_bytes = dtype_size(dev.string_or("dtype", "fp32"), source);
   dev.reject_unknown();
 
-  detail::Table links = root.sub("links");
-  detail::Table intra = links.sub("intra");
+  TomlTable links = root.sub("links");
+  TomlTable intra = links.sub("intra");
   c.intra = read_link(intra);
   intra.reject_unknown();
-  detail::Table inter = links.sub("inter");
+  TomlTable inter = links.sub("inter");
   c.inter = read_link(inter);
   c.devices_per_nic = inter.integer_or("devices_per_nic", 1, 1, c.devices_per_node);
   c.inter_pair_bandwidth = inter.number_or("pair_bandwidth", 0, 0, 1e15);
@@ -90,7 +90,7 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   inter.reject_unknown();
   links.reject_unknown();
 
-  detail::Table sw = root.sub("software", false);
+  TomlTable sw = root.sub("software", false);
   c.zero = sw.integer_or("zero", 0, 0, 3);
   c.grad_sync_overlap = sw.boolean_or("grad_sync_overlap", false);
   sw.reject_unknown();
@@ -125,7 +125,7 @@ double Cluster::bwd_rate(int head_dim) const {
 }
 
 Cluster load_cluster(const std::string& path) {
-  return parse_cluster(detail::read_text_file(path, "cluster"), path);
+  return parse_cluster(read_toml_file(path, "cluster"), path);
 }
 
 namespace {

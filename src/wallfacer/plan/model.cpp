@@ -1,15 +1,15 @@
 #include "wallfacer/plan/model.h"
 
 #include "wallfacer/core/error.h"
-#include "wallfacer/plan/toml_util.h"
+#include "wallfacer/core/toml_reader.h"
 
 namespace wallfacer::plan {
 
 ModelSpec parse_model(std::string_view toml_text, const std::string& source) {
-  toml::table doc = detail::parse_toml(toml_text, source);
-  detail::Table root(&doc, "", source);
+  toml::table doc = parse_toml(toml_text, source);
+  TomlTable root(&doc, "", source);
   ModelSpec m;
-  detail::Table t = root.sub("model");
+  TomlTable t = root.sub("model");
   m.name = t.string_or("name", source);
   std::string kind = t.string_or("kind", "gpt");
   WF_USAGE_CHECK(kind == "gpt" || kind == "dit", "{}: model.kind '{}' is not one of gpt, dit",
@@ -30,9 +30,9 @@ ModelSpec parse_model(std::string_view toml_text, const std::string& source) {
                  "{}: model.heads = {} must be divisible by model.kv_heads = {}", source, m.heads,
                  m.kv_heads);
   // The batch and checkpointing keys of a training config, when present.
-  detail::Table train = root.sub("train", false);
+  TomlTable train = root.sub("train", false);
   m.batch = train.integer_or("batch", 1, 1, 1 << 20);
-  detail::Table par = root.sub("parallel", false);
+  TomlTable par = root.sub("parallel", false);
   std::string ckpt = par.string_or("checkpointing", "attention");
   WF_USAGE_CHECK(ckpt == "attention" || ckpt == "none",
                  "{}: parallel.checkpointing '{}' is not one of none, attention", source, ckpt);
@@ -41,7 +41,7 @@ ModelSpec parse_model(std::string_view toml_text, const std::string& source) {
 }
 
 ModelSpec load_model(const std::string& path) {
-  return parse_model(detail::read_text_file(path, "model"), path);
+  return parse_model(read_toml_file(path, "model"), path);
 }
 
 int64_t param_count(const ModelSpec& m) {

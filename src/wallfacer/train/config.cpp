@@ -1,17 +1,15 @@
 #include "wallfacer/train/config.h"
 
-#include <toml++/toml.h>
-
 #include <array>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
+#include <optional>
 #include <sstream>
 #include <variant>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/core/toml_reader.h"
 
 namespace wallfacer::train {
 
@@ -156,23 +154,24 @@ std::array<int64_t, 2> parse_pair(std::string_view key, std::string_view s) {
 void assign(const Field& f, const toml::node& n) {
   if (auto pair = std::get_if<std::array<int64_t, 2>*>(&f.ptr)) {
     const auto* arr = n.as_array();
-    WF_USAGE_CHECK(arr && arr->size() == 2 && (*arr)[0].is_integer() && (*arr)[1].is_integer(),
-                   "{} expects an array of two integers, like [3, 5]", f.key);
-    **pair = {(*arr)[0].value<int64_t>().value(), (*arr)[1].value<int64_t>().value()};
+    std::optional<int64_t> a, b;
+    if (arr && arr->size() == 2) a = toml_integer((*arr)[0]), b = toml_integer((*arr)[1]);
+    WF_USAGE_CHECK(a && b, "{} expects an array of two integers, like [3, 5]", f.key);
+    **pair = {*a, *b};
   } else if (std::holds_alternative<std::string*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_string(), "{} expects a string", f.key);
     *std::get<std::string*>(f.ptr) = n.value<std::string>().value();
   } else if (std::holds_alternative<double*>(f.ptr)) {
-    WF_USAGE_CHECK(n.is_number(), "{} expects a number", f.key);
-    // An integer converts to the nearest double (the TOML library refuses one that is not exact).
-    *std::get<double*>(f.ptr) = n.is_integer() ? static_cast<double>(n.value<int64_t>().value())
-                                               : n.value<double>().value();
+    const std::optional<double> v = toml_number(n);
+    WF_USAGE_CHECK(v, "{} expects a number", f.key);
+    *std::get<double*>(f.ptr) = *v;
   } else if (std::holds_alternative<bool*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_boolean(), "{} expects true or false", f.key);
     *std::get<bool*>(f.ptr) = n.value<bool>().value();
   } else {
-    WF_USAGE_CHECK(n.is_integer(), "{} expects an integer", f.key);
-    store_int(f, n.value<int64_t>().value());
+    const std::optional<int64_t> v = toml_integer(n);
+    WF_USAGE_CHECK(v, "{} expects an integer", f.key);
+    store_int(f, *v);
   }
 }
 
@@ -181,13 +180,7 @@ void assign(const Field& f, const toml::node& n) {
 TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& name) {
   TrainConfig c;
   auto fs = fields(c);
-  toml::table tbl;
-  try {
-    tbl = toml::parse(text, name);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw UsageError(fmt::format("{}:{}:{}: {}", name, b.line, b.column, e.description()));
-  }
+  const toml::table tbl = parse_toml(text, name);
   for (auto& [section, node] : tbl) {
     const auto* sub = node.as_table();
     WF_USAGE_CHECK(sub, "{}: top-level key '{}' must be a table like [model] or [train]", name,
@@ -202,15 +195,7 @@ TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& n
 }
 
 TrainConfig TrainConfig::from_file(const std::string& path) {
-  std::error_code ec;
-  WF_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
-                 "config file '{}' is a folder; give a TOML file such as configs/gpt-kjv.toml",
-                 path);
-  std::ifstream in(path);
-  WF_USAGE_CHECK(in.good(), "cannot read config file '{}'", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return from_toml(ss.str(), path);
+  return from_toml(read_toml_file(path, "config", "configs/gpt-kjv.toml"), path);
 }
 
 void TrainConfig::set(const std::string& assignment) {

@@ -1,4 +1,4 @@
-#include "wallfacer/plan/toml_util.h"
+#include "wallfacer/core/toml_reader.h"
 
 #include <filesystem>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include "wallfacer/core/error.h"
 
-namespace wallfacer::plan::detail {
+namespace wallfacer {
 
 toml::table parse_toml(std::string_view text, const std::string& source) {
   try {
@@ -17,10 +17,12 @@ toml::table parse_toml(std::string_view text, const std::string& source) {
   }
 }
 
-std::string read_text_file(const std::string& path, std::string_view what) {
+std::string read_toml_file(const std::string& path, std::string_view what,
+                           std::string_view example) {
   std::error_code ec;
   WF_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
-                 "the {} file '{}' is a folder; give the path of a TOML file", what, path);
+                 "the {} file '{}' is a folder; give the path of a TOML file{}", what, path,
+                 example.empty() ? std::string() : fmt::format(" such as {}", example));
   std::ifstream in(path);
   WF_USAGE_CHECK(in.good(), "cannot read {} file '{}' (check the path)", what, path);
   std::ostringstream ss;
@@ -28,57 +30,68 @@ std::string read_text_file(const std::string& path, std::string_view what) {
   return ss.str();
 }
 
-Table::Table(const toml::table* t, std::string path, std::string source)
+std::optional<double> toml_number(const toml::node& n) {
+  if (n.is_integer()) return static_cast<double>(*n.value<int64_t>());
+  if (n.is_floating_point()) return *n.value<double>();
+  return std::nullopt;
+}
+
+std::optional<int64_t> toml_integer(const toml::node& n) {
+  if (n.is_integer()) return *n.value<int64_t>();
+  return std::nullopt;
+}
+
+TomlTable::TomlTable(const toml::table* t, std::string path, std::string source)
     : t_(t), path_(std::move(path)), source_(std::move(source)) {}
 
-std::string Table::name(std::string_view key) const {
+std::string TomlTable::name(std::string_view key) const {
   return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
 }
 
-bool Table::has(std::string_view key) const { return t_ && t_->contains(key); }
+bool TomlTable::has(std::string_view key) const { return t_ && t_->contains(key); }
 
-const toml::node* Table::get(std::string_view key) {
+const toml::node* TomlTable::get(std::string_view key) {
   read_.insert(std::string(key));
   return t_ ? t_->get(key) : nullptr;
 }
 
-Table Table::sub(std::string_view key, bool required) {
+TomlTable TomlTable::sub(std::string_view key, bool required) {
   const toml::node* n = get(key);
   WF_USAGE_CHECK(n || !required, "{}: missing table [{}]", source_, name(key));
   WF_USAGE_CHECK(!n || n->is_table(), "{}: '{}' must be a table", source_, name(key));
-  return Table(n ? n->as_table() : nullptr, name(key), source_);
+  return TomlTable(n ? n->as_table() : nullptr, name(key), source_);
 }
 
-double Table::number(std::string_view key, double lo, double hi) {
+// The value of a required key as `convert` reads it, in [lo, hi]; `kind` names the type wanted.
+template <typename T>
+T TomlTable::in_range(std::string_view key, std::optional<T> (*convert)(const toml::node&),
+                      std::string_view kind, T lo, T hi) {
   const toml::node* n = get(key);
   WF_USAGE_CHECK(n, "{}: missing key '{}'", source_, name(key));
-  auto v = n->value<double>();
-  WF_USAGE_CHECK(v && (n->is_integer() || n->is_floating_point()), "{}: '{}' must be a number",
-                 source_, name(key));
+  const std::optional<T> v = convert(*n);
+  WF_USAGE_CHECK(v, "{}: '{}' must be {}", source_, name(key), kind);
   WF_USAGE_CHECK(*v >= lo && *v <= hi, "{}: '{}' = {} is out of range [{}, {}]", source_, name(key),
                  *v, lo, hi);
   return *v;
 }
 
-double Table::number_or(std::string_view key, double fallback, double lo, double hi) {
+double TomlTable::number(std::string_view key, double lo, double hi) {
+  return in_range(key, &toml_number, "a number", lo, hi);
+}
+
+double TomlTable::number_or(std::string_view key, double fallback, double lo, double hi) {
   return has(key) ? number(key, lo, hi) : (read_.insert(std::string(key)), fallback);
 }
 
-int Table::integer(std::string_view key, int lo, int hi) {
-  const toml::node* n = get(key);
-  WF_USAGE_CHECK(n, "{}: missing key '{}'", source_, name(key));
-  WF_USAGE_CHECK(n->is_integer(), "{}: '{}' must be an integer", source_, name(key));
-  int64_t v = *n->value<int64_t>();
-  WF_USAGE_CHECK(v >= lo && v <= hi, "{}: '{}' = {} is out of range [{}, {}]", source_, name(key),
-                 v, lo, hi);
-  return static_cast<int>(v);
+int TomlTable::integer(std::string_view key, int lo, int hi) {
+  return static_cast<int>(in_range<int64_t>(key, &toml_integer, "an integer", lo, hi));
 }
 
-int Table::integer_or(std::string_view key, int fallback, int lo, int hi) {
+int TomlTable::integer_or(std::string_view key, int fallback, int lo, int hi) {
   return has(key) ? integer(key, lo, hi) : (read_.insert(std::string(key)), fallback);
 }
 
-std::vector<double> Table::numbers_or_empty(std::string_view key, double lo, double hi) {
+std::vector<double> TomlTable::numbers_or_empty(std::string_view key, double lo, double hi) {
   std::vector<double> out;
   if (!has(key)) {
     read_.insert(std::string(key));
@@ -87,9 +100,8 @@ std::vector<double> Table::numbers_or_empty(std::string_view key, double lo, dou
   const toml::node* n = get(key);
   WF_USAGE_CHECK(n->is_array(), "{}: '{}' must be an array of numbers", source_, name(key));
   for (const toml::node& e : *n->as_array()) {
-    auto v = e.value<double>();
-    WF_USAGE_CHECK(v && (e.is_integer() || e.is_floating_point()),
-                   "{}: '{}' must be an array of numbers", source_, name(key));
+    const std::optional<double> v = toml_number(e);
+    WF_USAGE_CHECK(v, "{}: '{}' must be an array of numbers", source_, name(key));
     WF_USAGE_CHECK(*v >= lo && *v <= hi, "{}: '{}' has {}, out of range [{}, {}]", source_,
                    name(key), *v, lo, hi);
     out.push_back(*v);
@@ -97,25 +109,25 @@ std::vector<double> Table::numbers_or_empty(std::string_view key, double lo, dou
   return out;
 }
 
-std::string Table::string(std::string_view key) {
+std::string TomlTable::string(std::string_view key) {
   const toml::node* n = get(key);
   WF_USAGE_CHECK(n, "{}: missing key '{}'", source_, name(key));
   WF_USAGE_CHECK(n->is_string(), "{}: '{}' must be a string", source_, name(key));
   return *n->value<std::string>();
 }
 
-std::string Table::string_or(std::string_view key, std::string fallback) {
+std::string TomlTable::string_or(std::string_view key, std::string fallback) {
   return has(key) ? string(key) : (read_.insert(std::string(key)), fallback);
 }
 
-bool Table::boolean_or(std::string_view key, bool fallback) {
+bool TomlTable::boolean_or(std::string_view key, bool fallback) {
   if (!has(key)) return fallback;
   const toml::node* n = get(key);
   WF_USAGE_CHECK(n->is_boolean(), "{}: '{}' must be true or false", source_, name(key));
   return *n->value<bool>();
 }
 
-void Table::reject_unknown(const std::set<std::string>& ignore) const {
+void TomlTable::reject_unknown(const std::set<std::string>& ignore) const {
   if (!t_) return;
   for (const auto& [k, v] : *t_) {
     std::string key(k.str());
@@ -124,4 +136,4 @@ void Table::reject_unknown(const std::set<std::string>& ignore) const {
   }
 }
 
-}  // namespace wallfacer::plan::detail
+}  // namespace wallfacer
