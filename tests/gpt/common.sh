@@ -42,6 +42,16 @@ sp = 1
 strategy = "ring"
 TOML
 
+# run NAME NP overrides...: `train` of tiny.toml with --set overrides into $work/NAME on NP ranks.
+run() {
+  local name=$1 np=$2
+  shift 2
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  mpi "$np" train --config "$work/tiny.toml" --out "$work/$name" --progress none "${sets[@]}" \
+    >"$work/$name.log" 2>&1 || { err "$name exited $?"; cat "$work/$name.log"; }
+}
+
 # The "loss" values of metrics.jsonl, one per line, as written (full precision).
 losses() { sed -E 's/.*"loss":([^,}]*).*/\1/' "$1/metrics.jsonl"; }
 

@@ -13,15 +13,6 @@ close() {
           printf "ok: %s matches %s over %d steps\n", b, a, n }' || fail=1
 }
 
-run() {  # run NAME NP overrides...
-  local name=$1 np=$2
-  shift 2
-  local sets=()
-  for s in "$@"; do sets+=(--set "$s"); done
-  mpi "$np" train --config "$work/tiny.toml" --out "$work/$name" --progress none "${sets[@]}" \
-    >"$work/$name.log" 2>&1 || { err "$name exited $?"; cat "$work/$name.log"; }
-}
-
 run p1 1
 run p4_ring 4 parallel.sp=4 parallel.strategy=ring
 run p4_zigzag 4 parallel.sp=4 parallel.strategy=zigzag parallel.checkpointing=attention

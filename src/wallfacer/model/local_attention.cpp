@@ -2,9 +2,11 @@
 
 #include <cmath>
 
+#include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/attention_params.h"
+#include "wallfacer/kernels/doc_mask.h"
 
 namespace wallfacer::model {
 
@@ -37,31 +39,73 @@ k::AttnInputs<T> inputs(int batch, int seq, int heads, int kv_heads, int head_di
   return t;
 }
 
+void LocalAttention::set_documents(const std::vector<std::vector<int64_t>>& lengths) {
+  WF_USAGE_CHECK(int(lengths.size()) == batch_,
+                 "LocalAttention::set_documents: {} lists of lengths for a batch of {}",
+                 lengths.size(), batch_);
+  docs_.clear();
+  bool any = false;
+  for (const auto& l : lengths) any = any || l.size() > 1;
+  if (!any) return;
+  for (const auto& l : lengths) {
+    docs_.push_back(l.size() > 1 ? k::doc_of_pos(k::doc_bounds_from_lengths(l, seq_))
+                                 : std::vector<int32_t>{});
+  }
+}
+
+// Runs call(t, b, rows) once for the whole batch without documents, else once per sequence b
+// (batch 1, its documents, the tensors offset to sequence b: rows q rows, krows k rows).
+template <typename T, typename F>
+void LocalAttention::each_sequence(const T* q, const T* k, const T* v, F call) {
+  auto t = inputs(batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
+  if (docs_.empty()) {
+    call(t, int64_t(0), int64_t(0), int64_t(0));
+    return;
+  }
+  t.dims.batch = 1;
+  const int64_t qn = int64_t(seq_) * heads_ * head_dim_, kn = int64_t(seq_) * kv_heads_ * head_dim_,
+                sn = int64_t(seq_) * heads_;
+  for (int b = 0; b < batch_; ++b) {
+    t.q = q + b * qn;
+    t.k = k + b * kn;
+    t.v = v + b * kn;
+    t.doc_of_pos = docs_[size_t(b)].empty() ? nullptr : docs_[size_t(b)].data();
+    call(t, b * qn, b * kn, b * sn);
+  }
+}
+
 void LocalAttention::forward(const float* q, const float* k, const float* v, float* o, float* lse) {
-  const auto t = inputs(batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
-  k::attn_fwd(k::fwd_params(t, o, lse));
+  each_sequence(q, k, v, [&](const auto& t, int64_t qo, int64_t, int64_t so) {
+    k::attn_fwd(k::fwd_params(t, o + qo, lse + so));
+  });
 }
 
 void LocalAttention::backward(const float* q, const float* k, const float* v, const float* o,
                               const float* lse, const float* dout, float* dq, float* dk,
                               float* dv) {
-  const auto t = inputs(batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
-  k::attn_bwd_preprocess(t.dims, o, t.q_stride, dout, t.q_stride, delta_.data(), t.stat_stride);
-  k::attn_bwd(k::bwd_params(t, {dout, lse, delta_.data(), dq, dk, dv}));
+  each_sequence(q, k, v, [&](const auto& t, int64_t qo, int64_t ko, int64_t so) {
+    k::attn_bwd_preprocess(t.dims, o + qo, t.q_stride, dout + qo, t.q_stride, delta_.data() + so,
+                           t.stat_stride);
+    k::attn_bwd(
+        k::bwd_params(t, {dout + qo, lse + so, delta_.data() + so, dq + qo, dk + ko, dv + ko}));
+  });
 }
 
 void LocalAttention::forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) {
-  const auto t = inputs(batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
-  k::attn_fwd_bf16(k::fwd_params(t, o, lse));
+  each_sequence(q, k, v, [&](const auto& t, int64_t qo, int64_t, int64_t so) {
+    k::attn_fwd_bf16(k::fwd_params(t, o + qo, lse + so));
+  });
 }
 
 void LocalAttention::backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                               const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) {
-  const auto t = inputs(batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
-  k::attn_bwd_preprocess_bf16(t.dims, o, t.q_stride, dout, t.q_stride, delta_.data(),
-                              t.stat_stride);
-  k::attn_bwd_bf16(
-      k::bwd_params(t, k::AttnGrads<bf16, bf16>{dout, lse, delta_.data(), dq, dk, dv}));
+  each_sequence(q, k, v, [&](const auto& t, int64_t qo, int64_t ko, int64_t so) {
+    k::attn_bwd_preprocess_bf16(t.dims, o + qo, t.q_stride, dout + qo, t.q_stride,
+                                delta_.data() + so, t.stat_stride);
+    k::attn_bwd_bf16(
+        k::bwd_params(t, k::AttnGrads<bf16, bf16>{dout + qo, lse + so, delta_.data() + so, dq + qo,
+                                                  dk + ko, dv + ko}));
+  });
 }
 
 }  // namespace wallfacer::model

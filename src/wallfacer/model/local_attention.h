@@ -20,11 +20,19 @@ class LocalAttention : public AttentionOp {
   void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) override;
   void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
                 const bf16* dout, bf16* dq, bf16* dk, bf16* dv) override;
+  // Masks each sequence at its own documents (the kernels' doc_of_pos), one kernel call per
+  // sequence while any sequence holds more than one document; lengths.size() must be the batch.
+  void set_documents(const std::vector<std::vector<int64_t>>& lengths) override;
 
  private:
+  template <typename T, typename F>
+  void each_sequence(const T* q, const T* k, const T* v, F call);
+
   int batch_, seq_, heads_, kv_heads_, head_dim_;
   bool causal_;
   std::vector<float> delta_;  // (B, H, S)
+  // doc_of_pos of each sequence (empty: one document); no entry at all: no documents anywhere.
+  std::vector<std::vector<int32_t>> docs_;
 };
 
 }  // namespace wallfacer::model

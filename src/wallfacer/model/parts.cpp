@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "wallfacer/core/error.h"
 #include "wallfacer/kernels/dense_bf16.h"
 #include "wallfacer/kernels/ops.h"
 
@@ -66,6 +67,15 @@ void gelu_bwd(const Act& din, const Act& in, const Act& dout, int64_t n) {
     kernels::gelu_bwd_bf16(din.b16, in.b16, dout.b16, n);
   } else {
     kernels::gelu_bwd(din.f32, in.f32, dout.f32, n);
+  }
+}
+
+void AttentionOp::set_documents(const std::vector<std::vector<int64_t>>& lengths) {
+  for (const auto& l : lengths) {
+    WF_USAGE_CHECK(l.size() <= 1,
+                   "this attention masks no documents ({} in a sequence): use train.packing = "
+                   "'none'",
+                   l.size());
   }
 }
 

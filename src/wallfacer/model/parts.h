@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/seqpar/config.h"
@@ -55,6 +56,11 @@ class AttentionOp {
   virtual void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) = 0;
   virtual void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                         const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) = 0;
+  // The packed documents of the following calls (docs/documents.md): lengths[b] lists the
+  // document lengths of sequence b of the batch, in order, positive and summing to the sequence
+  // length; an empty list or a single length: one document. Every rank of a group passes the
+  // same lengths. The default refuses documents (UsageError) and accepts one document each.
+  virtual void set_documents(const std::vector<std::vector<int64_t>>& lengths);
 };
 
 // One named parameter tensor inside the arena.

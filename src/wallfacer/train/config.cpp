@@ -8,8 +8,8 @@
 #include <variant>
 
 #include "wallfacer/core/error.h"
-#include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/core/toml_reader.h"
+#include "wallfacer/kernels/attention_bf16.h"
 
 namespace wallfacer::train {
 
@@ -52,6 +52,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.time_sampling", &c.time_sampling},
       {"train.timeout", &c.timeout},
       {"train.dtype", &c.dtype},
+      {"train.packing", &c.packing},
       {"train.trace_steps", &c.trace_steps},
       {"data.dir", &c.data_dir},
       {"data.frames", &c.frames},
@@ -346,6 +347,18 @@ void TrainConfig::validate(int P) const {
   model::parse_checkpointing(checkpointing);
   WF_USAGE_CHECK(dtype == "auto" || dtype == "fp32" || dtype == "bf16",
                  "train.dtype must be 'auto', 'fp32' or 'bf16' (got '{}')", dtype);
+  WF_USAGE_CHECK(packing == "none" || packing == "documents",
+                 "train.packing must be 'none' or 'documents' (got '{}')", packing);
+  WF_USAGE_CHECK(kind == "gpt" || packing == "none",
+                 "train.packing = '{}' is for model.kind = 'gpt': the DiT trains one clip per "
+                 "sequence, with no documents to mask; use train.packing = 'none'",
+                 packing);
+  // An evaluation forward keeps its K,V for a backward that never comes, and the documents of
+  // the next step cannot change while a forward awaits its backward.
+  WF_USAGE_CHECK(!(packing == "documents" && keep_kv && eval_every > 0),
+                 "train.packing = 'documents' with parallel.keep_kv = true cannot evaluate "
+                 "(train.eval_every = {}): set train.eval_every = 0 or parallel.keep_kv = false",
+                 eval_every);
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
                  "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
   if (ulysses > 1) {

@@ -55,6 +55,10 @@ struct TrainConfig {
   // "bf16" (products and stored activations in bf16 with fp32 accumulation, fp32 master weights
   // and AdamW state; model::Dtype; docs/training.md).
   std::string dtype = "auto";
+  // train.packing: "none" (each training sequence is one document) or "documents" (the GPT's
+  // attention masks at the documents of each input window: a document ends after each end-of-text
+  // token; docs/training.md). The DiT trains one clip per sequence and takes "none" only.
+  std::string packing = "none";
   // data.*
   std::string data_dir = "data/kjv";
   // parallel.*

@@ -194,12 +194,25 @@ void SequenceLoader::load(int64_t step, int64_t b0, int nb, const std::vector<in
 void SequenceLoader::load_eval(int64_t j0, int nb, const std::vector<int64_t>& positions,
                                int32_t* tokens, int32_t* targets, int64_t num_eval) const {
   const size_t T = positions.size();
-  const int64_t span = shard_.size() - seq_;
   for (int b = 0; b < nb; ++b) {
-    const int64_t j = j0 + b;
-    fill(span * j / std::max<int64_t>(1, num_eval), positions, tokens + size_t(b) * T,
-         targets + size_t(b) * T);
+    fill(eval_start(j0 + b, num_eval), positions, tokens + size_t(b) * T, targets + size_t(b) * T);
   }
+}
+
+int64_t SequenceLoader::eval_start(int64_t j, int64_t num_eval) const {
+  return (shard_.size() - seq_) * j / std::max<int64_t>(1, num_eval);
+}
+
+std::vector<int64_t> SequenceLoader::documents(int64_t start) const {
+  std::vector<int64_t> lengths;
+  int64_t begin = 0;
+  for (int64_t t = 0; t < seq_; ++t) {
+    if (shard_[start + t] == kEndOfText || t + 1 == seq_) {
+      lengths.push_back(t + 1 - begin);
+      begin = t + 1;
+    }
+  }
+  return lengths;
 }
 
 }  // namespace wallfacer::train

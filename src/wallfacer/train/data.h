@@ -84,6 +84,12 @@ class SequenceLoader {
   // Evaluation sequences: evenly spaced, the same every time (index j of all of them).
   void load_eval(int64_t j0, int nb, const std::vector<int64_t>& positions, int32_t* tokens,
                  int32_t* targets, int64_t num_eval) const;
+  // Start of evaluation sequence j of num_eval.
+  int64_t eval_start(int64_t j, int64_t num_eval) const;
+  // The documents of the input window [start, start + seq) (train.packing = "documents"): their
+  // lengths in order, a document ending after each end-of-text token and at the window's end. Read
+  // from the shard, so every rank gets the whole window's documents without communication.
+  std::vector<int64_t> documents(int64_t start) const;
 
  private:
   void fill(int64_t start, const std::vector<int64_t>& positions, int32_t* tokens,

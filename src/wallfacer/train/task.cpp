@@ -25,8 +25,10 @@ class GptTask : public Task {
         val_loader_(val_shard_, cfg.seq, uint64_t(cfg.seed)),
         model_(cfg.model, nb, positions, model::parse_checkpointing(cfg.checkpointing), attn,
                cfg.run_dtype()),
+        attn_(attn),
         tokens_(positions.size() * size_t(nb)),
-        targets_(tokens_.size()) {
+        targets_(tokens_.size()),
+        docs_(size_t(nb)) {
     for (const TokenShard* s : {&train_shard_, &val_shard_}) {
       WF_USAGE_CHECK(s->vocab() <= cfg.model.vocab,
                      "the vocabulary of '{}' ({}) is larger than model.vocab ({}): set "
@@ -43,12 +45,22 @@ class GptTask : public Task {
   }
   double train_forward(int64_t step) override {
     train_loader_.load(step, b0_, nb_, positions_, tokens_.data(), targets_.data());
+    if (packing()) {
+      for (int b = 0; b < nb_; ++b)
+        docs_[size_t(b)] = train_loader_.documents(train_loader_.start(step, b0_ + b));
+      attn_.set_documents(docs_);
+    }
     return model_.forward(tokens_.data(), targets_.data());
   }
   double eval_forward(int e) override {
     const int64_t num_eval = int64_t(cfg_.eval_batches) * cfg_.batch;
-    val_loader_.load_eval(int64_t(e) * cfg_.batch + b0_, nb_, positions_, tokens_.data(),
-                          targets_.data(), num_eval);
+    const int64_t j0 = int64_t(e) * cfg_.batch + b0_;
+    val_loader_.load_eval(j0, nb_, positions_, tokens_.data(), targets_.data(), num_eval);
+    if (packing()) {
+      for (int b = 0; b < nb_; ++b)
+        docs_[size_t(b)] = val_loader_.documents(val_loader_.eval_start(j0 + b, num_eval));
+      attn_.set_documents(docs_);
+    }
     return model_.forward(tokens_.data(), targets_.data());
   }
   void zero_grads() override { model_.zero_grads(); }
@@ -56,6 +68,8 @@ class GptTask : public Task {
   double loss_terms() const override { return double(cfg_.batch) * double(cfg_.seq); }
 
  private:
+  bool packing() const { return cfg_.packing == "documents"; }
+
   const TrainConfig& cfg_;
   int64_t b0_;
   int nb_;
@@ -63,7 +77,9 @@ class GptTask : public Task {
   TokenShard train_shard_, val_shard_;
   SequenceLoader train_loader_, val_loader_;
   model::Gpt model_;
+  model::AttentionOp& attn_;
   std::vector<int32_t> tokens_, targets_;
+  std::vector<std::vector<int64_t>> docs_;  // of each local sequence (train.packing)
 };
 
 class DitTask : public Task {

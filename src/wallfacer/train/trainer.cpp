@@ -13,9 +13,11 @@
 #include <fstream>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "wallfacer/comm/trace_merge.h"
 #include "wallfacer/core/error.h"
@@ -40,27 +42,58 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The model's attention: the sequence-parallel DistAttention of this rank's sp group.
+// The model's attention: the sequence-parallel DistAttention of this rank's sp group. With
+// per_sequence (train.packing = "documents" and more than one local sequence), one DistAttention
+// of batch 1 per sequence, each masking its sequence's documents: sequence b of the tensors
+// (B, n, H, D), (B, n, Hkv, D) and (B, H, n) is a contiguous slice.
 class DistAttentionOp : public model::AttentionOp {
  public:
-  DistAttentionOp(const seqpar::AttnConfig& cfg, comm::Communicator& group) : attn_(cfg, group) {}
+  DistAttentionOp(const seqpar::AttnConfig& cfg, comm::Communicator& group, int64_t rows,
+                  bool per_sequence) {
+    seqpar::AttnConfig one = cfg;
+    if (per_sequence && cfg.batch > 1) {
+      one.batch = 1;
+      qn_ = rows * cfg.heads * cfg.head_dim;
+      kn_ = rows * cfg.kv_heads * cfg.head_dim;
+      sn_ = rows * cfg.heads;
+    }
+    for (int b = 0; b < cfg.batch / one.batch; ++b)
+      attn_.push_back(std::make_unique<seqpar::DistAttention>(one, group));
+  }
   void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
-    attn_.forward(q, k, v, o, lse);
+    for (size_t b = 0; b < attn_.size(); ++b)
+      attn_[b]->forward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_);
   }
   void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
                 const float* dout, float* dq, float* dk, float* dv) override {
-    attn_.backward(q, k, v, o, lse, dout, dq, dk, dv);
+    for (size_t b = 0; b < attn_.size(); ++b)
+      attn_[b]->backward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_,
+                         dout + b * qn_, dq + b * qn_, dk + b * kn_, dv + b * kn_);
   }
   void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) override {
-    attn_.forward(q, k, v, o, lse);
+    for (size_t b = 0; b < attn_.size(); ++b)
+      attn_[b]->forward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_);
   }
   void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
                 const bf16* dout, bf16* dq, bf16* dk, bf16* dv) override {
-    attn_.backward(q, k, v, o, lse, dout, dq, dk, dv);
+    for (size_t b = 0; b < attn_.size(); ++b)
+      attn_[b]->backward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_,
+                         dout + b * qn_, dq + b * qn_, dk + b * kn_, dv + b * kn_);
+  }
+  // A sequence of one document passes no lengths: the calls are those of train.packing = "none".
+  void set_documents(const std::vector<std::vector<int64_t>>& lengths) override {
+    WF_CHECK(lengths.size() == attn_.size(),
+             "set_documents: {} lists of lengths for {} sequence attention(s)", lengths.size(),
+             attn_.size());
+    for (size_t b = 0; b < attn_.size(); ++b) {
+      const auto& l = lengths[b];
+      attn_[b]->set_documents(l.data(), l.size() > 1 ? int(l.size()) : 0);
+    }
   }
 
  private:
-  seqpar::DistAttention attn_;
+  std::vector<std::unique_ptr<seqpar::DistAttention>> attn_;
+  int64_t qn_ = 0, kn_ = 0, sn_ = 0;  // elements of one sequence (per_sequence)
 };
 
 std::string format_duration(double s) {
@@ -296,7 +329,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const int Bl = cfg.batch / dp;
   const int64_t T = int64_t(positions.size());
 
-  DistAttentionOp attn(acfg, group);
+  DistAttentionOp attn(acfg, group, T, cfg.packing == "documents");
   std::unique_ptr<Task> task;
   world.agree([&] { task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn); });
   const int64_t n = task->num_params();
@@ -421,9 +454,10 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   if (rank == 0) {
     progress.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
-        "batch {}, checkpointing {}, {} threads/rank",
+        "batch {}{}, checkpointing {}, {} threads/rank",
         cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.keep_kv ? " keep_kv" : "",
-        cfg.seq, cfg.batch, cfg.checkpointing, num_threads()));
+        cfg.seq, cfg.batch, cfg.packing == "documents" ? ", packing documents" : "",
+        cfg.checkpointing, num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = auto_dtype
                                 ? fmt::format("train.dtype = 'auto': this CPU {} AVX512-BF16",

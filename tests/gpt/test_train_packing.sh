@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# train.packing = "documents": P = 1 and P = 2, 4 (ring, zigzag, Ulysses, WallFacer, dp x sp,
+# attention checkpointing; fp32, and bf16 with zigzag) give the same training and validation losses on a corpus of many short
+# files, whose windows hold several documents; they differ from train.packing = "none"; and on a
+# corpus whose windows hold no end-of-text token, "documents" is bit-identical to "none".
+set -u
+source "$(dirname "$0")/common.sh"
+
+# 60 short files: every window of 64 tokens crosses one or more end-of-text tokens.
+files=()
+for i in $(seq 1 60); do
+  f="$work/doc$i.txt"
+  for r in $(seq 0 $((i % 4))); do echo "Psalm $i.$r: praise ye the $((i * r % 13)) hills."; done > "$f"
+  files+=(--input "$f")
+done
+"$wf" prepare "${files[@]}" --out "$work/docs" --val-fraction 0.1 >/dev/null || err "prepare failed"
+
+val_losses() { grep -o '"val_loss":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2; }
+
+d=(data.dir="$work/docs" train.packing=documents)
+run p1_docs 1 "${d[@]}"
+run p1_none 1 data.dir="$work/docs"
+run p2_ring 2 "${d[@]}" parallel.sp=2 parallel.strategy=ring
+run p4_zigzag 4 "${d[@]}" parallel.sp=4 parallel.strategy=zigzag parallel.checkpointing=attention
+run p4_ulysses 4 "${d[@]}" parallel.sp=4 parallel.strategy=ulysses
+run p4_wallfacer 4 "${d[@]}" parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
+run p4_dp2_sp2 4 "${d[@]}" parallel.sp=2 parallel.strategy=zigzag
+for r in p2_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2; do
+  within p1_docs $r 1e-4 5
+  paste <(val_losses "$work/p1_docs") <(val_losses "$work/$r") | awk -v r=$r '
+    { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > 1e-4) bad++ }
+    END { if (n != 1 || bad) { printf "FAIL: %s: val_loss differs from p1_docs\n", r; exit 1 } }' ||
+    fail=1
+done
+# bf16: P = 1 and P = 4 agree as without documents (test_train_bf16.sh).
+run p1_bf16 1 "${d[@]}" train.dtype=bf16
+run p4_bf16 4 "${d[@]}" train.dtype=bf16 parallel.sp=4 parallel.strategy=zigzag
+within p1_bf16 p4_bf16 2e-4 5
+# The documents change the computation: step 1 (same parameters) differs from "none".
+paste <(losses "$work/p1_none" | head -1) <(losses "$work/p1_docs" | head -1) |
+  awk '{ d = ($2 - $1) / $1; if (d < 0) d = -d; exit !(d > 1e-6) }' ||
+  err "packing = documents gave the loss of packing = none on windows with end-of-text tokens"
+
+# One input file: its end-of-text token is the last token of the corpus (in val.bin, never inside an
+# input window), so every window is one document.
+run one_none 1 train.batch=1
+run one_docs 1 train.batch=1 train.packing=documents
+run one_docs_b2 1 train.packing=documents
+run one_none_b2 1
+for p in "one_none one_docs" "one_none_b2 one_docs_b2"; do
+  set -- $p
+  if [ "$(losses "$work/$1"; val_losses "$work/$1")" = "$(losses "$work/$2"; val_losses "$work/$2")" ]; then
+    echo "ok: $2 bit-identical to $1"
+  else
+    err "$2 differs from $1"
+  fi
+done
+exit $fail
