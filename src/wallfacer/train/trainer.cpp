@@ -61,24 +61,18 @@ class DistAttentionOp : public model::AttentionOp {
       attn_.push_back(std::make_unique<seqpar::DistAttention>(one, group));
   }
   void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
-    for (size_t b = 0; b < attn_.size(); ++b)
-      attn_[b]->forward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_);
+    run_fwd(q, k, v, o, lse);
   }
   void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
                 const float* dout, float* dq, float* dk, float* dv) override {
-    for (size_t b = 0; b < attn_.size(); ++b)
-      attn_[b]->backward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_,
-                         dout + b * qn_, dq + b * qn_, dk + b * kn_, dv + b * kn_);
+    run_bwd(q, k, v, o, lse, dout, dq, dk, dv);
   }
   void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) override {
-    for (size_t b = 0; b < attn_.size(); ++b)
-      attn_[b]->forward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_);
+    run_fwd(q, k, v, o, lse);
   }
   void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
                 const bf16* dout, bf16* dq, bf16* dk, bf16* dv) override {
-    for (size_t b = 0; b < attn_.size(); ++b)
-      attn_[b]->backward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_,
-                         dout + b * qn_, dq + b * qn_, dk + b * kn_, dv + b * kn_);
+    run_bwd(q, k, v, o, lse, dout, dq, dk, dv);
   }
   // A sequence of one document passes no lengths: the calls are those of train.packing = "none".
   void set_documents(const std::vector<std::vector<int64_t>>& lengths) override {
@@ -92,6 +86,20 @@ class DistAttentionOp : public model::AttentionOp {
   }
 
  private:
+  // Each sequence attention over its slice of the tensors (fp32 or bf16).
+  template <typename T>
+  void run_fwd(const T* q, const T* k, const T* v, T* o, float* lse) {
+    for (size_t b = 0; b < attn_.size(); ++b)
+      attn_[b]->forward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_);
+  }
+  template <typename T>
+  void run_bwd(const T* q, const T* k, const T* v, const T* o, const float* lse, const T* dout,
+               T* dq, T* dk, T* dv) {
+    for (size_t b = 0; b < attn_.size(); ++b)
+      attn_[b]->backward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_,
+                         dout + b * qn_, dq + b * qn_, dk + b * kn_, dv + b * kn_);
+  }
+
   std::vector<std::unique_ptr<seqpar::DistAttention>> attn_;
   int64_t qn_ = 0, kn_ = 0, sn_ = 0;  // elements of one sequence (per_sequence)
 };
