@@ -16,7 +16,9 @@ expect2 "bad strategy" "parallel.strategy" "$wf" "${t[@]}" --set parallel.strate
 expect2 "bad checkpointing" "parallel.checkpointing" "$wf" "${t[@]}" --set parallel.checkpointing=full
 expect2 "bad dtype" "train.dtype must be 'auto', 'fp32' or 'bf16' (got 'fp16')" "$wf" "${t[@]}" --set train.dtype=fp16
 expect2 "bad packing" "train.packing must be 'none' or 'documents' (got 'docs')" "$wf" "${t[@]}" --set train.packing=docs
-expect2 "dit packing" "the DiT trains one clip per sequence" "$wf" "${t[@]}" --set model.kind=dit --set train.packing=documents
+dit=(--set model.kind=dit --set data.size=16 --set model.patch=4 --set data.frames=4 --set train.packing=documents)
+expect2 "dit packed seq" "train.seq = 100 must be a whole number of frames of 16 tokens.*use 96 or 112" "$wf" "${t[@]}" "${dit[@]}" --set train.seq=100
+expect2 "dit min_frames" "data.min_frames = 5 must be in 1..data.frames (4)" "$wf" "${t[@]}" "${dit[@]}" --set data.min_frames=5
 expect2 "packing keep_kv eval" "parallel.keep_kv = true cannot evaluate" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.strategy=wallfacer --set parallel.teams=2 --set parallel.keep_kv=true --set train.packing=documents
 expect2 "heads" "model.kv_heads" "$wf" "${t[@]}" --set model.kv_heads=3
 expect2 "sp does not divide P" "parallel.sp = 3" mpi 2 "${t[@]}" --set parallel.sp=3

@@ -204,58 +204,54 @@ void silu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
   }
 }
 
-// h (B, T, C) = ln * (1 + scale[b]) + shift[b]; shift, scale rows of mod (B, mod_stride).
+// The modulation helpers visit the N rows of the local batch: row n takes the modulation row
+// clip[n] of mod (one row of mod_stride values per conditioned clip).
+
+// h (N, C) = ln * (1 + scale[clip]) + shift[clip]
 void modulate_fwd(float* h, const float* ln, const float* mod, int64_t mod_stride, int shift_off,
-                  int scale_off, int B, int T, int C) {
-  for (int b = 0; b < B; ++b) {
-    const float* sh = mod + b * mod_stride + shift_off;
-    const float* sc = mod + b * mod_stride + scale_off;
-    for (int t = 0; t < T; ++t) {
-      const int64_t r = (int64_t(b) * T + t) * C;
-      for (int c = 0; c < C; ++c) h[r + c] = ln[r + c] * (1.0f + sc[c]) + sh[c];
-    }
+                  int scale_off, const int32_t* clip, int64_t N, int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* sh = mod + clip[n] * mod_stride + shift_off;
+    const float* sc = mod + clip[n] * mod_stride + scale_off;
+    const int64_t r = n * C;
+    for (int c = 0; c < C; ++c) h[r + c] = ln[r + c] * (1.0f + sc[c]) + sh[c];
   }
 }
-// dln = dh * (1 + scale) (overwrites); dshift, dscale (in dmod) += sums over the clip's rows.
+// dln = dh * (1 + scale) (overwrites); dshift, dscale (in dmod) += sums over each clip's rows.
 void modulate_bwd(float* dln, float* dmod, const float* dh, const float* ln, const float* mod,
-                  int64_t mod_stride, int shift_off, int scale_off, int B, int T, int C) {
-  for (int b = 0; b < B; ++b) {
-    const float* sc = mod + b * mod_stride + scale_off;
-    float* dsh = dmod + b * mod_stride + shift_off;
-    float* dsc = dmod + b * mod_stride + scale_off;
-    for (int t = 0; t < T; ++t) {
-      const int64_t r = (int64_t(b) * T + t) * C;
-      for (int c = 0; c < C; ++c) {
-        dsh[c] += dh[r + c];
-        dsc[c] += dh[r + c] * ln[r + c];
-        dln[r + c] = dh[r + c] * (1.0f + sc[c]);
-      }
+                  int64_t mod_stride, int shift_off, int scale_off, const int32_t* clip, int64_t N,
+                  int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* sc = mod + clip[n] * mod_stride + scale_off;
+    float* dsh = dmod + clip[n] * mod_stride + shift_off;
+    float* dsc = dmod + clip[n] * mod_stride + scale_off;
+    const int64_t r = n * C;
+    for (int c = 0; c < C; ++c) {
+      dsh[c] += dh[r + c];
+      dsc[c] += dh[r + c] * ln[r + c];
+      dln[r + c] = dh[r + c] * (1.0f + sc[c]);
     }
   }
 }
-// out = x + gate[b] * a  (out may alias x).
+// out = x + gate[clip] * a  (out may alias x).
 void gated_add_fwd(float* out, const float* x, const float* a, const float* mod, int64_t mod_stride,
-                   int gate_off, int B, int T, int C) {
-  for (int b = 0; b < B; ++b) {
-    const float* g = mod + b * mod_stride + gate_off;
-    for (int t = 0; t < T; ++t) {
-      const int64_t r = (int64_t(b) * T + t) * C;
-      for (int c = 0; c < C; ++c) out[r + c] = x[r + c] + g[c] * a[r + c];
-    }
+                   int gate_off, const int32_t* clip, int64_t N, int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = mod + clip[n] * mod_stride + gate_off;
+    const int64_t r = n * C;
+    for (int c = 0; c < C; ++c) out[r + c] = x[r + c] + g[c] * a[r + c];
   }
 }
-// da = dout * gate (overwrites); dgate (in dmod) += sum over rows of dout * a.
+// da = dout * gate (overwrites); dgate (in dmod) += sum over each clip's rows of dout * a.
 void gated_add_bwd(float* da, float* dmod, const float* dout, const float* a, const float* mod,
-                   int64_t mod_stride, int gate_off, int B, int T, int C) {
-  for (int b = 0; b < B; ++b) {
-    const float* g = mod + b * mod_stride + gate_off;
-    float* dg = dmod + b * mod_stride + gate_off;
-    for (int t = 0; t < T; ++t) {
-      const int64_t r = (int64_t(b) * T + t) * C;
-      for (int c = 0; c < C; ++c) {
-        dg[c] += dout[r + c] * a[r + c];
-        da[r + c] = dout[r + c] * g[c];
-      }
+                   int64_t mod_stride, int gate_off, const int32_t* clip, int64_t N, int C) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = mod + clip[n] * mod_stride + gate_off;
+    float* dg = dmod + clip[n] * mod_stride + gate_off;
+    const int64_t r = n * C;
+    for (int c = 0; c < C; ++c) {
+      dg[c] += dout[r + c] * a[r + c];
+      da[r + c] = dout[r + c] * g[c];
     }
   }
 }
@@ -288,9 +284,11 @@ struct Dit::Acts {
 };
 
 Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, AttentionOp& attention,
-         Dtype dtype)
+         Dtype dtype, int max_clips)
     : cfg_(cfg),
       B_(batch),
+      K_(batch),
+      max_clips_(max_clips > 0 ? max_clips : batch),
       T_(int(positions.size())),
       N_(int64_t(batch) * int64_t(positions.size())),
       positions_(std::move(positions)),
@@ -302,13 +300,18 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
       grads_(size_t(num_params_)),
       a_(std::make_unique<Acts>()) {
   cfg_.validate();
-  WF_CHECK(B_ >= 1 && T_ >= 1, "DiT needs at least one clip and one token");
+  WF_CHECK(B_ >= 1 && T_ >= 1 && max_clips_ >= B_,
+           "DiT needs at least one clip and one token, and room for one clip per sequence");
   p_ = dit_param_view(cfg_, params_.data());
   g_ = dit_param_view(cfg_, grads_.data());
+  // One clip per sequence: row n is token positions[n % T] of clip n / T.
+  pos_rows_ = T_;
   pos_.resize(size_t(T_) * cfg_.dim);
   dit_pos_embedding(cfg_, positions_.data(), T_, pos_.data());
+  clip_of_row_.resize(size_t(N_));
+  for (int64_t n = 0; n < N_; ++n) clip_of_row_[size_t(n)] = int32_t(n / T_);
 
-  const int64_t C = cfg_.dim, N = N_, B = B_, M = int64_t(cfg_.mlp_ratio) * C,
+  const int64_t C = cfg_.dim, N = N_, B = B_, K = max_clips_, M = int64_t(cfg_.mlp_ratio) * C,
                 PD = cfg_.patch_dim(), F = cfg_.freq_dim, L = cfg_.layers, H = cfg_.heads;
   Acts& a = *a_;
   const bool bf = dtype_ == Dtype::bf16;
@@ -318,14 +321,14 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   std::vector<std::pair<bf16**, int64_t>> plan16;
   auto want = [&](float** ptr, int64_t n) { plan.push_back({ptr, n}); };
   auto want16 = [&](bf16** ptr, int64_t n) { plan16.push_back({ptr, n}); };
-  want(&a.tf, B * F);
-  want(&a.t1, B * C);
-  want(&a.t1s, B * C);
-  want(&a.c, B * C);
-  want(&a.sc, B * C);
+  want(&a.tf, K * F);
+  want(&a.t1, K * C);
+  want(&a.t1s, K * C);
+  want(&a.c, K * C);
+  want(&a.sc, K * C);
   a.mod.resize(size_t(L));
-  for (auto& m : a.mod) want(&m, B * 6 * C);
-  want(&a.fmod, B * 2 * C);
+  for (auto& m : a.mod) want(&m, K * 6 * C);
+  want(&a.fmod, K * 2 * C);
   a.xs.resize(size_t(L + 1));
   for (auto& x : a.xs) want(&x, N * C);
   a.layers.resize(size_t(L));
@@ -356,8 +359,8 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   want(&a.dqkv, N * 3 * C);
   want(&a.qkv, N * 3 * C);
   want(&a.dbig, N * std::max(M, PD));
-  want(&a.dsc, B * C);
-  want(&a.dmod, B * 6 * C);
+  want(&a.dsc, K * C);
+  want(&a.dmod, K * 6 * C);
   want(&a.ones, C);
   want(&a.zeros, C);
   want(&a.dw_sink, C);
@@ -394,9 +397,25 @@ const float* Dit::output() const { return a_->out; }
 
 void Dit::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
+void Dit::set_clips(int clips, std::vector<int32_t> clip_of_row,
+                    const std::vector<int64_t>& clip_positions) {
+  WF_CHECK(clips >= 1 && clips <= max_clips_, "set_clips: {} clips, room for 1..{}", clips,
+           max_clips_);
+  WF_CHECK(int64_t(clip_of_row.size()) == N_ && int64_t(clip_positions.size()) == N_,
+           "set_clips: {} clip numbers and {} positions for {} rows", clip_of_row.size(),
+           clip_positions.size(), N_);
+  for (int32_t k : clip_of_row) WF_CHECK(k >= 0 && k < clips, "set_clips: clip {} of {}", k, clips);
+  K_ = clips;
+  clip_of_row_ = std::move(clip_of_row);
+  pos_rows_ = N_;
+  pos_.resize(size_t(N_) * cfg_.dim);
+  dit_pos_embedding(cfg_, clip_positions.data(), int(N_), pos_.data());
+}
+
 void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
-  const int B = B_, T = T_, C = cfg_.dim, PD = cfg_.patch_dim(), F = cfg_.freq_dim;
+  const int B = K_, C = cfg_.dim, PD = cfg_.patch_dim(), F = cfg_.freq_dim;
   const int64_t N = N_;
+  const int32_t* clip = clip_of_row_.data();
   Acts& a = *a_;
   labels_ = labels;
   // Conditioning: c = t2(silu(t1(freq(t)))) + y_emb[label]   (B, C)
@@ -421,7 +440,7 @@ void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
   // Patch embedding plus positions: xs[0] (B, T, C)
   k::matmul_fwd(a.xs[0], xt, p_.patch_w, p_.patch_b, N, PD, C);
   for (int64_t n = 0; n < N; ++n)
-    for (int c = 0; c < C; ++c) a.xs[0][n * C + c] += pos_[(n % T) * C + c];
+    for (int c = 0; c < C; ++c) a.xs[0][n * C + c] += pos_[(n % pos_rows_) * C + c];
 
   if (dtype_ == Dtype::bf16) round_weights();
   for (int l = 0; l < cfg_.layers; ++l) {
@@ -431,7 +450,7 @@ void Dit::predict(const float* xt, const float* t, const int32_t* labels) {
   // Final layer
   const float* xL = a.xs[size_t(cfg_.layers)];
   k::layernorm_fwd(a.lnf, a.meanf, a.rstdf, xL, a.ones, a.zeros, N, C);
-  modulate_fwd(a.hf, a.lnf, a.fmod, 2 * C, 0, C, B, T, C);
+  modulate_fwd(a.hf, a.lnf, a.fmod, 2 * C, 0, C, clip, N, C);
   k::matmul_fwd(a.out, a.hf, p_.out_w, p_.out_b, N, C, PD);  // (B, T, PD)
 }
 
@@ -449,8 +468,9 @@ double Dit::forward(const float* xt, const float* t, const int32_t* labels, cons
 }
 
 void Dit::backward(float dloss) {
-  const int B = B_, T = T_, C = cfg_.dim, PD = cfg_.patch_dim(), F = cfg_.freq_dim;
+  const int B = K_, C = cfg_.dim, PD = cfg_.patch_dim(), F = cfg_.freq_dim;
   const int64_t N = N_;
+  const int32_t* clip = clip_of_row_.data();
   Acts& a = *a_;
   // d out = 2 dloss (out - target)
   float* dout = a.dbig;
@@ -460,7 +480,7 @@ void Dit::backward(float dloss) {
   // Final layer
   k::matmul_bwd(a.dh, g_.out_w, g_.out_b, dout, a.hf, p_.out_w, N, C, PD, false);
   std::fill_n(a.dmod, int64_t(B) * 2 * C, 0.0f);
-  modulate_bwd(a.dtmp, a.dmod, a.dh, a.lnf, a.fmod, 2 * C, 0, C, B, T, C);
+  modulate_bwd(a.dtmp, a.dmod, a.dh, a.lnf, a.fmod, 2 * C, 0, C, clip, N, C);
   std::fill_n(a.dx, N * C, 0.0f);
   k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, a.xs[size_t(cfg_.layers)], a.ones, a.meanf,
                    a.rstdf, N, C);
@@ -516,8 +536,9 @@ void merge_qkv_rows(T* qkv, const T* q, const T* k, const T* v, int64_t N, int C
 // are in the model's dtype (bf16: the modulated layernorm outputs rounded, the branch outputs a and
 // m widened to fp32); the rest is fp32.
 void Dit::block_forward(int l) {
-  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
+  const int B = K_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
   const int64_t N = N_, ms = 6 * C;
+  const int32_t* clip = clip_of_row_.data();
   const bool bf = dtype_ == Dtype::bf16;
   Acts& a = *a_;
   const auto& w = p_.layers[size_t(l)];
@@ -529,7 +550,7 @@ void Dit::block_forward(int l) {
                                    std::initializer_list<trace::Arg>{{"layer", l}});
   // attention branch
   k::layernorm_fwd(s.ln1, s.mean1, s.rstd1, a.xs[size_t(l)], a.ones, a.zeros, N, C);
-  modulate_fwd(bf ? a.dtmp : s.h1, s.ln1, mod, ms, 0, C, B, T, C);
+  modulate_fwd(bf ? a.dtmp : s.h1, s.ln1, mod, ms, 0, C, clip, N, C);
   if (bf) round_to_bf16(a.dtmp, s.h1_16, N * C);
   dense_fwd(pick(bf, a.qkv, a.wide16), h1, w.qkv_w, weight16(w.qkv_w), w.qkv_b, N, C, 3 * C);
   if (bf) {
@@ -546,24 +567,25 @@ void Dit::block_forward(int l) {
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   dense_fwd(pick(bf, s.a, a.wide16), o, w.proj_w, weight16(w.proj_w), w.proj_b, N, C, C);
   if (bf) widen_to_fp32(a.wide16, s.a, N * C);
-  gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, B, T, C);
+  gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, clip, N, C);
   // MLP branch
   k::layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.xmid, a.ones, a.zeros, N, C);
-  modulate_fwd(bf ? a.dtmp : s.h2, s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  modulate_fwd(bf ? a.dtmp : s.h2, s.ln2, mod, ms, 3 * C, 4 * C, clip, N, C);
   if (bf) round_to_bf16(a.dtmp, s.h2_16, N * C);
   dense_fwd(f1, h2, w.fc1_w, weight16(w.fc1_w), w.fc1_b, N, C, M);
   gelu_fwd(g, f1, N * M);
   dense_fwd(pick(bf, s.m, a.wide16), g, w.fc2_w, weight16(w.fc2_w), w.fc2_b, N, M, C);
   if (bf) widen_to_fp32(a.wide16, s.m, N * C);
-  gated_add_fwd(a.xs[size_t(l) + 1], s.xmid, s.m, mod, ms, 5 * C, B, T, C);
+  gated_add_fwd(a.xs[size_t(l) + 1], s.xmid, s.m, mod, ms, 5 * C, clip, N, C);
 }
 
 // Block l of backward: a.dx holds the gradient of the block output on entry and of its input on
 // return. Output gradients enter the products in the model's dtype; the gradients of the products'
 // inputs are widened to fp32 for the modulation and layernorm backward.
 void Dit::block_backward(int l) {
-  const int B = B_, T = T_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
+  const int B = K_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
   const int64_t N = N_, ms = 6 * C;
+  const int32_t* clip = clip_of_row_.data();
   const bool bf = dtype_ == Dtype::bf16;
   Acts& a = *a_;
   const auto& w = p_.layers[size_t(l)];
@@ -575,17 +597,17 @@ void Dit::block_backward(int l) {
                                    std::initializer_list<trace::Arg>{{"layer", l}});
   std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
   // MLP branch: dx is the gradient of the block output
-  gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, B, T, C);  // dh = d m
+  gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, clip, N, C);  // dh = d m
   dense_bwd(dbig, gw.fc2_w, gw.fc2_b, in_dtype(bf, a.dh, a.x16, N * C), pick(bf, s.g, s.g16),
             w.fc2_w, weight16(w.fc2_w), N, M, C);
   gelu_bwd(dbig, pick(bf, s.f1, s.f1_16), dbig, N * M);
   dense_bwd(dh, gw.fc1_w, gw.fc1_b, dbig, pick(bf, s.h2, s.h2_16), w.fc1_w, weight16(w.fc1_w), N, C,
             M);  // d h2
-  modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln2, mod, ms, 3 * C, 4 * C, B, T, C);
+  modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln2, mod, ms, 3 * C, 4 * C, clip, N, C);
   // d xmid = dx (residual) + layernorm backward
   k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, s.xmid, a.ones, s.mean2, s.rstd2, N, C);
   // attention branch
-  gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, B, T, C);  // dh = d a
+  gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, clip, N, C);  // dh = d a
   dense_bwd(pick(bf, a.dmid, a.y16), gw.proj_w, gw.proj_b, in_dtype(bf, a.dh, a.x16, N * C),
             pick(bf, s.o, s.o16), w.proj_w, weight16(w.proj_w), N, C, C);  // d o
   dense.reset();
@@ -602,7 +624,7 @@ void Dit::block_backward(int l) {
   }
   dense_bwd(dh, gw.qkv_w, gw.qkv_b, pick(bf, a.dqkv, a.dqkv16), pick(bf, s.h1, s.h1_16), w.qkv_w,
             weight16(w.qkv_w), N, C, 3 * C);  // d h1
-  modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln1, mod, ms, 0, C, B, T, C);
+  modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln1, mod, ms, 0, C, clip, N, C);
   k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, a.xs[size_t(l)], a.ones, s.mean1, s.rstd1, N,
                    C);
   k::matmul_bwd(a.dsc, gw.ada_w, gw.ada_b, a.dmod, a.sc, w.ada_w, B, C, 6 * C, true);

@@ -1,7 +1,8 @@
 #pragma once
 // A diffusion transformer (DiT) for video clips with explicit forward and backward passes:
 //   x   = patches @ patch_w^T + patch_b + pos          patches of p x p pixels, frame-major tokens
-//   c   = mlp(timestep_freq(t)) [+ y_emb[label]]       conditioning vector per clip
+//   c   = mlp(timestep_freq(t)) [+ y_emb[label]]       conditioning vector per clip; every row
+//                                                      takes the modulation of its clip
 //   per block (adaLN-Zero, modulation from silu(c)):
 //     shift1, scale1, gate1, shift2, scale2, gate2 = silu(c) @ ada_w^T + ada_b
 //     x += gate1 * proj(attn(qkv(ln(x) * (1 + scale1) + shift1)))      non-causal attention
@@ -114,9 +115,11 @@ void dit_unpatchify(const DitConfig& cfg, const float* patches, const int64_t* p
 
 class Dit {
  public:
-  // batch: clips of this rank; positions: global token indices of the rows this rank holds.
+  // batch: sequences of this rank; positions: global token indices of the rows this rank holds.
+  // Each sequence is one clip (its conditioning from t[b], labels[b]) until set_clips; max_clips:
+  // the most clips set_clips may pass (0: batch).
   Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, AttentionOp& attention,
-      Dtype dtype = Dtype::fp32);
+      Dtype dtype = Dtype::fp32, int max_clips = 0);
   ~Dit();
   Dit(const Dit&) = delete;
   Dit& operator=(const Dit&) = delete;
@@ -130,7 +133,15 @@ class Dit {
   int64_t activation_floats() const { return act_floats_; }
   Dtype dtype() const { return dtype_; }
 
-  // xt: (B, T, PD) noisy patches, t: (B) times in [0, 1], labels: (B) or null.
+  // Packed clips (docs/documents.md) for the following calls: row n of the local batch (B, T)
+  // belongs to clip clip_of_row[n] in [0, clips), which sets its adaLN modulation, and sits at
+  // token clip_positions[n] of that clip (its position embedding). t and labels then hold one
+  // entry per clip. The attention masks are the AttentionOp's (set_documents).
+  void set_clips(int clips, std::vector<int32_t> clip_of_row,
+                 const std::vector<int64_t>& clip_positions);
+
+  // xt: (B, T, PD) noisy patches, t: (K) times in [0, 1], labels: (K) or null, for the K clips
+  // (K = B, one per sequence, unless set_clips said otherwise).
   // Computes the prediction (B, T, PD) into output().
   void predict(const float* xt, const float* t, const int32_t* labels);
   const float* output() const;
@@ -154,6 +165,8 @@ class Dit {
   void block_backward(int l);
   DitConfig cfg_;
   int B_, T_;
+  int K_;          // conditioned clips of the next forward
+  int max_clips_;  // room for conditioned clips
   int64_t N_;
   std::vector<int64_t> positions_;
   AttentionOp& attn_;
@@ -162,7 +175,9 @@ class Dit {
   std::vector<ParamTensor> tensors_;
   std::vector<float> params_, grads_;
   DitParams p_, g_;
-  std::vector<float> pos_;  // (T, C)
+  std::vector<float> pos_;  // (pos_rows_, C): row n of the batch takes row n % pos_rows_
+  int64_t pos_rows_ = 0;
+  std::vector<int32_t> clip_of_row_;  // (N): the clip whose modulation each row takes
   std::unique_ptr<Acts> a_;
   std::vector<bf16> params16_;  // bf16 copy of the block matrices (Dtype::bf16)
   int64_t act_floats_ = 0;

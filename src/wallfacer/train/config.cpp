@@ -1,5 +1,6 @@
 #include "wallfacer/train/config.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -56,6 +57,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.trace_steps", &c.trace_steps},
       {"data.dir", &c.data_dir},
       {"data.frames", &c.frames},
+      {"data.min_frames", &c.min_frames},
       {"data.size", &c.size},
       {"data.channels", &c.channels},
       {"data.clips", &c.clips},
@@ -189,6 +191,7 @@ TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& n
     for (auto& [key, value] : *sub) {
       const std::string full = std::string(section.str()) + "." + std::string(key.str());
       assign(*find_field(fs, full), value);
+      if (full == "train.seq") c.seq_given = true;
     }
   }
   c.derive();
@@ -205,6 +208,7 @@ void TrainConfig::set(const std::string& assignment) {
   const std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
   auto fs = fields(*this);
   const Field& f = *find_field(fs, key);
+  if (key == "train.seq") seq_given = true;
   if (auto p = std::get_if<std::string*>(&f.ptr)) {
     WF_USAGE_CHECK(is_utf8(value), "{} expects UTF-8 text, got bytes that are not", key);
     **p = value;
@@ -247,7 +251,8 @@ VideoSpec TrainConfig::video_spec() const {
 }
 
 void TrainConfig::derive() {
-  if (kind == "dit" && dit_model().clip_shape_ok()) seq = dit_model().tokens();
+  if (kind == "dit" && dit_model().clip_shape_ok() && !(packing == "documents" && seq_given))
+    seq = dit_model().tokens();
 }
 
 seqpar::AttnConfig TrainConfig::attn_config(int P) const {
@@ -349,10 +354,16 @@ void TrainConfig::validate(int P) const {
                  "train.dtype must be 'auto', 'fp32' or 'bf16' (got '{}')", dtype);
   WF_USAGE_CHECK(packing == "none" || packing == "documents",
                  "train.packing must be 'none' or 'documents' (got '{}')", packing);
-  WF_USAGE_CHECK(kind == "gpt" || packing == "none",
-                 "train.packing = '{}' is for model.kind = 'gpt': the DiT trains one clip per "
-                 "sequence, with no documents to mask; use train.packing = 'none'",
-                 packing);
+  if (kind == "dit") {
+    WF_USAGE_CHECK(min_frames >= 0 && min_frames <= frames,
+                   "data.min_frames = {} must be in 1..data.frames ({}), or 0 for data.frames",
+                   min_frames, frames);
+    const int64_t ft = frame_tokens();
+    WF_USAGE_CHECK(packing == "none" || seq % ft == 0,
+                   "train.seq = {} must be a whole number of frames of {} tokens ((data.size {} / "
+                   "model.patch {})^2) with train.packing = 'documents': use {} or {}",
+                   seq, ft, size, patch, std::max<int64_t>(ft, seq / ft * ft), (seq / ft + 1) * ft);
+  }
   // An evaluation forward keeps its K,V for a backward that never comes, and the documents of
   // the next step cannot change while a forward awaits its backward.
   WF_USAGE_CHECK(!(packing == "documents" && keep_kv && eval_every > 0),

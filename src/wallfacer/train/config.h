@@ -25,8 +25,12 @@ struct TrainConfig {
   int freq_dim = 64;
   int classes = 4;
   // DiT data: data.frames x data.size x data.size x data.channels clips, data.clips of them for
-  // training (held-out clips follow). train.seq is derived: frames * (size / patch)^2.
+  // training (held-out clips follow). train.seq is derived: frames * (size / patch)^2, except
+  // with train.packing = "documents", where a given train.seq (a multiple of the tokens of a
+  // frame) sets the sequence the clips are packed into. data.min_frames: the fewest frames of a
+  // packed clip (0: data.frames).
   int frames = 16;
+  int min_frames = 0;
   int size = 64;
   int channels = 3;
   int64_t clips = 256;
@@ -36,7 +40,8 @@ struct TrainConfig {
   std::array<int64_t, 2> trace_steps{0, 0};
   // train.*
   int64_t seq = 1024;
-  int batch = 1;  // sequences per step, over all data-parallel replicas
+  bool seq_given = false;  // train.seq was read or set (not a key: what derive() may override)
+  int batch = 1;           // sequences per step, over all data-parallel replicas
   int64_t steps = 100;
   double lr = 1e-3;
   double min_lr = 1e-4;
@@ -57,7 +62,8 @@ struct TrainConfig {
   std::string dtype = "auto";
   // train.packing: "none" (each training sequence is one document) or "documents" (the GPT's
   // attention masks at the documents of each input window: a document ends after each end-of-text
-  // token; docs/training.md). The DiT trains one clip per sequence and takes "none" only.
+  // token; the DiT packs several clips into each sequence, each attending to itself only;
+  // docs/documents.md).
   std::string packing = "none";
   // data.*
   std::string data_dir = "data/kjv";
@@ -93,8 +99,12 @@ struct TrainConfig {
   int dp(int P) const { return P / sp; }
   model::DitConfig dit_model() const;
   VideoSpec video_spec() const;
+  // DiT packing: the tokens of one frame, and the fewest frames of a packed clip.
+  int64_t frame_tokens() const { return int64_t(size / patch) * (size / patch); }
+  int packed_min_frames() const { return min_frames > 0 ? min_frames : frames; }
   // For the DiT, sets train.seq to the tokens of a clip (after reading or overriding keys) when
-  // the clip's shape is in range (validate refuses it otherwise).
+  // the clip's shape is in range (validate refuses it otherwise), unless train.packing =
+  // "documents" and train.seq was given.
   void derive();
   seqpar::AttnConfig attn_config(int P) const;
   // The dtype a run uses: train.dtype, with "auto" decided by this CPU (bf16 where it has

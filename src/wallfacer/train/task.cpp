@@ -82,6 +82,9 @@ class GptTask : public Task {
   std::vector<std::vector<int64_t>> docs_;  // of each local sequence (train.packing)
 };
 
+// The DiT task. Each sequence holds one clip of data.frames (train.packing = "none") or several
+// whole clips of different lengths, each attending to itself only ("documents"): every rank
+// draws the same clip lengths from the seeds, no communication.
 class DitTask : public Task {
  public:
   DitTask(const TrainConfig& cfg, int64_t b0, int nb, const std::vector<int64_t>& positions,
@@ -92,54 +95,107 @@ class DitTask : public Task {
         b0_(b0),
         nb_(nb),
         positions_(positions),
-        model_(dcfg_, nb, positions, attn, cfg.run_dtype()),
+        seq_frames_(cfg.seq / cfg.frame_tokens()),
+        model_(dcfg_, nb, positions, attn, cfg.run_dtype(), max_clips()),
+        attn_(attn),
         clip_(size_t(video_.values())),
         noise_(clip_.size()),
         xt_(positions.size() * size_t(nb) * size_t(dcfg_.patch_dim())),
         target_(xt_.size()),
-        t_(size_t(nb)),
-        labels_(size_t(nb)) {}
+        t_(size_t(max_clips())),
+        labels_(t_.size()),
+        clip_of_row_(positions.size() * size_t(nb)),
+        clip_positions_(clip_of_row_.size()),
+        docs_(size_t(nb)) {}
   int64_t num_params() const override { return model_.num_params(); }
   float* params() override { return model_.params(); }
   float* grads() override { return model_.grads(); }
   const std::vector<model::ParamTensor>& tensors() const override { return model_.tensors(); }
   void init_params(uint64_t seed) override { model::dit_init_params(dcfg_, model_.params(), seed); }
   double train_forward(int64_t step) override {
-    for (int b = 0; b < nb_; ++b) {
-      const int64_t j = b0_ + b;  // clip number in the global batch
-      const int64_t index = int64_t(mix64(uint64_t(cfg_.seed), uint64_t(step * cfg_.batch + j)) %
-                                    uint64_t(cfg_.clips));
-      load(b, index, step, j);
-    }
+    // Clip k of sequence j: a training clip picked by a seeded index, with its own time and noise
+    // keyed by (step, clip number j + k * batch).
+    load(step, cfg_.batch, [&](int64_t j, int k) {
+      const uint64_t key = mix64(uint64_t(cfg_.seed), uint64_t(step * cfg_.batch + j));
+      return int64_t((k == 0 ? key : mix64(key, uint64_t(k))) % uint64_t(cfg_.clips));
+    });
     return model_.forward(xt_.data(), t_.data(), labels(), target_.data());
   }
   double eval_forward(int e) override {
-    // Held-out clips (indices past the training set) with fixed times and noise.
-    for (int b = 0; b < nb_; ++b) {
-      const int64_t j = int64_t(e) * cfg_.batch + b0_ + b;
-      load(b, cfg_.clips + j, -1, j);
-    }
+    // Held-out clips (indices past the training set) with fixed lengths, times and noise.
+    const int64_t num_eval = int64_t(cfg_.eval_batches) * cfg_.batch;
+    load(
+        -1, num_eval, [&](int64_t j, int k) { return cfg_.clips + j + k * num_eval; },
+        int64_t(e) * cfg_.batch);
     return model_.forward(xt_.data(), t_.data(), labels(), target_.data());
   }
   void zero_grads() override { model_.zero_grads(); }
   void backward(float dloss) override { model_.backward(dloss); }
-  double loss_terms() const override { return double(cfg_.batch) * double(video_.values()); }
+  // Every value of every sequence, whatever clips fill it.
+  double loss_terms() const override {
+    return double(cfg_.batch) * double(cfg_.seq) * double(dcfg_.patch_dim());
+  }
 
  private:
-  // Local rows of clip `index` as the b-th clip of this rank: x_t = (1 - t) x0 + t noise and the
-  // velocity target noise - x0, with t and noise keyed by (seed, key_step, j).
-  void load(int b, int64_t index, int64_t key_step, int64_t j) {
-    labels_[size_t(b)] = render_clip(video_, uint64_t(cfg_.seed), index, clip_.data());
-    const float t = flow_time(uint64_t(cfg_.seed), key_step, j, time_sampling_);
-    t_[size_t(b)] = t;
-    for (int64_t i = 0; i < video_.values(); ++i) {
-      const float n = flow_noise(uint64_t(cfg_.seed), key_step, j, i);
+  bool packing() const { return cfg_.packing == "documents"; }
+  // The most clips of this rank's sequences: every packed clip but the last of a sequence has at
+  // least data.min_frames frames.
+  int max_clips() const {
+    return packing() ? nb_ * int((seq_frames_ - 1) / cfg_.packed_min_frames() + 1) : nb_;
+  }
+
+  // The local rows of the sequences j = j0 + b0 + b of step key_step (-1: evaluation), out of
+  // `sequences` numbered ones: clip k of sequence j is clip index_of(j, k) of the videos, drawn
+  // with the time and noise of clip number j + k * sequences. x_t = (1 - t) x0 + t noise, and the
+  // target is the velocity noise - x0.
+  template <typename IndexOf>
+  void load(int64_t key_step, int64_t sequences, IndexOf index_of, int64_t j0 = 0) {
+    const int64_t T = int64_t(positions_.size()), PD = dcfg_.patch_dim(), ft = cfg_.frame_tokens();
+    int clips = 0;  // conditioned clips so far
+    for (int b = 0; b < nb_; ++b) {
+      const int64_t j = j0 + b0_ + b;
+      const std::vector<int> frames =
+          packing() ? packed_clip_frames(uint64_t(cfg_.seed), key_step, j, seq_frames_,
+                                         cfg_.packed_min_frames(), cfg_.frames)
+                    : std::vector<int>{cfg_.frames};
+      auto& lengths = docs_[size_t(b)];
+      lengths.clear();
+      int64_t first = 0;  // first token of clip k in the sequence
+      for (int k = 0; k < int(frames.size()); ++k) {
+        const int64_t tokens = frames[size_t(k)] * ft;
+        lengths.push_back(tokens);
+        render(clips + k, frames[size_t(k)], index_of(j, k), key_step, j + k * sequences);
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t n = positions_[size_t(t)], r = b * T + t;
+          if (n < first || n >= first + tokens) continue;
+          clip_of_row_[size_t(r)] = clips + k;
+          clip_positions_[size_t(r)] = n - first;
+          const int64_t* at = &clip_positions_[size_t(r)];
+          model::dit_patchify(dcfg_, noise_.data(), at, 1, xt_.data() + r * PD);
+          model::dit_patchify(dcfg_, clip_.data(), at, 1, target_.data() + r * PD);
+        }
+        first += tokens;
+      }
+      clips += int(frames.size());
+    }
+    if (packing()) {
+      model_.set_clips(clips, clip_of_row_, clip_positions_);
+      attn_.set_documents(docs_);
+    }
+  }
+  // Clip `index` of the videos cut to its first `frames` frames, as conditioned clip c: its label,
+  // its time t and x_t (in noise_) and the velocity (in clip_), keyed by (seed, key_step, number).
+  void render(int c, int frames, int64_t index, int64_t key_step, int64_t number) {
+    VideoSpec spec = video_;
+    spec.frames = frames;
+    labels_[size_t(c)] = render_clip(spec, uint64_t(cfg_.seed), index, clip_.data());
+    const float t = flow_time(uint64_t(cfg_.seed), key_step, number, time_sampling_);
+    t_[size_t(c)] = t;
+    for (int64_t i = 0; i < spec.values(); ++i) {
+      const float n = flow_noise(uint64_t(cfg_.seed), key_step, number, i);
       noise_[size_t(i)] = (1 - t) * clip_[size_t(i)] + t * n;  // x_t
       clip_[size_t(i)] = n - clip_[size_t(i)];                 // v
     }
-    const int64_t T = int64_t(positions_.size()), off = b * T * dcfg_.patch_dim();
-    model::dit_patchify(dcfg_, noise_.data(), positions_.data(), int(T), xt_.data() + off);
-    model::dit_patchify(dcfg_, clip_.data(), positions_.data(), int(T), target_.data() + off);
   }
   const int32_t* labels() const { return dcfg_.classes > 0 ? labels_.data() : nullptr; }
 
@@ -150,9 +206,14 @@ class DitTask : public Task {
   int64_t b0_;
   int nb_;
   std::vector<int64_t> positions_;
+  int64_t seq_frames_;  // frames of a sequence
   model::Dit model_;
+  model::AttentionOp& attn_;
   std::vector<float> clip_, noise_, xt_, target_, t_;
-  std::vector<int32_t> labels_;
+  std::vector<int32_t> labels_;             // of each conditioned clip
+  std::vector<int32_t> clip_of_row_;        // (nb * T): conditioned clip of each local row
+  std::vector<int64_t> clip_positions_;     // (nb * T): token of each local row in its clip
+  std::vector<std::vector<int64_t>> docs_;  // clip lengths in tokens, of each local sequence
 };
 
 }  // namespace

@@ -106,4 +106,20 @@ float flow_noise(uint64_t seed, int64_t step, int64_t clip, int64_t i) {
   return float(i % 2 == 0 ? r * std::cos(a) : r * std::sin(a));
 }
 
+std::vector<int> packed_clip_frames(uint64_t seed, int64_t step, int64_t sequence, int64_t frames,
+                                    int min_frames, int max_frames) {
+  WF_CHECK(min_frames >= 1 && min_frames <= max_frames && frames >= 1,
+           "packed clips of {}..{} frames into {} frames", min_frames, max_frames, frames);
+  const uint64_t key = mix64(mix64(seed ^ 0xc11b5ULL, uint64_t(step)), uint64_t(sequence));
+  const auto span = uint64_t(max_frames - min_frames + 1);
+  std::vector<int> out;
+  for (int64_t left = frames, k = 0; left > 0; ++k) {
+    Rng rng(mix64(key, uint64_t(k)));
+    const int64_t f = std::min<int64_t>(min_frames + int64_t(rng.next_u64() % span), left);
+    out.push_back(int(f));
+    left -= f;
+  }
+  return out;
+}
+
 }  // namespace wallfacer::train

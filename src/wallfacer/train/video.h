@@ -8,6 +8,7 @@
 // (seed, step, global clip number), never on the number of ranks.
 
 #include <cstdint>
+#include <vector>
 
 namespace wallfacer::train {
 
@@ -34,5 +35,11 @@ float flow_time(uint64_t seed, int64_t step, int64_t clip, TimeSampling how);
 // Standard normal noise of the values [first, first + n) of one clip of one step: value i depends
 // only on (seed, step, clip, i), so ranks holding different tokens draw consistent noise.
 float flow_noise(uint64_t seed, int64_t step, int64_t clip, int64_t i);
+
+// The frame counts of the clips packed into one sequence of `frames` frames (train.packing =
+// "documents"): clip k's count is drawn uniformly from [min_frames, max_frames], keyed by (seed,
+// step, sequence, k); the last clip takes the frames left, so the counts sum to `frames`.
+std::vector<int> packed_clip_frames(uint64_t seed, int64_t step, int64_t sequence, int64_t frames,
+                                    int min_frames, int max_frames);
 
 }  // namespace wallfacer::train
