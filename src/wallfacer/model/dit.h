@@ -11,8 +11,9 @@
 //   out = (ln(x) * (1 + scale) + shift) @ out_w^T + out_b                (one patch per token)
 // Layernorms have no affine parameters; every linear layer has a bias. Positions are fixed 3-D
 // sinusoids of (frame, patch row, patch column) of the GLOBAL token index, so sequence-parallel
-// shards agree. The objective is rectified flow: the model predicts v = noise - x0 at
-// x_t = (1 - t) x0 + t noise, and the loss is the squared error.
+// shards agree; with packed clips (set_clips), of the token index within the row's clip. The
+// objective is rectified flow: the model predicts v = noise - x0 at x_t = (1 - t) x0 + t noise, and
+// the loss is the squared error.
 //
 // Parameters, gradients and activations live in contiguous arenas.
 //
