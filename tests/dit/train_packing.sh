@@ -3,9 +3,10 @@
 # frames (each attending to itself, with its own time, noise, label and positions). The training
 # and validation losses of P = 1 agree with P = 2 (ring) and P = 4 (Ulysses, WallFacer C = 2,
 # zigzag) within 1e-7 relative in fp32 (measured: at most 8.2e-9) and P = 1 with P = 4 (zigzag)
-# within 3e-5 in bf16 (measured 2.7e-6); an interrupted and resumed run gives the same losses bit for bit;
-# packing one whole clip per sequence gives the losses of train.packing = "none" bit for bit; the
-# packed clips are another computation than whole clips.
+# within 3e-5 in bf16 (measured 2.7e-6); an interrupted and resumed run gives the same losses bit
+# for bit; `sample` writes one clip of data.frames from its checkpoint; packing one whole clip per
+# sequence gives the losses of train.packing = "none" bit for bit; packed clips are another batch
+# than whole clips.
 set -u
 src=$3
 source "$src/tests/gpt/common.sh" "$1" "$2" "$4"
@@ -60,6 +61,10 @@ grep -q "resumed from .*step-3" "$work/resume.log" || err "resume did not start 
 a=$(sed -E 's/.*"loss":([^,}]*).*/\1/' "$work/full.jsonl" | tr '\n' ' ')
 b=$(losses "$work/resume" | tr '\n' ' ')
 if [ "$a" == "$b" ]; then echo "ok: resumed packed losses identical: $b"; else err "resumed packed losses differ: '$a' vs '$b'"; fi
+# sample is unchanged: one clip of data.frames from the packed run's checkpoint.
+"$1" sample --ckpt "$work/resume" --out "$work/s.gif" --steps 1 >"$work/sample.log" 2>&1 ||
+  err "sample of the packed run failed: $(cat "$work/sample.log")"
+grep -q "4 frames of 16x16 pixels" "$work/sample.log" || err "sample: $(cat "$work/sample.log")"
 
 # One whole clip per sequence (train.seq = data.frames frames, data.min_frames = data.frames):
 # the clips, times, noise and losses of train.packing = "none".

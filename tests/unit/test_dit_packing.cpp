@@ -229,7 +229,9 @@ TEST(DitPacking, ClipFramesFillTheSequence) {
     EXPECT_EQ(std::accumulate(f.begin(), f.end(), 0), 20);
     for (size_t k = 0; k < f.size(); ++k) {
       EXPECT_LE(f[k], 5);
-      if (k + 1 < f.size()) EXPECT_GE(f[k], 2) << "only the last clip may be cut short";
+      if (k + 1 < f.size()) {
+        EXPECT_GE(f[k], 2) << "only the last clip may be cut short";
+      }
       shorter += f[k] == 2;
       longer += f[k] == 5;
     }

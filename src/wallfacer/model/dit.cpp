@@ -287,9 +287,9 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
          Dtype dtype, int max_clips)
     : cfg_(cfg),
       B_(batch),
+      T_(int(positions.size())),
       K_(batch),
       max_clips_(max_clips > 0 ? max_clips : batch),
-      T_(int(positions.size())),
       N_(int64_t(batch) * int64_t(positions.size())),
       positions_(std::move(positions)),
       attn_(attention),
@@ -536,7 +536,7 @@ void merge_qkv_rows(T* qkv, const T* q, const T* k, const T* v, int64_t N, int C
 // are in the model's dtype (bf16: the modulated layernorm outputs rounded, the branch outputs a and
 // m widened to fp32); the rest is fp32.
 void Dit::block_forward(int l) {
-  const int B = K_, C = cfg_.dim, M = cfg_.mlp_ratio * C;
+  const int C = cfg_.dim, M = cfg_.mlp_ratio * C;
   const int64_t N = N_, ms = 6 * C;
   const int32_t* clip = clip_of_row_.data();
   const bool bf = dtype_ == Dtype::bf16;
