@@ -273,6 +273,11 @@ TEST(DitPacking, ConfigKeys) {
             std::string::npos)
       << usage_error(c);
   EXPECT_NE(usage_error(c).find("use 160 or 176"), std::string::npos) << usage_error(c);
+  c.set("train.seq=10");
+  EXPECT_NE(usage_error(c).find("must be a whole number of frames of 16 tokens ((data.size 8 / "
+                                "model.patch 2)^2) with train.packing = 'documents': use 16"),
+            std::string::npos)
+      << usage_error(c);
   c.set("train.seq=160");
   c.set("data.min_frames=5");
   EXPECT_NE(usage_error(c).find("data.min_frames = 5 must be in 1..data.frames (4)"),

@@ -1,6 +1,5 @@
 #include "wallfacer/train/config.h"
 
-#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -358,11 +357,12 @@ void TrainConfig::validate(int P) const {
     WF_USAGE_CHECK(min_frames >= 0 && min_frames <= frames,
                    "data.min_frames = {} must be in 1..data.frames ({}), or 0 for data.frames",
                    min_frames, frames);
-    const int64_t ft = frame_tokens();
+    const int64_t ft = frame_tokens(), below = seq / ft * ft, above = below + ft;
     WF_USAGE_CHECK(packing == "none" || seq % ft == 0,
                    "train.seq = {} must be a whole number of frames of {} tokens ((data.size {} / "
-                   "model.patch {})^2) with train.packing = 'documents': use {} or {}",
-                   seq, ft, size, patch, std::max<int64_t>(ft, seq / ft * ft), (seq / ft + 1) * ft);
+                   "model.patch {})^2) with train.packing = 'documents': use {}",
+                   seq, ft, size, patch,
+                   below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above));
   }
   // An evaluation forward keeps its K,V for a backward that never comes, and the documents of
   // the next step cannot change while a forward awaits its backward.
