@@ -31,6 +31,9 @@ namespace {
 using kernels::Strides2;
 using kernels::Strides3;
 
+// The "schedule" argument of every trace span the executor writes.
+constexpr const char* kTraceSchedule = "attention";
+
 // Copies `nh` heads of every row: rows of `src_heads` heads starting at head src_h0 to rows of
 // `dst_heads` heads starting at dst_h0 (D elements per head), converting between the types.
 void copy_heads(const std::byte* src, Dtype st, int src_heads, int src_h0, std::byte* dst, Dtype dt,
@@ -498,7 +501,7 @@ void Executor::note_done(size_t i) {
                  {"tag", op.tag},
                  {"op", int64_t(i)},
                  {"phase", 0, phase_name_},
-                 {"schedule", 0, trace_label_}},
+                 {"schedule", 0, kTraceSchedule}},
                 1);
   posted_ns_[i] = -1;
 }
@@ -517,7 +520,7 @@ bool Executor::poll(std::vector<comm::Request>& reqs) {
 
 void Executor::trace_op(int i, int64_t start_ns) {
   const Op& op = (*traced_ops_)[size_t(i)];
-  const trace::Arg phase{"phase", 0, phase_name_}, sched{"schedule", 0, trace_label_},
+  const trace::Arg phase{"phase", 0, phase_name_}, sched{"schedule", 0, kTraceSchedule},
       index{"op", i};
   const int64_t now = trace::now_ns();
   switch (op.kind) {

@@ -52,9 +52,6 @@ class Executor {
   // slow the backward kernel (about 1.3x at 64 rows).
   void set_progress_rows(int64_t rows) { progress_rows_ = rows; }
 
-  // The "schedule" argument of this executor's trace spans (a static string; default "attention").
-  void set_trace_label(const char* label) { trace_label_ = label; }
-
  private:
   // Block `block` of buffer `buf`; f32 / b16 check the buffer's element type.
   std::byte* ptr(int buf, int block = 0);
@@ -83,7 +80,6 @@ class Executor {
   const std::vector<Op>* traced_ops_ = nullptr;
   std::vector<int64_t> posted_ns_;  // per op: when its transfer was posted (-1: none pending)
   const char* phase_name_ = "forward";
-  const char* trace_label_ = "attention";
   std::vector<int> world_rank_;  // of each rank of group_ (trace spans name peers by world rank)
   std::vector<int32_t> doc_of_pos_;  // the kernels' document of each position; empty: none
 };
