@@ -42,7 +42,10 @@ constexpr float kLn2 = 0.693147180559945309f;
 // (every key tile sweeps the query side: Q, dO, their transposes and dQ, from beyond the core's
 // L2 at this length; 1024 keys are slower), the same with a causal mask.
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
-constexpr int kBwdBlockQ = 256, kBwdBlockK = 512;
+// With packed documents (doc_of_pos) the backward keeps 256-key tiles: more of its tile pairs fall
+// outside every document and are skipped (S = 8192, 16 documents, causal: about 10% faster than
+// with 512 keys).
+constexpr int kBwdBlockQ = 256, kBwdBlockK = 512, kBwdBlockKDocuments = 256;
 // The backward computes S and dP, then P and dS, for this many query rows of a block at a time
 // (even), so that S and dP (fp32) stay in the core's caches between the products and the softmax
 // rows.
@@ -310,6 +313,17 @@ struct FwdTile {
 
 AttnTiling attn_fwd_bf16_tiling(const AttnDims&) { return {kFwdBlockQ, kFwdBlockK}; }
 AttnTiling attn_bwd_bf16_tiling(const AttnDims&) { return {kBwdBlockQ, kBwdBlockK}; }
+
+namespace {
+
+// The backward's tiles: those of attn_bwd_bf16_tiling, narrower key tiles with documents.
+AttnTiling bwd_tiling(const AttnDims& dims, bool documents) {
+  AttnTiling t = WALLFACER_ISA::attn_bwd_bf16_tiling(dims);
+  if (documents) t.block_k = kBwdBlockKDocuments;
+  return t;
+}
+
+}  // namespace
 
 int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads) {
   const HeadDims hd(dims.head_dim);
@@ -644,13 +658,19 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
 }  // namespace
 
 int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16) {
-  const AttnTiling t = WALLFACER_ISA::attn_bwd_bf16_tiling(dims);
-  const int parts = detail::bwd_key_parts(dims, threads, t.block_k);
-  const int64_t dq_floats =
-      (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
-      detail::bwd_extra_dq_floats(dims, parts);
-  return 2 * BwdPacked::elements(dims) +
-         threads * BwdTile::bytes(t.block_q, t.block_k, HeadDims(dims.head_dim)) + 4 * dq_floats;
+  int64_t most = 0;  // the larger of the calls without and with documents
+  for (bool documents : {false, true}) {
+    const AttnTiling t = bwd_tiling(dims, documents);
+    const int parts = detail::bwd_key_parts(dims, threads, t.block_k);
+    const int64_t dq_floats =
+        (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
+        detail::bwd_extra_dq_floats(dims, parts);
+    most =
+        std::max(most, 2 * BwdPacked::elements(dims) +
+                           threads * BwdTile::bytes(t.block_q, t.block_k, HeadDims(dims.head_dim)) +
+                           4 * dq_floats);
+  }
+  return most;
 }
 
 void attn_bwd_bf16(const AttnBwdBf16Params& p) {
@@ -677,7 +697,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     }
     return;
   }
-  const AttnTiling tile = WALLFACER_ISA::attn_bwd_bf16_tiling(d);
+  const AttnTiling tile = bwd_tiling(d, p.doc_of_pos != nullptr);
   const HeadDims hd(D);
   const int nthreads = num_threads();
 
