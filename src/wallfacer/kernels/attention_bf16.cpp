@@ -39,12 +39,12 @@ constexpr float kLn2 = 0.693147180559945309f;
 // tiles are even (the backward pairs query rows). Measured at S = 4096, H = 8, D = 64 on 2 threads:
 // the forward within 5% from 64 x 256 to 128 x 512; the backward 4-8% faster at 256 x 256 than at
 // 128 x 256 (and slower at 64 or 128 keys), and 256 x 512 about 10% faster again than 256 x 256
-// (every key tile sweeps the query side: Q, dO, their transposes and dQ, from beyond the core's
-// L2 at this length; 1024 keys are slower), the same with a causal mask.
+// with a full mask, equal with a causal one (every key tile sweeps the query side: Q, dO, their
+// transposes and dQ, from beyond the core's L2 at this length; 1024 keys are slower).
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
 // With packed documents (doc_of_pos) the backward keeps 256-key tiles: more of its tile pairs fall
-// outside every document and are skipped (S = 8192, 16 documents, causal: about 10% faster than
-// with 512 keys).
+// outside every document and are skipped (S = 8192, 16 documents, causal: 4-9% faster than with
+// 512 keys).
 constexpr int kBwdBlockQ = 256, kBwdBlockK = 512, kBwdBlockKDocuments = 256;
 // The backward computes S and dP, then P and dS, for this many query rows of a block at a time
 // (even), so that S and dP (fp32) stay in the core's caches between the products and the softmax
