@@ -37,10 +37,20 @@ constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2 = 0.693147180559945309f;
 // Key tiles are multiples of 16 (the packed B rows are read in vectors of 16 columns) and query
 // tiles are even (the backward pairs query rows). Measured at S = 4096, H = 8, D = 64 on 2 threads:
-// the forward within 5% from 64 x 256 to 128 x 512, the backward 4-8% faster at 256 x 256 than at
-// 128 x 256 (and slower at 64 or 128 keys).
+// the forward within 5% from 64 x 256 to 128 x 512; the backward 4-8% faster at 256 x 256 than at
+// 128 x 256 (and slower at 64 or 128 keys), and 256 x 512 about 10% faster again than 256 x 256
+// with a full mask, equal with a causal one (every key tile sweeps the query side: Q, dO, their
+// transposes and dQ, from beyond the core's L2 at this length; 1024 keys are slower).
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
-constexpr int kBwdBlockQ = 256, kBwdBlockK = 256;
+// With packed documents (doc_of_pos) the backward keeps 256-key tiles: more of its tile pairs fall
+// outside every document and are skipped (S = 8192, 16 documents, causal: 4-9% faster than with
+// 512 keys).
+constexpr int kBwdBlockQ = 256, kBwdBlockK = 512, kBwdBlockKDocuments = 256;
+// The backward computes S and dP, then P and dS, for this many query rows of a block at a time
+// (even), so that S and dP (fp32) stay in the core's caches between the products and the softmax
+// rows.
+constexpr int kBwdChunkQ = 32;
+static_assert(kBwdChunkQ % 2 == 0);
 
 using GemmFn = void (*)(const Bf16Gemm&);
 
@@ -304,6 +314,17 @@ struct FwdTile {
 AttnTiling attn_fwd_bf16_tiling(const AttnDims&) { return {kFwdBlockQ, kFwdBlockK}; }
 AttnTiling attn_bwd_bf16_tiling(const AttnDims&) { return {kBwdBlockQ, kBwdBlockK}; }
 
+namespace {
+
+// The backward's tiles: those of attn_bwd_bf16_tiling, narrower key tiles with documents.
+AttnTiling bwd_tiling(const AttnDims& dims, bool documents) {
+  AttnTiling t = WALLFACER_ISA::attn_bwd_bf16_tiling(dims);
+  if (documents) t.block_k = kBwdBlockKDocuments;
+  return t;
+}
+
+}  // namespace
+
 int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads) {
   const HeadDims hd(dims.head_dim);
   const AttnTiling t = WALLFACER_ISA::attn_fwd_bf16_tiling(dims);
@@ -479,7 +500,7 @@ struct BwdTile {
   HeadDims hd;
   std::vector<bf16> kd, vd, kj;    // key tile packed: pairs of D ([d2/2][bk][2]) / of keys
   std::vector<bf16> qb, dob;       // query block rows (bq, d2)
-  std::vector<float> s, dp;        // (bq, bk): scores S and dP
+  std::vector<float> s, dp;        // (kBwdChunkQ, bk): scores S and dP of a chunk of rows
   std::vector<bf16> pt, dst, dsr;  // P, dS in pairs of rows ([bq/2][bk][2]); dS in rows
   std::vector<float> dkt, dvt;     // (D, bk): dK^T, dV^T of the key tile
   BwdTile(int block_q, int block_k, const HeadDims& h)
@@ -491,7 +512,7 @@ struct BwdTile {
         kj(size_t(block_k) * h.d16),
         qb(size_t(block_q) * h.d2),
         dob(qb.size()),
-        s(size_t(block_q) * block_k),
+        s(size_t(kBwdChunkQ) * block_k),
         dp(s.size()),
         pt(size_t(block_q) * block_k),
         dst(pt.size()),
@@ -501,7 +522,7 @@ struct BwdTile {
   static int64_t bytes(int bq, int bk, const HeadDims& h) {
     return 2 * (2 * int64_t(h.d2) * bk + int64_t(bk) * h.d16 + 2 * int64_t(bq) * h.d2 +
                 3 * int64_t(bq) * bk) +
-           4 * (2 * int64_t(bq) * bk + 2 * int64_t(h.d) * bk);
+           4 * (2 * int64_t(kBwdChunkQ) * bk + 2 * int64_t(h.d) * bk);
   }
 };
 
@@ -549,45 +570,50 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
               qi = w.qb.data(), doi = w.dob.data();
               ldq = lddo = hd.d2;
             }
-            gemm({.m = nq,
-                  .n = nk,
-                  .kp = hd.d2 / 2,
-                  .a = qi,
-                  .lda = ldq,
-                  .b = w.kd.data(),
-                  .ldb = 2 * bk,
-                  .c = w.s.data(),
-                  .ldc = bk,
-                  .accumulate = false});
-            gemm({.m = nq,
-                  .n = nk,
-                  .kp = hd.d2 / 2,
-                  .a = doi,
-                  .lda = lddo,
-                  .b = w.vd.data(),
-                  .ldb = 2 * bk,
-                  .c = w.dp.data(),
-                  .ldc = bk,
-                  .accumulate = false});
-            // P and dS by pairs of rows (bq is even, so a missing second row still has buffer
-            // rows).
-            for (int i = 0; i < nq; i += 2) {
-              BwdRow rows[2];
-              for (int r = 0; r < 2; ++r) {
-                const int ii = i + r;
-                BwdRow& row = rows[r];
-                row.s = w.s.data() + int64_t(ii) * bk;
-                row.dp = w.dp.data() + int64_t(ii) * bk;
-                row.lo = row.hi = 0, row.lse2 = 0.0f, row.delta = 0.0f;
-                if (ii >= nq || lse[i0 + ii] == kNegInf) continue;
-                row.hi = nk;
-                if (!mask.whole()) mask.keys(ii, nk, &row.lo, &row.hi);
-                row.lse2 = lse[i0 + ii] * kLog2e;
-                row.delta = delta[i0 + ii];
+            // S, dP, then P and dS, a chunk of rows at a time, so that S and dP are read back
+            // from the cache close to the core.
+            for (int c0 = 0; c0 < nq; c0 += kBwdChunkQ) {
+              const int nc = std::min(kBwdChunkQ, nq - c0);
+              gemm({.m = nc,
+                    .n = nk,
+                    .kp = hd.d2 / 2,
+                    .a = qi + c0 * ldq,
+                    .lda = ldq,
+                    .b = w.kd.data(),
+                    .ldb = 2 * bk,
+                    .c = w.s.data(),
+                    .ldc = bk,
+                    .accumulate = false});
+              gemm({.m = nc,
+                    .n = nk,
+                    .kp = hd.d2 / 2,
+                    .a = doi + c0 * lddo,
+                    .lda = lddo,
+                    .b = w.vd.data(),
+                    .ldb = 2 * bk,
+                    .c = w.dp.data(),
+                    .ldc = bk,
+                    .accumulate = false});
+              // P and dS by pairs of rows (chunks are even, so a missing second row still has
+              // buffer rows).
+              for (int i = c0; i < c0 + nc; i += 2) {
+                BwdRow rows[2];
+                for (int r = 0; r < 2; ++r) {
+                  const int ii = i + r;
+                  BwdRow& row = rows[r];
+                  row.s = w.s.data() + int64_t(ii - c0) * bk;
+                  row.dp = w.dp.data() + int64_t(ii - c0) * bk;
+                  row.lo = row.hi = 0, row.lse2 = 0.0f, row.delta = 0.0f;
+                  if (ii >= nq || lse[i0 + ii] == kNegInf) continue;
+                  row.hi = nk;
+                  if (!mask.whole()) mask.keys(ii, nk, &row.lo, &row.hi);
+                  row.lse2 = lse[i0 + ii] * kLog2e;
+                  row.delta = delta[i0 + ii];
+                }
+                bwd_row_pair(rows[0], rows[1], nk2, p.scale, scale2, w.pt.data() + int64_t(i) * bk,
+                             w.dst.data() + int64_t(i) * bk, w.dsr.data() + int64_t(i) * bk,
+                             w.dsr.data() + int64_t(i + 1) * bk);
               }
-              bwd_row_pair(rows[0], rows[1], nk2, p.scale, scale2, w.pt.data() + int64_t(i) * bk,
-                           w.dst.data() + int64_t(i) * bk, w.dsr.data() + int64_t(i) * bk,
-                           w.dsr.data() + int64_t(i + 1) * bk);
             }
             // dV^T += dO^T P ; dK^T += Q^T dS (sums over query rows) ; dQ += dS K (over keys)
             gemm({.m = D,
@@ -632,13 +658,19 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
 }  // namespace
 
 int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16) {
-  const AttnTiling t = WALLFACER_ISA::attn_bwd_bf16_tiling(dims);
-  const int parts = detail::bwd_key_parts(dims, threads, t.block_k);
-  const int64_t dq_floats =
-      (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
-      detail::bwd_extra_dq_floats(dims, parts);
-  return 2 * BwdPacked::elements(dims) +
-         threads * BwdTile::bytes(t.block_q, t.block_k, HeadDims(dims.head_dim)) + 4 * dq_floats;
+  int64_t most = 0;  // the larger of the calls without and with documents
+  for (bool documents : {false, true}) {
+    const AttnTiling t = bwd_tiling(dims, documents);
+    const int parts = detail::bwd_key_parts(dims, threads, t.block_k);
+    const int64_t dq_floats =
+        (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
+        detail::bwd_extra_dq_floats(dims, parts);
+    most =
+        std::max(most, 2 * BwdPacked::elements(dims) +
+                           threads * BwdTile::bytes(t.block_q, t.block_k, HeadDims(dims.head_dim)) +
+                           4 * dq_floats);
+  }
+  return most;
 }
 
 void attn_bwd_bf16(const AttnBwdBf16Params& p) {
@@ -665,7 +697,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     }
     return;
   }
-  const AttnTiling tile = WALLFACER_ISA::attn_bwd_bf16_tiling(d);
+  const AttnTiling tile = bwd_tiling(d, p.doc_of_pos != nullptr);
   const HeadDims hd(D);
   const int nthreads = num_threads();
 

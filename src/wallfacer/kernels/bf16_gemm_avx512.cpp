@@ -56,6 +56,15 @@ void block(const Bf16Gemm& g, int i0, int rows, int c0, __mmask16 last) {
   load_row(1, c10, c11, c12, c13);
   load_row(2, c20, c21, c22, c23);
   load_row(3, c30, c31, c32, c33);
+  // The rows of the next block (when there is one) are fetched into L1 while this one computes:
+  // its C rows now, its A rows a cache line (16 pairs) at a time as this block's steps reach it.
+  const int next = i0 + 4 < g.m ? i0 + 4 : -1;
+  const auto a_next = [&](int x) { return g.a + (next + std::min(x, g.m - 1 - next)) * g.lda; };
+  if (next >= 0 && g.accumulate)
+    for (int x = 0; x < 4 && next + x < g.m; ++x)
+      for (int v = 0; v < N; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(g.c + (next + x) * g.ldc + c0 + 16 * v),
+                     _MM_HINT_T0);
   const bf16* b = g.b + 2 * c0;
   __m512bh b0, b1 = {}, b2 = {}, b3 = {};
   const auto step_row = [&](const bf16* at, __m512& v0, __m512& v1, __m512& v2, __m512& v3) {
@@ -66,6 +75,9 @@ void block(const Bf16Gemm& g, int i0, int rows, int c0, __mmask16 last) {
     if constexpr (N > 3) v3 = _mm512_dpbf16_ps(v3, x, b3);
   };
   for (int t = 0; t < g.kp; ++t, b += g.ldb) {
+    if (next >= 0 && t % 16 == 0)
+      for (int x = 0; x < 4; ++x)
+        _mm_prefetch(reinterpret_cast<const char*>(a_next(x) + 2 * t), _MM_HINT_T0);
     b0 = load_b(b);
     if constexpr (N > 1) b1 = load_b(b + 32);
     if constexpr (N > 2) b2 = load_b(b + 64);
