@@ -12,15 +12,9 @@ source "$src/tests/gpt/common.sh" "$1" "$2" "$4"
 tiny=(--set data.frames=4 --set data.size=16 --set model.patch=4 --set model.dim=32
       --set model.heads=2 --set model.layers=2 --set model.freq_dim=16 --set train.batch=2
       --set train.eval_every=0 --set data.clips=16 --set train.warmup=2 --set train.lr=1e-2)
-run() {  # run NAME NP overrides... (RUN_FLAGS: more flags)
-  local name=$1 np=$2
-  shift 2
-  local sets=()
-  for s in "$@"; do sets+=(--set "$s"); done
-  mpi "$np" train --config "$src/configs/dit-video.toml" --out "$work/$name" --progress none \
-    "${tiny[@]}" --set parallel.sp=1 ${RUN_FLAGS:-} "${sets[@]}" >"$work/$name.log" 2>&1 ||
-    { err "$name exited $?"; cat "$work/$name.log"; }
-}
+# run NAME NP overrides... (RUN_FLAGS: more flags): tests/gpt/common.sh's, on the DiT config.
+RUN_CONFIG=$src/configs/dit-video.toml
+RUN_ARGS=("${tiny[@]}" --set parallel.sp=1)
 
 run fp32 1 train.steps=40 train.dtype=fp32 train.ckpt_every=0
 run bf16 1 train.steps=40 train.dtype=bf16 train.ckpt_every=0

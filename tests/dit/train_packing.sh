@@ -16,15 +16,9 @@ tiny=(--set data.frames=4 --set data.size=16 --set model.patch=4 --set model.dim
       --set model.heads=4 --set model.layers=2 --set model.freq_dim=16 --set train.batch=2
       --set data.clips=16 --set train.warmup=2 --set train.lr=1e-2 --set train.eval_every=5
       --set train.eval_batches=1 --set train.ckpt_every=0 --set train.dtype=fp32)
-run() {  # run NAME NP overrides... (RUN_FLAGS: more flags)
-  local name=$1 np=$2
-  shift 2
-  local sets=()
-  for s in "$@"; do sets+=(--set "$s"); done
-  mpi "$np" train --config "$src/configs/dit-video.toml" --out "$work/$name" --progress none \
-    "${tiny[@]}" --set parallel.sp=1 ${RUN_FLAGS:-} "${sets[@]}" >"$work/$name.log" 2>&1 ||
-    { err "$name exited $?"; cat "$work/$name.log"; }
-}
+# run NAME NP overrides... (RUN_FLAGS: more flags): tests/gpt/common.sh's, on the DiT config.
+RUN_CONFIG=$src/configs/dit-video.toml
+RUN_ARGS=("${tiny[@]}" --set parallel.sp=1)
 val_losses() { grep -o '"val_loss":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2; }
 # val_within A B BOUND: the validation losses agree within BOUND (relative).
 val_within() {

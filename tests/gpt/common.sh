@@ -43,13 +43,15 @@ strategy = "ring"
 TOML
 
 # run NAME NP overrides...: `train` of tiny.toml with --set overrides into $work/NAME on NP ranks.
+# Another config: RUN_CONFIG; the array RUN_ARGS and the words of RUN_FLAGS go before the overrides.
 run() {
   local name=$1 np=$2
   shift 2
   local sets=()
   for s in "$@"; do sets+=(--set "$s"); done
-  mpi "$np" train --config "$work/tiny.toml" --out "$work/$name" --progress none "${sets[@]}" \
-    >"$work/$name.log" 2>&1 || { err "$name exited $?"; cat "$work/$name.log"; }
+  mpi "$np" train --config "${RUN_CONFIG:-$work/tiny.toml}" --out "$work/$name" --progress none \
+    ${RUN_ARGS[@]+"${RUN_ARGS[@]}"} ${RUN_FLAGS:-} "${sets[@]}" >"$work/$name.log" 2>&1 ||
+    { err "$name exited $?"; cat "$work/$name.log"; }
 }
 
 # The "loss" values of metrics.jsonl, one per line, as written (full precision).
