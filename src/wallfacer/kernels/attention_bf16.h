@@ -106,8 +106,8 @@ Bf16Path bf16_path();
 bool bf16_avx512_available();
 const char* bf16_path_name(Bf16Path path);
 
-// Tile sizes of the bf16 kernels (query x key rows). With packed documents (doc_of_pos) the
-// backward's key tiles are 256 rows whatever attn_bwd_bf16_tiling says.
+// Tile sizes of the bf16 kernels (query x key rows). With a causal mask or packed documents
+// (doc_of_pos) the backward's key tiles are 256 rows whatever attn_bwd_bf16_tiling says.
 AttnTiling attn_fwd_bf16_tiling(const AttnDims& dims);
 AttnTiling attn_bwd_bf16_tiling(const AttnDims& dims);
 
