@@ -44,7 +44,7 @@ constexpr float kLn2 = 0.693147180559945309f;
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
 // With a causal mask or packed documents (doc_of_pos) the backward keeps 256-key tiles: more of its
 // tile pairs are skipped or run unmasked (S = 8192, 16 documents, causal: 4-9% faster than with 512
-// keys; the GPT's causal step at S = 1024 about 7% faster).
+// keys; the GPT's causal step at S = 1024 about 6% faster).
 constexpr int kBwdBlockQ = 256, kBwdBlockK = 512, kBwdBlockKNarrow = 256;
 // The backward computes S and dP, then P and dS, for this many query rows of a block at a time
 // (even), so that S and dP (fp32) stay in the core's caches between the products and the softmax
