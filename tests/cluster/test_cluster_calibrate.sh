@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tune --calibrate on 2 emulated nodes of 2 ranks with 100 Mbit/s cards: the cluster file has 2
 # nodes of 2 devices sharing one card, the card's rate within 20% of the shaped 12.5 MB/s, and
-# inside a node at least 10x that; plan reads the file back. On 3 nodes whose pairs are capped
+# inside a node at least 10x that; plan reads the file back. With a card per rank
+# (--cards-per-node 2) the file says one device per card. On 3 nodes whose pairs are capped
 # (--flow-rate), the cap is found. The ranks run at the highest priority (--priority): the rates
 # hold while the machine does other work.
 set -u
@@ -21,6 +22,20 @@ assert c["nodes"]["count"] == 2 and c["nodes"]["devices_per_node"] == 2, c["node
 assert c["links"]["inter"]["devices_per_nic"] == 2, c["links"]["inter"]
 assert abs(inter / card - 1) <= 0.20, f"card rate {inter} not within 20% of {card}"
 assert intra >= 10 * inter, f"inside a node {intra} is not 10x the card's {inter}"
+PY
+# The same 2 nodes of 2 ranks with a card per rank (--cards-per-node 2): one rank alone gets one
+# card's rate and both at once twice it, so each card serves one device (devices_per_nic = 1).
+out=$(emu --priority --nodes 2 --ranks-per-node 2 --rate 100mbit --cards-per-node 2 -- \
+  tune --calibrate --out "$tmp/rails.toml" 2>&1) || err "calibration with 2 cards exited $?: $out"
+echo "$out" | grep -E "card"
+python3 - "$tmp/rails.toml" <<'PY' || err "calibrated file with 2 cards: $(cat "$tmp/rails.toml")"
+import sys, tomllib
+c = tomllib.load(open(sys.argv[1], "rb"))
+inter = c["links"]["inter"]
+print(f"2 cards per node: card {inter['bandwidth'] / 1e6:.2f} MB/s, devices_per_nic {inter['devices_per_nic']}")
+assert c["nodes"]["devices_per_node"] == 2, c["nodes"]
+assert inter["devices_per_nic"] == 1, inter
+assert abs(inter["bandwidth"] / (100e6 / 8) - 1) <= 0.20, inter
 PY
 # 3 nodes of 1 rank, 100 Mbit/s cards, 40 Mbit/s between any two nodes: the cap on a pair of
 # nodes within 20% of 5 MB/s, the card above it.
