@@ -92,14 +92,21 @@ nlohmann::json inter_node_json(const seqpar::AttnConfig& cfg, int P, plan::Place
 }
 
 // The planner's forward and backward times of cfg on `cl`, world rank i on device i (nodes of the
-// cluster's devices_per_node consecutive devices).
+// cluster's devices_per_node consecutive devices), and the bytes each card of each node sends and
+// receives in one forward and backward (the cluster's devices_per_nic devices per card).
 nlohmann::json predicted_json(const plan::Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                               plan::Placement placement) {
-  const plan::AttentionPrediction pr =
-      plan::predict_attention(cl, cfg, P, plan::candidate_devices(candidate(cfg, placement), P));
+  const std::vector<int> device_of = plan::candidate_devices(candidate(cfg, placement), P);
+  const plan::AttentionPrediction pr = plan::predict_attention(cl, cfg, P, device_of);
+  const plan::CardBytes cards =
+      plan::card_bytes(cfg, P, device_of, cl.devices_per_node, cl.devices_per_nic);
   return {{"predicted_ms", {{"fwd", pr.fwd_s * 1e3}, {"bwd", pr.bwd_s * 1e3}}},
           {"predicted_exposed_comm_ms",
-           {{"fwd", pr.exposed_fwd_s * 1e3}, {"bwd", pr.exposed_bwd_s * 1e3}}}};
+           {{"fwd", pr.exposed_fwd_s * 1e3}, {"bwd", pr.exposed_bwd_s * 1e3}}},
+          {"card_bytes",
+           {{"cards_per_node", cl.devices_per_node / cl.devices_per_nic},
+            {"sent", cards.sent},
+            {"received", cards.received}}}};
 }
 
 // The config as the JSON output names it: the planner's description, the dtype, the layout and

@@ -277,6 +277,37 @@ TEST(PlanPlanner, NodeBytesFollowTheHopsThatLeaveANode) {
   EXPECT_EQ(one.total_fwd + one.total_bwd, 0);
 }
 
+// Rails: ring on 2 nodes x 2 ranks, full mask. Every rank sends its hops to the next rank, so per
+// forward and backward each rank sends T = (P-1) K,V blocks, (P-1) packages (q, dO, LSE, delta)
+// and P dQ blocks. Only ranks 1 and 3 send across (to 2 and 0), only 2 and 0 receive across. With
+// a card per rank, node 0's card 1 sends all of it and its card 0 receives all of it (the
+// cross-node hop leaves by the sender's card and enters by the receiver's); with one card per
+// node, that card does both.
+TEST(PlanPlanner, CardBytesFollowTheSenderAndTheReceiverCards) {
+  seqpar::AttnConfig cfg = attn(seqpar::Strategy::Ring, 1, 256, false);
+  const int P = 4;
+  const double n = double(cfg.seq) / P, d = cfg.heads * cfg.head_dim, H = cfg.heads;
+  const double T = 4 * ((P - 1) * n * 2 * d + (P - 1) * n * (2 * d + 2 * H) + P * n * d);
+  const CardBytes rails = card_bytes(cfg, P, identity(P), 2, 1);
+  for (int node : {0, 1}) {
+    EXPECT_EQ(rails.sent[node], (std::vector<double>{0, T})) << "node " << node;
+    EXPECT_EQ(rails.received[node], (std::vector<double>{T, 0})) << "node " << node;
+  }
+  const CardBytes shared = card_bytes(cfg, P, identity(P), 2, 2);
+  for (int node : {0, 1}) {
+    EXPECT_EQ(shared.sent[node], std::vector<double>{T}) << "node " << node;
+    EXPECT_EQ(shared.received[node], std::vector<double>{T}) << "node " << node;
+  }
+  // The node totals are node_bytes'.
+  const NodeBytes nb = node_bytes(cfg, P, {0, 0, 1, 1});
+  EXPECT_DOUBLE_EQ(nb.fwd[0] + nb.bwd[0], T);
+  // Devices placed elsewhere: ring over devices 0, 2, 1, 3 sends 0->2, 2->1, 1->3, 3->0, all
+  // across.
+  const CardBytes mixed = card_bytes(cfg, P, {0, 2, 1, 3}, 2, 1);
+  EXPECT_EQ(mixed.sent[0], (std::vector<double>{T, T}));
+  EXPECT_EQ(mixed.received[1], (std::vector<double>{T, T}));
+}
+
 }  // namespace
 }  // namespace wallfacer::plan
 

@@ -79,6 +79,31 @@ TEST(PlanSim, NetworkCardSharedByTheDevicesOfANode) {
   EXPECT_NEAR(simulate(p, machine(4, 2, 1)).time, 2e-5 + 1e6 / 1e9, kTol);      // a card each
 }
 
+// Rails (a card per device): a message between nodes takes its sender's card out and its
+// receiver's card in, whichever cards those are. Two messages across rails (0->3, 1->2) use four
+// different card directions: each alone on its link. Two from one card, or two into one card,
+// share it. A card sends and receives at once (0->2 with 2->0): each direction alone.
+TEST(PlanSim, RailsSenderCardOutReceiverCardIn) {
+  const double B = 1e6, alone = 2e-5 + B / 1e9, shared = 2e-5 + 2 * B / 1e9;
+  auto two = [&](std::pair<int, int> a, std::pair<int, int> b) {
+    Program p(4);
+    p.ops[a.first].push_back(Op::send(a.second, B, 0));
+    p.ops[a.second].push_back(Op::recv(a.first, B, 0));
+    const int rs = int(p.ops[b.first].size()), rr = int(p.ops[b.second].size());
+    p.ops[b.first].push_back(Op::send(b.second, B, rs, 1));
+    p.ops[b.second].push_back(Op::recv(b.first, B, rr, 1));
+    for (auto& ops : p.ops) {
+      const int k = int(ops.size());
+      for (int i = 0; i < k; ++i) ops.push_back(Op::wait(i));
+    }
+    return simulate(p, machine(4, 2, 1)).time;
+  };
+  EXPECT_NEAR(two({0, 3}, {1, 2}), alone, kTol);   // cross-rail, four card directions
+  EXPECT_NEAR(two({0, 2}, {0, 3}), shared, kTol);  // both out of node 0's card 0
+  EXPECT_NEAR(two({0, 2}, {1, 2}), shared, kTol);  // both into node 1's card 0
+  EXPECT_NEAR(two({0, 2}, {2, 0}), alone, kTol);   // card 0 of each node sends and receives
+}
+
 // A cap on the traffic between two nodes (pair_bandwidth): two messages from node 0 to node 1
 // share it even with a card each; one to another node does not; collectives are capped alike.
 TEST(PlanSim, PairOfNodesCapsItsTraffic) {

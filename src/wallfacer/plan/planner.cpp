@@ -194,6 +194,33 @@ NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int
   return out;
 }
 
+CardBytes card_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& device_of,
+                     int devices_per_node, int devices_per_nic) {
+  WF_CHECK(
+      int(device_of.size()) == P && devices_per_nic >= 1 && devices_per_node % devices_per_nic == 0,
+      "card_bytes: {} devices for {} ranks, {} devices per node, {} per card", device_of.size(), P,
+      devices_per_node, devices_per_nic);
+  Machine m;
+  m.devices_per_node = devices_per_node;
+  m.devices_per_nic = devices_per_nic;
+  m.intra = m.inter = Link{1e9, 0};
+  m.device_of = device_of;
+  const int nodes = *std::max_element(device_of.begin(), device_of.end()) / devices_per_node + 1;
+  const size_t cards = size_t(devices_per_node / devices_per_nic);
+  CardBytes out;
+  out.sent.assign(size_t(nodes), std::vector<double>(cards, 0.0));
+  out.received = out.sent;
+  for (bool bwd : {false, true}) {
+    const SimResult r = simulate(attention_program(cfg, P, bwd), m);
+    for (int q = 0; q < P; ++q) {
+      const size_t node = size_t(m.node(q)), card = size_t(m.nic(q)) % cards;
+      out.sent[node][card] += r.ranks[size_t(q)].inter_bytes;
+      out.received[node][card] += r.ranks[size_t(q)].inter_recv_bytes;
+    }
+  }
+  return out;
+}
+
 namespace {
 
 // Bytes of one layer's activations (all of them: what the backward of one layer works on).

@@ -109,6 +109,17 @@ struct NodeBytes {
 };
 NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of);
 
+// The same per network card, forward and backward together: what each card of each node sends to
+// and receives from other nodes, on nodes of `devices_per_node` devices with one card per
+// `devices_per_nic` of them (device d on node d / devices_per_node, card (d % devices_per_node) /
+// devices_per_nic). A message between nodes leaves by its sender's card and enters by its
+// receiver's, whichever cards those are (cross-rail included). `device_of`: layout rank -> device.
+struct CardBytes {
+  std::vector<std::vector<double>> sent, received;  // [node][card]
+};
+CardBytes card_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& device_of,
+                     int devices_per_node, int devices_per_nic);
+
 // The attention's element type on a cluster: its device.dtype (fp32; bf16 and fp16, 2 bytes, run
 // as the bf16 wire format of seqpar::Dtype::bf16).
 seqpar::Dtype attention_dtype(const Cluster& cl);

@@ -217,6 +217,7 @@ SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* 
     } else {
       f.res[0] = port(m.nic(src), 2), f.res[1] = port(m.nic(dst), 3);
       f.pair = node_pair(m.node(src), m.node(dst), int(m.device_of.size()));
+      res.ranks[size_t(dst)].inter_recv_bytes += bytes;
     }
     if (src == dst) f.left = 0;
     flows.push_back(f);

@@ -86,6 +86,7 @@ struct RankTime {
   double compute = 0;                    // s of compute
   double p2p_bytes = 0, coll_bytes = 0;  // bytes this rank sends (collectives: ring algorithm)
   double inter_bytes = 0;                // of those, the bytes that leave the node
+  double inter_recv_bytes = 0;  // bytes this rank receives from other nodes (through its card)
 };
 
 struct SimResult {
