@@ -125,7 +125,8 @@ PY
 import json, sys
 r = json.loads(sys.stdin.read())
 t = r["time_ms"]["fwd"] + r["time_ms"]["bwd"]; p = r["predicted_ms"]["fwd"] + r["predicted_ms"]["bwd"]
-print(f"   measured {t:.0f} ms, predicted {p:.0f} ms, check {r.get(\"check\", \"-\")}")' >&2
+c = r.get("check", "-")
+print(f"   measured {t:.0f} ms, predicted {p:.0f} ms, check {c}")' >&2 || true
     done
   done
 done
