@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""Markdown tables of bench/rails.sh results: rails_table.py RESULTS.jsonl [CALIBRATED_DIR]
+"""Markdown tables of bench/rails.sh results:
+
+    rails_table.py RESULTS.jsonl [CALIBRATED_DIR]            every run, one table per cluster
+    rails_table.py --summary RESULTS.jsonl [CALIBRATED_DIR]  one line per cluster
+    rails_table.py --calibration CALIBRATE.jsonl             the cards that tune --calibrate found
+    rails_table.py --plan PLAN.jsonl                         a `plan --json` ranking, best first
 
 One table per cluster (N nodes x R ranks) and card count K: each configuration's measured time
 (forward + backward, median of the iterations) and its speed against zigzag, the frozen planner's
@@ -30,21 +35,94 @@ def busiest(per_node):
     return max(max(node) for node in per_node)
 
 
+def load(path):
+    """Runs grouped by (cluster, cards per node), in file order; the last run of a configuration
+    counts (a rerun replaces an earlier one)."""
+    groups = {}
+    for line in open(path):
+        if line.strip():
+            r = json.loads(line)
+            groups.setdefault((r["cluster"], r["cards_per_node"]), {})[r["config"]] = r
+    return {k: list(v.values()) for k, v in groups.items()}
+
+
+def plan_best(caldir, key):
+    plan_file = os.path.join(caldir, f"plan-{key[0]}-k{key[1]}.json")
+    if not os.path.exists(plan_file):
+        return None
+    best = json.load(open(plan_file))["best"]
+    return best["label"] + (" keep-kv" if best.get("keep_kv") else "")
+
+
+def summary(path, caldir):
+    print("| nodes x ranks | cards per node | zigzag ms | WallFacer-2 keep-kv: measured / predicted "
+          "vs zigzag | WallFacer-4 keep-kv: measured / predicted | best hybrid: measured / "
+          "predicted | busiest card MB per iter: zigzag / WF-2 kkv / best hybrid | fastest measured "
+          "| `plan`'s best |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for key, rs in load(path).items():
+        base = next((r for r in rs if r["config"] == "zigzag"), None)
+        if not base:
+            continue
+        bt, bp = total(base["time_ms"]), total(base["predicted_ms"])
+
+        def best_of(pred):
+            c = [r for r in rs if pred(r)]
+            return min(c, key=lambda r: total(r["time_ms"])) if c else None
+
+        def cell(r):
+            if not r:
+                return "-"
+            return (f"{bt / total(r['time_ms']):.2f}x / {bp / total(r['predicted_ms']):.2f}x "
+                    f"({r['placement']})")
+
+        def card(r):
+            return f"{busiest(r['measured_card_bytes']['sent']) / 1e6:.1f}" if r else "-"
+
+        w2 = best_of(lambda r: r["strategy"] == "wallfacer" and r["C"] == 2 and r.get("keep_kv"))
+        w4 = best_of(lambda r: r["strategy"] == "wallfacer" and r["C"] == 4 and r.get("keep_kv"))
+        hy = best_of(lambda r: r["ulysses"] > 1)
+        hyc = "-" if not hy else f"{cell(hy).split(' (')[0]} (u{hy['ulysses']} {hy['placement']})"
+        fastest = min(rs, key=lambda r: total(r["time_ms"]))
+        print(f"| {key[0]} | {key[1]} | {bt:.0f} | {cell(w2)} | {cell(w4)} | {hyc} | "
+              f"{card(base)} / {card(w2)} / {card(hy)} | {label(fastest)} | "
+              f"{plan_best(caldir, key) or '-'} |")
+
+
+def calibration(path):
+    print("| nodes x ranks | cards per node | one rank alone MB/s | all ranks of node 0 at once MB/s "
+          "| devices_per_nic written |")
+    print("|---|---:|---:|---:|---:|")
+    for line in open(path):
+        c = json.loads(line)
+        print(f"| {c['cluster']} | {c['cards_per_node']} | {c['alone_mb_per_s']:.2f} | "
+              f"{c['together_mb_per_s']:.2f} ({c['ranks_at_once']} ranks) | {c['devices_per_nic']} |")
+
+
+def plan_table(path):
+    for line in open(path):
+        p = json.loads(line)["plan"]
+        zig = next(c for c in p["configs"] if c["label"] == "zigzag")
+        print("| configuration | tokens/s | vs zigzag | inter-node MB per layer (busiest rank) |")
+        print("|---|---:|---:|---:|")
+        for c in p["configs"]:
+            if not c["feasible"]:
+                continue
+            kv = " keep-kv" if c.get("keep_kv") else ""
+            print(f"| {c['label']}{kv} | {c['tokens_per_s']:,.0f} | "
+                  f"{c['tokens_per_s'] / zig['tokens_per_s']:.2f}x | "
+                  f"{c['inter_node_bytes_per_layer'] / 1e6:,.0f} |")
+
+
 def main():
-    rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    if sys.argv[1] == "--plan":
+        return plan_table(sys.argv[2])
+    if sys.argv[1] == "--summary":
+        return summary(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "docs/data/rails")
+    if sys.argv[1] == "--calibration":
+        return calibration(sys.argv[2])
     caldir = sys.argv[2] if len(sys.argv) > 2 else "docs/data/rails"
-    groups = []
-    for r in rows:
-        key = (r["cluster"], r["cards_per_node"])
-        if key not in groups:
-            groups.append(key)
-    for key in groups:
-        rs = [r for r in rows if (r["cluster"], r["cards_per_node"]) == key]
-        # The last run of each configuration counts (a rerun replaces an earlier one).
-        last = {}
-        for r in rs:
-            last[r["config"]] = r
-        rs = list(last.values())
+    for key, rs in load(sys.argv[1]).items():
         n, k = key[0].split("x")
         base = next((r for r in rs if r["config"] == "zigzag"), None)
         r0 = rs[0]
@@ -70,11 +148,9 @@ def main():
         predicted = min(rs, key=lambda r: total(r["predicted_ms"]))
         line = (f"\nFastest measured: {label(fastest)}; fastest predicted among these: "
                 f"{label(predicted)}.")
-        plan_file = os.path.join(caldir, f"plan-{key[0]}-k{cards}.json")
-        if os.path.exists(plan_file):
-            best = json.load(open(plan_file))["best"]
-            kv = " keep-kv" if best.get("keep_kv") else ""
-            line += f" `plan`'s best: {best['label']}{kv}."
+        best = plan_best(caldir, key)
+        if best:
+            line += f" `plan`'s best: {best}."
         print(line)
 
 
