@@ -87,6 +87,17 @@ def summary(path, caldir):
         print(f"| {key[0]} | {key[1]} | {bt:.0f} | {cell(w2)} | {cell(w4)} | {hyc} | "
               f"{card(base)} / {card(w2)} / {card(hy)} | {label(fastest)} | "
               f"{plan_best(caldir, key) or '-'} |")
+    errors(path)
+
+
+def errors(path):
+    """One line: how far the frozen planner's times are from the measured ones, over every run."""
+    errs = [100 * (total(r["predicted_ms"]) / total(r["time_ms"]) - 1)
+            for rs in load(path).values() for r in rs]
+    within = sum(abs(e) <= 25 for e in errs)
+    print(f"\nPredicted against measured over all {len(errs)} runs: {within} within ±25%, "
+          f"errors from {min(errs):+.0f}% to {max(errs):+.0f}% (median {sorted(errs)[len(errs) // 2]:+.0f}%); "
+          "no run was used to change the model.")
 
 
 def calibration(path):
