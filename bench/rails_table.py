@@ -5,6 +5,7 @@
     rails_table.py --summary RESULTS.jsonl [CALIBRATED_DIR]  one line per cluster
     rails_table.py --calibration CALIBRATE.jsonl             the cards that tune --calibrate found
     rails_table.py --plan PLAN.jsonl                         a `plan --json` ranking, best first
+    rails_table.py --counts RESULTS.jsonl                    the schedules' busiest card, in K,V blocks
 
 One table per cluster (N nodes x R ranks) and card count K: each configuration's measured time
 (forward + backward, median of the iterations) and its speed against zigzag, the frozen planner's
@@ -125,7 +126,45 @@ def plan_table(path):
                   f"{c['inter_node_bytes_per_layer'] / 1e6:,.0f} |")
 
 
+def counts(path):
+    """The busiest card's bytes (sent, forward and backward) as the schedules count them, in units
+    of one rank's K,V block b = 2 (S/P) H_kv D elements of 4 bytes, team-intra with K,V kept."""
+    groups = load(path)
+
+    def cell(nr, k, pred):
+        r = next((r for r in groups.get((nr, k), []) if pred(r)), None)
+        if not r:
+            return None
+        b = 2 * r["seq"] / r["P"] * r["kv_heads"] * r["head_dim"] * 4
+        return busiest(r["card_bytes"]["sent"]) / b
+
+    def pair(nr, r_, pred):
+        one, rails = cell(nr, 1, pred), cell(nr, r_, pred)
+        return "—" if one is None or rails is None else f"{one:.1f} / {rails:.1f}"
+
+    print("| nodes × ranks | zigzag, 1 card / R cards | WallFacer-2, 1 card / R cards | "
+          "WallFacer-4, 1 card / R cards | Ulysses R × zigzag, 1 card / R cards |")
+    print("|---|---:|---:|---:|---:|")
+    for nr in dict.fromkeys(k[0] for k in groups):
+        r_ = int(nr.split("x")[1])
+
+        def wf(c):
+            return lambda r: (r["strategy"] == "wallfacer" and r["C"] == c and r.get("keep_kv")
+                              and r["placement"] == "team-intra")
+
+        def zig(r):
+            return r["config"] == "zigzag"
+
+        def hyb(r):
+            return r["ulysses"] == r_ and r["placement"] == "team-intra"
+
+        print(f"| {nr.replace('x', '×')} | {pair(nr, r_, zig)} | {pair(nr, r_, wf(2))} | "
+              f"{pair(nr, r_, wf(4))} | {pair(nr, r_, hyb)} |")
+
+
 def main():
+    if sys.argv[1] == "--counts":
+        return counts(sys.argv[2])
     if sys.argv[1] == "--plan":
         return plan_table(sys.argv[2])
     if sys.argv[1] == "--summary":
