@@ -171,9 +171,8 @@ void watchdog_loop() {
   }
 }
 
-// Under a launcher that retries a job none of whose ranks started (tests/mpirun.sh): leaves a file
-// named after this process in the folder WALLFACER_LAUNCH_MARKERS names, the proof that this rank
-// reached the program. Returns "" or what went wrong.
+}  // namespace
+
 std::string mark_launched() {
   const char* dir = std::getenv("WALLFACER_LAUNCH_MARKERS");
   if (dir == nullptr || *dir == '\0') return "";
@@ -188,6 +187,8 @@ std::string mark_launched() {
   ::close(fd);
   return "";
 }
+
+namespace {
 
 // Starts the watchdog thread unless it runs.
 void start_watchdog() {

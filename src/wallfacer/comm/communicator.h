@@ -148,6 +148,13 @@ void set_phase(const std::string& phase);
 // starts); 1 outside a launcher.
 int launched_size();
 
+// Under a launcher that retries a job none of whose ranks started (tests/mpirun.sh): leaves a file
+// named after this process in the folder WALLFACER_LAUNCH_MARKERS names (nothing when it is unset),
+// the proof that this rank reached the program. MpiSession, from_mpi_comm and end_job_with_error
+// do it; a host whose ranks may stop before any of them (the Python module, at import) calls it.
+// Returns "" or what went wrong.
+std::string mark_launched();
+
 // Ends this process after an error, so that no rank waits forever for it. Without MPI (or on one
 // rank) it prints "PREFIX: error: MESSAGE" to stderr and returns `code` for main to return. Under
 // a launcher it starts MPI if needed, then waits up to a few seconds for the other ranks: when
