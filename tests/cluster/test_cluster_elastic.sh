@@ -23,8 +23,8 @@ LATER=1e-3
 
 # The GPT tests' corpus and tiny config (tests/gpt/common.sh), with the settings below.
 source "$src/tests/gpt/common.sh" "$wf" "$(command -v mpirun)" "$tmp/gpt"
-sets=(train.batch=12 train.steps=$steps train.min_lr=3e-4 train.warmup=10 train.eval_every=0
-      train.ckpt_every=$every train.keep_checkpoints=0 parallel.sp=2
+sets=(train.batch=12 "train.steps=$steps" train.min_lr=3e-4 train.warmup=10 train.eval_every=0
+      "train.ckpt_every=$every" train.keep_checkpoints=0 parallel.sp=2
       train.timeout=30)  # a node gone silent: the watchdog ends the job after 30 s, not 600
 cluster=(--nodes 4 --ranks-per-node 2 --rate 1gbit)
 train=(train --config "$work/tiny.toml" --progress none)
@@ -42,7 +42,7 @@ steps_of() { sed -E 's/.*"step":([0-9]+).*/\1/' "$1/metrics.jsonl" | tr '\n' ' '
 lose() {
   local name=$1 at=$2 id="" job
   shift 2
-  emu "${cluster[@]}" --launcher -- "$elastic" --hostfile {hostfile} --probe-timeout 5 "$@" -- "${train[@]}" \
+  emu "${cluster[@]}" --launcher -- "$elastic" --hostfile "{hostfile}" --probe-timeout 5 "$@" -- "${train[@]}" \
     --out "$tmp/$name" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   job=$!
   for _ in $(seq 1 2400); do [ "$(newest "$tmp/$name")" -ge "$at" ] && break; sleep 0.05; done
