@@ -17,5 +17,5 @@ for r in rows:
     print(f"| {o['ranks']} ranks on {o['hosts']} nodes (dp {o['dp']} x sp {o['sp']}) -> "
           f"{n['ranks']} on {n['hosts']} (dp {n['dp']} x sp {n['sp']}) | {r['steps']} | {r['ckpt_every']} | "
           f"{x['last_step']} | {x['resumed_step']} | {x['steps_lost']} | "
-          f"{r['fault_to_first_step_s']:.1f} s | {x['probe_s']:.1f} s | "
+          f"{r['fault_to_first_step_s']:.1f} s | {x['probe_s']:.1f} s (limit {r.get('probe_timeout', 5):g} s) | "
           f"{r['first_resumed_rel_diff']:.1e} | {r['max_rel_diff']:.1e} | {r['load'].split()[0]} |")

@@ -15,6 +15,7 @@ now() { date +%s.%N; }
 elastic=$src/scripts/wallfacer-elastic
 steps=80
 every=5
+probe=10  # --probe-timeout: how long the launcher waits for a host to answer
 # Measured (docs/data/elastic.jsonl): the first resumed step within 1.2e-9 of the uninterrupted
 # run's loss (relative), the later ones within 7.4e-5 over 140 steps (the reduction order's
 # difference grows); the bounds leave a margin of 13x at least.
@@ -42,7 +43,7 @@ steps_of() { sed -E 's/.*"step":([0-9]+).*/\1/' "$1/metrics.jsonl" | tr '\n' ' '
 lose() {
   local name=$1 at=$2 id="" job
   shift 2
-  emu "${cluster[@]}" --launcher -- "$elastic" --hostfile "{hostfile}" --probe-timeout 5 "$@" -- "${train[@]}" \
+  emu "${cluster[@]}" --launcher -- "$elastic" --hostfile "{hostfile}" --probe-timeout $probe "$@" -- "${train[@]}" \
     --out "$tmp/$name" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   job=$!
   for _ in $(seq 1 2400); do [ "$(newest "$tmp/$name")" -ge "$at" ] && break; sleep 0.05; done
@@ -71,9 +72,9 @@ want=$(seq 1 $steps | tr '\n' ' ')
   err "elastic: metrics.jsonl does not hold steps 1..$steps once each: $(steps_of "$tmp/elastic")"
 verdict=$(python3 - "$tmp/elastic" "$tmp/full" "$ckpt_at_kill" "$every" "$t_kill" "$FIRST" \
   "$LATER" "${WALLFACER_ELASTIC_DATA:-}" "$(git -C "$src" rev-parse --short HEAD 2>/dev/null)" \
-  "$(cut -d' ' -f1-3 /proc/loadavg)" "$steps" <<'PY'
+  "$(cut -d' ' -f1-3 /proc/loadavg)" "$steps" "$probe" <<'PY'
 import json, sys
-run, full, at, every, t_kill, first, later, data, commit, load, steps = sys.argv[1:12]
+run, full, at, every, t_kill, first, later, data, commit, load, steps, probe = sys.argv[1:13]
 at, every, t_kill, first, later = int(at), int(every), float(t_kill), float(first), float(later)
 def losses(d):
     return [json.loads(l)["loss"] for l in open(d + "/metrics.jsonl")]
@@ -112,7 +113,8 @@ if data and ok:  # the measured example of docs/faults.md (bench/elastic_table.p
         f.write(json.dumps({
             "command": "WALLFACER_ELASTIC_DATA=FILE tests/cluster/test_cluster_elastic.sh build/wallfacer .",
             "commit": commit, "load": load, "nodes": 4, "ranks_per_node": 2, "steps": int(steps),
-            "ckpt_every": every, "checkpoint_at_fault": at, "restart": r,
+            "ckpt_every": every, "probe_timeout": float(probe), "checkpoint_at_fault": at,
+            "restart": r,
             "fault_to_first_step_s": round(r["first_step_at"] - t_kill, 3),
             "first_resumed_rel_diff": rel[0], "max_rel_diff": max(rel),
             "identical_steps": s}) + "\n")
