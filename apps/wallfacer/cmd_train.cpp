@@ -1,6 +1,8 @@
 // wallfacer train: GPT training with sequence parallelism (run under mpirun for P > 1).
 
+#include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "command.h"
@@ -20,9 +22,42 @@ struct TrainArgs {
   bool overwrite = false;
   std::string progress = "auto";
   std::string trace;
+  std::optional<int> check_ranks;
 };
 
+// --check-ranks P: whether the config (with --set and --steps) is valid on P ranks, and its layout
+// there, as one JSON line on stdout; no MPI, no training. A config that does not parse is an error
+// (exit 2); a layout that does not fit P ranks is {"valid": false, "error": "..."} with exit 0.
+// scripts/wallfacer-elastic asks this when it picks the layout for the hosts that are left.
+int check_ranks(const train::TrainConfig& cfg, int P) {
+  nlohmann::json j{{"ranks", P},
+                   {"valid", true},
+                   {"dp", cfg.dp(P)},
+                   {"sp", cfg.sp},
+                   {"strategy", cfg.strategy},
+                   {"teams", cfg.teams},
+                   {"ulysses", cfg.ulysses},
+                   {"batch", cfg.batch}};
+  try {
+    cfg.validate(P);
+  } catch (const UsageError& e) {
+    j["valid"] = false;
+    j["error"] = e.what();
+  }
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
 int run_train(const TrainArgs& a) {
+  if (a.check_ranks) {
+    WF_USAGE_CHECK(*a.check_ranks >= 1, "--check-ranks is {}; it must be at least 1",
+                   *a.check_ranks);
+    WF_USAGE_CHECK(!a.config.empty(), "--config FILE is required");
+    auto cfg = train::TrainConfig::from_file(a.config);
+    for (const auto& s : a.sets) cfg.set(s);
+    if (a.steps) cfg.steps = *a.steps;
+    return check_ranks(cfg, *a.check_ranks);
+  }
   // MPI first: an error anywhere below, on any rank, ends the job with its message (main).
   int argc = 0;
   char** argv = nullptr;
@@ -68,6 +103,9 @@ Action setup(CLI::App& root) {
   cmd->add_option("--trace", args->trace,
                   "Write a Chrome trace of the steps train.trace_steps (default: all) to "
                   "FILE.json (docs/trace.md)");
+  cmd->add_option("--check-ranks", args->check_ranks,
+                  "Print whether the config is valid on P ranks and its layout there (JSON), "
+                  "then exit without training");
   return [args]() { return run_train(*args); };
 }
 

@@ -281,6 +281,7 @@ def numeric_flags():
         (DSAMPLE, "--steps", set()), (DSAMPLE, "--scale", set()), (DSAMPLE, "--class", {"0"}),
         (PLOT, "--width", set()),
         (train(), "--steps", {"2147483648"}),
+        (train(), "--check-ranks", set()),
     ]
     reals = [
         (["prepare", "--input", "{fix}/corpus.txt", "--out", "{tmp}/p"], "--val-fraction",
