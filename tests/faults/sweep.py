@@ -416,9 +416,10 @@ def attn_count_ok(tmp, out, argv):
     if not m or int(m.group(1)) != (P - 1) * block:
         return ("SILENT", f"p2p fwd not (P-1) x {block} bytes: {m and m.group(0)}")
     cross = sum(1 for r in range(P) if r // N != ((r + 1) % P) // N)
-    m = re.search(rf"across nodes of {N} ranks: fwd (\d+)", out)
+    m = re.search(rf"across nodes of {N} ranks: fwd (\d+) .*the schedule's count", out)
     if not m or int(m.group(1)) != cross * (P - 1) * block:
-        return ("SILENT", f"inter-node fwd not {cross} hops x {P - 1} steps x {block} bytes: "
+        return ("SILENT", f"inter-node fwd not {cross} hops x {P - 1} steps x {block} bytes "
+                          "(labelled the schedule's count): "
                           f"{m and m.group(0)}")
 
 
