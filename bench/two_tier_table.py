@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Markdown tables of bench/two-tier.sh results: two_tier_table.py RESULTS.jsonl [DIR]
+"""Markdown tables of bench/two-tier.sh results: two_tier_table.py RESULTS.jsonl [DIR | PLANS.jsonl]
 
-DIR: where plan-NxR.json (the planner's ranking) lies; its best is set beside the fastest measured."""
+DIR: where plan-NxR.json (the planner's ranking) lies; PLANS.jsonl: the same as JSON lines
+{"cluster": "NxR", "plan": ...} (docs/data/two-tier-plans.jsonl). The planner's best is set beside
+the fastest measured."""
 import os
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -12,6 +14,14 @@ def label(r):
     elif s == "wallfacer":
         s = f"wallfacer C={r['C']}{' keep-kv' if r.get('keep_kv') else ''} {r['placement']}"
     return s
+plans = {}
+if len(sys.argv) > 2 and sys.argv[2].endswith(".jsonl"):
+    plans = {p["cluster"]: p["plan"] for p in map(json.loads, open(sys.argv[2]))}
+elif len(sys.argv) > 2:
+    for c in {r["cluster"] for r in rows}:
+        f = os.path.join(sys.argv[2], f"plan-{c}.json")
+        if os.path.exists(f):
+            plans[c] = json.load(open(f))
 clusters = []
 for r in rows:
     if r["cluster"] not in clusters:
@@ -35,11 +45,10 @@ for c in clusters:
               f"{r['exposed_comm_ms']['fwd']:.0f} / {r['exposed_comm_ms']['bwd']:.0f} | "
               f"{btot / t:.2f}x | {r['card_bytes_per_iter'] / 1e6:.2f} / {sched / 1e6:.2f} | "
               f"{p:.0f} | {t:.0f} | {100 * (p / t - 1):+.0f}% |")
-    plan_file = os.path.join(sys.argv[2], f"plan-{c}.json") if len(sys.argv) > 2 else ""
     fastest = min(rs, key=lambda r: r["time_ms"]["fwd"] + r["time_ms"]["bwd"])
     line = f"\nFastest measured: {label(fastest)}."
-    if plan_file and os.path.exists(plan_file):
-        plan = json.load(open(plan_file))
+    if c in plans:
+        plan = plans[c]
         def name(b):
             kv = " keep-kv" if b.get("keep_kv") else ""
             return b["label"].replace(f"C={b['teams']}", f"C={b['teams']}{kv}") if kv else b["label"]
@@ -49,3 +58,11 @@ for c in clusters:
         line += f" The planner's best: {name(best)}"
         line += f" (predicted equal: {', '.join(ties)})." if ties else "."
     print(line)
+errors = []
+for r in rows:
+    t = r["time_ms"]["fwd"] + r["time_ms"]["bwd"]
+    errors.append(100 * ((r["predicted_ms"]["fwd"] + r["predicted_ms"]["bwd"]) / t - 1))
+inside = [e for e in errors if abs(e) <= 25]
+print(f"\nPredicted against measured: {len(inside)} of {len(errors)} configurations within ±25% "
+      f"({min(inside):+.1f}% to {max(inside):+.1f}%), all of them {min(errors):+.1f}% to "
+      f"{max(errors):+.1f}%.".replace("-", "−"))

@@ -149,7 +149,8 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf(
-        "%s %s P=%d C=%d: bytes/rank p2p fwd %lld bwd %lld, collective fwd %lld bwd %lld; "
+        "%s %s P=%d C=%d: bytes/rank p2p fwd %lld bwd %lld, collective (ring formula) fwd %lld "
+        "bwd %lld; "
         "p2p steps fwd %lld bwd %lld; work imbalance %.4f\n",
         label(cfg).c_str(), std::string(seqpar::dtype_name(cfg.dtype)).c_str(), P, cfg.teams,
         (long long)worst.p2p_bytes_fwd, (long long)worst.p2p_bytes_bwd,
@@ -157,9 +158,11 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
         (long long)worst.p2p_steps_fwd, (long long)worst.p2p_steps_bwd,
         double(j["work_imbalance"]));
     if (node_size > 0)
-      std::printf("  across nodes of %d ranks: fwd %lld bwd %lld bytes (all nodes' cards)\n",
-                  node_size, (long long)j["inter_node_bytes"]["fwd"],
-                  (long long)j["inter_node_bytes"]["bwd"]);
+      std::printf(
+          "  across nodes of %d ranks: fwd %lld bwd %lld bytes (all nodes' cards; the "
+          "schedule's count)\n",
+          node_size, (long long)j["inter_node_bytes"]["fwd"],
+          (long long)j["inter_node_bytes"]["bwd"]);
   }
   return 0;
 }
@@ -351,16 +354,18 @@ int run_attn(const AttnOptions& o) {
           cfg.kv_heads, cfg.head_dim, std::string(seqpar::dtype_name(cfg.dtype)).c_str(),
           cfg.causal ? " causal" : "", std::string(seqpar::layout_name(cfg.layout)).c_str(),
           int(j["docs"]["count"]));
-      std::printf("  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld\n",
-                  (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
-                  (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"]);
+      std::printf(
+          "  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld (ring formula)\n",
+          (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
+          (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"]);
       std::printf("  p2p steps   fwd %lld bwd %lld\n", (long long)j["steps"]["p2p_fwd"],
                   (long long)j["steps"]["p2p_bwd"]);
       if (int(j["inter_node_bytes"]["nodes"]) > 1)
-        std::printf("  across %d nodes (%s): fwd %lld bwd %lld bytes per iteration\n",
-                    int(j["inter_node_bytes"]["nodes"]), o.placement.c_str(),
-                    (long long)j["inter_node_bytes"]["fwd"],
-                    (long long)j["inter_node_bytes"]["bwd"]);
+        std::printf(
+            "  across %d nodes (%s): fwd %lld bwd %lld bytes per iteration (the schedule's "
+            "count)\n",
+            int(j["inter_node_bytes"]["nodes"]), o.placement.c_str(),
+            (long long)j["inter_node_bytes"]["fwd"], (long long)j["inter_node_bytes"]["bwd"]);
       std::printf("  time        fwd %.2f ms (exposed comm %.2f) bwd %.2f ms (exposed comm %.2f)\n",
                   double(j["time_ms"]["fwd"]), double(j["exposed_comm_ms"]["fwd"]),
                   double(j["time_ms"]["bwd"]), double(j["exposed_comm_ms"]["bwd"]));

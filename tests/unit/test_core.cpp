@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -39,6 +40,43 @@ TEST(Core, PngIsCompleteOnlyWithItsEndChunk) {
   EXPECT_FALSE(png_complete(write("cut.png", "\x89PNG\r\n\x1a\n" + iend.substr(0, 10))));
   EXPECT_FALSE(png_complete(write("empty.png", "")));
   EXPECT_FALSE(png_complete((dir / "missing.png").string()));
+}
+
+// FolderLock: one holder at a time (a second lock on the folder, even in this process, is refused
+// naming the holder); the file a holder that is gone left behind is taken over; a lock that ends
+// removes its file.
+TEST(Core, FolderLockOneHolderAtATime) {
+  const auto dir = std::filesystem::path(WALLFACER_BINARY_DIR) / "test_tmp" / "lock";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "x.lock").string();
+  const std::string me = "pid " + std::to_string(::getpid());
+  {
+    FolderLock a(dir.string(), "x.lock", "--out");
+    EXPECT_EQ(a.taken_over(), "");
+    std::string text;
+    std::getline(std::ifstream(path), text);
+    EXPECT_EQ(text.substr(0, 5), "host ");
+    EXPECT_NE(text.find(me), std::string::npos) << text;
+    try {
+      FolderLock b(dir.string(), "x.lock", "--out");
+      ADD_FAILURE() << "a second lock was granted";
+    } catch (const UsageError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--out '" + dir.string() + "' is in use by another job (" + text),
+                std::string::npos)
+          << m;
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  std::ofstream(path) << "host elsewhere pid 4194305\n";  // a killed job's file
+  {
+    FolderLock c(dir.string(), "x.lock", "--out");
+    EXPECT_EQ(c.taken_over(), "host elsewhere pid 4194305");
+    FolderLock d = std::move(c);  // the lock moves with the object
+    EXPECT_THROW(FolderLock(dir.string(), "x.lock", "--out"), UsageError);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 TEST(Core, OutputFolderMustExist) {

@@ -19,6 +19,15 @@ std::string usage_error(F&& f) {
   return "";
 }
 
+// An empty config (or one with comments only) is a mistake, not every default.
+TEST(TrainConfig, EmptyFileIsRefused) {
+  for (const char* text : {"", "\n\n", "# nothing yet\n"})
+    EXPECT_NE(usage_error([&] { TrainConfig::from_toml(text, "c.toml"); }).find("c.toml is empty"),
+              std::string::npos)
+        << text;
+  EXPECT_EQ(usage_error([&] { TrainConfig::from_toml("[train]\nlr = 1e-3\n", "c.toml"); }), "");
+}
+
 TEST(TrainConfig, SetStringsMustBeUtf8) {
   TrainConfig c;
   c.set("data.dir=runs/d\xc3\xa9j\xc3\xa0");  // "déjà" in UTF-8

@@ -1,6 +1,8 @@
 #include "wallfacer/core/file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -87,6 +89,86 @@ bool png_complete(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   return f.good() && f.tellg() >= 8 && f.seekg(-8, std::ios::end) && f.read(tail.data(), 8) &&
          tail == std::string("IEND\xae\x42\x60\x82", 8);
+}
+
+namespace {
+
+std::string read_fd(int fd) {
+  std::string text;
+  char buf[256];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n <= 0) break;
+    text.append(buf, size_t(n));
+    at += n;
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+FolderLock::FolderLock(const std::string& dir, const std::string& name, const std::string& what)
+    : path_((std::filesystem::path(dir) / name).string()) {
+  for (;;) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    WF_USAGE_CHECK(fd_ >= 0, "{}: cannot create the lock file '{}': {}", what, path_,
+                   std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      const std::string holder = read_fd(fd_);
+      ::close(fd_);
+      fd_ = -1;
+      WF_USAGE_CHECK(e != EWOULDBLOCK,
+                     "{} '{}' is in use by another job ({}; lock file '{}'): wait until it ends, "
+                     "or choose another {}",
+                     what, dir, holder.empty() ? "starting" : holder, path_, what);
+      WF_USAGE_CHECK(false, "{}: cannot lock '{}': {}", what, path_, std::strerror(e));
+    }
+    // The holder before us may have removed the file between our open and flock: then the lock
+    // is on a file nobody else sees; lock the one at the path now.
+    struct stat held {
+    }, now{};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_dev == now.st_dev &&
+        held.st_ino == now.st_ino)
+      break;
+    ::close(fd_);
+    fd_ = -1;
+  }
+  taken_over_ = read_fd(fd_);
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "unknown");
+  const std::string me = "host " + std::string(host) + " pid " + std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
+    const int e = errno;
+    release();
+    WF_USAGE_CHECK(false, "{}: cannot write the lock file '{}': {}", what, path_, std::strerror(e));
+  }
+}
+
+void FolderLock::release() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still holding it: a process waiting on this file retries
+  ::close(fd_);
+  fd_ = -1;
+}
+
+FolderLock::~FolderLock() { release(); }
+
+FolderLock::FolderLock(FolderLock&& other) noexcept
+    : fd_(other.fd_), path_(std::move(other.path_)), taken_over_(std::move(other.taken_over_)) {
+  other.fd_ = -1;
+}
+
+FolderLock& FolderLock::operator=(FolderLock&& other) noexcept {
+  if (this != &other) {
+    release();
+    fd_ = other.fd_;
+    path_ = std::move(other.path_);
+    taken_over_ = std::move(other.taken_over_);
+    other.fd_ = -1;
+  }
+  return *this;
 }
 
 }  // namespace wallfacer

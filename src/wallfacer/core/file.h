@@ -17,6 +17,30 @@ void make_directories(const std::string& dir, const std::string& what);
 // Throws UsageError naming `what` (e.g. "--out") when the folder that would hold the file `path`
 // does not exist or is not a folder.
 void check_output_folder(const std::string& path, const std::string& what);
+// An advisory lock (flock) on the folder `dir`, held while the object lives: the file dir/name
+// records the holder ("host HOST pid PID"). When another process holds it, the constructor throws
+// UsageError naming `what` (e.g. "--out"), the folder and the holder. The kernel releases the lock
+// of a process that ends in any way; the file a killed process leaves behind is taken over
+// (taken_over() says whose it was). The destructor removes the file and releases the lock.
+class FolderLock {
+ public:
+  FolderLock() = default;
+  FolderLock(const std::string& dir, const std::string& name, const std::string& what);
+  ~FolderLock();
+  FolderLock(FolderLock&& other) noexcept;
+  FolderLock& operator=(FolderLock&& other) noexcept;
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+  // The holder recorded by a process that ended without releasing ("" when there was none).
+  const std::string& taken_over() const { return taken_over_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void release();
+  int fd_ = -1;
+  std::string path_, taken_over_;
+};
+
 // Whether `path` is a complete PNG: it ends with the IEND chunk (gnuplot does not always report a
 // write that failed part-way, e.g. on a full disk).
 bool png_complete(const std::string& path);

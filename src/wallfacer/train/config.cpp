@@ -183,6 +183,11 @@ TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& n
   TrainConfig c;
   auto fs = fields(c);
   const toml::table tbl = parse_toml(text, name);
+  // An empty file (or comments only) is a mistake, not a request for every default.
+  WF_USAGE_CHECK(!tbl.empty(),
+                 "{} is empty: it has no settings; a config needs at least [data] dir (start "
+                 "from configs/gpt-kjv.toml)",
+                 name);
   for (auto& [section, node] : tbl) {
     const auto* sub = node.as_table();
     WF_USAGE_CHECK(sub, "{}: top-level key '{}' must be a table like [model] or [train]", name,

@@ -21,6 +21,7 @@
 
 #include "wallfacer/comm/trace_merge.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/core/threads.h"
@@ -157,6 +158,9 @@ class Progress {
 // What a training run writes into --out.
 const char* const kRunFiles[] = {"metrics.jsonl", "loss.png", "loss_train.dat", "loss_val.dat",
                                  "loss.gp"};
+
+// The lock a running job holds on its --out (host and pid inside; removed when the job ends).
+const char* const kLockFile = "train.lock";
 
 // Whether DIR holds metrics or checkpoints of a training run.
 bool holds_run(const std::string& dir) {
@@ -350,10 +354,17 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
 
   const std::string ckpt_dir = opt.out_dir + "/ckpt";
   const std::string metrics_path = opt.out_dir + "/metrics.jsonl";
-  // --out: created, and not silently mixed with an earlier run.
+  // --out: created, held by this job alone (rank 0 locks it until the end: a second job on the
+  // same folder is refused before it reads or removes anything), and not silently mixed with an
+  // earlier run.
+  FolderLock out_lock;
   world.agree([&] {
     WF_USAGE_CHECK(!(opt.resume && opt.overwrite),
                    "--resume continues the run in --out and --overwrite removes it: give one");
+    if (rank == 0) {
+      make_directories(opt.out_dir, "--out");
+      out_lock = FolderLock(opt.out_dir, kLockFile, "--out");
+    }
     if (!opt.resume && holds_run(opt.out_dir)) {
       WF_USAGE_CHECK(opt.overwrite,
                      "'{}' already holds a training run (metrics.jsonl or checkpoints): continue "
@@ -365,6 +376,9 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     if (rank == 0) make_directories(ckpt_dir, "--out");
   });
   Progress progress(rank == 0 ? opt.progress : "none", cfg.steps, rank == 0 && opt.report);
+  if (!out_lock.taken_over().empty())
+    progress.message(fmt::format("warning: took over {} from a job that is gone ({})",
+                                 out_lock.path(), out_lock.taken_over()));
 
   int64_t start = 0;
   if (opt.resume) {
