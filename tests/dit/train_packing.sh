@@ -47,29 +47,14 @@ for r in p2_ring p4_ulysses p4_wallfacer p4_zigzag p2_ring_s p4_wallfacer_s p4_z
   val_within p1 $r 1e-7
 done
 # work_imbalance: in the balanced layout >= 1 and at most the strategy layout's at every step.
-imbalances() { grep -o '"work_imbalance":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2; }
-for r in p2_ring p4_wallfacer p4_zigzag; do
-  paste <(imbalances "$work/$r") <(imbalances "$work/${r}_s") | awk -v r=$r '
-    { n++; b += $1; s += $2; if ($1 < 1 || $1 > $2 + 1e-9) bad++ }
-    END { if (n != 10 || bad) { printf "FAIL: %s: work_imbalance balanced %.4f strategy %.4f (sums of %d steps), %d steps out of [1, strategy]\n", r, b, s, n, bad; exit 1 }
-          printf "ok: %s work_imbalance per step, balanced %.4f strategy %.4f (mean of %d)\n", r, b / n, s / n, n }' ||
-    fail=1
-done
+for r in p2_ring p4_wallfacer p4_zigzag; do imbalance_below $r ${r}_s 10; done
 run p1_bf16 1 "${d[@]}" train.dtype=bf16
 run p4_bf16 4 "${d[@]}" train.dtype=bf16 parallel.sp=4 parallel.strategy=zigzag
 within p1_bf16 p4_bf16 3e-5 10
 val_within p1_bf16 p4_bf16 3e-5
 
-# Interrupted after step 3 and resumed: the same losses bit for bit.
-ckpt=("${d[@]}" train.steps=6 train.ckpt_every=3 train.eval_every=0 parallel.sp=2)
-run resume 2 "${ckpt[@]}"
-cp "$work/resume/metrics.jsonl" "$work/full.jsonl"
-rm -rf "$work/resume/ckpt/step-6"
-RUN_FLAGS=--resume run resume 2 "${ckpt[@]}"
-grep -q "resumed from .*step-3" "$work/resume.log" || err "resume did not start from step 3"
-a=$(sed -E 's/.*"loss":([^,}]*).*/\1/' "$work/full.jsonl" | tr '\n' ' ')
-b=$(losses "$work/resume" | tr '\n' ' ')
-if [ "$a" == "$b" ]; then echo "ok: resumed packed losses identical: $b"; else err "resumed packed losses differ: '$a' vs '$b'"; fi
+# Interrupted after step 3 and resumed (balanced layout): the same losses bit for bit.
+resume_same resume 2 "${d[@]}" parallel.sp=2
 # sample is unchanged: one clip of data.frames from the packed run's checkpoint.
 "$1" sample --ckpt "$work/resume" --out "$work/s.gif" --steps 1 >"$work/sample.log" 2>&1 ||
   err "sample of the packed run failed: $(cat "$work/sample.log")"
