@@ -2,11 +2,13 @@
 # The DiT with train.packing = "documents": sequences of 8 frames packed with clips of 1 to 4
 # frames (each attending to itself, with its own time, noise, label and positions). The training
 # and validation losses of P = 1 agree with P = 2 (ring) and P = 4 (Ulysses, WallFacer C = 2,
-# zigzag) within 1e-7 relative in fp32 (measured: at most 8.2e-9) and P = 1 with P = 4 (zigzag)
-# within 3e-5 in bf16 (measured 2.7e-6); an interrupted and resumed run gives the same losses bit
-# for bit; `sample` writes one clip of data.frames from its checkpoint; packing one whole clip per
-# sequence gives the losses of train.packing = "none" bit for bit; packed clips are another batch
-# than whole clips.
+# zigzag), in the balanced layout (the default with packing) and in the strategy's, within 1e-7
+# relative in fp32 (measured: at most 8.2e-9) and P = 1 with P = 4 (zigzag) within 3e-5 in bf16
+# (measured 2.7e-6); every step's work_imbalance is >= 1 and at most the strategy layout's; an
+# interrupted and resumed run (balanced layout) gives the same losses bit for bit; `sample` writes
+# one clip of data.frames from its checkpoint; packing one whole clip per sequence in the
+# strategy's layout gives the losses of train.packing = "none" bit for bit; packed clips are
+# another batch than whole clips.
 set -u
 src=$3
 source "$src/tests/gpt/common.sh" "$1" "$2" "$4"
@@ -36,25 +38,23 @@ run p2_ring 2 "${d[@]}" parallel.sp=2 parallel.strategy=ring
 run p4_ulysses 4 "${d[@]}" parallel.sp=4 parallel.strategy=ulysses
 run p4_wallfacer 4 "${d[@]}" parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
 run p4_zigzag 4 "${d[@]}" parallel.sp=4 parallel.strategy=zigzag
-for r in p2_ring p4_ulysses p4_wallfacer p4_zigzag; do
+run p2_ring_s 2 "${d[@]}" parallel.sp=2 parallel.strategy=ring parallel.layout=strategy
+run p4_wallfacer_s 4 "${d[@]}" parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2 parallel.layout=strategy
+run p4_zigzag_s 4 "${d[@]}" parallel.sp=4 parallel.strategy=zigzag parallel.layout=strategy
+grep -q "packing documents, balanced layout" "$work/p4_zigzag.log" || err "p4_zigzag: not the balanced layout"
+for r in p2_ring p4_ulysses p4_wallfacer p4_zigzag p2_ring_s p4_wallfacer_s p4_zigzag_s; do
   within p1 $r 1e-7 10
   val_within p1 $r 1e-7
 done
+# work_imbalance: in the balanced layout >= 1 and at most the strategy layout's at every step.
+for r in p2_ring p4_wallfacer p4_zigzag; do imbalance_below $r ${r}_s 10; done
 run p1_bf16 1 "${d[@]}" train.dtype=bf16
 run p4_bf16 4 "${d[@]}" train.dtype=bf16 parallel.sp=4 parallel.strategy=zigzag
 within p1_bf16 p4_bf16 3e-5 10
 val_within p1_bf16 p4_bf16 3e-5
 
-# Interrupted after step 3 and resumed: the same losses bit for bit.
-ckpt=("${d[@]}" train.steps=6 train.ckpt_every=3 train.eval_every=0 parallel.sp=2)
-run resume 2 "${ckpt[@]}"
-cp "$work/resume/metrics.jsonl" "$work/full.jsonl"
-rm -rf "$work/resume/ckpt/step-6"
-RUN_FLAGS=--resume run resume 2 "${ckpt[@]}"
-grep -q "resumed from .*step-3" "$work/resume.log" || err "resume did not start from step 3"
-a=$(sed -E 's/.*"loss":([^,}]*).*/\1/' "$work/full.jsonl" | tr '\n' ' ')
-b=$(losses "$work/resume" | tr '\n' ' ')
-if [ "$a" == "$b" ]; then echo "ok: resumed packed losses identical: $b"; else err "resumed packed losses differ: '$a' vs '$b'"; fi
+# Interrupted after step 3 and resumed (balanced layout): the same losses bit for bit.
+resume_same resume 2 "${d[@]}" parallel.sp=2
 # sample is unchanged: one clip of data.frames from the packed run's checkpoint.
 "$1" sample --ckpt "$work/resume" --out "$work/s.gif" --steps 1 >"$work/sample.log" 2>&1 ||
   err "sample of the packed run failed: $(cat "$work/sample.log")"
@@ -63,7 +63,7 @@ grep -q "4 frames of 16x16 pixels" "$work/sample.log" || err "sample: $(cat "$wo
 # One whole clip per sequence (train.seq = data.frames frames, data.min_frames = data.frames):
 # the clips, times, noise and losses of train.packing = "none".
 run one_none 2 train.steps=10 parallel.sp=2
-run one_docs 2 train.steps=10 parallel.sp=2 train.packing=documents
+run one_docs 2 train.steps=10 parallel.sp=2 train.packing=documents parallel.layout=strategy
 if [ "$(losses "$work/one_none"; val_losses "$work/one_none")" = "$(losses "$work/one_docs"; val_losses "$work/one_docs")" ]; then
   echo "ok: one clip per packed sequence bit-identical to packing none"
 else

@@ -77,3 +77,33 @@ expect_error() {
   [ "$(echo "$out" | grep -c "error:")" -eq 1 ] || err "$what: not exactly one error line: $out"
   echo "$out" | grep -q -- "$pat" || err "$what: message does not mention '$pat': $out"
 }
+
+# The "work_imbalance" values of metrics.jsonl (train.packing = "documents"), one per line.
+imbalances() { grep -o '"work_imbalance":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2; }
+
+# imbalance_below BALANCED STRATEGY STEPS [strict]: every step's work_imbalance of run BALANCED
+# (parallel.layout = "balanced") is >= 1 and at most that of run STRATEGY (the strategy's layout,
+# same data), over STEPS steps; with `strict` also below it in the sum over the steps.
+imbalance_below() {
+  paste <(imbalances "$work/$1") <(imbalances "$work/$2") | awk -v r="$1" -v want="$3" -v strict="${4:-}" '
+    { n++; b += $1; s += $2; if ($1 < 1 || $1 > $2 + 1e-9) bad++ }
+    END { if (n != want || bad || (strict != "" && b >= s)) { printf "FAIL: %s: work_imbalance balanced %.4f strategy %.4f (sums of %d steps), %d steps out of [1, strategy]\n", r, b, s, n, bad; exit 1 }
+          printf "ok: %s work_imbalance per step, balanced %.4f strategy %.4f (mean of %d)\n", r, b / n, s / n, n }' ||
+    fail=1
+}
+
+# resume_same NAME NP overrides...: `run NAME` for 6 steps with a checkpoint every 3, then its
+# step-6 checkpoint removed and the run resumed from step 3: the losses are the same bit for bit.
+resume_same() {
+  local name=$1 np=$2
+  shift 2
+  run "$name" "$np" "$@" train.steps=6 train.ckpt_every=3 train.eval_every=0
+  cp "$work/$name/metrics.jsonl" "$work/$name-full.jsonl"
+  rm -rf "$work/$name/ckpt/step-6"
+  RUN_FLAGS=--resume run "$name" "$np" "$@" train.steps=6 train.ckpt_every=3 train.eval_every=0
+  grep -q "resumed from .*step-3" "$work/$name.log" || err "$name: resume did not start from step 3"
+  local a b
+  a=$(sed -E 's/.*"loss":([^,}]*).*/\1/' "$work/$name-full.jsonl" | tr '\n' ' ')
+  b=$(losses "$work/$name" | tr '\n' ' ')
+  if [ "$a" == "$b" ]; then echo "ok: $name: resumed losses identical: $b"; else err "$name: resumed losses differ: '$a' vs '$b'"; fi
+}

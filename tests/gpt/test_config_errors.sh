@@ -20,6 +20,9 @@ dit=(--set model.kind=dit --set data.size=16 --set model.patch=4 --set data.fram
 expect2 "dit packed seq" "train.seq = 100 must be a whole number of frames of 16 tokens.*use 96 or 112" "$wf" "${t[@]}" "${dit[@]}" --set train.seq=100
 expect2 "dit min_frames" "data.min_frames = 5 must be in 1..data.frames (4)" "$wf" "${t[@]}" "${dit[@]}" --set data.min_frames=5
 expect2 "packing keep_kv eval" "parallel.keep_kv = true cannot evaluate" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.strategy=wallfacer --set parallel.teams=2 --set parallel.keep_kv=true --set train.packing=documents
+expect2 "bad layout" "parallel.layout must be 'balanced' or 'strategy' (got 'diagonal')" "$wf" "${t[@]}" --set train.packing=documents --set parallel.layout=diagonal
+expect2 "balanced without packing" "parallel.layout = 'balanced' .*needs train.packing = 'documents'" "$wf" "${t[@]}" --set parallel.layout=balanced
+expect2 "balanced seq" "train.seq 72 must be divisible by 16 for the balanced layout on 2 ranks.*parallel.layout = 'strategy'" mpi 2 "${t[@]}" --set parallel.sp=2 --set train.seq=72 --set train.packing=documents
 expect2 "heads" "model.kv_heads" "$wf" "${t[@]}" --set model.kv_heads=3
 expect2 "sp does not divide P" "parallel.sp = 3" mpi 2 "${t[@]}" --set parallel.sp=3
 expect2 "seq not divisible" "train.seq = 63" mpi 2 "${t[@]}" --set parallel.sp=2 --set train.seq=63

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# train.packing = "documents": P = 1 and P = 2, 4 (ring, zigzag, Ulysses, WallFacer, dp x sp,
-# attention checkpointing; fp32, and bf16 with zigzag) give the same training and validation losses on a corpus of many short
-# files, whose windows hold several documents; they differ from train.packing = "none"; and on a
-# corpus whose windows hold no end-of-text token, "documents" is bit-identical to "none".
+# train.packing = "documents": P = 1 and P = 2, 4 (ring, zigzag, Ulysses, WallFacer, a Ulysses x
+# zigzag hybrid, dp x sp, attention checkpointing; fp32, and bf16 with zigzag) give the same
+# training and validation losses on a corpus of many short files, whose windows hold several
+# documents, in the balanced layout (parallel.layout's default with packing) and in the
+# strategy's; every step's work_imbalance in metrics.jsonl is >= 1 and at most the strategy
+# layout's on the same data (below it on the sum over steps); an interrupted and resumed run in
+# the balanced layout gives the same losses bit for bit; the documents differ from
+# train.packing = "none"; and on a corpus whose windows hold no end-of-text token, "documents" is
+# bit-identical to "none".
 set -u
 source "$(dirname "$0")/common.sh"
 
@@ -25,13 +30,32 @@ run p4_zigzag 4 "${d[@]}" parallel.sp=4 parallel.strategy=zigzag parallel.checkp
 run p4_ulysses 4 "${d[@]}" parallel.sp=4 parallel.strategy=ulysses
 run p4_wallfacer 4 "${d[@]}" parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
 run p4_dp2_sp2 4 "${d[@]}" parallel.sp=2 parallel.strategy=zigzag
-for r in p2_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2; do
+run p4_hybrid 4 "${d[@]}" parallel.sp=4 parallel.strategy=zigzag parallel.ulysses=2
+# The same in the strategy's layout.
+strat=(parallel.layout=strategy)
+run p2_ring_s 2 "${d[@]}" "${strat[@]}" parallel.sp=2 parallel.strategy=ring
+run p4_zigzag_s 4 "${d[@]}" "${strat[@]}" parallel.sp=4 parallel.strategy=zigzag parallel.checkpointing=attention
+run p4_wallfacer_s 4 "${d[@]}" "${strat[@]}" parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
+run p4_dp2_sp2_s 4 "${d[@]}" "${strat[@]}" parallel.sp=2 parallel.strategy=zigzag
+grep -q "packing documents, balanced layout" "$work/p4_zigzag.log" ||
+  err "p4_zigzag does not say it runs the balanced layout: $(cat "$work/p4_zigzag.log")"
+grep -q "packing documents, strategy layout" "$work/p4_zigzag_s.log" ||
+  err "p4_zigzag_s does not say it runs the strategy layout: $(cat "$work/p4_zigzag_s.log")"
+for r in p2_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2 p4_hybrid p2_ring_s p4_zigzag_s \
+         p4_wallfacer_s p4_dp2_sp2_s; do
   within p1_docs $r 1e-4 5
   paste <(val_losses "$work/p1_docs") <(val_losses "$work/$r") | awk -v r=$r '
     { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > 1e-4) bad++ }
     END { if (n != 1 || bad) { printf "FAIL: %s: val_loss differs from p1_docs\n", r; exit 1 } }' ||
     fail=1
 done
+# work_imbalance (max / mean over the ranks of the step's attention work): 1 on one rank; in the
+# balanced layout >= 1 and at most the strategy layout's at every step, and below it in sum.
+imbalances "$work/p1_docs" | awk '{ n++; if ($1 != 1) bad++ } END { exit !(n == 5 && !bad) }' ||
+  err "p1_docs: work_imbalance is not 1 on one rank: $(imbalances "$work/p1_docs" | tr '\n' ' ')"
+for r in p2_ring p4_zigzag p4_wallfacer p4_dp2_sp2; do imbalance_below $r ${r}_s 5 strict; done
+# Interrupted after step 3 and resumed in the balanced layout: the same losses bit for bit.
+resume_same resume 4 "${d[@]}" parallel.sp=4 parallel.strategy=zigzag
 # bf16: P = 1 and P = 4 agree as without documents (test_train_bf16.sh).
 run p1_bf16 1 "${d[@]}" train.dtype=bf16
 run p4_bf16 4 "${d[@]}" train.dtype=bf16 parallel.sp=4 parallel.strategy=zigzag

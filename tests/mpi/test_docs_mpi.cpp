@@ -4,8 +4,8 @@
 // a document spanning every rank and boundaries on rank and kernel tile borders; the results
 // against the naive fp64 reference of the whole sequence and against the fp32 kernels on one
 // process, and the work counter (forward FLOPs of all ranks) against a pair-by-pair count of the
-// mask. The random documents in the strategy's layout are set on a DistAttention built without
-// them (DistAttention::set_documents).
+// mask. The random documents are set on a DistAttention built without them
+// (DistAttention::set_documents; in the balanced layout the rows then move to local_positions()).
 // Usage: mpirun -np P test_docs_mpi
 
 #include <fmt/format.h>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/error.h"
 #include "wallfacer/plan/placement.h"
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/seqpar/attention.h"
@@ -47,6 +48,9 @@ AttnTensors run(comm::Communicator& group, const AttnConfig& c, const AttnTensor
     attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
                   dk.data(), dv.data());
     attn.set_documents(c.doc_lengths.data(), int(c.doc_lengths.size()));
+    // The balanced layout moves the rows to the layout of the new documents.
+    WF_CHECK(attn.local_positions() == local_positions(c, P, rank),
+             "set_documents: local_positions() is not the layout of the documents");
   }
   attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
   attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
@@ -136,8 +140,8 @@ int main(int argc, char** argv) {
             group = world.split(0, plan::inverse_order(device_of)[size_t(rank)]);
           }
           double flops = 0;
-          // The random documents in the strategy's layout come from set_documents.
-          const bool set_later = set == 2 && layout == Layout::Strategy;
+          // The random documents come from set_documents (the balanced layout: rows moved).
+          const bool set_later = set == 2;
           const AttnTensors got = run(group, c, in, set_later, flops);
           ++configs;
           check(flops == want_flops, fmt::format("{}: forward FLOPs {} of all ranks, the mask "

@@ -164,6 +164,60 @@ TEST(GptPacking, OneDocumentIsBitIdenticalToNoDocuments) {
   EXPECT_EQ(0, std::memcmp(none.losses.data() + S, mixed.losses.data() + S, size_t(S) * 4));
 }
 
+// Gpt::set_positions gives every row its own rotary angles: a batch of two sequences whose rows
+// lie at different global positions equals each sequence run alone, built with its positions;
+// the same positions for both equal the model built with them, bit for bit.
+TEST(GptPacking, SetPositionsRotatesEachRowByItsPosition) {
+  const GptConfig cfg = small_config();
+  const int T = 24;
+  const std::vector<int64_t> p0 = {40, 41, 42, 43, 7,  8,  9,  10, 11, 12, 13, 14,
+                                   60, 61, 62, 63, 64, 65, 66, 67, 0,  1,  2,  3};
+  std::vector<int64_t> p1 = iota_positions(100, T);
+  std::vector<int32_t> tokens(size_t(2) * T), targets(tokens.size());
+  Rng rng(3);
+  for (auto& t : tokens) t = int32_t(rng.next_u64() % 256);
+  for (auto& t : targets) t = int32_t(rng.next_u64() % 256);
+  auto run = [&](int B, const std::vector<int64_t>& built, const std::vector<int64_t>* rows,
+                 size_t first) {
+    LocalAttention attn(B, T, cfg.heads, cfg.kv_heads, cfg.head_dim());
+    Gpt gpt(cfg, B, built, Checkpointing::None, attn);
+    model::gpt_init_params(cfg, gpt.params(), 11);
+    if (rows) gpt.set_positions(*rows);
+    StepResult r;
+    r.loss = gpt.forward(tokens.data() + first, targets.data() + first);
+    r.losses.assign(gpt.losses(), gpt.losses() + int64_t(B) * T);
+    gpt.zero_grads();
+    gpt.backward(1.0f);
+    r.grads.assign(gpt.grads(), gpt.grads() + gpt.num_params());
+    return r;
+  };
+  std::vector<int64_t> both = p0;
+  both.insert(both.end(), p1.begin(), p1.end());
+  const StepResult got = run(2, iota_positions(0, T), &both, 0);
+  const StepResult a = run(1, p0, nullptr, 0), b = run(1, p1, nullptr, size_t(T));
+  for (int t = 0; t < T; ++t) {
+    EXPECT_NEAR(got.losses[size_t(t)], a.losses[size_t(t)], 1e-6 * std::abs(a.losses[size_t(t)]));
+    EXPECT_NEAR(got.losses[size_t(T + t)], b.losses[size_t(t)],
+                1e-6 * std::abs(b.losses[size_t(t)]));
+  }
+  float scale = 0, worst = 0;
+  for (size_t i = 0; i < got.grads.size(); ++i) {
+    const float want = a.grads[i] + b.grads[i];
+    scale = std::max(scale, std::abs(want));
+    worst = std::max(worst, std::abs(got.grads[i] - want));
+  }
+  EXPECT_LE(worst, 1e-5f * scale);
+  // Without set_positions the rows would rotate by 0..T-1: another result.
+  const StepResult unset = run(2, iota_positions(0, T), nullptr, 0);
+  EXPECT_GT(std::abs(unset.loss - got.loss), 1e-6 * std::abs(got.loss));
+  // The same positions for every sequence: bit-identical to the model built with them.
+  std::vector<int64_t> twice = p0;
+  twice.insert(twice.end(), p0.begin(), p0.end());
+  const StepResult built = run(2, p0, nullptr, 0), set = run(2, iota_positions(0, T), &twice, 0);
+  EXPECT_EQ(built.loss, set.loss);
+  EXPECT_EQ(0, std::memcmp(built.grads.data(), set.grads.data(), built.grads.size() * 4));
+}
+
 TEST(GptPacking, ConfigKey) {
   auto usage_error = [](auto&& f) -> std::string {
     try {

@@ -28,6 +28,43 @@ TEST(TrainConfig, EmptyFileIsRefused) {
   EXPECT_EQ(usage_error([&] { TrainConfig::from_toml("[train]\nlr = 1e-3\n", "c.toml"); }), "");
 }
 
+// parallel.layout: "balanced" by default with packing, "strategy" without; the balanced layout
+// only with packing; on one rank of sp every layout is the strategy's.
+TEST(TrainConfig, LayoutIsBalancedWithPackingByDefault) {
+  TrainConfig c;
+  EXPECT_EQ(c.run_layout(), seqpar::Layout::Strategy);
+  c.set("train.packing=documents");
+  EXPECT_EQ(c.run_layout(), seqpar::Layout::Balanced);
+  c.set("parallel.sp=2");
+  EXPECT_NO_THROW(c.validate(2));
+  EXPECT_EQ(c.attn_config(2).layout, seqpar::Layout::Balanced);
+  c.set("parallel.sp=1");
+  EXPECT_EQ(c.attn_config(1).layout, seqpar::Layout::Strategy);
+  c.set("parallel.layout=strategy");
+  EXPECT_EQ(c.run_layout(), seqpar::Layout::Strategy);
+  EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").layout, "strategy");
+  EXPECT_FALSE(TrainConfig::is_shape_key("parallel.layout"));
+  c.set("parallel.layout=diagonal");
+  EXPECT_NE(usage_error([&] {
+              c.validate(1);
+            }).find("parallel.layout must be 'balanced' or 'strategy' (got 'diagonal')"),
+            std::string::npos);
+  c.set("parallel.layout=balanced");
+  c.set("train.packing=none");
+  EXPECT_NE(usage_error([&] { c.validate(1); }).find("needs train.packing = 'documents'"),
+            std::string::npos);
+  // seq 72 on sp = 2: the balanced layout needs a multiple of 16.
+  c.set("train.packing=documents");
+  c.set("parallel.sp=2");
+  c.set("train.seq=72");
+  EXPECT_NE(usage_error([&] {
+              c.validate(2);
+            }).find("train.seq 72 must be divisible by 16 for the balanced layout"),
+            std::string::npos);
+  c.set("parallel.layout=strategy");
+  EXPECT_NO_THROW(c.validate(2));
+}
+
 TEST(TrainConfig, SetStringsMustBeUtf8) {
   TrainConfig c;
   c.set("data.dir=runs/d\xc3\xa9j\xc3\xa0");  // "déjà" in UTF-8

@@ -357,14 +357,26 @@ Gpt::~Gpt() = default;
 const float* Gpt::logits() const { return a_->logits; }
 const float* Gpt::losses() const { return a_->losses; }
 
+void Gpt::set_positions(const std::vector<int64_t>& positions) {
+  WF_CHECK(int64_t(positions.size()) == N_, "set_positions: {} positions for {} rows",
+           positions.size(), N_);
+  const int D = cfg_.head_dim();
+  rope_cos_.resize(size_t(N_) * D / 2);
+  rope_sin_.resize(size_t(N_) * D / 2);
+  k::rope_tables(positions.data(), int(N_), D, cfg_.rope_theta, rope_cos_.data(), rope_sin_.data());
+  rope_per_row_ = true;
+}
+
 void Gpt::zero_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 // q, k (rotated) and v of block b from its qkv.
 void Gpt::split_qkv(const BlockActs& b) {
   const int64_t N = N_;
   const int Q = cfg_.qkv_dim(), D = cfg_.head_dim(), H = cfg_.heads, Hkv = cfg_.kv_heads;
-  k::rope_fwd(b.q, b.qkv, Q, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);  // (B,T,H,D)
-  k::rope_fwd(b.k, b.qkv + H * D, Q, rope_cos_.data(), rope_sin_.data(), B_, T_, Hkv, D);
+  // With per-row angles (set_positions) the B sequences are one run of B * T rows.
+  const int rb = rope_per_row_ ? 1 : B_, rt = rope_per_row_ ? int(N_) : T_;
+  k::rope_fwd(b.q, b.qkv, Q, rope_cos_.data(), rope_sin_.data(), rb, rt, H, D);  // (B,T,H,D)
+  k::rope_fwd(b.k, b.qkv + H * D, Q, rope_cos_.data(), rope_sin_.data(), rb, rt, Hkv, D);
   const int64_t KD = int64_t(Hkv) * D;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {  // v (B, T, Hkv, D)
@@ -388,8 +400,9 @@ void Gpt::merge_dqkv() {
     widen_to_fp32(a.dk16, a.dk, N * KD);
     widen_to_fp32(a.dv16, a.dv, N * KD);
   }
-  k::rope_bwd(a.dqkv, Q, a.dq, rope_cos_.data(), rope_sin_.data(), B_, T_, H, D);
-  k::rope_bwd(a.dqkv + H * D, Q, a.dk, rope_cos_.data(), rope_sin_.data(), B_, T_, Hkv, D);
+  const int rb = rope_per_row_ ? 1 : B_, rt = rope_per_row_ ? int(N_) : T_;
+  k::rope_bwd(a.dqkv, Q, a.dq, rope_cos_.data(), rope_sin_.data(), rb, rt, H, D);
+  k::rope_bwd(a.dqkv + H * D, Q, a.dk, rope_cos_.data(), rope_sin_.data(), rb, rt, Hkv, D);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     std::memcpy(a.dqkv + n * Q + (H + Hkv) * D, a.dv + n * KD, size_t(KD) * sizeof(float));

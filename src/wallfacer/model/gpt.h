@@ -108,6 +108,13 @@ class Gpt {
   // Adds the gradients of dloss * (sum of the local losses) to grads().
   void backward(float dloss);
 
+  // The global positions of every local row (B * T, row n of sequence n / T) for the following
+  // forwards and backwards, replacing the positions the model was built with (the same for every
+  // sequence): the rotary embedding follows them. For a layout that changes with the documents of
+  // each step (seqpar Layout::Balanced); call it before a forward, not between a forward and its
+  // backward.
+  void set_positions(const std::vector<int64_t>& positions);
+
   struct Acts;
   struct BlockActs;
 
@@ -136,7 +143,8 @@ class Gpt {
   std::vector<ParamTensor> tensors_;
   std::vector<float> params_, grads_;
   GptParams p_, g_;
-  std::vector<float> rope_cos_, rope_sin_;
+  std::vector<float> rope_cos_, rope_sin_;  // (T, D/2), or (B * T, D/2) after set_positions
+  bool rope_per_row_ = false;               // set_positions gave every row its own angles
   std::unique_ptr<Acts> a_;
   std::vector<bf16> params16_;  // bf16 copy of the dense weights (Dtype::bf16)
   int64_t act_bytes_ = 0;

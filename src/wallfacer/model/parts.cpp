@@ -79,4 +79,6 @@ void AttentionOp::set_documents(const std::vector<std::vector<int64_t>>& lengths
   }
 }
 
+std::vector<int64_t> AttentionOp::row_positions(int) const { return {}; }
+
 }  // namespace wallfacer::model

@@ -61,6 +61,11 @@ class AttentionOp {
   // length; an empty list or a single length: one document. Every rank of a group passes the
   // same lengths. The default refuses documents (UsageError) and accepts one document each.
   virtual void set_documents(const std::vector<std::vector<int64_t>>& lengths);
+  // Where this rank's rows of sequence b are after the latest set_documents: their global
+  // positions in row order, for an op whose layout follows the documents (the trainer's with
+  // parallel.layout = "balanced"), which the caller then loads and positions its rows by. Empty
+  // (the default): the rows stay at the positions the caller built the model for.
+  virtual std::vector<int64_t> row_positions(int b) const;
 };
 
 // One named parameter tensor inside the arena.

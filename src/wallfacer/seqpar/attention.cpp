@@ -129,11 +129,12 @@ void DistAttention::set_documents(const int64_t* lengths, int count) {
   WF_USAGE_CHECK(count >= 0 && (count == 0 || lengths != nullptr),
                  "set_documents: {} lengths at {}; give count >= 0 lengths (0: one document)",
                  count, static_cast<const void*>(lengths));
-  WF_USAGE_CHECK(impl_->cfg.layout == Layout::Strategy,
-                 "set_documents: the balanced layout places the rows by the documents; build a "
-                 "DistAttention for each set of documents, or use Layout::Strategy");
   impl_->set_documents(lengths ? std::vector<int64_t>(lengths, lengths + count)
                                : std::vector<int64_t>{});
+}
+
+std::vector<int64_t> DistAttention::local_positions() const {
+  return seqpar::local_positions(impl_->cfg, impl_->P, impl_->rank);
 }
 
 }  // namespace wallfacer::seqpar

@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/bf16.h"
@@ -89,11 +90,16 @@ class DistAttention {
   // `count` document lengths of every sequence, in order, positive and summing to seq (count 0:
   // one document); replaces AttnConfig::doc_lengths, so that a trainer can change them every
   // batch without building a new DistAttention (its schedules are rebuilt, no memory or
-  // communicator is). The rows of each rank stay where they are, so it needs
-  // Layout::Strategy (UsageError with Layout::Balanced, whose rows follow the documents), and no
-  // forward awaiting its backward (keep_kv). Every rank passes the same lengths. The lengths are
-  // copied.
+  // communicator is). With Layout::Strategy the rows of each rank stay where they are; with
+  // Layout::Balanced they follow the documents: the rows of the following calls are at
+  // local_positions() (the balanced layout of these documents), which the caller asks after each
+  // call. It needs no forward awaiting its backward (keep_kv). Every rank passes the same
+  // lengths. The lengths are copied.
   void set_documents(const int64_t* lengths, int count);
+
+  // The global token positions of this rank's rows, in local row order, under the documents of
+  // the latest set_documents (seqpar::local_positions of the config with those documents).
+  std::vector<int64_t> local_positions() const;
 
   const AttnStats& stats() const;
 

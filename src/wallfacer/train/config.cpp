@@ -66,6 +66,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.ulysses", &c.ulysses},
       {"parallel.keep_kv", &c.keep_kv},
       {"parallel.checkpointing", &c.checkpointing},
+      {"parallel.layout", &c.layout},
   };
 }
 
@@ -276,7 +277,15 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   a.head_dim = model.head_dim();
   a.causal = kind != "dit";
   a.dtype = run_dtype();
+  // On one rank of sp every layout holds the whole sequence in order.
+  a.layout = sp > 1 ? run_layout() : seqpar::Layout::Strategy;
   return a;
+}
+
+seqpar::Layout TrainConfig::run_layout() const {
+  if (layout.empty())
+    return packing == "documents" ? seqpar::Layout::Balanced : seqpar::Layout::Strategy;
+  return layout == "balanced" ? seqpar::Layout::Balanced : seqpar::Layout::Strategy;
 }
 
 model::Dtype TrainConfig::run_dtype() const {
@@ -369,6 +378,11 @@ void TrainConfig::validate(int P) const {
                    seq, ft, size, patch,
                    below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above));
   }
+  WF_USAGE_CHECK(layout.empty() || layout == "balanced" || layout == "strategy",
+                 "parallel.layout must be 'balanced' or 'strategy' (got '{}')", layout);
+  WF_USAGE_CHECK(layout != "balanced" || packing == "documents",
+                 "parallel.layout = 'balanced' places the rows by the documents of each sequence "
+                 "and needs train.packing = 'documents': set it, or parallel.layout = 'strategy'");
   // An evaluation forward keeps its K,V for a backward that never comes, and the documents of
   // the next step cannot change while a forward awaits its backward.
   WF_USAGE_CHECK(!(packing == "documents" && keep_kv && eval_every > 0),
@@ -401,7 +415,8 @@ void TrainConfig::validate(int P) const {
           {"--heads", "model.heads"},
           {"--head-dim", "the head size (model.dim / model.heads)"},
           {"--batch", "the batch per data-parallel group (train.batch / dp)"},
-          {"--seq", "train.seq"}}) {
+          {"--seq", "train.seq"},
+          {"--layout strategy", "parallel.layout = 'strategy'"}}) {
       for (size_t at = msg.find(flag); at != std::string::npos; at = msg.find(flag, at))
         msg.replace(at, flag.size(), key);
     }

@@ -77,6 +77,13 @@ struct TrainConfig {
   // no K,V gather in the backward.
   bool keep_kv = false;
   std::string checkpointing = "none";
+  // parallel.layout: where the rows of a sequence go among the sp ranks. "balanced" (the default
+  // with train.packing = "documents"): the balanced layout of each sequence's documents
+  // (seqpar::Layout::Balanced), which changes every step; "strategy": the strategy's own layout
+  // (the only one without packing). "": the default.
+  std::string layout;
+  // The layout a run uses: parallel.layout, or its default.
+  seqpar::Layout run_layout() const;
 
   // Fills the config from TOML text (name is the file name, for messages).
   static TrainConfig from_toml(const std::string& text, const std::string& name);

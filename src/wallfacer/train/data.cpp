@@ -175,9 +175,11 @@ int64_t SequenceLoader::start(int64_t step, int64_t j) const {
   return int64_t(mix64(seed_ ^ 0x5EED5EEDULL, uint64_t(step) * 0x10000ULL + uint64_t(j)) % span);
 }
 
-void SequenceLoader::fill(int64_t s, const std::vector<int64_t>& positions, int32_t* tokens,
-                          int32_t* targets) const {
-  for (size_t i = 0; i < positions.size(); ++i) {
+void SequenceLoader::load_window(int64_t s, const int64_t* positions, int64_t count,
+                                 int32_t* tokens, int32_t* targets) const {
+  for (int64_t i = 0; i < count; ++i) {
+    WF_CHECK(positions[i] >= 0 && positions[i] < seq_, "load_window: position {} outside [0, {})",
+             positions[i], seq_);
     tokens[i] = shard_[s + positions[i]];
     targets[i] = shard_[s + positions[i] + 1];
   }
@@ -187,7 +189,8 @@ void SequenceLoader::load(int64_t step, int64_t b0, int nb, const std::vector<in
                           int32_t* tokens, int32_t* targets) const {
   const size_t T = positions.size();
   for (int b = 0; b < nb; ++b) {
-    fill(start(step, b0 + b), positions, tokens + size_t(b) * T, targets + size_t(b) * T);
+    load_window(start(step, b0 + b), positions.data(), int64_t(T), tokens + size_t(b) * T,
+                targets + size_t(b) * T);
   }
 }
 
@@ -195,7 +198,8 @@ void SequenceLoader::load_eval(int64_t j0, int nb, const std::vector<int64_t>& p
                                int32_t* tokens, int32_t* targets, int64_t num_eval) const {
   const size_t T = positions.size();
   for (int b = 0; b < nb; ++b) {
-    fill(eval_start(j0 + b, num_eval), positions, tokens + size_t(b) * T, targets + size_t(b) * T);
+    load_window(eval_start(j0 + b, num_eval), positions.data(), int64_t(T), tokens + size_t(b) * T,
+                targets + size_t(b) * T);
   }
 }
 

@@ -86,14 +86,18 @@ class SequenceLoader {
                  int32_t* targets, int64_t num_eval) const;
   // Start of evaluation sequence j of num_eval.
   int64_t eval_start(int64_t j, int64_t num_eval) const;
+  // The rows at `count` global positions of the window starting at `start` (start(...) or
+  // eval_start(...)): tokens[i] and targets[i] are the input and next token of position
+  // positions[i]. For layouts whose positions differ between sequences (train.packing =
+  // "documents" with parallel.layout = "balanced").
+  void load_window(int64_t start, const int64_t* positions, int64_t count, int32_t* tokens,
+                   int32_t* targets) const;
   // The documents of the input window [start, start + seq) (train.packing = "documents"): their
   // lengths in order, a document ending after each end-of-text token and at the window's end. Read
   // from the shard, so every rank gets the whole window's documents without communication.
   std::vector<int64_t> documents(int64_t start) const;
 
  private:
-  void fill(int64_t start, const std::vector<int64_t>& positions, int32_t* tokens,
-            int32_t* targets) const;
   const TokenShard& shard_;
   int64_t seq_;
   uint64_t seed_;

@@ -1,5 +1,7 @@
 #include "wallfacer/train/task.h"
 
+#include <algorithm>
+
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/model/dit.h"
@@ -10,6 +12,29 @@
 namespace wallfacer::train {
 
 namespace {
+
+// `positions` once for each of nb sequences: the rows of a layout that does not move.
+std::vector<int64_t> repeat_positions(const std::vector<int64_t>& positions, int nb) {
+  std::vector<int64_t> out;
+  for (int b = 0; b < nb; ++b) out.insert(out.end(), positions.begin(), positions.end());
+  return out;
+}
+
+// After set_documents: the positions of each sequence's rows where the attention's layout follows
+// the documents (AttentionOp::row_positions), into row_pos (nb * T); whether any moved.
+bool follow_layout(const model::AttentionOp& attn, int nb, std::vector<int64_t>& row_pos) {
+  const int64_t T = int64_t(row_pos.size()) / nb;
+  bool moved = false;
+  for (int b = 0; b < nb; ++b) {
+    const std::vector<int64_t> p = attn.row_positions(b);
+    if (p.empty()) continue;
+    WF_CHECK(int64_t(p.size()) == T, "row_positions: {} positions for the {} rows of sequence {}",
+             p.size(), T, b);
+    std::copy(p.begin(), p.end(), row_pos.begin() + b * T);
+    moved = true;
+  }
+  return moved;
+}
 
 class GptTask : public Task {
  public:
@@ -28,7 +53,9 @@ class GptTask : public Task {
         attn_(attn),
         tokens_(positions.size() * size_t(nb)),
         targets_(tokens_.size()),
-        docs_(size_t(nb)) {
+        docs_(size_t(nb)),
+        starts_(size_t(nb)),
+        row_pos_(repeat_positions(positions, nb)) {
     for (const TokenShard* s : {&train_shard_, &val_shard_}) {
       WF_USAGE_CHECK(s->vocab() <= cfg.model.vocab,
                      "the vocabulary of '{}' ({}) is larger than model.vocab ({}): set "
@@ -44,24 +71,14 @@ class GptTask : public Task {
     model::gpt_init_params(cfg_.model, model_.params(), seed);
   }
   double train_forward(int64_t step) override {
-    train_loader_.load(step, b0_, nb_, positions_, tokens_.data(), targets_.data());
-    if (packing()) {
-      for (int b = 0; b < nb_; ++b)
-        docs_[size_t(b)] = train_loader_.documents(train_loader_.start(step, b0_ + b));
-      attn_.set_documents(docs_);
-    }
-    return model_.forward(tokens_.data(), targets_.data());
+    for (int b = 0; b < nb_; ++b) starts_[size_t(b)] = train_loader_.start(step, b0_ + b);
+    return forward(train_loader_);
   }
   double eval_forward(int e) override {
     const int64_t num_eval = int64_t(cfg_.eval_batches) * cfg_.batch;
     const int64_t j0 = int64_t(e) * cfg_.batch + b0_;
-    val_loader_.load_eval(j0, nb_, positions_, tokens_.data(), targets_.data(), num_eval);
-    if (packing()) {
-      for (int b = 0; b < nb_; ++b)
-        docs_[size_t(b)] = val_loader_.documents(val_loader_.eval_start(j0 + b, num_eval));
-      attn_.set_documents(docs_);
-    }
-    return model_.forward(tokens_.data(), targets_.data());
+    for (int b = 0; b < nb_; ++b) starts_[size_t(b)] = val_loader_.eval_start(j0 + b, num_eval);
+    return forward(val_loader_);
   }
   void zero_grads() override { model_.zero_grads(); }
   void backward(float dloss) override { model_.backward(dloss); }
@@ -69,6 +86,21 @@ class GptTask : public Task {
 
  private:
   bool packing() const { return cfg_.packing == "documents"; }
+
+  // The forward of the windows at starts_: with packing, their documents first (the attention's
+  // layout may place the rows by them: the rows are loaded and rotated at the positions it gives).
+  double forward(const SequenceLoader& loader) {
+    if (packing()) {
+      for (int b = 0; b < nb_; ++b) docs_[size_t(b)] = loader.documents(starts_[size_t(b)]);
+      attn_.set_documents(docs_);
+      if (follow_layout(attn_, nb_, row_pos_)) model_.set_positions(row_pos_);
+    }
+    const int64_t T = int64_t(positions_.size());
+    for (int b = 0; b < nb_; ++b)
+      loader.load_window(starts_[size_t(b)], row_pos_.data() + b * T, T, tokens_.data() + b * T,
+                         targets_.data() + b * T);
+    return model_.forward(tokens_.data(), targets_.data());
+  }
 
   const TrainConfig& cfg_;
   int64_t b0_;
@@ -80,6 +112,8 @@ class GptTask : public Task {
   model::AttentionOp& attn_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int64_t>> docs_;  // of each local sequence (train.packing)
+  std::vector<int64_t> starts_;             // window start of each local sequence
+  std::vector<int64_t> row_pos_;            // (nb * T): global position of each local row
 };
 
 // The DiT task. Each sequence holds one clip of data.frames (train.packing = "none") or several
@@ -106,7 +140,8 @@ class DitTask : public Task {
         labels_(t_.size()),
         clip_of_row_(positions.size() * size_t(nb)),
         clip_positions_(clip_of_row_.size()),
-        docs_(size_t(nb)) {}
+        docs_(size_t(nb)),
+        row_pos_(repeat_positions(positions, nb)) {}
   int64_t num_params() const override { return model_.num_params(); }
   float* params() override { return model_.params(); }
   float* grads() override { return model_.grads(); }
@@ -151,22 +186,31 @@ class DitTask : public Task {
   template <typename IndexOf>
   void load(int64_t key_step, int64_t sequences, IndexOf index_of, int64_t j0 = 0) {
     const int64_t T = int64_t(positions_.size()), PD = dcfg_.patch_dim(), ft = cfg_.frame_tokens();
+    // The clips' frames first: the attention's layout may place the rows by them.
+    std::vector<std::vector<int>> frames_of(static_cast<size_t>(nb_));
+    for (int b = 0; b < nb_; ++b) {
+      auto& frames = frames_of[size_t(b)];
+      frames = packing() ? packed_clip_frames(uint64_t(cfg_.seed), key_step, j0 + b0_ + b,
+                                              seq_frames_, cfg_.packed_min_frames(), cfg_.frames)
+                         : std::vector<int>{cfg_.frames};
+      auto& lengths = docs_[size_t(b)];
+      lengths.clear();
+      for (int f : frames) lengths.push_back(f * ft);
+    }
+    if (packing()) {
+      attn_.set_documents(docs_);
+      follow_layout(attn_, nb_, row_pos_);
+    }
     int clips = 0;  // conditioned clips so far
     for (int b = 0; b < nb_; ++b) {
       const int64_t j = j0 + b0_ + b;
-      const std::vector<int> frames =
-          packing() ? packed_clip_frames(uint64_t(cfg_.seed), key_step, j, seq_frames_,
-                                         cfg_.packed_min_frames(), cfg_.frames)
-                    : std::vector<int>{cfg_.frames};
-      auto& lengths = docs_[size_t(b)];
-      lengths.clear();
+      const std::vector<int>& frames = frames_of[size_t(b)];
       int64_t first = 0;  // first token of clip k in the sequence
       for (int k = 0; k < int(frames.size()); ++k) {
         const int64_t tokens = frames[size_t(k)] * ft;
-        lengths.push_back(tokens);
         render(clips + k, frames[size_t(k)], index_of(j, k), key_step, j + k * sequences);
         for (int64_t t = 0; t < T; ++t) {
-          const int64_t n = positions_[size_t(t)], r = b * T + t;
+          const int64_t n = row_pos_[size_t(b * T + t)], r = b * T + t;
           if (n < first || n >= first + tokens) continue;
           clip_of_row_[size_t(r)] = clips + k;
           clip_positions_[size_t(r)] = n - first;
@@ -178,10 +222,7 @@ class DitTask : public Task {
       }
       clips += int(frames.size());
     }
-    if (packing()) {
-      model_.set_clips(clips, clip_of_row_, clip_positions_);
-      attn_.set_documents(docs_);
-    }
+    if (packing()) model_.set_clips(clips, clip_of_row_, clip_positions_);
   }
   // Clip `index` of the videos cut to its first `frames` frames, as conditioned clip c: its label,
   // its time t and x_t (in noise_) and the velocity (in clip_), keyed by (seed, key_step, number).
@@ -214,6 +255,7 @@ class DitTask : public Task {
   std::vector<int32_t> clip_of_row_;        // (nb * T): conditioned clip of each local row
   std::vector<int64_t> clip_positions_;     // (nb * T): token of each local row in its clip
   std::vector<std::vector<int64_t>> docs_;  // clip lengths in tokens, of each local sequence
+  std::vector<int64_t> row_pos_;            // (nb * T): global position of each local row
 };
 
 }  // namespace

@@ -60,6 +60,7 @@ class DistAttentionOp : public model::AttentionOp {
     }
     for (int b = 0; b < cfg.batch / one.batch; ++b)
       attn_.push_back(std::make_unique<seqpar::DistAttention>(one, group));
+    balanced_ = cfg.layout == seqpar::Layout::Balanced;
   }
   void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
     run_fwd(q, k, v, o, lse);
@@ -85,6 +86,20 @@ class DistAttentionOp : public model::AttentionOp {
       attn_[b]->set_documents(l.data(), l.size() > 1 ? int(l.size()) : 0);
     }
   }
+  // With Layout::Balanced the rows of sequence b follow its documents.
+  std::vector<int64_t> row_positions(int b) const override {
+    if (!balanced_) return {};
+    WF_CHECK(b >= 0 && size_t(b) < attn_.size(), "row_positions: sequence {} of {}", b,
+             attn_.size());
+    return attn_[size_t(b)]->local_positions();
+  }
+  // This rank's attention work of the latest forward: its forward FLOPs (4 H D x the kept pairs
+  // of its queries, summed over its sequences).
+  double work() const {
+    double w = 0;
+    for (const auto& a : attn_) w += a->stats().attn_flops;
+    return w;
+  }
 
  private:
   // Each sequence attention over its slice of the tensors (fp32 or bf16).
@@ -103,6 +118,7 @@ class DistAttentionOp : public model::AttentionOp {
 
   std::vector<std::unique_ptr<seqpar::DistAttention>> attn_;
   int64_t qn_ = 0, kn_ = 0, sn_ = 0;  // elements of one sequence (per_sequence)
+  bool balanced_ = false;             // the rows follow the documents (Layout::Balanced)
 };
 
 std::string format_duration(double s) {
@@ -341,7 +357,8 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const int Bl = cfg.batch / dp;
   const int64_t T = int64_t(positions.size());
 
-  DistAttentionOp attn(acfg, group, T, cfg.packing == "documents");
+  const bool packing = cfg.packing == "documents";
+  DistAttentionOp attn(acfg, group, T, packing);
   std::unique_ptr<Task> task;
   world.agree([&] { task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn); });
   const int64_t n = task->num_params();
@@ -478,7 +495,9 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
         "batch {}{}, checkpointing {}, {} threads/rank",
         cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.keep_kv ? " keep_kv" : "",
-        cfg.seq, cfg.batch, cfg.packing == "documents" ? ", packing documents" : "",
+        cfg.seq, cfg.batch,
+        packing ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg.layout))
+                : "",
         cfg.checkpointing, num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = auto_dtype
@@ -519,6 +538,15 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     {
       trace::Span span("forward", trace::Cat::Phase);
       loss = task->train_forward(s);
+    }
+    // Packed documents: max / mean over the ranks of the attention work of this step's forward.
+    double imbalance = NAN;
+    if (packing) {
+      double w[2] = {attn.work(), 0};
+      w[1] = w[0];
+      world.all_reduce_max(&w[0], 1);
+      world.all_reduce_sum(&w[1], 1);
+      imbalance = w[1] > 0 ? w[0] / (w[1] / double(P)) : 1.0;
     }
     {
       trace::Span span("backward", trace::Cat::Phase);
@@ -576,6 +604,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
                        {"step_s", dt},
                        {"elapsed_s", run_timer.seconds()}};
       if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
+      if (packing) j["work_imbalance"] = imbalance;
       const std::string line = j.dump() + "\n";
       metrics << line;
       metrics.flush();

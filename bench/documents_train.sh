@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Packed-document GPT training, the balanced layout against the strategy's, per strategy.
+#
+#   bench/documents_train.sh [--ranks 8] [--seq 8192] [--steps 3] [--rounds 2]
+#                            [--strategies "zigzag ring wallfacer2"] [--layers 2] [--dim 128]
+#                            [--heads 2] [--dtype auto] [--out runs/documents-train]
+#
+# The corpus is long-tailed: a few files as long as the sequence and many short ones (lengths
+# log-uniform in 16..1024 bytes), shuffled with a fixed seed and tokenized by `wallfacer prepare`
+# (one document per file, end-of-text after each). Every configuration trains the same GPT on the
+# same windows with train.packing = "documents" on --ranks ranks (sp = ranks, batch 1), once with
+# parallel.layout = "balanced" and once with "strategy", the two alternating inside each round.
+# Appends one JSON line per run to OUT/results.jsonl: the command, the commit, the load average
+# before and after, the tokens/s of the steps after the first and every step's work_imbalance.
+# bench/documents_train_table.py prints the table of docs/documents.md from it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ranks=8 seq=8192 steps=3 rounds=2 strategies="zigzag ring wallfacer2" layers=2 dim=128 heads=2
+dtype=auto out=runs/documents-train
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ranks) ranks=$2; shift 2 ;;
+    --seq) seq=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --strategies) strategies=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    --dim) dim=$2; shift 2 ;;
+    --heads) heads=$2; shift 2 ;;
+    --dtype) dtype=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "documents_train.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+wf=${WALLFACER:-build/wallfacer}
+[[ -x $wf ]] || { echo "documents_train.sh: $wf not found: run make build" >&2; exit 2; }
+mkdir -p "$out/files"
+results=$out/results.jsonl
+
+# The corpus: 6 files of seq + 1 bytes, 600 of 16..1024 bytes (log-uniform), in a seeded order.
+python3 - "$out/files" "$seq" <<'PY'
+import math, os, random, sys
+d, seq = sys.argv[1], int(sys.argv[2])
+rng = random.Random(1)
+lengths = [seq + 1] * 6 + [int(16 * math.exp(rng.random() * math.log(1024 / 16))) for _ in range(600)]
+rng.shuffle(lengths)
+for i, n in enumerate(lengths):
+    with open(os.path.join(d, f"{i:04d}.txt"), "w") as f:
+        f.write("".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(n - 1)))
+PY
+inputs=()
+for f in "$out"/files/*.txt; do inputs+=(--input "$f"); done
+"$wf" prepare "${inputs[@]}" --out "$out/data" --val-fraction 0.05 >/dev/null
+
+cat >"$out/bench.toml" <<TOML
+[model]
+layers = $layers
+dim = $dim
+heads = $heads
+kv_heads = $heads
+[train]
+seq = $seq
+batch = 1
+eval_every = 0
+ckpt_every = 0
+dtype = "$dtype"
+packing = "documents"
+[data]
+dir = "$out/data"
+[parallel]
+sp = $ranks
+TOML
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src apps || echo "+changes")
+for round in $(seq 1 "$rounds"); do
+  for s in $strategies; do
+    case $s in
+      wallfacer*) strategy=wallfacer teams=${s#wallfacer} ;;
+      *) strategy=$s teams=1 ;;
+    esac
+    for layout in balanced strategy; do
+      name=$s-$layout-$round
+      args=(train --config "$out/bench.toml" --out "$out/$name" --overwrite --progress none
+            --steps "$steps" --set parallel.strategy="$strategy" --set parallel.teams="$teams"
+            --set parallel.layout="$layout")
+      load0=$(cut -d' ' -f1-3 /proc/loadavg)
+      scripts/wallfacer-mpirun "$ranks" "${args[@]}" >"$out/$name.log"
+      load1=$(cut -d' ' -f1-3 /proc/loadavg)
+      echo "== round $round $s $layout: $(tail -1 "$out/$name.log")" >&2
+      python3 - "$out/$name/metrics.jsonl" "$results" "$round" "$s" "$strategy" "$teams" \
+        "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" \
+        "scripts/wallfacer-mpirun $ranks ${args[*]}" <<'PY'
+import json, os, sys
+(metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1,
+ command) = sys.argv[1:]
+lines = [json.loads(l) for l in open(metrics)]
+timed = lines[1:] if len(lines) > 1 else lines
+row = {"command": command, "commit": commit, "round": int(rnd), "config": config,
+       "strategy": strategy, "teams": int(teams), "layout": layout, "ranks": int(ranks),
+       "seq": int(seq), "steps": len(lines),
+       "tokens_per_s": len(timed) * int(seq) / sum(l["step_s"] for l in timed),
+       "step_s": [l["step_s"] for l in lines],
+       "work_imbalance": [l["work_imbalance"] for l in lines],
+       "loss": [l["loss"] for l in lines],
+       "load_before": load0, "load_after": load1, "cpus": os.cpu_count()}
+with open(results, "a") as f:
+    f.write(json.dumps(row) + "\n")
+PY
+    done
+  done
+done
+python3 bench/documents_train_table.py "$results"

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The table of packed-document training, balanced layout against the strategy's:
+
+    documents_train_table.py RESULTS.jsonl
+
+RESULTS.jsonl: bench/documents_train.sh's lines. Per configuration: tokens/s of each layout (the
+mean over rounds of each run's tokens/s after its first step), their ratio, and the per-step
+balanced / strategy of each round, and the per-step work_imbalance of each layout (mean and
+largest over the steps of every round)."""
+import json
+import sys
+
+rows = [json.loads(line) for line in open(sys.argv[1])]
+configs = []
+for r in rows:
+    if r["config"] not in configs:
+        configs.append(r["config"])
+
+
+def label(c):
+    return f"WallFacer-{c[len('wallfacer'):]}" if c.startswith("wallfacer") else c
+
+
+rounds = sorted({r["round"] for r in rows})
+
+
+def tokens(c, layout, rnd):
+    return next(r["tokens_per_s"] for r in rows
+                if r["config"] == c and r["layout"] == layout and r["round"] == rnd)
+
+
+print("| strategy | tokens/s balanced | tokens/s strategy | balanced / strategy | per round | "
+      "work_imbalance balanced (mean, max) | work_imbalance strategy (mean, max) |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for c in configs:
+    cell = {}
+    for layout in ("balanced", "strategy"):
+        rs = [r for r in rows if r["config"] == c and r["layout"] == layout]
+        tok = sum(r["tokens_per_s"] for r in rs) / len(rs)
+        imb = [x for r in rs for x in r["work_imbalance"]]
+        cell[layout] = (tok, sum(imb) / len(imb), max(imb))
+    b, s = cell["balanced"], cell["strategy"]
+    per = " / ".join(f"{tokens(c, 'balanced', k) / tokens(c, 'strategy', k):.2f}" for k in rounds)
+    print(f"| {label(c)} | {b[0]:,.0f} | {s[0]:,.0f} | {b[0] / s[0]:.2f}x | {per} | "
+          f"{b[1]:.3f}, {b[2]:.3f} | {s[1]:.3f}, {s[2]:.3f} |")
+r0 = rows[0]
+print(f"\n{r0['ranks']} ranks, seq {r0['seq']}, {r0['steps']} steps per run, {len(rounds)} rounds, "
+      f"{r0['cpus']} CPUs; load average (1 minute) per round:")
+for k in rounds:
+    loads = [float(r[x].split()[0]) for r in rows if r["round"] == k
+             for x in ("load_before", "load_after")]
+    print(f"round {k}: {min(loads):.1f} to {max(loads):.1f}" + ("." if k == rounds[-1] else ";"))
