@@ -394,6 +394,56 @@ TEST(AttnBf16, EveryLevelMatchesTheReference) {
   }
 }
 
+// Sliding windows (AttnFwdBf16Params::window) against the reference with the same window, on
+// every path (and with the documents of the case, if any).
+class AttnBf16WindowVsReference : public ::testing::TestWithParam<DocCase> {};
+
+TEST_P(AttnBf16WindowVsReference, ForwardAndBackward) {
+  check_case(GetParam().c, false, GetParam().lengths);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttnBf16WindowVsReference,
+                         ::testing::ValuesIn(attn_testing::window_cases()),
+                         [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
+
+// Every instruction-set level on every path with windows ending on the tiles' borders.
+TEST(AttnBf16Window, EveryLevelMatchesTheReference) {
+  for (const DocCase& dc : attn_testing::window_cases()) {
+    if (dc.c.name != "S700_W256" && dc.c.name != "S700_W129" && dc.c.name != "docs_short_W100")
+      continue;
+    SCOPED_TRACE(dc.c.name);
+    const auto problem = [&dc] {
+      Problem pb(dc.c, false);
+      if (!dc.lengths.empty()) pb.doc_ids = attn_testing::doc_ids_of(dc.c, dc.lengths);
+      return pb;
+    };
+    const Reference ref(problem());
+    for (const char* path : paths()) {
+      const ScopedEnv env("WALLFACER_BF16_PATH", path);
+      for (const LevelKernels& lk : levels_this_cpu_runs()) {
+        Problem pb = problem();
+        lk.attn_fwd_bf16(pb.fwd_params());
+        lk.attn_bwd_preprocess_bf16(pb.d, pb.o.h.data(), pb.qs(), pb.dout.data(), pb.qs(),
+                                    pb.delta.data(), pb.ls());
+        lk.attn_bwd_bf16(pb.bwd_params());
+        expect_within(errors(pb, ref), false, lk.name() + " " + path);
+      }
+    }
+  }
+}
+
+// A window as long as the sequence gives the bits of the causal mask.
+TEST(AttnBf16Window, WindowOfTheSequenceIsBitIdenticalToCausal) {
+  const Case c{1, 600, 600, 4, 2, 16, true, 0, 0, "causal"};
+  Problem with(c, false), without(c, false);
+  with.c.window = 600;
+  for (Problem* pb : {&with, &without}) {
+    pb->forward();
+    pb->backward();
+  }
+  expect_same_bits(with, without, "window 600");
+}
+
 // One document spanning every position gives the bits of a call without documents.
 TEST(AttnBf16Docs, OneDocumentIsBitIdenticalToNoDocuments) {
   for (bool causal : {false, true}) {
