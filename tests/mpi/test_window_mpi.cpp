@@ -1,0 +1,186 @@
+// Sliding-window attention (AttnConfig::window) through distributed attention on the ranks of one
+// mpirun launch: every strategy (ring, zigzag, Ulysses, WallFacer-C in both placements, Ulysses x
+// ring hybrids), windows of one token, of a rank's rows, across rank and kernel tile borders and
+// longer than several ranks' rows, without documents and with them (strategy and balanced
+// layouts); the results against the naive fp64 reference of the whole sequence and against the
+// fp32 kernels on one process, and the work counter (forward FLOPs of all ranks) against a
+// pair-by-pair count of the mask. Then the bytes: a K,V block goes only to ranks whose queries
+// see one of its keys, so a contiguous ring with a window of at most a rank's rows sends one hop
+// forward (rank P-1 none), and every rank's counters equal the schedule's sums.
+// Usage: mpirun -np P test_window_mpi
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "wallfacer/comm/communicator.h"
+#include "wallfacer/plan/placement.h"
+#include "wallfacer/plan/planner.h"
+#include "wallfacer/seqpar/attention.h"
+#include "wallfacer/seqpar/harness.h"
+#include "wallfacer/seqpar/schedule.h"
+
+using namespace wallfacer;
+using namespace wallfacer::seqpar;
+
+namespace {
+
+// Forward and backward on `group`; the outputs gathered in natural order, this rank's stats.
+AttnTensors run(comm::Communicator& group, const AttnConfig& c, const AttnTensors& in,
+                AttnStats& stats) {
+  const int P = group.size(), rank = group.rank();
+  const auto q = local_rows(in.q, c, P, rank, c.heads),
+             k = local_rows(in.k, c, P, rank, c.kv_heads),
+             v = local_rows(in.v, c, P, rank, c.kv_heads),
+             dout = local_rows(in.dout, c, P, rank, c.heads);
+  std::vector<float> o(q.size()), lse(size_t(c.batch) * c.heads * (c.seq / P)), dq(q.size()),
+      dk(k.size()), dv(v.size());
+  DistAttention attn(c, group);
+  attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
+  attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                dk.data(), dv.data());
+  stats = attn.stats();
+  return gather_outputs(group, c, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
+}
+
+// Pairs the causal, windowed mask keeps over the whole sequence, one by one (documents of the
+// given lengths; empty: one).
+int64_t brute_pairs(int64_t seq, const std::vector<int64_t>& lengths, int64_t window) {
+  std::vector<int> ids;
+  for (size_t d = 0; d < lengths.size(); ++d) ids.insert(ids.end(), size_t(lengths[d]), int(d));
+  if (ids.empty()) ids.assign(size_t(seq), 0);
+  int64_t n = 0;
+  for (int64_t i = 0; i < seq; ++i)
+    for (int64_t j = 0; j <= i; ++j) n += ids[size_t(i)] == ids[size_t(j)] && i - j < window;
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  comm::MpiSession session(&argc, &argv);
+  auto world = comm::Communicator::world();
+  const int P = world.size(), rank = world.rank();
+  int failures = 0, configs = 0;
+  auto check = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: FAIL %s\n", rank, what.c_str());
+    }
+  };
+  // 512 positions: kernel tiles of 128 query and 256 key rows; rank borders at multiples of 512/P.
+  const int64_t S = 512;
+  const std::vector<std::vector<int64_t>> doc_sets = {{}, {1, 63, 64, 128, 5, 251}};
+  const AttnTolerance tol = attn_tolerance(Dtype::fp32);
+  const AttnTolerance tol2{2 * tol.out, 2 * tol.lse, 2 * tol.grad};
+  for (const auto& docs : doc_sets)
+    for (int64_t window : {int64_t(1), S / 8, int64_t(100), int64_t(300)}) {
+      AttnConfig base;
+      base.seq = S;
+      base.heads = 8;
+      base.kv_heads = 8;
+      base.head_dim = 16;
+      base.causal = true;
+      base.window = window;
+      base.doc_lengths = docs;
+      const auto in = make_inputs(base, 78);
+      AttnTensors ref, one;
+      if (rank == 0) {
+        ref = reference_attention(base, in, /*fp64=*/true);
+        one = reference_attention(base, in, /*fp64=*/false);
+      }
+      const double want_flops =
+          4.0 * double(brute_pairs(S, docs, window)) * base.heads * base.head_dim;
+      struct Case {
+        Strategy s;
+        int C = 1, u = 1;
+        bool ring_intra = false;
+      };
+      std::vector<Case> cases = {{Strategy::Ring}, {Strategy::Zigzag}, {Strategy::WallFacer}};
+      if (base.kv_heads % P == 0) cases.push_back({Strategy::Ulysses});
+      if (P >= 4) {
+        cases.push_back({Strategy::WallFacer, 2});
+        cases.push_back({Strategy::WallFacer, 2, 1, true});
+        cases.push_back({Strategy::Ring, 1, 2});
+        cases.push_back({Strategy::Zigzag, 1, 2});
+      }
+      std::vector<Layout> layouts = {Layout::Strategy};
+      if (!docs.empty()) layouts.push_back(Layout::Balanced);
+      for (const Case& k : cases)
+        for (Layout layout : layouts) {
+          AttnConfig c = base;
+          c.strategy = k.s;
+          c.teams = k.C;
+          c.ulysses = k.u;
+          c.layout = layout;
+          const std::string name = fmt::format(
+              "{}{} C={} u={} window {} {} layout, {} docs", k.ring_intra ? "ring-intra " : "",
+              strategy_name(k.s), k.C, k.u, window, layout_name(layout), docs.size());
+          auto group = world;
+          if (k.ring_intra) {
+            const auto device_of =
+                plan::candidate_devices({k.s, k.C, k.u, plan::Placement::RingIntra, false}, P);
+            group = world.split(0, plan::inverse_order(device_of)[size_t(rank)]);
+          }
+          AttnStats st;
+          const AttnTensors got = run(group, c, in, st);
+          ++configs;
+          double flops = st.attn_flops;
+          group.all_reduce_sum(&flops, 1);
+          check(flops == want_flops, fmt::format("{}: forward FLOPs {} of all ranks, the mask "
+                                                 "keeps {}",
+                                                 name, flops, want_flops));
+          // The counters are the schedule's sums.
+          const ScheduleTotals t = schedule_totals(make_schedule(c, P, group.rank()));
+          check(st.p2p_bytes_fwd == t.p2p_bytes_fwd && st.p2p_bytes_bwd == t.p2p_bytes_bwd,
+                fmt::format("{}: p2p bytes {} {}, the schedule sends {} {}", name, st.p2p_bytes_fwd,
+                            st.p2p_bytes_bwd, t.p2p_bytes_fwd, t.p2p_bytes_bwd));
+          if (rank != 0) continue;
+          const AttnErrors e = attention_errors(got, ref), e1 = attention_errors(got, one);
+          check(e.within(tol), fmt::format("{}: against fp64 out {:.2e} lse {:.2e} dq {:.2e} dk "
+                                           "{:.2e} dv {:.2e}",
+                                           name, e.out, e.lse, e.dq, e.dk, e.dv));
+          check(e1.within(tol2), fmt::format("{}: against one process out {:.2e} lse {:.2e} dq "
+                                             "{:.2e} dk {:.2e} dv {:.2e}",
+                                             name, e1.out, e1.lse, e1.dq, e1.dk, e1.dv));
+        }
+    }
+
+  // Bytes of a contiguous ring with a window of at most a rank's n = S/P rows: only rank r + 1's
+  // queries see rank r's keys, so the forward sends rank r's K,V block one hop (rank P-1: none)
+  // instead of P-1. With grouped-query heads (8 query, 2 kv) the backward moves K,V too: one hop
+  // of K,V and the P hops of its dK,dV (the gradient always travels home).
+  for (int64_t window : {S / P, S / (2 * P)}) {
+    AttnConfig c;
+    c.seq = S;
+    c.heads = 8;
+    c.kv_heads = 2;
+    c.head_dim = 16;
+    c.causal = true;
+    c.window = window;
+    const auto in = make_inputs(c, 79);
+    AttnStats st;
+    const AttnTensors got = run(world, c, in, st);
+    ++configs;
+    const int64_t n = S / P, kv = int64_t(c.batch) * n * 2 * c.kv_heads * c.head_dim * 4;
+    const int64_t hop = rank < P - 1 ? 1 : 0;
+    const int64_t want_fwd = hop * kv, want_bwd = P > 1 ? hop * kv + P * kv : 0;
+    check(st.p2p_bytes_fwd == want_fwd && st.p2p_bytes_bwd == want_bwd,
+          fmt::format("ring window {}: p2p bytes fwd {} bwd {}, the formula gives {} {}", window,
+                      st.p2p_bytes_fwd, st.p2p_bytes_bwd, want_fwd, want_bwd));
+    if (rank == 0) {
+      const AttnErrors e = attention_errors(got, reference_attention(c, in, /*fp64=*/true));
+      check(e.within(tol), fmt::format("ring window {} (GQA): against fp64 out {:.2e} dq {:.2e} "
+                                       "dk {:.2e}",
+                                       window, e.out, e.dq, e.dk));
+    }
+  }
+  double failed = failures;
+  world.all_reduce_sum(&failed, 1);
+  if (rank == 0)
+    std::printf("%d configurations with a sliding window on %d ranks: %s\n", configs, P,
+                failed > 0 ? "FAIL" : "ok");
+  return failed > 0 ? 1 : 0;
+}
