@@ -142,9 +142,12 @@ int main(int argc, char** argv) {
           check(e.within(tol), fmt::format("{}: against fp64 out {:.2e} lse {:.2e} dq {:.2e} dk "
                                            "{:.2e} dv {:.2e}",
                                            name, e.out, e.lse, e.dq, e.dk, e.dv));
-          check(e1.within(tol2), fmt::format("{}: against one process out {:.2e} lse {:.2e} dq "
-                                             "{:.2e} dk {:.2e} dv {:.2e}",
-                                             name, e1.out, e1.lse, e1.dq, e1.dk, e1.dv));
+          // With W = 1 every row sees only its own key: dQ and dK are exactly 0 and the fp32
+          // results on both sides only rounding noise, which the fp64 check above bounds.
+          check(window == 1 || e1.within(tol2),
+                fmt::format("{}: against one process out {:.2e} lse {:.2e} dq "
+                            "{:.2e} dk {:.2e} dv {:.2e}",
+                            name, e1.out, e1.lse, e1.dq, e1.dk, e1.dv));
         }
     }
 
