@@ -438,9 +438,10 @@ TEST(Attn, EveryLevelMatchesTheReference) {
 // Packed documents (AttnFwdParams::doc_of_pos).
 using attn_testing::DocCase;
 
+// With documents of the given lengths (none when empty).
 Problem doc_problem(const Case& c, const std::vector<int64_t>& lengths) {
   Problem pb(c);
-  pb.doc_ids = attn_testing::doc_ids_of(c, lengths);
+  if (!lengths.empty()) pb.doc_ids = attn_testing::doc_ids_of(c, lengths);
   return pb;
 }
 Problem doc_problem(const DocCase& dc) { return doc_problem(dc.c, dc.lengths); }
@@ -468,9 +469,11 @@ TEST_P(AttnDocsVsReference, ForwardAndBackward) {
 INSTANTIATE_TEST_SUITE_P(Cases, AttnDocsVsReference, ::testing::ValuesIn(doc_cases()),
                          [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
 
-// Every instruction-set level, on every document case.
+// Every instruction-set level, on every document case and every window case.
 TEST(AttnDocs, EveryLevelMatchesTheReference) {
-  for (const DocCase& dc : doc_cases()) {
+  std::vector<DocCase> cases = doc_cases();
+  for (const DocCase& dc : attn_testing::window_cases()) cases.push_back(dc);
+  for (const DocCase& dc : cases) {
     SCOPED_TRACE(dc.c.name);
     const Reference ref(doc_problem(dc));
     for (const LevelKernels& lk : levels_this_cpu_runs()) {
@@ -563,8 +566,7 @@ using attn_testing::window_cases;
 class AttnWindowVsReference : public ::testing::TestWithParam<DocCase> {};
 
 TEST_P(AttnWindowVsReference, ForwardAndBackward) {
-  const DocCase& dc = GetParam();
-  Problem pb = dc.lengths.empty() ? Problem(dc.c) : doc_problem(dc);
+  Problem pb = doc_problem(GetParam());
   pb.forward();
   pb.backward();
   expect_matches_reference(pb, Reference(pb));
@@ -572,28 +574,6 @@ TEST_P(AttnWindowVsReference, ForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttnWindowVsReference, ::testing::ValuesIn(window_cases()),
                          [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
-
-// Every instruction-set level, on every window case.
-TEST(AttnWindow, EveryLevelMatchesTheReference) {
-  for (const DocCase& dc : window_cases()) {
-    SCOPED_TRACE(dc.c.name);
-    const auto problem = [&dc] {
-      Problem pb(dc.c);
-      if (!dc.lengths.empty()) pb.doc_ids = attn_testing::doc_ids_of(dc.c, dc.lengths);
-      return pb;
-    };
-    const Reference ref(problem());
-    for (const LevelKernels& lk : levels_this_cpu_runs()) {
-      SCOPED_TRACE(lk.name());
-      Problem pb = problem();
-      lk.attn_fwd(pb.fwd_params());
-      lk.attn_bwd_preprocess(pb.d, pb.o.data(), pb.qs(), pb.dout.data(), pb.qs(), pb.delta.data(),
-                             pb.ls());
-      lk.attn_bwd(pb.bwd_params());
-      expect_matches_reference(pb, ref);
-    }
-  }
-}
 
 // A window as long as the sequence is the causal mask: the same bits.
 TEST(AttnWindow, WindowOfTheSequenceIsBitIdenticalToCausal) {

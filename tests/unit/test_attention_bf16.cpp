@@ -364,13 +364,17 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttnBf16DocsVsReference,
                          ::testing::ValuesIn(attn_testing::doc_cases()),
                          [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
 
-// Every instruction-set level (kernels/isa.h) on every path, with and without documents, against
-// the reference.
+// Every instruction-set level (kernels/isa.h) on every path, with and without documents and
+// windows, against the reference.
 TEST(AttnBf16, EveryLevelMatchesTheReference) {
   std::vector<DocCase> cases = {{{1, 300, 300, 2, 1, 64, true, 0, 0, "S300_causal"}, {}},
                                 {{1, 97, 97, 2, 1, 40, false, 0, 0, "S97_D40"}, {}}};
   for (const DocCase& dc : attn_testing::doc_cases())
     if (dc.c.name == "off_by_one_after_causal" || dc.c.name == "one_token_docs_full")
+      cases.push_back(dc);
+  // Windows ending on and next to the tiles' borders, and one with documents.
+  for (const DocCase& dc : attn_testing::window_cases())
+    if (dc.c.name == "S700_W256" || dc.c.name == "S700_W129" || dc.c.name == "docs_short_W100")
       cases.push_back(dc);
   for (const DocCase& dc : cases) {
     SCOPED_TRACE(dc.c.name);
@@ -405,32 +409,6 @@ TEST_P(AttnBf16WindowVsReference, ForwardAndBackward) {
 INSTANTIATE_TEST_SUITE_P(Cases, AttnBf16WindowVsReference,
                          ::testing::ValuesIn(attn_testing::window_cases()),
                          [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
-
-// Every instruction-set level on every path with windows ending on the tiles' borders.
-TEST(AttnBf16Window, EveryLevelMatchesTheReference) {
-  for (const DocCase& dc : attn_testing::window_cases()) {
-    if (dc.c.name != "S700_W256" && dc.c.name != "S700_W129" && dc.c.name != "docs_short_W100")
-      continue;
-    SCOPED_TRACE(dc.c.name);
-    const auto problem = [&dc] {
-      Problem pb(dc.c, false);
-      if (!dc.lengths.empty()) pb.doc_ids = attn_testing::doc_ids_of(dc.c, dc.lengths);
-      return pb;
-    };
-    const Reference ref(problem());
-    for (const char* path : paths()) {
-      const ScopedEnv env("WALLFACER_BF16_PATH", path);
-      for (const LevelKernels& lk : levels_this_cpu_runs()) {
-        Problem pb = problem();
-        lk.attn_fwd_bf16(pb.fwd_params());
-        lk.attn_bwd_preprocess_bf16(pb.d, pb.o.h.data(), pb.qs(), pb.dout.data(), pb.qs(),
-                                    pb.delta.data(), pb.ls());
-        lk.attn_bwd_bf16(pb.bwd_params());
-        expect_within(errors(pb, ref), false, lk.name() + " " + path);
-      }
-    }
-  }
-}
 
 // A window as long as the sequence gives the bits of the causal mask.
 TEST(AttnBf16Window, WindowOfTheSequenceIsBitIdenticalToCausal) {
