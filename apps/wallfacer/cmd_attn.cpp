@@ -2,7 +2,8 @@
 //   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C]
 //     [--ulysses U] [--placement {team-intra,ring-intra}] --seq N
 //     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--dtype {fp32,bf16}]
-//     [--docs L1,L2,... | --docs-random N] [--layout {strategy,balanced}] [--check] [--iters K]
+//     [--docs L1,L2,... | --docs-random N] [--layout {strategy,balanced}] [--window W]
+//     [--check] [--iters K]
 //     [--json] [--dump DIR] [--trace FILE.json]
 
 #include <algorithm>
@@ -57,7 +58,8 @@ struct AttnOptions {
   std::vector<int64_t> docs;  // document lengths (--docs)
   int64_t docs_random = 0;    // number of random documents (--docs-random)
   std::string layout = "strategy";
-  int count = 0;  // > 0: count the schedule of this many ranks, run nothing
+  int64_t window = 0;  // sliding window (--window; 0: none)
+  int count = 0;       // > 0: count the schedule of this many ranks, run nothing
   int64_t progress_rows = 256;
   std::string trace;  // Chrome trace file of the iterations
 };
@@ -109,9 +111,17 @@ nlohmann::json predicted_json(const plan::Cluster& cl, const seqpar::AttnConfig&
             {"received", cards.received}}}};
 }
 
+// What the output says of a window of the whole sequence or more.
+std::string window_note(int64_t window, int64_t seq) {
+  return "window " + std::to_string(window) + " >= seq " + std::to_string(seq) +
+         ": the full causal mask, run as --causal alone";
+}
+
 // The config as the JSON output names it: the planner's description, the dtype, the layout and
 // the documents (count, longest, and the fraction of the mask's pairs they keep).
-nlohmann::json describe(const seqpar::AttnConfig& cfg, int P, plan::Placement placement) {
+// `asked_window`: the --window given (a window of the sequence or more runs as the causal mask).
+nlohmann::json describe(const seqpar::AttnConfig& cfg, int P, plan::Placement placement,
+                        int64_t asked_window) {
   nlohmann::json j = plan::describe_config(cfg, P, placement);
   j["dtype"] = seqpar::dtype_name(cfg.dtype);
   j["layout"] = seqpar::layout_name(cfg.layout);
@@ -123,16 +133,21 @@ nlohmann::json describe(const seqpar::AttnConfig& cfg, int P, plan::Placement pl
                {"longest", longest},
                {"kept", double(kernels::kept_pairs(docs, all, all, cfg.causal)) /
                             double(kernels::kept_pairs(all, all, cfg.causal))}};
+  // The window, and the fraction of the causal mask's pairs it keeps (without documents).
+  j["window"] = {{"size", cfg.window},
+                 {"kept", double(kernels::kept_pairs(all, all, cfg.causal, cfg.window)) /
+                              double(kernels::kept_pairs(all, all, cfg.causal))}};
+  if (asked_window >= cfg.seq) j["window"]["note"] = window_note(asked_window, cfg.seq);
   return j;
 }
 
 // Bytes and steps per rank (maximum over ranks) of the schedules, summed without running them;
 // with a cluster file, the planner's times too.
 int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placement, int node_size,
-                   const plan::Cluster* cl, bool json) {
+                   const plan::Cluster* cl, bool json, int64_t asked_window) {
   const seqpar::ScheduleSummary sum = seqpar::summarize_schedules(cfg, P);
   const seqpar::ScheduleTotals& worst = sum.worst;
-  nlohmann::json j = describe(cfg, P, placement);
+  nlohmann::json j = describe(cfg, P, placement, asked_window);
   if (node_size > 0) {
     std::vector<int> node_of;
     for (int r = 0; r < P; ++r) node_of.push_back(r / node_size);
@@ -184,6 +199,11 @@ int run_attn(const AttnOptions& o) {
   cfg.dtype = seqpar::parse_dtype(o.dtype);
   cfg.doc_lengths = seqpar::doc_lengths_from_options(o.docs, o.docs_random, o.seq, o.seed);
   cfg.layout = seqpar::parse_layout(o.layout);
+  cfg.window = o.window;
+  seqpar::validate_window(cfg);
+  // A window of the whole sequence or more keeps every causal pair: it is the causal mask.
+  const bool window_is_causal = cfg.window >= cfg.seq;
+  if (window_is_causal) cfg.window = 0;
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
   WF_USAGE_CHECK(o.count >= 0, "--count is {}; give a number of ranks >= 1", o.count);
   WF_USAGE_CHECK(o.progress_rows >= 0, "--progress-rows is {}; give 0 (whole blocks) or more",
@@ -192,9 +212,14 @@ int run_attn(const AttnOptions& o) {
   plan::Cluster cl;
   if (!o.cluster.empty()) cl = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
-  if (o.count > 0)
+  const auto print_window_note = [&] {
+    if (window_is_causal) std::printf("%s\n", window_note(o.window, cfg.seq).c_str());
+  };
+  if (o.count > 0) {
+    if (!o.json) print_window_note();
     return count_schedule(cfg, o.count, placement, o.node_size, o.cluster.empty() ? nullptr : &cl,
-                          o.json);
+                          o.json, o.window);
+  }
 
   comm::MpiSession session(nullptr, nullptr);
   auto everyone = comm::Communicator::world();
@@ -273,7 +298,7 @@ int run_attn(const AttnOptions& o) {
     out = to_fp32(out16), dq = to_fp32(dq16), dk = to_fp32(dk16), dv = to_fp32(dv16);
   }
   const seqpar::RunSummary sum = seqpar::summarize_run(world, iterations);
-  nlohmann::json j = describe(cfg, P, placement);
+  nlohmann::json j = describe(cfg, P, placement, o.window);
   j["iters"] = o.iters;
   j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
   if (!o.cluster.empty()) j.update(predicted_json(cl, cfg, P, placement));
@@ -337,6 +362,9 @@ int run_attn(const AttnOptions& o) {
         if (lengths.empty()) lengths = {cfg.seq};
         write_npy((std::filesystem::path(o.dump) / "docs.npy").string(), lengths.data(),
                   {int64_t(lengths.size())});
+        // The sliding window as run (0: none; a window of the sequence or more runs as 0).
+        const int64_t window = cfg.window;
+        write_npy((std::filesystem::path(o.dump) / "window.npy").string(), &window, {1});
       }
     }
     world.all_reduce_sum(&verdict, 1);
@@ -347,13 +375,15 @@ int run_attn(const AttnOptions& o) {
     if (o.json) {
       std::printf("%s\n", j.dump().c_str());
     } else {
+      print_window_note();
       std::printf(
-          "attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d dtype=%s%s "
+          "attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d dtype=%s%s%s "
           "layout=%s docs=%d\n",
           label(cfg).c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads,
           cfg.kv_heads, cfg.head_dim, std::string(seqpar::dtype_name(cfg.dtype)).c_str(),
-          cfg.causal ? " causal" : "", std::string(seqpar::layout_name(cfg.layout)).c_str(),
-          int(j["docs"]["count"]));
+          cfg.causal ? " causal" : "",
+          cfg.window > 0 ? (" window=" + std::to_string(cfg.window)).c_str() : "",
+          std::string(seqpar::layout_name(cfg.layout)).c_str(), int(j["docs"]["count"]));
       std::printf(
           "  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld (ring formula)\n",
           (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
@@ -449,6 +479,9 @@ Action setup(CLI::App& root) {
                   "balanced (balances the document-masked work; --seq divisible by 8P)")
       ->check(CLI::IsMember({"strategy", "balanced"}))
       ->capture_default_str();
+  cmd->add_option("--window", o->window,
+                  "sliding window W (needs --causal): token i attends to tokens i-W+1 .. i only "
+                  "(and only in its own document); 0: none; W >= --seq is the causal mask");
   cmd->add_option("--progress-rows", o->progress_rows,
                   "query rows per kernel call while transfers are pending (0: whole blocks)");
   cmd->add_option("--trace", o->trace,

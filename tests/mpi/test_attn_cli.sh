@@ -119,6 +119,46 @@ echo "$out" | grep -qF '"coll_fwd":33792' || err "--count hybrid collective: $ou
 echo "$out" | grep -qF '"p2p_fwd":32768' || err "--count hybrid p2p: $out"
 echo "$out" | grep -qF '"ulysses":2' || err "--count hybrid: $out"
 
+# Sliding windows (--window): bf16 on every kind of strategy, checked against one process, with
+# and without documents; the window in the JSON and in --dump's window.npy (int64).
+for strat in "ring" "zigzag" "ulysses" "wallfacer --teams 2" "ring --ulysses 2"; do
+  for docs in "" "--docs 1,127,128,256"; do
+    # shellcheck disable=SC2086
+    out=$(run 4 "$wf" attn --strategy $strat --seq 512 --heads 4 --head-dim 8 --causal \
+      --window 100 --dtype bf16 $docs --check --json 2>&1); rc=$?
+    [ $rc -eq 0 ] || err "bf16 --window ($strat $docs) exited $rc: $out"
+    echo "$out" | grep -qF '"check":"pass"' || err "bf16 --window ($strat $docs): $out"
+  done
+done
+dump=$(mktemp -d)
+out=$(run 4 "$wf" attn --strategy ring --seq 512 --heads 2 --head-dim 8 --causal --window 64 \
+  --check --json --dump "$dump" 2>&1); rc=$?
+[ $rc -eq 0 ] || err "--window --dump exited $rc: $out"
+echo "$out" | grep -qF '"window":{"kept":' || err "--window: json lacks window: $out"
+echo "$out" | grep -qF '"size":64' || err "--window: json lacks the size: $out"
+[ -f "$dump/window.npy" ] && grep -qaF "'descr': '<i8'" "$dump/window.npy" &&
+  [ "$(tail -c 8 "$dump/window.npy" | od -An -tu8 | tr -d ' \n')" = "64" ] ||
+  err "--dump window.npy: not the int64 window 64"
+rm -rf "$dump"
+# A window of the whole sequence or more is the causal mask: it says so and runs as --causal.
+out=$(run 2 "$wf" attn --strategy ring --seq 256 --heads 2 --head-dim 8 --causal --window 256 \
+  --check 2>&1); rc=$?
+[ $rc -eq 0 ] || err "--window = --seq exited $rc: $out"
+echo "$out" | grep -q "full causal mask" || err "--window = --seq: no note: $out"
+echo "$out" | grep -q ": pass" || err "--window = --seq --check did not pass: $out"
+out=$("$wf" attn --count 4 --strategy ring --seq 256 --heads 2 --head-dim 8 --causal --window 999 \
+  --json 2>&1)
+echo "$out" | grep -qF 'full causal mask' || err "--count --window 999: no note: $out"
+bad 2 "needs --causal" --strategy ring --seq 64 --heads 2 --head-dim 8 --window 8
+bad 2 ">= 0" --strategy ring --seq 64 --heads 2 --head-dim 8 --causal --window -3
+# A contiguous ring with a window of at most a rank's rows sends one K,V hop (256 rows of 2 heads
+# of 8 floats, k and v: 32768 bytes), where the causal mask alone sends 7.
+out=$("$wf" attn --count 8 --strategy ring --seq 2048 --heads 2 --head-dim 8 --causal --window 256 \
+  --json 2>&1)
+echo "$out" | grep -qF '"p2p_fwd":32768' || err "--count ring --window 256: $out"
+out=$("$wf" attn --count 8 --strategy ring --seq 2048 --heads 2 --head-dim 8 --causal --json 2>&1)
+echo "$out" | grep -qF '"p2p_fwd":229376' || err "--count ring causal: $out"
+
 # A singleton run, without mpirun.
 out=$(OMP_NUM_THREADS=1 "$wf" attn --strategy zigzag --seq 64 --heads 2 --head-dim 8 --causal --check 2>&1)
 rc=$?

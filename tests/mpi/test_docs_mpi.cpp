@@ -6,7 +6,10 @@
 // process, and the work counter (forward FLOPs of all ranks) against a pair-by-pair count of the
 // mask. The random documents are set on a DistAttention built without them
 // (DistAttention::set_documents; in the balanced layout the rows then move to local_positions()).
-// Usage: mpirun -np P test_docs_mpi
+// Sliding windows (AttnConfig::window) run the same way: of one token, of a rank's rows, across rank
+// and tile borders and longer than several ranks' rows, with the documents, and every rank's byte
+// counters against its schedule's sums; then the bytes of a contiguous ring with a window of at
+// most a rank's rows against their formula. Usage: mpirun -np P test_docs_mpi
 
 #include <fmt/format.h>
 
@@ -22,17 +25,18 @@
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/doc_layout.h"
 #include "wallfacer/seqpar/harness.h"
+#include "wallfacer/seqpar/schedule.h"
 
 using namespace wallfacer;
 using namespace wallfacer::seqpar;
 
 namespace {
 
-// Forward and backward on `group`; the outputs gathered in natural order, and the forward FLOPs
-// of all ranks. `set_later`: the DistAttention is built with one document and runs once, then
-// gets c's documents from set_documents.
+// Forward and backward on `group`; the outputs gathered in natural order, this rank's stats and
+// the forward FLOPs of all ranks. `set_later`: the DistAttention is built with one document and
+// runs once, then gets c's documents from set_documents.
 AttnTensors run(comm::Communicator& group, const AttnConfig& c, const AttnTensors& in,
-                bool set_later, double& flops) {
+                bool set_later, double& flops, AttnStats& stats) {
   const int P = group.size(), rank = group.rank();
   const auto q = local_rows(in.q, c, P, rank, c.heads),
              k = local_rows(in.k, c, P, rank, c.kv_heads),
@@ -55,18 +59,21 @@ AttnTensors run(comm::Communicator& group, const AttnConfig& c, const AttnTensor
   attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
   attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
                 dk.data(), dv.data());
-  flops = attn.stats().attn_flops;
+  stats = attn.stats();
+  flops = stats.attn_flops;
   group.all_reduce_sum(&flops, 1);
   return gather_outputs(group, c, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
 }
 
-// Pairs the mask keeps over the whole sequence, one by one from the lengths.
-int64_t brute_pairs(const std::vector<int64_t>& lengths, bool causal) {
+// Pairs the mask keeps over the whole sequence, one by one from the lengths (window > 0: only
+// keys less than `window` positions back).
+int64_t brute_pairs(const std::vector<int64_t>& lengths, bool causal, int64_t window) {
   std::vector<int> ids;
   for (size_t d = 0; d < lengths.size(); ++d) ids.insert(ids.end(), size_t(lengths[d]), int(d));
   int64_t n = 0;
   for (size_t i = 0; i < ids.size(); ++i)
-    for (size_t j = 0; j < ids.size(); ++j) n += ids[i] == ids[j] && (!causal || i >= j);
+    for (size_t j = 0; j < ids.size(); ++j)
+      n += ids[i] == ids[j] && (!causal || i >= j) && (window == 0 || int64_t(i - j) < window);
   return n;
 }
 
@@ -91,15 +98,26 @@ int main(int argc, char** argv) {
       random_doc_lengths_count(S, 16, 11)};  // long-tailed lengths
   const AttnTolerance tol = attn_tolerance(Dtype::fp32);
   const AttnTolerance tol2{2 * tol.out, 2 * tol.lse, 2 * tol.grad};
+  // The masks: full, causal, and causal with sliding windows (on the first two document sets).
+  struct Mask {
+    bool causal = false;
+    int64_t window = 0;
+  };
   for (size_t set = 0; set < doc_sets.size(); ++set) {
     const auto& docs = doc_sets[set];
-    for (bool causal : {false, true}) {
+    std::vector<Mask> masks = {{false, 0}, {true, 0}};
+    if (set == 0)
+      for (int64_t w : {int64_t(1), S / 8, int64_t(300)}) masks.push_back({true, w});
+    if (set == 1) masks.push_back({true, 100});
+    for (const Mask& mask : masks) {
+      const bool causal = mask.causal;
       AttnConfig base;
       base.seq = S;
       base.heads = 8;
       base.kv_heads = 8;
       base.head_dim = 16;
       base.causal = causal;
+      base.window = mask.window;
       base.doc_lengths = docs;
       const auto in = make_inputs(base, 77);
       AttnTensors ref, one;
@@ -108,7 +126,7 @@ int main(int argc, char** argv) {
         one = reference_attention(base, in, /*fp64=*/false);
       }
       const double want_flops =
-          4.0 * double(brute_pairs(docs, causal)) * base.heads * base.head_dim;
+          4.0 * double(brute_pairs(docs, causal, mask.window)) * base.heads * base.head_dim;
       struct Case {
         Strategy s;
         int C = 1, u = 1;
@@ -129,10 +147,10 @@ int main(int argc, char** argv) {
           c.teams = k.C;
           c.ulysses = k.u;
           c.layout = layout;
-          const std::string name =
-              fmt::format("{}{} C={} u={} {} {} layout, {} docs", k.ring_intra ? "ring-intra " : "",
-                          strategy_name(k.s), k.C, k.u, causal ? "causal" : "full",
-                          layout_name(layout), docs.size());
+          const std::string name = fmt::format(
+              "{}{} C={} u={} {} window {} {} layout, {} docs", k.ring_intra ? "ring-intra " : "",
+              strategy_name(k.s), k.C, k.u, causal ? "causal" : "full", mask.window,
+              layout_name(layout), docs.size());
           auto group = world;
           if (k.ring_intra) {
             const auto device_of =
@@ -140,10 +158,16 @@ int main(int argc, char** argv) {
             group = world.split(0, plan::inverse_order(device_of)[size_t(rank)]);
           }
           double flops = 0;
+          AttnStats st;
           // The random documents come from set_documents (the balanced layout: rows moved).
           const bool set_later = set == 2;
-          const AttnTensors got = run(group, c, in, set_later, flops);
+          const AttnTensors got = run(group, c, in, set_later, flops, st);
           ++configs;
+          // The counters are the schedule's sums (hops no query needs are not made).
+          const ScheduleTotals t = schedule_totals(make_schedule(c, P, group.rank()));
+          check(st.p2p_bytes_fwd == t.p2p_bytes_fwd && st.p2p_bytes_bwd == t.p2p_bytes_bwd,
+                fmt::format("{}: p2p bytes {} {}, the schedule sends {} {}", name, st.p2p_bytes_fwd,
+                            st.p2p_bytes_bwd, t.p2p_bytes_fwd, t.p2p_bytes_bwd));
           check(flops == want_flops, fmt::format("{}: forward FLOPs {} of all ranks, the mask "
                                                  "keeps {}",
                                                  name, flops, want_flops));
@@ -152,16 +176,50 @@ int main(int argc, char** argv) {
           check(e.within(tol), fmt::format("{}: against fp64 out {:.2e} lse {:.2e} dq {:.2e} dk "
                                            "{:.2e} dv {:.2e}",
                                            name, e.out, e.lse, e.dq, e.dk, e.dv));
-          check(e1.within(tol2), fmt::format("{}: against one process out {:.2e} lse {:.2e} dq "
-                                             "{:.2e} dk {:.2e} dv {:.2e}",
-                                             name, e1.out, e1.lse, e1.dq, e1.dk, e1.dv));
+          // With W = 1 every row sees only its own key: dQ and dK are exactly 0 and the fp32
+          // results on both sides only rounding noise, which the fp64 check above bounds.
+          check(mask.window == 1 || e1.within(tol2),
+                fmt::format("{}: against one process out {:.2e} lse {:.2e} dq "
+                            "{:.2e} dk {:.2e} dv {:.2e}",
+                            name, e1.out, e1.lse, e1.dq, e1.dk, e1.dv));
         }
+    }
+  }
+
+  // Bytes of a contiguous ring with a window of at most a rank's n = S/P rows: only rank r + 1's
+  // queries see rank r's keys, so the forward sends rank r's K,V block one hop (rank P-1: none)
+  // instead of P-1. With grouped-query heads (8 query, 2 kv) the backward moves K,V too: one hop
+  // of K,V and the P hops of its dK,dV (the gradient always travels home).
+  for (int64_t window : {S / P, S / (2 * P)}) {
+    AttnConfig c;
+    c.seq = S;
+    c.heads = 8;
+    c.kv_heads = 2;
+    c.head_dim = 16;
+    c.causal = true;
+    c.window = window;
+    const auto in = make_inputs(c, 79);
+    AttnStats st;
+    double flops = 0;
+    const AttnTensors got = run(world, c, in, false, flops, st);
+    ++configs;
+    const int64_t n = S / P, kv = int64_t(c.batch) * n * 2 * c.kv_heads * c.head_dim * 4;
+    const int64_t hop = rank < P - 1 ? 1 : 0;
+    const int64_t want_fwd = hop * kv, want_bwd = P > 1 ? hop * kv + P * kv : 0;
+    check(st.p2p_bytes_fwd == want_fwd && st.p2p_bytes_bwd == want_bwd,
+          fmt::format("ring window {}: p2p bytes fwd {} bwd {}, the formula gives {} {}", window,
+                      st.p2p_bytes_fwd, st.p2p_bytes_bwd, want_fwd, want_bwd));
+    if (rank == 0) {
+      const AttnErrors e = attention_errors(got, reference_attention(c, in, /*fp64=*/true));
+      check(e.within(tol), fmt::format("ring window {} (GQA): against fp64 out {:.2e} dq {:.2e} "
+                                       "dk {:.2e}",
+                                       window, e.out, e.dq, e.dk));
     }
   }
   double failed = failures;
   world.all_reduce_sum(&failed, 1);
   if (rank == 0)
-    std::printf("%d configurations with documents on %d ranks: %s\n", configs, P,
+    std::printf("%d configurations with documents and windows on %d ranks: %s\n", configs, P,
                 failed > 0 ? "FAIL" : "ok");
   return failed > 0 ? 1 : 0;
 }

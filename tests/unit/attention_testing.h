@@ -27,6 +27,7 @@ struct Case {
   bool causal = false;
   int64_t q_pos0 = 0, k_pos0 = 0;
   std::string name;
+  int64_t window = 0;  // sliding window (causal); 0: none
 };
 
 inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -98,7 +99,10 @@ inline AttnDims dims_of(const Case& c) {
 }
 
 inline reference::AttnRefProblem ref_problem(const Case& c) {
-  return {dims_of(c), 1.0 / std::sqrt(double(c.head_dim)), c.causal, c.q_pos0, c.k_pos0};
+  reference::AttnRefProblem pr{dims_of(c), 1.0 / std::sqrt(double(c.head_dim)), c.causal, c.q_pos0,
+                               c.k_pos0};
+  pr.window = c.window;
+  return pr;
 }
 
 // Packed documents (doc_of_pos): a case with document lengths over the global positions
@@ -148,6 +152,39 @@ inline std::vector<DocCase> doc_cases() {
     // queries 0..299 in documents [0, 250) and [250, 1000); keys 500..799: rows 0..249 see nothing
     add({1, 300, 300, 4, 2, 16, false, 0, 500, "some_rows_see_nothing"}, {250, 550});
   }
+  return cs;
+}
+
+// Sliding windows (causal, window W > 0), for kernels whose tiles are 128 or 256 query rows by 256
+// key rows: windows ending on and next to tile borders, W = 1 (each query sees itself only),
+// W >= the sequence (the causal mask), query and key segments offset so that the window's edge
+// crosses the key segment, a key segment wholly outside every window (O = 0, LSE = -inf) and
+// windows with documents. Empty lengths: no documents.
+inline std::vector<DocCase> window_cases() {
+  std::vector<DocCase> cs;
+  auto add = [&](Case c, int64_t window, std::vector<int64_t> lengths = {}) {
+    c.causal = true;
+    c.window = window;
+    c.name += fmt::format("_W{}", window);
+    cs.push_back({c, std::move(lengths)});
+  };
+  for (int64_t w : {1, 2, 127, 128, 129, 255, 256, 257, 300, 512})
+    add({1, 700, 700, 4, 2, 16, true, 0, 0, "S700"}, w);
+  add({1, 300, 300, 4, 2, 16, true, 0, 0, "equals_seq"}, 300);
+  add({1, 300, 300, 4, 2, 16, true, 0, 0, "beyond_seq"}, 100000);
+  add({2, 97, 97, 8, 1, 24, true, 0, 0, "mqa_odd"}, 13);
+  add({1, 1000, 1000, 1, 1, 16, true, 0, 0, "S1000"}, 333);
+  // q at 1000..1299, k at 600..999: the window's edge sweeps through the key segment
+  add({1, 300, 400, 4, 2, 16, true, 1000, 600, "k_before_q"}, 350);
+  // keys 0..299, queries 1000..1199: every key is older than every window
+  add({1, 200, 300, 4, 2, 16, true, 1000, 0, "k_outside"}, 400);
+  // q at 0..299, k at 200..599 (k overlaps q, part in the future)
+  add({1, 300, 400, 4, 2, 16, true, 0, 200, "k_overlaps_q"}, 64);
+  add({1, 600, 600, 4, 2, 16, true, 0, 0, "docs_on_tile_borders"}, 200, {256, 256, 88});
+  add({1, 600, 600, 4, 2, 16, true, 0, 0, "docs_short"}, 100, {129, 128, 257, 86});
+  add({1, 300, 300, 8, 2, 24, true, 0, 0, "docs_many_short"}, 20,
+      {13, 1, 40, 2, 9, 33, 60, 1, 1, 17, 23, 100});
+  add({1, 300, 400, 4, 2, 16, true, 600, 300, "docs_k_before_q"}, 300, {350, 1, 449, 100});
   return cs;
 }
 
@@ -207,6 +244,7 @@ void set_inputs(Params& p, Problem& pb) {
   p.q_pos0 = pb.c.q_pos0;
   p.k_pos0 = pb.c.k_pos0;
   p.doc_of_pos = pb.docs();
+  p.window = pb.c.window;
 }
 
 // The strided tests' layout of a problem with Sq = Sk and H = Hkv: q, k, v are slices of one packed

@@ -438,9 +438,10 @@ TEST(Attn, EveryLevelMatchesTheReference) {
 // Packed documents (AttnFwdParams::doc_of_pos).
 using attn_testing::DocCase;
 
+// With documents of the given lengths (none when empty).
 Problem doc_problem(const Case& c, const std::vector<int64_t>& lengths) {
   Problem pb(c);
-  pb.doc_ids = attn_testing::doc_ids_of(c, lengths);
+  if (!lengths.empty()) pb.doc_ids = attn_testing::doc_ids_of(c, lengths);
   return pb;
 }
 Problem doc_problem(const DocCase& dc) { return doc_problem(dc.c, dc.lengths); }
@@ -468,9 +469,11 @@ TEST_P(AttnDocsVsReference, ForwardAndBackward) {
 INSTANTIATE_TEST_SUITE_P(Cases, AttnDocsVsReference, ::testing::ValuesIn(doc_cases()),
                          [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
 
-// Every instruction-set level, on every document case.
+// Every instruction-set level, on every document case and every window case.
 TEST(AttnDocs, EveryLevelMatchesTheReference) {
-  for (const DocCase& dc : doc_cases()) {
+  std::vector<DocCase> cases = doc_cases();
+  for (const DocCase& dc : attn_testing::window_cases()) cases.push_back(dc);
+  for (const DocCase& dc : cases) {
     SCOPED_TRACE(dc.c.name);
     const Reference ref(doc_problem(dc));
     for (const LevelKernels& lk : levels_this_cpu_runs()) {
@@ -555,6 +558,76 @@ TEST(AttnDocs, ChecksArguments) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("non-decreasing"), std::string::npos) << e.what();
   }
+}
+
+// Sliding windows (AttnFwdParams::window) against the reference with the same window.
+using attn_testing::window_cases;
+
+class AttnWindowVsReference : public ::testing::TestWithParam<DocCase> {};
+
+TEST_P(AttnWindowVsReference, ForwardAndBackward) {
+  Problem pb = doc_problem(GetParam());
+  pb.forward();
+  pb.backward();
+  expect_matches_reference(pb, Reference(pb));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttnWindowVsReference, ::testing::ValuesIn(window_cases()),
+                         [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
+
+// A window as long as the sequence is the causal mask: the same bits.
+TEST(AttnWindow, WindowOfTheSequenceIsBitIdenticalToCausal) {
+  const Case c{1, 700, 700, 4, 2, 32, true, 0, 0, "causal"};
+  for (int64_t w : {700, 701, 1 << 20}) {
+    Problem with(c), without(c);
+    with.c.window = w;
+    for (Problem* pb : {&with, &without}) {
+      pb->forward();
+      pb->backward();
+    }
+    EXPECT_EQ(with.o, without.o) << w;
+    EXPECT_EQ(with.lse, without.lse) << w;
+    EXPECT_EQ(with.dq, without.dq) << w;
+    EXPECT_EQ(with.dk, without.dk) << w;
+    EXPECT_EQ(with.dv, without.dv) << w;
+  }
+}
+
+// Tiles wholly outside every window are skipped: keys and values older than the window of every
+// query that hold NaN never reach a result (a masked element inside a computed tile would, through
+// 0 * NaN), and their gradients stay zero.
+TEST(AttnWindow, TilesOutsideTheWindowAreSkipped) {
+  const int S = 1024, W = 256, row = 16;  // Hkv = 1, D = 16
+  Problem pb(Case{1, S, S, 2, 1, 16, true, 0, 0, "skip", W});
+  const Reference ref(pb);
+  // Query tile [512, 640) sees keys from 257; key tile [0, 256) is older than every window of
+  // queries >= 512. Poison keys 0..255 and look at queries 512..: their results must be exact.
+  std::fill(pb.k.begin(), pb.k.begin() + 256 * row, std::numeric_limits<float>::quiet_NaN());
+  std::fill(pb.v.begin(), pb.v.begin() + 256 * row, std::numeric_limits<float>::quiet_NaN());
+  pb.forward();
+  for (int h = 0; h < 2; ++h)
+    for (int i = 512; i < S; ++i) {
+      ASSERT_NEAR(pb.lse[h * S + i], ref.lse[h * S + i], kTolLse * 10) << h << " " << i;
+      for (int e = 0; e < 16; ++e) {
+        const size_t x = (size_t(i) * 2 + h) * 16 + e;
+        ASSERT_NEAR(pb.o[x], ref.o[x], 1e-5) << h << " " << i << " " << e;
+      }
+    }
+}
+
+TEST(AttnWindow, ChecksArguments) {
+  Problem pb(Case{1, 50, 50, 2, 1, 8, true, 0, 0, "bad", 10});
+  pb.c.window = -1;
+  try {
+    pb.forward();
+    ADD_FAILURE() << "a negative window was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(">= 0"), std::string::npos) << e.what();
+  }
+  pb.c.window = 10;
+  pb.c.causal = false;
+  EXPECT_THROW(pb.forward(), Error);
+  EXPECT_THROW(attn_bwd(pb.bwd_params()), Error);
 }
 
 }  // namespace

@@ -364,13 +364,17 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttnBf16DocsVsReference,
                          ::testing::ValuesIn(attn_testing::doc_cases()),
                          [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
 
-// Every instruction-set level (kernels/isa.h) on every path, with and without documents, against
-// the reference.
+// Every instruction-set level (kernels/isa.h) on every path, with and without documents and
+// windows, against the reference.
 TEST(AttnBf16, EveryLevelMatchesTheReference) {
   std::vector<DocCase> cases = {{{1, 300, 300, 2, 1, 64, true, 0, 0, "S300_causal"}, {}},
                                 {{1, 97, 97, 2, 1, 40, false, 0, 0, "S97_D40"}, {}}};
   for (const DocCase& dc : attn_testing::doc_cases())
     if (dc.c.name == "off_by_one_after_causal" || dc.c.name == "one_token_docs_full")
+      cases.push_back(dc);
+  // Windows ending on and next to the tiles' borders, and one with documents.
+  for (const DocCase& dc : attn_testing::window_cases())
+    if (dc.c.name == "S700_W256" || dc.c.name == "S700_W129" || dc.c.name == "docs_short_W100")
       cases.push_back(dc);
   for (const DocCase& dc : cases) {
     SCOPED_TRACE(dc.c.name);
@@ -392,6 +396,30 @@ TEST(AttnBf16, EveryLevelMatchesTheReference) {
       }
     }
   }
+}
+
+// Sliding windows (AttnFwdBf16Params::window) against the reference with the same window, on
+// every path (and with the documents of the case, if any).
+class AttnBf16WindowVsReference : public ::testing::TestWithParam<DocCase> {};
+
+TEST_P(AttnBf16WindowVsReference, ForwardAndBackward) {
+  check_case(GetParam().c, false, GetParam().lengths);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttnBf16WindowVsReference,
+                         ::testing::ValuesIn(attn_testing::window_cases()),
+                         [](const ::testing::TestParamInfo<DocCase>& i) { return i.param.c.name; });
+
+// A window as long as the sequence gives the bits of the causal mask.
+TEST(AttnBf16Window, WindowOfTheSequenceIsBitIdenticalToCausal) {
+  const Case c{1, 600, 600, 4, 2, 16, true, 0, 0, "causal"};
+  Problem with(c, false), without(c, false);
+  with.c.window = 600;
+  for (Problem* pb : {&with, &without}) {
+    pb->forward();
+    pb->backward();
+  }
+  expect_same_bits(with, without, "window 600");
 }
 
 // One document spanning every position gives the bits of a call without documents.

@@ -237,6 +237,47 @@ TEST(SeqparLayout, AttentionTilePairsCountsWholeTiles) {
   }
 }
 
+// The sliding window: pairs with i - W < j <= i, counted one by one, against kernels::kept_pairs
+// and the schedule's kept_pairs; tiles against a tile-by-tile count (a tile is computed unless
+// its first key comes after its last query or its last key is W or more before its first query).
+TEST(SeqparLayout, WindowPairsAndTilesCountTheWindow) {
+  for (int64_t W : {1, 2, 5, 9, 40}) {
+    AttnConfig cfg;
+    cfg.seq = 64;
+    cfg.heads = 1;
+    cfg.head_dim = 8;
+    cfg.causal = true;
+    cfg.window = W;
+    const Schedule s = make_schedule(cfg, 1, 0);
+    for (int64_t qp : {0, 3, 10, 17}) {
+      for (int64_t kp : {0, 5, 12}) {
+        for (int64_t qr : {1, 4, 9}) {
+          for (int64_t kr : {1, 6, 11}) {
+            int64_t naive = 0;
+            for (int64_t i = 0; i < qr; ++i)
+              for (int64_t j = 0; j < kr; ++j) naive += qp + i >= kp + j && qp + i - (kp + j) < W;
+            EXPECT_EQ(kernels::kept_pairs({qp, qp + qr}, {kp, kp + kr}, true, W), naive);
+            EXPECT_EQ(kept_pairs(s, qp, qr, kp, kr), naive);
+            for (auto [tq, tk] : {std::pair{2, 3}, std::pair{4, 4}, std::pair{1, 1}}) {
+              int64_t tiles = 0;
+              for (int64_t i0 = 0; i0 < qr; i0 += tq)
+                for (int64_t j0 = 0; j0 < kr; j0 += tk) {
+                  const int64_t nq = std::min<int64_t>(tq, qr - i0);
+                  const int64_t nk = std::min<int64_t>(tk, kr - j0);
+                  const int64_t qa = qp + i0, ka = kp + j0;
+                  if (ka <= qa + nq - 1 && qa - (ka + nk - 1) < W) tiles += nq * nk;
+                }
+              EXPECT_EQ(attention_tile_pairs(s.docs, qp, qr, kp, kr, true, tq, tk, W), tiles)
+                  << W << ": " << qp << " " << qr << " " << kp << " " << kr << " " << tq << "x"
+                  << tk;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(SeqparSchedule, ValidateRejectsWhatCannotRun) {
   auto bad = [](AttnConfig c, int P) { EXPECT_THROW(validate(c, P), UsageError); };
   bad(config(Strategy::Ring, 100, 4, 4, 8, false), 8);         // S % P

@@ -141,6 +141,7 @@ void attn_fwd(const AttnFwdParams& p) {
   check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("o", p.o_stride, d.seq_q, d.heads, d.head_dim);
+  detail::check_window("attn_fwd", p.causal, p.window);
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_fwd", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
   if (d.seq_q == 0) return;
@@ -185,7 +186,7 @@ void attn_fwd(const AttnFwdParams& p) {
         std::fill(lse, lse + nq, kNegInf);
       }
       detail::for_each_key_tile(
-          d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.doc_of_pos,
+          d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.window, p.doc_of_pos,
           [&](int j0, int nk, const TileMask& mask) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, q,
                         ld(p.q_stride.seq, D), k + j0 * p.k_stride.seq, ld(p.k_stride.seq, D), 0.0f,
@@ -261,7 +262,7 @@ void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float*
       const float *q = head.q, *dout = head.dout, *lse = head.lse, *delta = head.delta;
       float* dq = head.dq;
       detail::for_each_query_block(
-          d, p.q_pos0, bq, kpos_first, kpos_last, p.causal, doc,
+          d, p.q_pos0, bq, kpos_first, kpos_last, p.causal, p.window, doc,
           [&](int i0, int nq, const TileMask& mask) {
             const float* qi = q + i0 * p.q_stride.seq;
             const float* doi = dout + i0 * p.dout_stride.seq;
@@ -313,6 +314,7 @@ void attn_bwd(const AttnBwdParams& p) {
   check_strides("dq", p.dq_stride, d.seq_q, d.heads, d.head_dim);
   check_strides("dk", p.dk_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("dv", p.dv_stride, d.seq_k, d.kv_heads, d.head_dim);
+  detail::check_window("attn_bwd", p.causal, p.window);
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_bwd", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
   const int D = d.head_dim;
@@ -337,8 +339,8 @@ void attn_bwd(const AttnBwdParams& p) {
   const int64_t per_thread = 2 * int64_t(tile.block_q) * tile.block_k;
   std::vector<float> work(per_thread * nthreads);
   BlasSingleThreaded blas_guard;
-  detail::run_bwd_tasks(d, p.causal, p.q_pos0, p.k_pos0, tile.block_k, nthreads, p.dq, p.dq_stride,
-                        !p.accumulate, [&](const BwdTask& task, int thread) {
+  detail::run_bwd_tasks(d, p.causal, p.window, p.q_pos0, p.k_pos0, tile.block_k, nthreads, p.dq,
+                        p.dq_stride, !p.accumulate, [&](const BwdTask& task, int thread) {
                           float* ps = work.data() + per_thread * thread;
                           bwd_kv_range(p, task, ps, ps + per_thread / 2);
                         });

@@ -25,6 +25,14 @@
 // LSE = -inf, as under the causal mask. nullptr: one document, the results bit-identical to a call
 // without the field.
 //
+// Sliding window: with causal set and window = W > 0, query row i keeps key j only when
+//     q_pos0 + i - W < k_pos0 + j <= q_pos0 + i,
+// the W most recent positions including its own (and, with documents, only those of its
+// document). Key tiles entirely outside every window of a query tile are skipped, so the work grows
+// as Sq * W rather than Sq * Sk; tiles cut by the window's edge mask per element like the diagonal.
+// W >= the sequence is the causal mask itself, with bit-identical results. window = 0: no window
+// (the default); window < 0, or > 0 without causal, is an argument error.
+//
 // Memory: the caller owns every tensor (any strides as described, no overlap between an output
 // and any other tensor); the kernels allocate their scratch per call (attn_*_workspace_bytes) and
 // keep nothing between calls.
@@ -84,6 +92,8 @@ struct AttnFwdParams {
   int64_t k_pos0 = 0;  // global position of key row 0
   // Document id of every global position (see the top of this file); nullptr: no documents.
   const int32_t* doc_of_pos = nullptr;
+  // Sliding window (see the top of this file): 0 none; > 0 needs causal.
+  int64_t window = 0;
   // false: overwrite (o, lse). true: merge this block's result into the running (o, lse) with
   // lse_merge (o, lse must hold a valid partial result, e.g. from attn_fwd_init_output).
   bool accumulate = false;
@@ -114,6 +124,7 @@ struct AttnBwdParams {
   int64_t q_pos0 = 0;
   int64_t k_pos0 = 0;
   const int32_t* doc_of_pos = nullptr;  // as in AttnFwdParams; the same as the forward's
+  int64_t window = 0;                   // as in AttnFwdParams; the same as the forward's
   // false: overwrite dq, dk, dv. true: add into them (ring steps accumulate partial gradients).
   bool accumulate = false;
 };

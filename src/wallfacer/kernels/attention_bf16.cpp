@@ -341,6 +341,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
   check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_output("o", p.o, p.accumulate, d.seq_q, d.heads, d.head_dim);
+  detail::check_window("attn_fwd_bf16", p.causal, p.window);
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_fwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
   const GemmFn gemm = gemm_of(bf16_path());
@@ -405,7 +406,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
       std::fill_n(l, nq, 0.0f);
       std::fill_n(oacc, int64_t(nq) * D, 0.0f);
       detail::for_each_key_tile(
-          d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.doc_of_pos,
+          d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.window, p.doc_of_pos,
           [&](int j0, int nk, const TileMask& mask) {
             const int jt = j0 / bk, nk2 = nk + nk % 2;
             gemm({.m = nq,
@@ -558,7 +559,7 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
       const bf16* qt = pk.qt.data() + (int64_t(b) * d.heads + h) * pk.head;
       const bf16* dot = pk.dot.data() + (int64_t(b) * d.heads + h) * pk.head;
       detail::for_each_query_block(
-          d, p.q_pos0, bq, kpos_first, kpos_last, p.causal, p.doc_of_pos,
+          d, p.q_pos0, bq, kpos_first, kpos_last, p.causal, p.window, p.doc_of_pos,
           [&](int i0, int nq, const TileMask& mask) {
             const int nq2 = nq + nq % 2;
             // Q and dO rows are the A of the products over D as they are, unless D is odd (then
@@ -686,6 +687,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   check_output("dq", p.dq, p.accumulate, d.seq_q, d.heads, d.head_dim);
   check_output("dk", p.dk, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
   check_output("dv", p.dv, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
+  detail::check_window("attn_bwd_bf16", p.causal, p.window);
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_bwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
   const GemmFn gemm = gemm_of(bf16_path());
@@ -727,7 +729,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   std::vector<BwdTile> tiles;
   for (int t = 0; t < nthreads; ++t) tiles.emplace_back(tile.block_q, tile.block_k, hd);
   detail::run_bwd_tasks(
-      d, p.causal, p.q_pos0, p.k_pos0, tile.block_k, nthreads, dq_main, dq_main_stride,
+      d, p.causal, p.window, p.q_pos0, p.k_pos0, tile.block_k, nthreads, dq_main, dq_main_stride,
       !p.accumulate && p.dq.fp32_data != nullptr,
       [&](const BwdTask& task, int thread) { bwd_kv_range(p, pk, gemm, task, tiles[thread]); });
   if (!p.dq.bf16_data) return;

@@ -1,7 +1,7 @@
 #pragma once
 // Flash attention with bf16 storage and fp32 arithmetic: forward with row log-sum-exp, backward.
-// Layouts, masks, positions, documents (doc_of_pos) and GQA are those of attention.h; only the
-// element types differ.
+// Layouts, masks, positions, documents (doc_of_pos), the sliding window and GQA are those of
+// attention.h; only the element types differ.
 //
 // What is bf16 and what is fp32:
 //   q, k, v, dout                 bf16 inputs
@@ -54,6 +54,8 @@ struct AttnFwdBf16Params {
   int64_t k_pos0 = 0;
   // Document id of every global position (attention.h); nullptr: no documents.
   const int32_t* doc_of_pos = nullptr;
+  // Sliding window (attention.h): 0 none; > 0 needs causal.
+  int64_t window = 0;
   // false: overwrite (o, lse). true: merge this block's result into the running fp32 (o, lse) with
   // lse_merge (which must hold a valid partial result, e.g. from attn_fwd_init_output).
   bool accumulate = false;
@@ -81,6 +83,7 @@ struct AttnBwdBf16Params {
   int64_t q_pos0 = 0;
   int64_t k_pos0 = 0;
   const int32_t* doc_of_pos = nullptr;  // as in AttnFwdBf16Params; the same as the forward's
+  int64_t window = 0;                   // as in AttnFwdBf16Params; the same as the forward's
   // false: overwrite dq, dk, dv. true: add into them (all three fp32).
   bool accumulate = false;
 };

@@ -11,6 +11,17 @@ int visible_keys(int64_t q_pos, int64_t k_pos_first, int nk) {
   return static_cast<int>(std::clamp<int64_t>(v, 0, nk));
 }
 
+int window_first_key(int64_t q_pos, int64_t window, int64_t k_pos_first, int nk) {
+  return static_cast<int>(std::clamp<int64_t>(q_pos - window + 1 - k_pos_first, 0, nk));
+}
+
+void check_window(const char* fn, bool causal, int64_t window) {
+  WF_CHECK(window >= 0, "{}: window {} must be >= 0 (0: no window)", fn, window);
+  WF_CHECK(window == 0 || causal,
+           "{}: a window ({}) needs the causal mask: a query sees keys in (pos - window, pos]", fn,
+           window);
+}
+
 int first_query_block(const AttnDims& d, int64_t q_pos0, int64_t k_pos_first, int block_q) {
   const int64_t first = k_pos_first - q_pos0;  // first query row that sees a key of the tile
   if (first >= d.seq_q) return d.seq_q;
@@ -92,8 +103,8 @@ int64_t bwd_extra_dq_floats(const AttnDims& d, int parts) {
   return int64_t(parts - 1) * d.batch * d.heads * d.seq_q * d.head_dim;
 }
 
-std::vector<int> split_keys(const AttnDims& d, bool causal, int64_t q_pos0, int64_t k_pos0,
-                            int block_k, int parts) {
+std::vector<int> split_keys(const AttnDims& d, bool causal, int64_t window, int64_t q_pos0,
+                            int64_t k_pos0, int block_k, int parts) {
   const int bk = block_k;
   const int tiles = (d.seq_k + bk - 1) / bk;
   std::vector<double> work(tiles);
@@ -103,6 +114,12 @@ std::vector<int> split_keys(const AttnDims& d, bool causal, int64_t q_pos0, int6
     if (causal) {
       const int64_t first = k_pos0 + int64_t(jt) * bk - q_pos0;  // first row seeing the tile
       rows = d.seq_q - std::clamp<int64_t>(first, 0, d.seq_q);
+      if (window > 0) {  // rows past the last that has a key of the tile in its window
+        const int64_t last_key = std::min<int64_t>(int64_t(jt + 1) * bk, d.seq_k) - 1;
+        const int64_t end = k_pos0 + last_key + window - q_pos0;  // one past the last row
+        rows -= d.seq_q - std::clamp<int64_t>(end, 0, d.seq_q);
+        rows = std::max<int64_t>(rows, 0);
+      }
     }
     work[jt] = double(rows) + 1.0;
     total += work[jt];

@@ -18,6 +18,15 @@ namespace wallfacer::kernels::detail {
 // at global position q_pos may see under a causal mask.
 int visible_keys(int64_t q_pos, int64_t k_pos_first, int nk);
 
+// Sliding window (AttnFwdParams::window = W > 0, causal): the first of the nk keys of a tile
+// starting at global position k_pos_first that a query at global position q_pos sees (keys at
+// positions > q_pos - W); nk when it sees none of them.
+int window_first_key(int64_t q_pos, int64_t window, int64_t k_pos_first, int nk);
+
+// Checks the window argument of `fn`: >= 0, and > 0 only with a causal mask (throws
+// wallfacer::Error).
+void check_window(const char* fn, bool causal, int64_t window);
+
 // The backward under a causal mask: the first query row of the first block of `block_q` rows that
 // sees a key of a tile whose first key is at global position k_pos_first (seq_q when none does).
 int first_query_block(const AttnDims& d, int64_t q_pos0, int64_t k_pos_first, int block_q);
@@ -39,39 +48,56 @@ void doc_key_range(const int32_t* doc, int64_t q_pos, int64_t k_first, int nk, i
 int first_row_from_doc(const int32_t* doc, int64_t pos0, int n, int32_t id);
 
 // The masks of one (query tile, key tile) pair that has work: the pair's first query and key
-// positions, whether a causal mask cuts its rows (the tile straddles the diagonal) and, when the
-// pair crosses a document boundary, the document ids (nullptr inside one document).
+// positions, whether the causal mask or the sliding window cuts its rows (the tile straddles the
+// diagonal or the window's lower edge), the window (0: none) and, when the pair crosses a document
+// boundary, the document ids (nullptr inside one document).
 struct TileMask {
   int64_t q_first = 0, k_first = 0;
   bool partial = false;
   const int32_t* doc = nullptr;
+  int64_t window = 0;
   // Whether every row keeps every key of the tile.
   bool whole() const { return !partial && !doc; }
-  // The keys [*lo, *hi) of the tile's nk keys that query row i keeps: its causal prefix, within its
-  // document. *lo == *hi when it keeps none.
+  // The keys [*lo, *hi) of the tile's nk keys that query row i keeps: its causal prefix, from the
+  // first key of its window, within its document. *lo == *hi when it keeps none.
   void keys(int i, int nk, int* lo, int* hi) const {
     const int64_t q_pos = q_first + i;
     *lo = 0;
     *hi = partial ? visible_keys(q_pos, k_first, nk) : nk;
+    if (partial && window > 0) *lo = window_first_key(q_pos, window, k_first, nk);
     if (doc) {
       int doc_lo, doc_hi;
       doc_key_range(doc, q_pos, k_first, nk, &doc_lo, &doc_hi);
-      *lo = doc_lo;
-      *hi = std::max(doc_lo, std::min(*hi, doc_hi));
+      *lo = std::max(*lo, doc_lo);
+      *hi = std::min(*hi, doc_hi);
     }
+    *hi = std::max(*lo, *hi);
   }
 };
+
+// The mask of the tile pair of query positions [q_first, q_last] and key positions
+// [k_first, k_last]; `crossing`: the pair straddles a document boundary (doc is then kept).
+inline TileMask tile_mask(int64_t q_first, int64_t q_last, int64_t k_first, int64_t k_last,
+                          bool causal, int64_t window, const int32_t* doc, bool crossing) {
+  const bool cut_window = window > 0 && k_first <= q_last - window;
+  return TileMask{q_first, k_first, causal && (k_last > q_first || cut_window),
+                  crossing ? doc : nullptr, causal ? window : 0};
+}
 
 // The forward's walk over key tiles: calls fn(j0, nk, mask) for the tiles of `block_k` keys (tile
 // starts multiples of block_k, key row j at global position k_pos0 + j) that the query rows at
 // global positions [q_first, q_last] see a key of, in order. Tiles in the future (causal) end the
-// walk; with documents (doc non-null) it starts at the tile of the first key of the first query's
-// document, skips tiles with no document in common and ends past the last query's document.
+// walk; with a window (causal, window > 0) it starts at the tile of the first query's first key in
+// the window; with documents (doc non-null) it starts at the tile of the first key of the first
+// query's document, skips tiles with no document in common and ends past the last query's document.
 template <typename Fn>
 void for_each_key_tile(int seq_k, int64_t k_pos0, int block_k, int64_t q_first, int64_t q_last,
-                       bool causal, const int32_t* doc, Fn fn) {
-  const int j_start =
-      doc ? first_row_from_doc(doc, k_pos0, seq_k, doc[q_first]) / block_k * block_k : 0;
+                       bool causal, int64_t window, const int32_t* doc, Fn fn) {
+  int j_start = doc ? first_row_from_doc(doc, k_pos0, seq_k, doc[q_first]) / block_k * block_k : 0;
+  if (causal && window > 0) {
+    const int64_t first = std::clamp<int64_t>(q_first - window + 1 - k_pos0, 0, seq_k);
+    j_start = std::max(j_start, first == seq_k ? seq_k : int(first) / block_k * block_k);
+  }
   for (int j0 = j_start; j0 < seq_k; j0 += block_k) {
     const int nk = std::min(block_k, seq_k - j0);
     const int64_t k_first = k_pos0 + j0, k_last = k_first + nk - 1;
@@ -82,18 +108,19 @@ void for_each_key_tile(int seq_k, int64_t k_pos0, int block_k, int64_t q_first, 
       continue;
     }
     fn(j0, nk,
-       TileMask{q_first, k_first, causal && k_last > q_first,
-                docs == TileDocs::Crossing ? doc : nullptr});
+       tile_mask(q_first, q_last, k_first, k_last, causal, window, doc,
+                 docs == TileDocs::Crossing));
   }
 }
 
 // The backward's walk over query blocks for one key tile (global positions [k_first, k_last]):
 // calls fn(i0, nq, mask) for the blocks of `block_q` rows (query row i at global position
 // q_pos0 + i) that see a key of the tile, in order, skipping those that the causal mask or the
-// documents leave without work.
+// documents leave without work and ending past the last query whose window (causal, window > 0)
+// holds a key of the tile.
 template <typename Fn>
 void for_each_query_block(const AttnDims& d, int64_t q_pos0, int block_q, int64_t k_first,
-                          int64_t k_last, bool causal, const int32_t* doc, Fn fn) {
+                          int64_t k_last, bool causal, int64_t window, const int32_t* doc, Fn fn) {
   // Query blocks that end before the key tile starts are entirely masked under causal, and so are
   // those before the tile's first document.
   int i_start = causal ? first_query_block(d, q_pos0, k_first, block_q) : 0;
@@ -104,14 +131,15 @@ void for_each_query_block(const AttnDims& d, int64_t q_pos0, int block_q, int64_
     const int nq = std::min(block_q, d.seq_q - i0);
     const int64_t q_first = q_pos0 + i0, q_last = q_first + nq - 1;
     if (causal && k_first > q_last) continue;
+    if (causal && window > 0 && q_first - window >= k_last) break;  // later blocks are further
     const TileDocs docs = doc ? tile_docs(doc, q_first, q_last, k_first, k_last) : TileDocs::Inside;
     if (docs == TileDocs::Disjoint) {
       if (doc[q_first] > doc[k_last]) break;  // later blocks are in later documents
       continue;
     }
     fn(i0, nq,
-       TileMask{q_first, k_first, causal && k_last > q_first,
-                docs == TileDocs::Crossing ? doc : nullptr});
+       tile_mask(q_first, q_last, k_first, k_last, causal, window, doc,
+                 docs == TileDocs::Crossing));
   }
 }
 
@@ -137,9 +165,10 @@ int bwd_key_parts(const AttnDims& d, int threads, int block_k);
 int64_t bwd_extra_dq_floats(const AttnDims& d, int parts);
 
 // Key-row boundaries (parts + 1 of them) splitting [0, seq_k) into ranges of whole tiles with about
-// equal work; under a causal mask a key tile's work is the number of query rows that see it.
-std::vector<int> split_keys(const AttnDims& d, bool causal, int64_t q_pos0, int64_t k_pos0,
-                            int block_k, int parts);
+// equal work; under a causal mask (and window) a key tile's work is the number of query rows that
+// see it.
+std::vector<int> split_keys(const AttnDims& d, bool causal, int64_t window, int64_t q_pos0,
+                            int64_t k_pos0, int block_k, int parts);
 
 inline float widen(float x) { return x; }
 inline float widen(bf16 x) { return to_float(x); }
@@ -199,13 +228,13 @@ auto bwd_head(const Params& p, const BwdTask& task, int g) {
 // bwd_key_parts): part 0 adds into dq (fp32; its rows zeroed first when zero_dq), the other parts
 // into private buffers that are added to dq afterwards, in part order.
 template <typename Run>
-void run_bwd_tasks(const AttnDims& d, bool causal, int64_t q_pos0, int64_t k_pos0, int block_k,
-                   int threads, float* dq, Strides3 dq_stride, bool zero_dq, Run run) {
+void run_bwd_tasks(const AttnDims& d, bool causal, int64_t window, int64_t q_pos0, int64_t k_pos0,
+                   int block_k, int threads, float* dq, Strides3 dq_stride, bool zero_dq, Run run) {
   const int D = d.head_dim;
   const int group = d.heads / d.kv_heads;
   const int tasks = d.batch * d.kv_heads;
   const int parts = bwd_key_parts(d, threads, block_k);
-  const std::vector<int> cut = split_keys(d, causal, q_pos0, k_pos0, block_k, parts);
+  const std::vector<int> cut = split_keys(d, causal, window, q_pos0, k_pos0, block_k, parts);
   const int64_t dq_task = int64_t(group) * d.seq_q * D;  // private dQ of one (task, part)
   std::vector<float> dq_extra(bwd_extra_dq_floats(d, parts));
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)

@@ -21,6 +21,7 @@ P common(const AttnInputs<T>& t) {
   p.q_pos0 = t.q_pos0;
   p.k_pos0 = t.k_pos0;
   p.doc_of_pos = t.doc_of_pos;
+  p.window = t.window;
   p.accumulate = t.accumulate;
   return p;
 }

@@ -26,6 +26,7 @@ struct AttnInputs {
   int64_t q_pos0 = 0, k_pos0 = 0;  // global positions of query row 0 and key row 0
   // Document id of every global position (AttnFwdParams::doc_of_pos); nullptr: no documents.
   const int32_t* doc_of_pos = nullptr;
+  int64_t window = 0;       // sliding window (AttnFwdParams::window); 0: none
   bool accumulate = false;  // merge into (o, lse) / add into dq, dk, dv
 };
 

@@ -72,11 +72,8 @@ namespace {
 // sum_{t=1}^{m} t
 int64_t triangle(int64_t m) { return m > 0 ? m * (m + 1) / 2 : 0; }
 
-}  // namespace
-
-int64_t kept_pairs(PosRun q, PosRun k, bool causal) {
-  if (q.size() <= 0 || k.size() <= 0) return 0;
-  if (!causal) return q.size() * k.size();
+// The causal pairs: query i sees the keys at positions <= i.
+int64_t causal_pairs(PosRun q, PosRun k) {
   // Query i sees clamp(i - k.begin + 1, 0, |k|) keys: a ramp over [k.begin, k.end), then flat.
   const int64_t n = k.size();
   const int64_t ramp_lo = std::max(q.begin, k.begin), ramp_hi = std::min(q.end, k.end);
@@ -87,7 +84,19 @@ int64_t kept_pairs(PosRun q, PosRun k, bool causal) {
   return pairs;
 }
 
-int64_t kept_pairs(const DocBounds& docs, PosRun q, PosRun k, bool causal) {
+}  // namespace
+
+int64_t kept_pairs(PosRun q, PosRun k, bool causal, int64_t window) {
+  if (q.size() <= 0 || k.size() <= 0) return 0;
+  if (!causal) return q.size() * k.size();
+  // With a window W the pairs j <= i less those with j <= i - W: the causal pairs of the queries
+  // moved W positions back.
+  const int64_t pairs = causal_pairs(q, k);
+  if (window <= 0) return pairs;
+  return pairs - causal_pairs({q.begin - window, q.end - window}, k);
+}
+
+int64_t kept_pairs(const DocBounds& docs, PosRun q, PosRun k, bool causal, int64_t window) {
   if (q.size() <= 0 || k.size() <= 0) return 0;
   WF_CHECK(q.begin >= 0 && q.end <= docs.seq() && k.begin >= 0 && k.end <= docs.seq(),
            "documents: runs [{}, {}) and [{}, {}) must lie in [0, {})", q.begin, q.end, k.begin,
@@ -100,7 +109,7 @@ int64_t kept_pairs(const DocBounds& docs, PosRun q, PosRun k, bool causal) {
     const PosRun doc{docs.starts[d], docs.starts[d + 1]};
     const PosRun qd{std::max(q.begin, doc.begin), std::min(q.end, doc.end)};
     const PosRun kd{std::max(k.begin, doc.begin), std::min(k.end, doc.end)};
-    pairs += kept_pairs(qd, kd, causal);
+    pairs += kept_pairs(qd, kd, causal, window);
   }
   return pairs;
 }

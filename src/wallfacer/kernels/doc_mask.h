@@ -49,11 +49,12 @@ struct DocPiece {
 std::vector<DocPiece> docs_in_run(const DocBounds& docs, PosRun run);
 
 // Number of (query, key) pairs kept between a query run and a key run of the sequence when a
-// token sees only its own document (and, when causal, keys at positions <= its own):
+// token sees only its own document (and, when causal, keys at positions <= its own; with a
+// sliding window W > 0, causal only, keys at positions > its own - W as well):
 // O(log documents + documents touched). Runs must lie inside [0, seq()).
-int64_t kept_pairs(const DocBounds& docs, PosRun q, PosRun k, bool causal);
+int64_t kept_pairs(const DocBounds& docs, PosRun q, PosRun k, bool causal, int64_t window = 0);
 
 // The same without documents (one document spanning everything).
-int64_t kept_pairs(PosRun q, PosRun k, bool causal);
+int64_t kept_pairs(PosRun q, PosRun k, bool causal, int64_t window = 0);
 
 }  // namespace wallfacer::kernels

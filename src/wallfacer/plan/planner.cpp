@@ -117,11 +117,11 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
       case seqpar::OpKind::Compute: {
         // The kernel's work: kept pairs, or whole tiles where the mask cuts them.
         const double work =
-            o.pairs > 0
-                ? double(seqpar::attention_tile_pairs(s.docs, o.qseg.pos0, o.qseg.rows, o.kseg.pos0,
-                                                      o.kseg.rows, o.masked, tile_q, tile_k)) /
-                      double(o.pairs)
-                : 1.0;
+            o.pairs > 0 ? double(seqpar::attention_tile_pairs(s.docs, o.qseg.pos0, o.qseg.rows,
+                                                              o.kseg.pos0, o.kseg.rows, o.masked,
+                                                              tile_q, tile_k, s.cfg.window)) /
+                              double(o.pairs)
+                        : 1.0;
         out.push_back(
             Op::compute(o.backward ? Work::AttentionBwd : Work::AttentionFwd, o.flops * work));
         break;

@@ -148,6 +148,14 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
   return h;
 }
 
+void validate_window(const AttnConfig& cfg) {
+  WF_USAGE_CHECK(cfg.window >= 0, "--window is {}; it must be >= 0 (0: no window)", cfg.window);
+  WF_USAGE_CHECK(cfg.window == 0 || cfg.causal,
+                 "--window {} needs --causal: a token attends to the {} tokens up to its own; add "
+                 "--causal or drop --window",
+                 cfg.window, cfg.window);
+}
+
 void validate(const AttnConfig& cfg, int P) {
   WF_USAGE_CHECK(P >= 1, "the group has {} ranks; it needs at least 1", P);
   WF_USAGE_CHECK(cfg.batch >= 1, "--batch is {}; it must be at least 1", cfg.batch);
@@ -158,6 +166,7 @@ void validate(const AttnConfig& cfg, int P) {
   WF_USAGE_CHECK(cfg.heads % cfg.kv_heads == 0,
                  "--heads {} must be a multiple of --kv-heads {} for grouped-query attention",
                  cfg.heads, cfg.kv_heads);
+  validate_window(cfg);
   const auto name = strategy_name(cfg.strategy);
   if (!cfg.doc_lengths.empty()) doc_bounds(cfg);  // positive lengths summing to seq
   WF_USAGE_CHECK(cfg.ulysses >= 1, "--ulysses is {}; it must be at least 1", cfg.ulysses);

@@ -78,6 +78,10 @@ struct AttnConfig {
   // rank of the group gives the same lengths.
   std::vector<int64_t> doc_lengths;
   Layout layout = Layout::Strategy;
+  // Sliding window (docs/documents.md, "Sliding windows"): W > 0 lets token i attend to tokens j
+  // with i - W < j <= i only (and only in its own document); needs causal. 0: no window. A window
+  // of at least seq is the causal mask.
+  int64_t window = 0;
 };
 
 // The documents of cfg as cumulative lengths (kernels/doc_mask.h): one document when
@@ -97,6 +101,9 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P);
 
 // Throws UsageError with a one-line message when cfg cannot run on P ranks.
 void validate(const AttnConfig& cfg, int P);
+
+// The window's part of validate: >= 0, and > 0 only with causal (UsageError).
+void validate_window(const AttnConfig& cfg);
 
 // Global token positions (0 .. seq-1) of the rows rank `rank` (0 .. P-1, its rank in the group
 // the DistAttention runs on) holds, in local row order: seq / P of them. Row i of the rank's

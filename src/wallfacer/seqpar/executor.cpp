@@ -262,7 +262,7 @@ void run_kernel(const kernels::AttnBwdBf16Params& p) { kernels::attn_bwd_bf16(p)
 template <class T>
 void compute_rows(const Op& op, int batch, int head_dim, int64_t n, std::byte* q_block,
                   const std::byte* kv_block, float* out, float* out2, int64_t r0, int64_t rows,
-                  const int32_t* doc_of_pos) {
+                  const int32_t* doc_of_pos, int64_t window) {
   const int h = op.heads, k = op.kv_heads, D = head_dim;
   const int64_t row = op.qseg.row0 + r0, q_at = row * h * D;
   const T* kv = reinterpret_cast<const T*>(kv_block);
@@ -278,6 +278,7 @@ void compute_rows(const Op& op, int batch, int head_dim, int64_t n, std::byte* q
   t.q_pos0 = op.qseg.pos0 + r0;
   t.k_pos0 = op.kseg.pos0;
   t.doc_of_pos = doc_of_pos;
+  t.window = op.masked ? window : 0;
   t.accumulate = true;
   if (!op.backward) {
     t.q = reinterpret_cast<const T*>(q_block) + q_at;
@@ -319,9 +320,9 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   for (int64_t r0 = 0; r0 < op.qseg.rows; r0 += chunk) {
     const int64_t rows = std::min(chunk, op.qseg.rows - r0);
     if (half)
-      compute_rows<bf16>(op, c.batch, c.head_dim, n, qb, kvb, ob, o2b, r0, rows, docs);
+      compute_rows<bf16>(op, c.batch, c.head_dim, n, qb, kvb, ob, o2b, r0, rows, docs, c.window);
     else
-      compute_rows<float>(op, c.batch, c.head_dim, n, qb, kvb, ob, o2b, r0, rows, docs);
+      compute_rows<float>(op, c.batch, c.head_dim, n, qb, kvb, ob, o2b, r0, rows, docs, c.window);
     if (pending) pending = poll(reqs);
   }
 }

@@ -133,6 +133,7 @@ AttnTensors reference_attention(const AttnConfig& cfg, const AttnTensors& in, bo
     pr.scale = 1.0 / std::sqrt(double(cfg.head_dim));
     pr.causal = cfg.causal;
     pr.doc_of_pos = docs;
+    pr.window = cfg.window;
     auto d = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
     auto f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
     std::vector<double> o, lse, dq, dk, dv;
@@ -166,6 +167,7 @@ AttnTensors reference_attention(const AttnConfig& cfg, const AttnTensors& in, bo
   t.scale = scale;
   t.causal = cfg.causal;
   t.doc_of_pos = docs;
+  t.window = cfg.window;
   kernels::attn_fwd(kernels::fwd_params(t, out.o.data(), out.lse.data()));
   std::vector<float> delta(out.lse.size());
   kernels::attn_bwd_preprocess(dims, out.o.data(), qs, in.dout.data(), qs, delta.data(), ls);

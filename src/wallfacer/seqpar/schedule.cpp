@@ -150,8 +150,9 @@ class Builder {
         op.dst2 = out2;
         op.qseg = qseg;
         op.kseg = kseg;
-        op.masked = c.causal && attention_pairs(qseg.pos0, qseg.rows, kseg.pos0, kseg.rows, true) <
-                                    qseg.rows * kseg.rows;
+        op.masked = c.causal && kernels::kept_pairs({qseg.pos0, qseg.pos0 + qseg.rows},
+                                                    {kseg.pos0, kseg.pos0 + kseg.rows}, true,
+                                                    c.window) < qseg.rows * kseg.rows;
         op.pairs = pairs;
         op.heads = heads;
         op.kv_heads = kv_heads;
@@ -208,14 +209,14 @@ struct RingLayout {
   }
 };
 
-// With documents, whether the block that rank r holds at ring step `step` must go on to the next
-// rank: true when a rank that would hold it at a later step (step + 1 .. G - 1) has kept pairs
-// with it. `queries(x, t)` and `keys(x, t)` are the segments rank x pairs at step t. Without
-// documents every hop is made, as the closed forms count them.
+// With documents or a window, whether the block that rank r holds at ring step `step` must go on
+// to the next rank: true when a rank that would hold it at a later step (step + 1 .. G - 1) has
+// kept pairs with it. `queries(x, t)` and `keys(x, t)` are the segments rank x pairs at step t.
+// Without either every hop is made, as the closed forms count them.
 template <class Queries, class Keys>
 bool hop_needed(const Schedule& s, const RingLayout& L, int r, int step, Queries queries,
                 Keys keys) {
-  if (s.docs.starts.empty()) return true;
+  if (s.docs.starts.empty() && s.cfg.window == 0) return true;
   int x = r;
   for (int t = step + 1; t < L.G; ++t) {
     x = L.next(x);
@@ -613,19 +614,29 @@ int64_t attention_tile_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_
 }
 
 int64_t attention_tile_pairs(const kernels::DocBounds& docs, int64_t qpos0, int64_t qrows,
-                             int64_t kpos0, int64_t krows, bool causal, int tile_q, int tile_k) {
-  if (docs.starts.empty() || tile_q <= 0 || tile_k <= 0)
+                             int64_t kpos0, int64_t krows, bool causal, int tile_q, int tile_k,
+                             int64_t window) {
+  if (!causal) window = 0;
+  if (tile_q <= 0 || tile_k <= 0) {
+    if (docs.starts.empty())
+      return kernels::kept_pairs({qpos0, qpos0 + qrows}, {kpos0, kpos0 + krows}, causal, window);
+    return kernels::kept_pairs(docs, {qpos0, qpos0 + qrows}, {kpos0, kpos0 + krows}, causal,
+                               window);
+  }
+  if (docs.starts.empty() && window == 0)
     return attention_tile_pairs(qpos0, qrows, kpos0, krows, causal, tile_q, tile_k);
+  const bool with_docs = !docs.starts.empty();
   int64_t total = 0;
   for (int64_t i0 = 0; i0 < qrows; i0 += tile_q) {
     const int64_t nq = std::min<int64_t>(tile_q, qrows - i0);
     const int64_t qa = qpos0 + i0, qb = qa + nq - 1;  // first and last query position
-    const int qd0 = docs.doc_at(qa), qd1 = docs.doc_at(qb);
+    const int qd0 = with_docs ? docs.doc_at(qa) : 0, qd1 = with_docs ? docs.doc_at(qb) : 0;
     for (int64_t j0 = 0; j0 < krows; j0 += tile_k) {
       const int64_t nk = std::min<int64_t>(tile_k, krows - j0);
       const int64_t ka = kpos0 + j0, kb = ka + nk - 1;
       if (causal && qb < ka) continue;
-      if (docs.doc_at(kb) < qd0 || docs.doc_at(ka) > qd1) continue;
+      if (window > 0 && qa - kb >= window) continue;  // older than every query's window
+      if (with_docs && (docs.doc_at(kb) < qd0 || docs.doc_at(ka) > qd1)) continue;
       total += nq * nk;
     }
   }
@@ -633,8 +644,11 @@ int64_t attention_tile_pairs(const kernels::DocBounds& docs, int64_t qpos0, int6
 }
 
 int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows) {
-  if (s.docs.starts.empty()) return attention_pairs(qpos0, qrows, kpos0, krows, s.cfg.causal);
-  return kernels::kept_pairs(s.docs, {qpos0, qpos0 + qrows}, {kpos0, kpos0 + krows}, s.cfg.causal);
+  if (s.docs.starts.empty())
+    return kernels::kept_pairs({qpos0, qpos0 + qrows}, {kpos0, kpos0 + krows}, s.cfg.causal,
+                               s.cfg.window);
+  return kernels::kept_pairs(s.docs, {qpos0, qpos0 + qrows}, {kpos0, kpos0 + krows}, s.cfg.causal,
+                             s.cfg.window);
 }
 
 bool backward_moves_kv(const AttnConfig& cfg, int P) {

@@ -125,8 +125,9 @@ struct Op {
   std::vector<int> waits;
   // Compute: forward  q = src (Rows), kv = src2 (KV), o = dst (Rows), lse = dst2 (Stat);
   //          backward qpack = src (QPack), kv = src2 (KV), dq = dst (Rows), dkv = dst2 (KV).
-  // Always accumulates into dst/dst2. `masked`: the causal mask cuts this block pair (diagonal);
-  // pairs: (query, key) pairs kept by the mask and the documents (kernels::kept_pairs), never 0:
+  // Always accumulates into dst/dst2. `masked`: the causal mask or the window cuts this block pair
+  // (diagonal, window edge; the kernels then get the config's window);
+  // pairs: (query, key) pairs kept by the mask, the window and the documents (kept_pairs), never 0:
   // a pair of segments that no document spans is no op at all. With documents the kernels also
   // get the schedule's doc_of_pos.
   bool backward = false;
@@ -210,13 +211,15 @@ int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t kro
 int64_t attention_tile_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows,
                              bool causal, int tile_q, int tile_k);
 
-// The same with documents: a tile pair that shares no document, or that the causal mask cuts away
-// entirely, is skipped; every other one is counted whole (docs/documents.md, "Cost"). docs empty
-// (no starts): attention_tile_pairs.
+// The same with documents and a sliding window (causal, window > 0; 0: none): a tile pair that
+// shares no document, or that the causal mask or the window cuts away entirely, is skipped; every
+// other one is counted whole (docs/documents.md, "Cost"). docs empty (no starts): one document.
 int64_t attention_tile_pairs(const kernels::DocBounds& docs, int64_t qpos0, int64_t qrows,
-                             int64_t kpos0, int64_t krows, bool causal, int tile_q, int tile_k);
+                             int64_t kpos0, int64_t krows, bool causal, int tile_q, int tile_k,
+                             int64_t window = 0);
 
-// The (query, key) pairs kept between the runs, with the schedule's documents when it has them.
+// The (query, key) pairs kept between the runs, with the schedule's documents when it has them
+// and its window.
 int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows);
 
 }  // namespace wallfacer::seqpar

@@ -23,6 +23,7 @@ struct Index {
 bool visible(const AttnRefProblem& pr, int i, int j) {
   const int64_t qp = pr.q_pos0 + i, kp = pr.k_pos0 + j;
   if (pr.doc_of_pos && pr.doc_of_pos[qp] != pr.doc_of_pos[kp]) return false;
+  if (pr.causal && pr.window > 0 && qp - kp >= pr.window) return false;
   return !pr.causal || qp >= kp;
 }
 

@@ -5,7 +5,8 @@
 // (keep (i, j) when q_pos0 + i >= k_pos0 + j), query head h reads kv head h / (H / Hkv),
 // fully masked rows give O = 0, LSE = -inf and zero gradients. With documents (doc_of_pos, indexed
 // by global position), (i, j) is kept only when doc_of_pos[q_pos0 + i] == doc_of_pos[k_pos0 + j];
-// the reference compares ids pair by pair and needs no ordering of them.
+// the reference compares ids pair by pair and needs no ordering of them. With causal and
+// window = W > 0, (i, j) is kept only when q_pos0 + i - (k_pos0 + j) < W as well.
 
 #include <cstdint>
 #include <vector>
@@ -21,6 +22,7 @@ struct AttnRefProblem {
   int64_t q_pos0 = 0;
   int64_t k_pos0 = 0;
   const int32_t* doc_of_pos = nullptr;  // document id of every global position; nullptr: none
+  int64_t window = 0;                   // sliding window (causal only); 0: none
 };
 
 // Fills o (B*Sq*H*D) and lse (B*H*Sq).
