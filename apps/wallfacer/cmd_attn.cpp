@@ -305,7 +305,9 @@ int run_attn(const AttnOptions& o) {
   j["bytes"] = {{"p2p_fwd", sum.p2p_bytes_fwd},
                 {"p2p_bwd", sum.p2p_bytes_bwd},
                 {"coll_fwd", sum.coll_bytes_fwd},
-                {"coll_bwd", sum.coll_bytes_bwd}};
+                {"coll_bwd", sum.coll_bytes_bwd},
+                {"coll_fwd_formula", sum.coll_formula_bytes_fwd},
+                {"coll_bwd_formula", sum.coll_formula_bytes_bwd}};
   j["steps"] = {{"p2p_fwd", sum.p2p_steps_fwd}, {"p2p_bwd", sum.p2p_steps_bwd}};
   j["time_ms"] = {{"fwd", sum.fwd_ms}, {"bwd", sum.bwd_ms}};
   j["exposed_comm_ms"] = {{"fwd", sum.exposed_fwd_ms}, {"bwd", sum.exposed_bwd_ms}};
@@ -385,9 +387,11 @@ int run_attn(const AttnOptions& o) {
           cfg.window > 0 ? (" window=" + std::to_string(cfg.window)).c_str() : "",
           std::string(seqpar::layout_name(cfg.layout)).c_str(), int(j["docs"]["count"]));
       std::printf(
-          "  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld (ring formula)\n",
+          "  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld (handed to MPI; ring "
+          "formula fwd %lld bwd %lld)\n",
           (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
-          (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"]);
+          (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"],
+          (long long)j["bytes"]["coll_fwd_formula"], (long long)j["bytes"]["coll_bwd_formula"]);
       std::printf("  p2p steps   fwd %lld bwd %lld\n", (long long)j["steps"]["p2p_fwd"],
                   (long long)j["steps"]["p2p_bwd"]);
       if (int(j["inter_node_bytes"]["nodes"]) > 1)

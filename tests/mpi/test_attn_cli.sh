@@ -15,7 +15,7 @@ out=$(run 4 "$wf" attn --strategy wallfacer --teams 2 --seq 256 --heads 4 --kv-h
 [ "$(echo "$out" | wc -l)" -eq 1 ] || err "--json printed more than one line: $out"
 for key in '"strategy":"wallfacer"' '"P":4' '"C":2' '"seq":256' '"heads":4' '"kv_heads":1' \
   '"head_dim":8' '"causal":true' '"max_err":{' '"out":' '"lse":' '"dq":' '"dk":' '"dv":' \
-  '"bytes":{' '"p2p_fwd":' '"p2p_bwd":' '"coll_fwd":' '"coll_bwd":' '"steps":{' '"time_ms":{' \
+  '"bytes":{' '"p2p_fwd":' '"p2p_bwd":' '"coll_fwd":' '"coll_bwd":' '"coll_fwd_formula":' '"coll_bwd_formula":' '"steps":{' '"time_ms":{' \
   '"fwd":' '"bwd":' '"exposed_comm_ms":{' '"work_imbalance":' '"check":"pass"'; do
   echo "$out" | grep -qF "$key" || err "json lacks $key: $out"
 done
@@ -118,6 +118,11 @@ out=$("$wf" attn --count 4 --strategy ring --ulysses 2 --seq 1024 --heads 2 --he
 echo "$out" | grep -qF '"coll_fwd":33792' || err "--count hybrid collective: $out"
 echo "$out" | grep -qF '"p2p_fwd":32768' || err "--count hybrid p2p: $out"
 echo "$out" | grep -qF '"ulysses":2' || err "--count hybrid: $out"
+# The same hybrid run: its all-to-alls hand MPI the same 33792 bytes for the other rank of the team
+# (the count), and the ring formula of an all-to-all is the same volume.
+out=$(run 4 "$wf" attn --strategy ring --ulysses 2 --seq 1024 --heads 2 --head-dim 8 --iters 1 --json 2>&1)
+echo "$out" | grep -qF '"coll_fwd":33792' || err "hybrid run: collective bytes handed to MPI: $out"
+echo "$out" | grep -qF '"coll_fwd_formula":33792' || err "hybrid run: collective formula: $out"
 
 # Sliding windows (--window): bf16 on every kind of strategy, checked against one process, with
 # and without documents; the window in the JSON and in --dump's window.npy (int64).

@@ -265,8 +265,9 @@ struct Handed {
   int64_t p2p_bytes = 0, p2p_sends = 0;
   std::map<int, int64_t> exchange;  // world rank of the peer -> bytes
   mpi_bytes::Count all_gather, all_to_all;
-  mpi_bytes::Count other;  // all-reduce, reduce-scatter, broadcast, barrier
-  int64_t ring_volume = 0;
+  mpi_bytes::Count other;   // all-reduce, reduce-scatter, broadcast, barrier
+  int64_t addressed = 0;    // collective bytes addressed to other ranks, from the sizes handed
+  int64_t ring_volume = 0;  // the ring algorithm's volume of the same calls
 };
 
 Handed sort_handed(const mpi_bytes::Tally& t, const std::set<int>& tags, int me_world) {
@@ -282,17 +283,19 @@ Handed sort_handed(const mpi_bytes::Tally& t, const std::set<int>& tags, int me_
           h.p2p_sends += v.calls;
         } else {
           h.exchange[k.peer] += v.bytes;
-          if (k.peer != me_world) h.ring_volume += v.bytes;
+          if (k.peer != me_world) h.addressed += v.bytes, h.ring_volume += v.bytes;
         }
         break;
       case Kind::Recv:
         break;
       case Kind::AllGather:
         h.all_gather += v;
+        h.addressed += (n - 1) * v.bytes;  // the send block, to each other rank
         h.ring_volume += (n - 1) * v.bytes;
         break;
       case Kind::AllToAll:
         h.all_to_all += v;
+        h.addressed += (n - 1) * v.bytes / n;  // the blocks of the other ranks
         h.ring_volume += (n - 1) * v.bytes / n;
         break;
       case Kind::AllReduce:
@@ -300,6 +303,7 @@ Handed sort_handed(const mpi_bytes::Tally& t, const std::set<int>& tags, int me_
       case Kind::Bcast:
       case Kind::Barrier:
         h.other += v;
+        h.addressed += k.kind == Kind::AllReduce ? (n - 1) * v.bytes : (n - 1) * v.bytes / n;
         h.ring_volume += (k.kind == Kind::AllReduce ? 2 : 1) * (n - 1) * v.bytes / n;
         break;
     }
@@ -355,7 +359,8 @@ int test_comm(comm::Communicator& world) {
     bool ok = true;
     for (int r = 0; r < P; ++r)
       for (int64_t i = 0; i < n; ++i) ok = ok && recv[size_t(r * n + i)] == float(r * 10 + i);
-    check(ok && ctr.coll_bytes == (P - 1) * n * f, "all_gather");
+    check(ok && ctr.coll_bytes == (P - 1) * n * f && ctr.coll_formula_bytes == (P - 1) * n * f,
+          "all_gather");
     check(one_call(handed, Kind::AllGather, n * f), "all_gather hands MPI its block once");
   }
   {
@@ -369,7 +374,8 @@ int test_comm(comm::Communicator& world) {
     bool ok = true;
     for (int64_t i = 0; i < n; ++i)
       ok = ok && recv[size_t(i)] == float(P * (P - 1) / 2 + P * (me + i));
-    check(ok && ctr.coll_bytes == (P - 1) * n * f, "reduce_scatter_sum");
+    check(ok && ctr.coll_bytes == (P - 1) * n * f && ctr.coll_formula_bytes == (P - 1) * n * f,
+          "reduce_scatter_sum");
     // A pairwise exchange: one block sent to and received from every rank, itself included.
     std::map<int, int64_t> sent, posted;
     for (const auto& [k, v] : handed) {
@@ -393,7 +399,8 @@ int test_comm(comm::Communicator& world) {
     for (int r = 0; r < P; ++r)
       for (int64_t i = 0; i < n; ++i)
         ok = ok && recv[size_t(r * n + i)] == float(r * 100 + me * 10 + i);
-    check(ok && ctr.coll_bytes == (P - 1) * n * f, "all_to_all");
+    check(ok && ctr.coll_bytes == (P - 1) * n * f && ctr.coll_formula_bytes == (P - 1) * n * f,
+          "all_to_all");
     check(one_call(handed, Kind::AllToAll, P * n * f), "all_to_all hands MPI its buffer once");
   }
   {
@@ -402,7 +409,9 @@ int test_comm(comm::Communicator& world) {
     const auto t0 = mpi_bytes::tally();
     world.all_reduce_sum(x, 4);
     const auto handed = mpi_bytes::since(t0);
-    check(x[0] == P * (P - 1) / 2.0 && x[3] == 3.0 * P && ctr.coll_bytes == 2 * (P - 1) * 4 * 8 / P,
+    // Counted: the 4 doubles for each of the P-1 other ranks; the ring formula 2(P-1)/P of them.
+    check(x[0] == P * (P - 1) / 2.0 && x[3] == 3.0 * P && ctr.coll_bytes == (P - 1) * 4 * 8 &&
+              ctr.coll_formula_bytes == 2 * (P - 1) * 4 * 8 / P,
           "all_reduce_sum");
     check(one_call(handed, Kind::AllReduce, 4 * 8), "all_reduce_sum hands MPI its buffer once");
   }
@@ -426,7 +435,9 @@ int test_comm(comm::Communicator& world) {
     bool ok = true;
     for (float v : oo) ok = ok && std::abs(v - s2 / s1) <= 1e-5 * s2 / s1;
     for (float v : lo) ok = ok && std::abs(v - std::log(s1)) <= 1e-6 * std::log(s1) + 1e-6;
-    check(ok && ctr.coll_bytes == (P - 1) * (ob + lb) * f, "reduce_scatter_lse");
+    check(ok && ctr.coll_bytes == (P - 1) * (ob + lb) * f &&
+              ctr.coll_formula_bytes == (P - 1) * (ob + lb) * f,
+          "reduce_scatter_lse");
     // Two all-to-alls: the O blocks, then the LSE blocks.
     check(handed.size() == 1 && handed.begin()->first.kind == Kind::AllToAll &&
               handed.begin()->second == mpi_bytes::Count{2, P * (ob + lb) * f},
@@ -531,10 +542,14 @@ void check_handed(const Run& r, const AttnConfig& c, int P, int me,
     const auto& st = r.stats;
     const int64_t p2p = phase ? st.p2p_bytes_bwd : st.p2p_bytes_fwd;
     const int64_t coll_counted = phase ? st.coll_bytes_bwd : st.coll_bytes_fwd;
-    check(p2p == h.p2p_bytes && coll_counted == h.ring_volume,
+    const int64_t coll_formula = phase ? st.coll_formula_bytes_bwd : st.coll_formula_bytes_fwd;
+    check(p2p == h.p2p_bytes && coll_counted == h.addressed,
           fmt::format("{}: the Communicator counted {} B sent and {} B of collectives; MPI was "
-                      "handed {} B and {} B (ring-algorithm volume)",
-                      what, p2p, coll_counted, h.p2p_bytes, h.ring_volume));
+                      "handed {} B and {} B for other ranks",
+                      what, p2p, coll_counted, h.p2p_bytes, h.addressed));
+    check(coll_formula == h.ring_volume,
+          fmt::format("{}: collective ring formula {} B; of what MPI was handed {} B", what,
+                      coll_formula, h.ring_volume));
   }
 }
 
@@ -735,14 +750,21 @@ int main(int argc, char** argv) {
           const auto sched = schedule_totals(make_schedule(c, P, me));
           const auto form = formula_totals(c, P, me);
           const auto& st = r.stats;
-          const int64_t measured[] = {st.p2p_bytes_fwd,  st.p2p_bytes_bwd, st.coll_bytes_fwd,
-                                      st.coll_bytes_bwd, st.p2p_steps_fwd, st.p2p_steps_bwd};
+          // Collectives: what was handed to MPI for other ranks (4, 5) and the ring formula
+          // (6, 7); the attention's collectives (all-gather, all-to-all, the pairwise
+          // reduce-scatters) address to other ranks exactly the ring volume.
+          const int64_t measured[] = {st.p2p_bytes_fwd,          st.p2p_bytes_bwd,
+                                      st.p2p_steps_fwd,          st.p2p_steps_bwd,
+                                      st.coll_bytes_fwd,         st.coll_bytes_bwd,
+                                      st.coll_formula_bytes_fwd, st.coll_formula_bytes_bwd};
           const int64_t counted[] = {sched.p2p_bytes_fwd,  sched.p2p_bytes_bwd,
+                                     sched.p2p_steps_fwd,  sched.p2p_steps_bwd,
                                      sched.coll_bytes_fwd, sched.coll_bytes_bwd,
-                                     sched.p2p_steps_fwd,  sched.p2p_steps_bwd};
-          const int64_t closed[] = {form.p2p_bytes_fwd,  form.p2p_bytes_bwd, form.coll_bytes_fwd,
-                                    form.coll_bytes_bwd, form.p2p_steps_fwd, form.p2p_steps_bwd};
-          for (int i = 0; i < 6; ++i)
+                                     sched.coll_bytes_fwd, sched.coll_bytes_bwd};
+          const int64_t closed[] = {form.p2p_bytes_fwd,  form.p2p_bytes_bwd,  form.p2p_steps_fwd,
+                                    form.p2p_steps_bwd,  form.coll_bytes_fwd, form.coll_bytes_bwd,
+                                    form.coll_bytes_fwd, form.coll_bytes_bwd};
+          for (int i = 0; i < 8; ++i)
             check(measured[i] == counted[i] && counted[i] == closed[i],
                   fmt::format("{}: counter {} measured {} schedule {} formula {}", name, i,
                               measured[i], counted[i], closed[i]));

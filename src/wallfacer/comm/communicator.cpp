@@ -440,6 +440,7 @@ struct Communicator::Impl {
         check(MPI_Isend(send + int64_t(to) * count + off, c, mpi_type<T>(), to, 0x7e11, comm,
                         &reqs.back()),
               "MPI_Isend", wrank, to);
+        if (to != rank) counters.coll_bytes += int64_t(c) * int64_t(sizeof(T));
       }
     }
     Watch w(what, kNoPeer, 0, group());
@@ -452,6 +453,7 @@ struct Communicator::Impl {
       Watch w("MPI_Alltoall", kNoPeer, 0, group());
       check(MPI_Alltoall(send, int(count), mpi_type<T>(), recv, int(count), mpi_type<T>(), comm),
             "MPI_Alltoall", wrank);
+      counters.coll_bytes += int64_t(size - 1) * count * int64_t(sizeof(T));  // a block
     } else {
       exchange(send, recv, count, "MPI_Waitall (all-to-all)");
     }
@@ -504,6 +506,7 @@ struct Communicator::Impl {
       Watch w("MPI_Allgather", kNoPeer, 0, group());
       check(MPI_Allgather(src, int(count), mpi_type<T>(), recv, int(count), mpi_type<T>(), comm),
             "MPI_Allgather", wrank);
+      counters.coll_bytes += int64_t(size - 1) * count * int64_t(sizeof(T));  // its block
     } else {
       // Every rank sends its block to every rank: an exchange with the block replicated.
       std::vector<T> rep(size_t(size) * size_t(count));
@@ -511,7 +514,7 @@ struct Communicator::Impl {
         std::memcpy(rep.data() + int64_t(j) * count, send, size_t(count) * sizeof(T));
       exchange(rep.data(), recv, count, "MPI_Waitall (all-gather)");
     }
-    counters.coll_bytes += int64_t(size - 1) * count * int64_t(sizeof(T));
+    counters.coll_formula_bytes += int64_t(size - 1) * count * int64_t(sizeof(T));
   }
 };
 
@@ -601,53 +604,55 @@ void Communicator::reduce_scatter_sum(const float* send, float* recv, int64_t co
     const float* b = got.data() + int64_t(j) * count;
     for (int64_t i = 0; i < count; ++i) recv[i] += b[i];
   }
-  impl_->counters.coll_bytes += int64_t(n - 1) * count * int64_t(sizeof(float));
+  impl_->counters.coll_formula_bytes += int64_t(n - 1) * count * int64_t(sizeof(float));
 }
 
 namespace {
+// Counts the buffer once for every other rank (each result needs all of it); the ring formula
+// 2(n-1)/n of it.
 template <class T>
 void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
-                        int wrank, const std::string* group) {
+                        int wrank, const std::string* group, int n, ByteCounters& counters) {
   for (int64_t off = 0; off < count; off += kMaxCount) {
     const int c = int(std::min(kMaxCount, count - off));
     Watch w("MPI_Allreduce", kNoPeer, 0, group);
     check(MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, op, comm), "MPI_Allreduce", wrank);
+    counters.coll_bytes += int64_t(n - 1) * c * int64_t(sizeof(T));
   }
+  counters.coll_formula_bytes += 2 * int64_t(n - 1) * count * int64_t(sizeof(T)) / n;
 }
 }  // namespace
 
 void Communicator::all_reduce_sum(float* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_FLOAT, MPI_SUM, impl_->comm, impl_->wrank, impl_->group());
-  const int64_t n = size();
-  impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(float)) / n;
+  all_reduce_chunked(buf, count, MPI_FLOAT, MPI_SUM, impl_->comm, impl_->wrank, impl_->group(),
+                     size(), impl_->counters);
 }
 
 void Communicator::all_reduce_sum(double* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_DOUBLE, MPI_SUM, impl_->comm, impl_->wrank, impl_->group());
-  const int64_t n = size();
-  impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(double)) / n;
+  all_reduce_chunked(buf, count, MPI_DOUBLE, MPI_SUM, impl_->comm, impl_->wrank, impl_->group(),
+                     size(), impl_->counters);
 }
 
 void Communicator::all_reduce_max(uint64_t* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_UINT64_T, MPI_MAX, impl_->comm, impl_->wrank, impl_->group());
-  const int64_t n = size();
-  impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(uint64_t)) / n;
+  all_reduce_chunked(buf, count, MPI_UINT64_T, MPI_MAX, impl_->comm, impl_->wrank, impl_->group(),
+                     size(), impl_->counters);
 }
 
 void Communicator::all_reduce_max(double* buf, int64_t count) {
-  all_reduce_chunked(buf, count, MPI_DOUBLE, MPI_MAX, impl_->comm, impl_->wrank, impl_->group());
-  const int64_t n = size();
-  impl_->counters.coll_bytes += 2 * (n - 1) * count * int64_t(sizeof(double)) / n;
+  all_reduce_chunked(buf, count, MPI_DOUBLE, MPI_MAX, impl_->comm, impl_->wrank, impl_->group(),
+                     size(), impl_->counters);
 }
 
 void Communicator::all_to_all(const float* send, float* recv, int64_t count_per_rank) {
   impl_->all_to_all(send, recv, count_per_rank);
-  impl_->counters.coll_bytes += int64_t(size() - 1) * count_per_rank * int64_t(sizeof(float));
+  impl_->counters.coll_formula_bytes +=
+      int64_t(size() - 1) * count_per_rank * int64_t(sizeof(float));
 }
 
 void Communicator::all_to_all(const bf16* send, bf16* recv, int64_t count_per_rank) {
   impl_->all_to_all(send, recv, count_per_rank);
-  impl_->counters.coll_bytes += int64_t(size() - 1) * count_per_rank * int64_t(sizeof(bf16));
+  impl_->counters.coll_formula_bytes +=
+      int64_t(size() - 1) * count_per_rank * int64_t(sizeof(bf16));
 }
 
 void Communicator::agree(const std::function<void()>& f) {
@@ -739,7 +744,8 @@ void Communicator::reduce_scatter_lse(const float* o_send, const float* lse_send
   impl_->all_to_all(lse_send, l_got.data(), l_block);
   merge_partials(n, o_got.data(), l_got.data(), o_recv, lse_recv, batch, rows, heads, head_dim,
                  merge);
-  impl_->counters.coll_bytes += int64_t(n - 1) * (o_block + l_block) * int64_t(sizeof(float));
+  impl_->counters.coll_formula_bytes +=
+      int64_t(n - 1) * (o_block + l_block) * int64_t(sizeof(float));
 }
 
 void Communicator::reduce_scatter_lse(const bf16* o_send, const float* lse_send, bf16* o_recv,
@@ -757,7 +763,7 @@ void Communicator::reduce_scatter_lse(const bf16* o_send, const float* lse_send,
   merge_partials(n, o_got.data(), l_got.data(), o.data(), lse_recv, batch, rows, heads, head_dim,
                  merge);
   fp32_to_bf16(o.data(), o_recv, o_block);
-  impl_->counters.coll_bytes +=
+  impl_->counters.coll_formula_bytes +=
       int64_t(n - 1) * (o_block * int64_t(sizeof(bf16)) + l_block * int64_t(sizeof(float)));
 }
 

@@ -12,10 +12,14 @@
 // decides which thread); two Communicators over different ranks need no coordination.
 // Copies of a Communicator share one MPI communicator and one ByteCounters.
 //
-// Byte counters: each Communicator counts the bytes this rank sends, split into point-to-point and
-// collective. Collectives count the bytes of the ring algorithm whatever MPI does underneath:
-// all-gather and reduce-scatter (n-1)/n of the full buffer, all-to-all (n-1)/n of the local
-// buffer, all-reduce 2(n-1)/n of the buffer.
+// Byte counters: each Communicator counts the bytes this rank hands to MPI for other ranks, split
+// into point-to-point and collective. Point-to-point: the size of each isend. Collectives: the
+// bytes the call addresses from this rank to the other n-1 ranks, from the sizes passed to MPI,
+// whatever algorithm MPI runs underneath: all-gather the send block times n-1, all-to-all and the
+// reduce-scatters the n-1 blocks for other ranks, all-reduce the buffer times n-1 (every other
+// rank's result needs all of it). Barrier, agree and split move no data and are not counted.
+// Beside it, coll_formula_bytes adds the ring algorithm's volume for each call: the same except
+// for all-reduce, 2(n-1)/n of the buffer.
 
 #include <cstdint>
 #include <functional>
@@ -28,9 +32,10 @@
 namespace wallfacer::comm {
 
 struct ByteCounters {
-  int64_t p2p_bytes = 0;   // bytes sent by isend
-  int64_t p2p_sends = 0;   // isend calls
-  int64_t coll_bytes = 0;  // ring-algorithm bytes of collectives
+  int64_t p2p_bytes = 0;           // bytes sent by isend
+  int64_t p2p_sends = 0;           // isend calls
+  int64_t coll_bytes = 0;          // bytes of collectives addressed to other ranks
+  int64_t coll_formula_bytes = 0;  // the ring algorithm's volume of the same collectives
   void reset() { *this = {}; }
 };
 
@@ -94,7 +99,7 @@ class Communicator {
   // Reduce-scatter of partial attention results with the LSE combine `merge`: o_send holds size()
   // blocks of (B, rows, H, D) and lse_send size() blocks of (B, H, rows), block j for rank j;
   // every rank receives its block merged over all ranks (in rank order) into o_recv
-  // (B, rows, H, D) and lse_recv (B, H, rows). Counted as (n-1)/n of the full (O, LSE) buffer.
+  // (B, rows, H, D) and lse_recv (B, H, rows). Counted: the n-1 (O, LSE) blocks for other ranks.
   void reduce_scatter_lse(const float* o_send, const float* lse_send, float* o_recv,
                           float* lse_recv, int batch, int64_t rows, int heads, int head_dim,
                           LseMergeRows merge);

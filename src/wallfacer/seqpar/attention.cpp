@@ -41,6 +41,7 @@ struct DistAttention::Impl {
     (bwd ? s.p2p_bytes_bwd : s.p2p_bytes_fwd) = st.p2p_bytes;
     (bwd ? s.p2p_steps_bwd : s.p2p_steps_fwd) = st.p2p_steps;
     (bwd ? s.coll_bytes_bwd : s.coll_bytes_fwd) = st.coll_bytes;
+    (bwd ? s.coll_formula_bytes_bwd : s.coll_formula_bytes_fwd) = st.coll_formula_bytes;
     (bwd ? s.bwd_ms : s.fwd_ms) = st.ms;
     (bwd ? s.exposed_comm_bwd_ms : s.exposed_comm_fwd_ms) = st.exposed_ms;
     if (!bwd) s.attn_flops = st.flops;

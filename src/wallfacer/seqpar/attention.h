@@ -54,11 +54,13 @@ namespace wallfacer::seqpar {
 // This rank's figures of the latest forward and backward (not summed over calls).
 struct AttnStats {
   int64_t p2p_bytes_fwd = 0, p2p_bytes_bwd = 0;    // bytes this rank sent point-to-point
-  int64_t coll_bytes_fwd = 0, coll_bytes_bwd = 0;  // bytes of its collectives (ring algorithm)
+  int64_t coll_bytes_fwd = 0, coll_bytes_bwd = 0;  // bytes its collectives address to other ranks
   int64_t p2p_steps_fwd = 0, p2p_steps_bwd = 0;    // point-to-point rounds
   double fwd_ms = 0, bwd_ms = 0;                   // wall time, milliseconds
   double exposed_comm_fwd_ms = 0, exposed_comm_bwd_ms = 0;  // of it, blocked on communication
   double attn_flops = 0;                                    // this rank's attention FLOPs, forward
+  // The ring algorithm's volume of the same collectives (equal for the attention's).
+  int64_t coll_formula_bytes_fwd = 0, coll_formula_bytes_bwd = 0;
 };
 
 class DistAttention {

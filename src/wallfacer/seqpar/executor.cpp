@@ -431,6 +431,8 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   st.p2p_sends = g1.p2p_sends - g0.p2p_sends;
   st.p2p_steps = int64_t(rounds.size());
   st.coll_bytes = (g1.coll_bytes - g0.coll_bytes) + (t1.coll_bytes - t0.coll_bytes);
+  st.coll_formula_bytes = (g1.coll_formula_bytes - g0.coll_formula_bytes) +
+                          (t1.coll_formula_bytes - t0.coll_formula_bytes);
   user_ = {};
   if (!kept_ids_.empty() && backward) {  // this backward's forward copies are used up
     spare_.push_back(std::move(kept_.back()));

@@ -22,7 +22,8 @@ using UserTensors = std::array<void*, kNumUserBuffers>;
 void copy_elements(const void* src, Dtype from, void* dst, Dtype to, int64_t n);
 
 struct PhaseStats {
-  int64_t p2p_bytes = 0, p2p_sends = 0, p2p_steps = 0, coll_bytes = 0;
+  // coll_bytes, coll_formula_bytes: comm::ByteCounters' two counts of the collectives.
+  int64_t p2p_bytes = 0, p2p_sends = 0, p2p_steps = 0, coll_bytes = 0, coll_formula_bytes = 0;
   double ms = 0;          // wall time of the phase
   double exposed_ms = 0;  // time blocked on transfers and collectives
   double flops = 0;       // attention FLOPs run

@@ -261,7 +261,9 @@ RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>
                                     median(bwd),
                                     median(efwd),
                                     median(ebwd),
-                                    last.attn_flops};
+                                    last.attn_flops,
+                                    double(last.coll_formula_bytes_fwd),
+                                    double(last.coll_formula_bytes_bwd)};
   const size_t F = mine.size();
   std::vector<double> all(F * size_t(P), 0.0);
   for (size_t f = 0; f < F; ++f) all[f * size_t(P) + size_t(me)] = mine[f];
@@ -278,6 +280,8 @@ RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>
   s.p2p_bytes_bwd = int64_t(mx(1));
   s.coll_bytes_fwd = int64_t(mx(2));
   s.coll_bytes_bwd = int64_t(mx(3));
+  s.coll_formula_bytes_fwd = int64_t(mx(11));
+  s.coll_formula_bytes_bwd = int64_t(mx(12));
   s.p2p_steps_fwd = int64_t(mx(4));
   s.p2p_steps_bwd = int64_t(mx(5));
   s.fwd_ms = mx(6);

@@ -92,6 +92,7 @@ int64_t schedule_ops(const AttnConfig& cfg, int P, int rank);
 // then the slowest rank; the work imbalance and total FLOPs of the forward.
 struct RunSummary {
   int64_t p2p_bytes_fwd = 0, p2p_bytes_bwd = 0, coll_bytes_fwd = 0, coll_bytes_bwd = 0;
+  int64_t coll_formula_bytes_fwd = 0, coll_formula_bytes_bwd = 0;
   int64_t p2p_steps_fwd = 0, p2p_steps_bwd = 0;
   double fwd_ms = 0, bwd_ms = 0, exposed_fwd_ms = 0, exposed_bwd_ms = 0;
   double work_imbalance = 1.0, flops_fwd = 0;

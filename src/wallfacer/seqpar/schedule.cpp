@@ -103,7 +103,8 @@ class Builder {
 
   void next_round() { ++round_; }
 
-  // bytes: per rank of the Communicator call's count; counted by the ring rule.
+  // bytes: per rank of the Communicator call's count; counted: the bytes addressed to the other
+  // gsize-1 ranks, as comm::ByteCounters counts them (for these four also the ring volume).
   void collective(CollKind kind, Group group, int gsize, int src, int dst, int src2 = -1,
                   int dst2 = -1) {
     Op op;

@@ -117,7 +117,8 @@ struct Op {
   int round = -1;  // Send: the communication round (p2p steps = distinct rounds)
   // Send / Recv / Collective: bytes moved (Send/Recv: message size; Collective: bytes per rank of
   // the Communicator call's count; ReduceScatterLse: of the O and LSE blocks) and counted_bytes
-  // (the ring-algorithm volume this rank sends, what the Communicator's counters add).
+  // (the bytes this rank addresses to the other ranks, what the Communicator's coll_bytes adds;
+  // for these four collectives also the ring-algorithm volume).
   int64_t bytes = 0;
   int64_t counted_bytes = 0;
   int group_size = 1;
