@@ -2,10 +2,11 @@
 # model.window and model.window_layers: a windowed GPT (with packed documents, and without) gives
 # the one-rank losses on P = 2 and 4 ranks (ring, zigzag, WallFacer-2) within 1e-6 (tighter than
 # the 1e-4 of test_train_packing.sh: at this initialisation the attention is near uniform and the
-# window moves the step-1 loss by only about 5e-5 relative, so 1e-4 could not tell); the window on layer 0 only differs from the window on every layer and from
-# no window; a window of train.seq or more is the full causal mask (bit-identical, and the
-# startup line says so); checkpoints record the keys, and a resumed windowed run gives the same
-# losses bit for bit.
+# window moves the step-1 loss by only about 5e-5 relative, so 1e-4 could not tell); the window on
+# layer 0 only differs from the window on every layer and from no window; a window of train.seq or
+# more is the full causal mask (bit-identical, and the startup line says so); bf16 on P = 4
+# against P = 1; checkpoints record the keys, and a resumed windowed run gives the same losses bit
+# for bit.
 set -u
 source "$(dirname "$0")/common.sh"
 
@@ -55,6 +56,10 @@ for p in "p1_none p1_full" "p2_none p2_full"; do
 done
 grep -q "window 100 >= seq 64: the full causal mask" "$work/p2_full.log" ||
   err "p2_full does not say its window is the causal mask: $(cat "$work/p2_full.log")"
+# bf16: P = 1 and P = 4 agree as with documents alone (test_train_packing.sh).
+run p1_bf16 1 "${wd[@]}" train.dtype=bf16
+run p4_bf16 4 "${wd[@]}" train.dtype=bf16 parallel.sp=4 parallel.strategy=zigzag
+within p1_bf16 p4_bf16 2e-4 5
 # Checkpoints record the keys; a resumed windowed run continues bit for bit.
 resume_same resume 4 "${wd[@]}" parallel.sp=4 parallel.strategy=zigzag
 for k in "window = 12" "window_layers = \[ 0 \]"; do
