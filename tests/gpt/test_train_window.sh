@@ -35,7 +35,13 @@ run p2_ring_docs 2 "${wd[@]}" parallel.sp=2 parallel.strategy=ring
 run p4_zigzag_docs 4 "${wd[@]}" parallel.sp=4 parallel.strategy=zigzag
 run p4_wallfacer_docs 4 "${wd[@]}" parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
 run p4_zigzag_docs_s 4 "${wd[@]}" parallel.sp=4 parallel.strategy=zigzag parallel.layout=strategy
+# WallFacer keeping each layer's K,V for its backward: each window's attention pairs its own
+# forwards and backwards.
+run p1_docs_noeval 1 "${wd[@]}" train.eval_every=0
+run p4_wallfacer_keep 4 "${wd[@]}" train.eval_every=0 parallel.sp=4 parallel.strategy=wallfacer \
+  parallel.teams=2 parallel.keep_kv=true
 for r in p2_ring_docs p4_zigzag_docs p4_wallfacer_docs p4_zigzag_docs_s; do within p1_docs $r 1e-6 5; done
+within p1_docs_noeval p4_wallfacer_keep 1e-6 5
 grep -q "window 12 on layers 0" "$work/p1_docs.log" ||
   err "p1_docs does not name its windowed layers: $(cat "$work/p1_docs.log")"
 # The key has an effect: layer 0 only, every layer and no window are three computations.
