@@ -107,3 +107,15 @@ resume_same() {
   b=$(losses "$work/$name" | tr '\n' ' ')
   if [ "$a" == "$b" ]; then echo "ok: $name: resumed losses identical: $b"; else err "$name: resumed losses differ: '$a' vs '$b'"; fi
 }
+
+# prepare_doc_corpus: $work/docs from 60 short files, so that every window of 64 tokens crosses
+# one or more end-of-text tokens (train.packing = "documents").
+prepare_doc_corpus() {
+  local files=() i r f
+  for i in $(seq 1 60); do
+    f="$work/doc$i.txt"
+    for r in $(seq 0 $((i % 4))); do echo "Psalm $i.$r: praise ye the $((i * r % 13)) hills."; done > "$f"
+    files+=(--input "$f")
+  done
+  "$wf" prepare "${files[@]}" --out "$work/docs" --val-fraction 0.1 >/dev/null || err "prepare failed"
+}

@@ -23,6 +23,11 @@ expect2 "packing keep_kv eval" "parallel.keep_kv = true cannot evaluate" mpi 2 "
 expect2 "bad layout" "parallel.layout must be 'balanced' or 'strategy' (got 'diagonal')" "$wf" "${t[@]}" --set train.packing=documents --set parallel.layout=diagonal
 expect2 "balanced without packing" "parallel.layout = 'balanced' .*needs train.packing = 'documents'" "$wf" "${t[@]}" --set parallel.layout=balanced
 expect2 "balanced seq" "train.seq 72 must be divisible by 16 for the balanced layout on 2 ranks.*parallel.layout = 'strategy'" mpi 2 "${t[@]}" --set parallel.sp=2 --set train.seq=72 --set train.packing=documents
+expect2 "negative window" "model.window is -3; it must be >= 0" "$wf" "${t[@]}" --set model.window=-3
+expect2 "window layer" "model.window_layers names layer 2, but the model has layers 0..1" "$wf" "${t[@]}" --set model.window=8 --set "model.window_layers=[0, 2]"
+expect2 "window layers without window" "model.window_layers needs model.window > 0" "$wf" "${t[@]}" --set "model.window_layers=[0]"
+expect2 "window layers type" "model.window_layers expects an integer, got 'x'" "$wf" "${t[@]}" --set model.window=8 --set "model.window_layers=[x]"
+expect2 "dit window" "model.window is for the GPT" "$wf" "${t[@]}" "${dit[@]}" --set model.window=8
 expect2 "heads" "model.kv_heads" "$wf" "${t[@]}" --set model.kv_heads=3
 expect2 "sp does not divide P" "parallel.sp = 3" mpi 2 "${t[@]}" --set parallel.sp=3
 expect2 "seq not divisible" "train.seq = 63" mpi 2 "${t[@]}" --set parallel.sp=2 --set train.seq=63

@@ -11,14 +11,7 @@
 set -u
 source "$(dirname "$0")/common.sh"
 
-# 60 short files: every window of 64 tokens crosses one or more end-of-text tokens.
-files=()
-for i in $(seq 1 60); do
-  f="$work/doc$i.txt"
-  for r in $(seq 0 $((i % 4))); do echo "Psalm $i.$r: praise ye the $((i * r % 13)) hills."; done > "$f"
-  files+=(--input "$f")
-done
-"$wf" prepare "${files[@]}" --out "$work/docs" --val-fraction 0.1 >/dev/null || err "prepare failed"
+prepare_doc_corpus
 
 val_losses() { grep -o '"val_loss":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2; }
 

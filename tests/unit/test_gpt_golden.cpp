@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "golden_fixture.h"
@@ -199,34 +200,42 @@ TEST(Gpt, ConfigErrorsAreUsageErrors) {
 namespace wallfacer::model {
 namespace {
 
-// The KV-cache decoder gives, token by token, the logits the full forward gives for the sequence.
+// The KV-cache decoder gives, token by token, the logits the full forward gives for the sequence;
+// also with a sliding window (model.window) on every layer and on layer 1 only.
 TEST(GptDecoder, MatchesFullForward) {
-  const GptConfig cfg{.vocab = 257, .layers = 2, .dim = 32, .heads = 4, .kv_heads = 2};
+  const GptConfig base{.vocab = 257, .layers = 2, .dim = 32, .heads = 4, .kv_heads = 2};
   const int T = 19;
-  LocalAttention attn(1, T, cfg.heads, cfg.kv_heads, cfg.head_dim());
-  std::vector<int64_t> pos(static_cast<size_t>(T));
-  std::iota(pos.begin(), pos.end(), 0);
-  Gpt model(cfg, 1, pos, Checkpointing::None, attn);
-  gpt_init_params(cfg, model.params(), 5);
-  // Larger weights than the initialisation, so attention is far from uniform.
-  for (int64_t i = 0; i < model.num_params(); ++i) model.params()[i] *= 8.0f;
-  std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T), 0);
-  for (int t = 0; t < T; ++t) tokens[size_t(t)] = (t * 37 + 11) % 257;
-  model.forward(tokens.data(), targets.data());
-  GptDecoder dec(cfg, model.params(), T);
-  double worst = 0, scale = 0;
-  for (int t = 0; t < T; ++t) {
-    const float* got = dec.step(tokens[size_t(t)]);
-    for (int v = 0; v < cfg.vocab; ++v) {
-      const float want = model.logits()[size_t(t) * 257 + size_t(v)];
-      worst = std::max(worst, double(std::abs(got[v] - want)));
-      scale = std::max(scale, double(std::abs(want)));
+  for (const auto& [window, layers] :
+       std::vector<std::pair<int64_t, std::vector<int64_t>>>{{0, {}}, {5, {}}, {5, {1}}}) {
+    GptConfig cfg = base;
+    cfg.window = window;
+    cfg.window_layers = layers;
+    LocalAttention attn(1, T, cfg.heads, cfg.kv_heads, cfg.head_dim());
+    std::vector<int64_t> pos(static_cast<size_t>(T));
+    std::iota(pos.begin(), pos.end(), 0);
+    Gpt model(cfg, 1, pos, Checkpointing::None, attn);
+    gpt_init_params(cfg, model.params(), 5);
+    // Larger weights than the initialisation, so attention is far from uniform.
+    for (int64_t i = 0; i < model.num_params(); ++i) model.params()[i] *= 8.0f;
+    std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T), 0);
+    for (int t = 0; t < T; ++t) tokens[size_t(t)] = (t * 37 + 11) % 257;
+    model.forward(tokens.data(), targets.data());
+    GptDecoder dec(cfg, model.params(), T);
+    double worst = 0, scale = 0;
+    for (int t = 0; t < T; ++t) {
+      const float* got = dec.step(tokens[size_t(t)]);
+      for (int v = 0; v < cfg.vocab; ++v) {
+        const float want = model.logits()[size_t(t) * 257 + size_t(v)];
+        worst = std::max(worst, double(std::abs(got[v] - want)));
+        scale = std::max(scale, double(std::abs(want)));
+      }
     }
+    EXPECT_GT(scale, 0.1);
+    EXPECT_LE(worst, 1e-4 * scale)
+        << "max logit error " << worst << " of " << scale << ", window " << window;
+    EXPECT_EQ(dec.position(), T);
+    EXPECT_THROW(dec.step(1), Error);  // cache full
   }
-  EXPECT_GT(scale, 0.1);
-  EXPECT_LE(worst, 1e-4 * scale) << "max logit error " << worst << " of " << scale;
-  EXPECT_EQ(dec.position(), T);
-  EXPECT_THROW(dec.step(1), Error);  // cache full
 }
 
 TEST(GptDecoder, SampleToken) {

@@ -112,6 +112,19 @@ StepResult separate_documents(const GptConfig& cfg, int S, const std::vector<int
   return r;
 }
 
+// got equals want to fp32 rounding: the loss, every token's loss and every gradient.
+void expect_same_step(const StepResult& got, const StepResult& want) {
+  EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::abs(want.loss));
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    ASSERT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::abs(want.losses[i]) + 1e-6) << i;
+  float scale = 0;
+  for (float g : want.grads) scale = std::max(scale, std::abs(g));
+  float worst = 0;
+  for (size_t i = 0; i < want.grads.size(); ++i)
+    worst = std::max(worst, std::abs(got.grads[i] - want.grads[i]));
+  EXPECT_LE(worst, 1e-5f * scale) << "largest gradient " << scale;
+}
+
 TEST(GptPacking, DocumentsTrainAsSeparateSequences) {
   const GptConfig cfg = small_config();
   const int B = 2, S = 48;
@@ -130,16 +143,7 @@ TEST(GptPacking, DocumentsTrainAsSeparateSequences) {
   }
   const StepResult want = separate_documents(cfg, S, tokens, targets, docs);
   for (auto ckpt : {Checkpointing::None, Checkpointing::Attention}) {
-    const StepResult got = packed_step(cfg, B, S, ckpt, tokens, targets, docs);
-    EXPECT_NEAR(got.loss, want.loss, 1e-6 * std::abs(want.loss));
-    for (size_t i = 0; i < want.losses.size(); ++i)
-      ASSERT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::abs(want.losses[i]) + 1e-6) << i;
-    float scale = 0;
-    for (float g : want.grads) scale = std::max(scale, std::abs(g));
-    float worst = 0;
-    for (size_t i = 0; i < want.grads.size(); ++i)
-      worst = std::max(worst, std::abs(got.grads[i] - want.grads[i]));
-    EXPECT_LE(worst, 1e-5f * scale) << "largest gradient " << scale;
+    expect_same_step(packed_step(cfg, B, S, ckpt, tokens, targets, docs), want);
   }
   // Without the documents the same batch is another computation (at this initialisation the
   // attention is near uniform, so the losses move little, but far more than the bound above).
@@ -162,6 +166,54 @@ TEST(GptPacking, OneDocumentIsBitIdenticalToNoDocuments) {
   const StepResult mixed =
       packed_step(cfg, B, S, Checkpointing::None, tokens, targets, {{20, 20}, {S}});
   EXPECT_EQ(0, std::memcmp(none.losses.data() + S, mixed.losses.data() + S, size_t(S) * 4));
+}
+
+// model.window = 1: every token attends to itself only, so each token trains as a sequence of one
+// token of its own (at its global position), with or without attention checkpointing; window 1 on
+// layer 0 only (model.window_layers) is another computation, as is no window.
+TEST(GptPacking, WindowOfOneTrainsEachTokenAlone) {
+  GptConfig cfg = small_config();
+  const int B = 2, S = 24;
+  std::vector<int32_t> tokens(size_t(B) * S), targets(tokens.size());
+  Rng rng(13);
+  for (auto& t : tokens) t = int32_t(rng.next_u64() % 256);
+  for (auto& t : targets) t = int32_t(rng.next_u64() % 256);
+  const std::vector<std::vector<int64_t>> ones(size_t(B), std::vector<int64_t>(size_t(S), 1));
+  const StepResult want = separate_documents(cfg, S, tokens, targets, ones);
+  cfg.window = 1;
+  for (auto ckpt : {Checkpointing::None, Checkpointing::Attention}) {
+    expect_same_step(packed_step(cfg, B, S, ckpt, tokens, targets, {}), want);
+  }
+  cfg.window_layers = {0};
+  const StepResult first = packed_step(cfg, B, S, Checkpointing::None, tokens, targets, {});
+  cfg.window = 0, cfg.window_layers.clear();
+  const StepResult none = packed_step(cfg, B, S, Checkpointing::None, tokens, targets, {});
+  EXPECT_GT(std::abs(first.loss - want.loss), 1e-5 * std::abs(want.loss));
+  EXPECT_GT(std::abs(first.loss - none.loss), 1e-5 * std::abs(none.loss));
+}
+
+// model.window and model.window_layers: which layers are windowed, and what they refuse.
+TEST(GptPacking, WindowLayers) {
+  GptConfig cfg = small_config();
+  cfg.layers = 3;
+  EXPECT_EQ(cfg.layer_window(0), 0);
+  cfg.window = 8;
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(cfg.layer_window(l), 8);
+  cfg.window_layers = {0, 2};
+  EXPECT_EQ(cfg.layer_window(0), 8);
+  EXPECT_EQ(cfg.layer_window(1), 0);
+  EXPECT_EQ(cfg.layer_window(2), 8);
+  EXPECT_NO_THROW(cfg.validate());
+  cfg.window_layers = {3};
+  EXPECT_THROW(cfg.validate(), UsageError);
+  cfg.window_layers = {-1};
+  EXPECT_THROW(cfg.validate(), UsageError);
+  cfg.window_layers = {1};
+  cfg.window = 0;
+  EXPECT_THROW(cfg.validate(), UsageError);
+  cfg.window = -4;
+  cfg.window_layers.clear();
+  EXPECT_THROW(cfg.validate(), UsageError);
 }
 
 // Gpt::set_positions gives every row its own rotary angles: a batch of two sequences whose rows

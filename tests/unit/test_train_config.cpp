@@ -65,6 +65,45 @@ TEST(TrainConfig, LayoutIsBalancedWithPackingByDefault) {
   EXPECT_NO_THROW(c.validate(2));
 }
 
+// model.window and model.window_layers from TOML and --set read back from the TOML a checkpoint
+// records; a window of train.seq or more runs as none; not shape keys; the DiT refuses them.
+TEST(TrainConfig, WindowKeys) {
+  TrainConfig c = TrainConfig::from_toml(
+      "[model]\nlayers = 3\nwindow = 16\nwindow_layers = [0, 2]\n[train]\nseq = 64\n", "t");
+  EXPECT_EQ(c.model.window, 16);
+  EXPECT_EQ(c.model.window_layers, (std::vector<int64_t>{0, 2}));
+  const TrainConfig back = TrainConfig::from_toml(c.to_toml(), "t");
+  EXPECT_EQ(back.model.window, 16);
+  EXPECT_EQ(back.model.window_layers, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(c.run_model().window, 16);
+  c.set("model.window_layers=[1]");
+  EXPECT_EQ(c.model.window_layers, (std::vector<int64_t>{1}));
+  c.set("model.window_layers=0, 2");
+  EXPECT_EQ(c.model.window_layers, (std::vector<int64_t>{0, 2}));
+  c.set("model.window_layers=[]");
+  EXPECT_TRUE(c.model.window_layers.empty());
+  c.set("model.window=64");
+  EXPECT_EQ(c.run_model().window, 0);
+  EXPECT_EQ(c.model.window, 64);
+  TrainConfig d = c;
+  d.set("model.window=8");
+  const auto changes = d.changes_from(c);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].key, "model.window");
+  EXPECT_FALSE(TrainConfig::is_shape_key("model.window"));
+  EXPECT_FALSE(TrainConfig::is_shape_key("model.window_layers"));
+  EXPECT_NE(usage_error([&] { c.set("model.window_layers=[a]"); }).find("model.window_layers"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] {
+              TrainConfig::from_toml("[model]\nwindow_layers = 1\n", "t");
+            }).find("model.window_layers expects an array of integers"),
+            std::string::npos);
+  c.set("model.kind=dit");
+  c.set("model.window=8");
+  EXPECT_NE(usage_error([&] { c.validate(1); }).find("model.window is for the GPT"),
+            std::string::npos);
+}
+
 TEST(TrainConfig, SetStringsMustBeUtf8) {
   TrainConfig c;
   c.set("data.dir=runs/d\xc3\xa9j\xc3\xa0");  // "déjà" in UTF-8
@@ -90,7 +129,8 @@ TEST(TrainConfig, DtypeIsAutoFp32OrBf16ForBothModels) {
   EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").dtype, "bf16");
   EXPECT_EQ(c.run_dtype(), model::Dtype::bf16);
   EXPECT_EQ(c.attn_config(1).dtype, model::Dtype::bf16);
-  const auto changes = c.changes_from(TrainConfig{});
+  const TrainConfig defaults;
+  const auto changes = c.changes_from(defaults);
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].key, "train.dtype");
   EXPECT_FALSE(TrainConfig::is_shape_key("train.dtype"));

@@ -28,6 +28,23 @@ void GptConfig::validate() const {
   WF_USAGE_CHECK(mlp_ratio >= 1, "model.mlp_ratio must be at least 1 (got {})", mlp_ratio);
   WF_USAGE_CHECK(vocab >= 2, "model.vocab must be at least 2 (got {})", vocab);
   WF_USAGE_CHECK(rope_theta > 0, "model.rope_theta must be > 0 (got {})", rope_theta);
+  WF_USAGE_CHECK(window >= 0, "model.window is {}; it must be >= 0 (0: no window)", window);
+  WF_USAGE_CHECK(window > 0 || window_layers.empty(),
+                 "model.window_layers needs model.window > 0 (the window of those layers): set "
+                 "model.window or drop model.window_layers");
+  for (const int64_t l : window_layers) {
+    WF_USAGE_CHECK(l >= 0 && l < layers,
+                   "model.window_layers names layer {}, but the model has layers 0..{} "
+                   "(model.layers = {})",
+                   l, layers - 1, layers);
+  }
+}
+
+int64_t GptConfig::layer_window(int l) const {
+  if (window == 0 || window_layers.empty()) return window;
+  return std::find(window_layers.begin(), window_layers.end(), int64_t(l)) != window_layers.end()
+             ? window
+             : 0;
 }
 
 Checkpointing parse_checkpointing(std::string_view name) {
@@ -433,6 +450,7 @@ void Gpt::block_forward(int l, bool run_attention) {
   split_qkv(b);
   dense.reset();
   if (run_attention) {  // o (B,T,H,D), lse (B,H,T)
+    attn_.set_window(cfg_.layer_window(l));
     if (bf) {
       attn_.forward(b.q16, b.k16, b.v16, b.o16, b.lse);
     } else {
@@ -544,6 +562,7 @@ void Gpt::block_backward(int l) {
   dense_bwd(dattn, gw.proj_w, in_dtype(bf, a.dx, a.wide16, N * C), pick(bf, b.o, b.o16), w.proj_w,
             C, C);  // (N, C)
   dense.reset();
+  attn_.set_window(cfg_.layer_window(l));
   if (bf) {
     attn_.backward(b.q16, b.k16, b.v16, b.o16, b.lse, a.y16, a.dq16, a.dk16, a.dv16);
   } else {

@@ -42,6 +42,14 @@ struct GptConfig {
   int kv_heads = 4;
   int mlp_ratio = 4;  // hidden width = mlp_ratio * dim
   double rope_theta = 10000.0;
+  // model.window: the sliding window of the windowed layers (0: none): a query at position i
+  // attends to keys j with i - window < j <= i (and, with packed documents, in its own document
+  // only). model.window_layers: the indices of the windowed layers; empty: every layer when
+  // window > 0. The other layers attend to every earlier position (global).
+  int64_t window = 0;
+  std::vector<int64_t> window_layers{};
+  // The window of layer l: window for a windowed layer, else 0.
+  int64_t layer_window(int l) const;
   int head_dim() const { return dim / heads; }
   int qkv_dim() const { return (heads + 2 * kv_heads) * head_dim(); }
   // Throws UsageError when the shapes do not fit together.

@@ -25,7 +25,7 @@ LocalAttention::LocalAttention(int batch, int seq, int heads, int kv_heads, int 
 // The inputs of one call on this object's contiguous tensors (T: float or bf16).
 template <typename T>
 k::AttnInputs<T> inputs(int batch, int seq, int heads, int kv_heads, int head_dim, bool causal,
-                        const T* q, const T* k, const T* v) {
+                        int64_t window, const T* q, const T* k, const T* v) {
   k::AttnInputs<T> t;
   t.dims = {batch, seq, seq, heads, kv_heads, head_dim};
   t.q = q;
@@ -36,6 +36,7 @@ k::AttnInputs<T> inputs(int batch, int seq, int heads, int kv_heads, int head_di
   t.stat_stride = k::Strides2::contiguous(heads, seq);
   t.scale = 1.0f / std::sqrt(float(head_dim));
   t.causal = causal;
+  t.window = window;
   return t;
 }
 
@@ -53,11 +54,18 @@ void LocalAttention::set_documents(const std::vector<std::vector<int64_t>>& leng
   }
 }
 
+void LocalAttention::set_window(int64_t window) {
+  WF_USAGE_CHECK(window >= 0 && (window == 0 || causal_),
+                 "LocalAttention::set_window: window {} must be >= 0, and 0 without causal",
+                 window);
+  window_ = window;
+}
+
 // Runs call(t, b, rows) once for the whole batch without documents, else once per sequence b
 // (batch 1, its documents, the tensors offset to sequence b: rows q rows, krows k rows).
 template <typename T, typename F>
 void LocalAttention::each_sequence(const T* q, const T* k, const T* v, F call) {
-  auto t = inputs(batch_, seq_, heads_, kv_heads_, head_dim_, causal_, q, k, v);
+  auto t = inputs(batch_, seq_, heads_, kv_heads_, head_dim_, causal_, window_, q, k, v);
   if (docs_.empty()) {
     call(t, int64_t(0), int64_t(0), int64_t(0));
     return;

@@ -23,6 +23,8 @@ class LocalAttention : public AttentionOp {
   // Masks each sequence at its own documents (the kernels' doc_of_pos), one kernel call per
   // sequence while any sequence holds more than one document; lengths.size() must be the batch.
   void set_documents(const std::vector<std::vector<int64_t>>& lengths) override;
+  // The kernels' sliding window (0: none; needs causal).
+  void set_window(int64_t window) override;
 
  private:
   template <typename T, typename F>
@@ -30,6 +32,7 @@ class LocalAttention : public AttentionOp {
 
   int batch_, seq_, heads_, kv_heads_, head_dim_;
   bool causal_;
+  int64_t window_ = 0;
   std::vector<float> delta_;  // (B, H, S)
   // doc_of_pos of each sequence (empty: one document); no entry at all: no documents anywhere.
   std::vector<std::vector<int32_t>> docs_;

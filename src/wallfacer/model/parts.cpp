@@ -81,4 +81,8 @@ void AttentionOp::set_documents(const std::vector<std::vector<int64_t>>& lengths
 
 std::vector<int64_t> AttentionOp::row_positions(int) const { return {}; }
 
+void AttentionOp::set_window(int64_t window) {
+  WF_USAGE_CHECK(window == 0, "this attention takes no sliding window (asked for {})", window);
+}
+
 }  // namespace wallfacer::model

@@ -66,6 +66,10 @@ class AttentionOp {
   // parallel.layout = "balanced"), which the caller then loads and positions its rows by. Empty
   // (the default): the rows stay at the positions the caller built the model for.
   virtual std::vector<int64_t> row_positions(int b) const;
+  // The sliding window of the following calls (seqpar::AttnConfig::window; 0: none), which a
+  // model with windowed and global layers sets before each layer's forward and backward. The
+  // default accepts 0 only (UsageError otherwise).
+  virtual void set_window(int64_t window);
 };
 
 // One named parameter tensor inside the arena.

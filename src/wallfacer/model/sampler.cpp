@@ -64,6 +64,7 @@ const float* GptDecoder::step(int32_t token) {
     a.stat_stride = k::Strides2::contiguous(H, 1);
     a.scale = 1.0f / std::sqrt(float(D));
     a.causal = true;
+    a.window = cfg_.layer_window(l);
     a.q_pos0 = pos;
     k::attn_fwd(k::fwd_params(a, o_.data(), lse_.data()));
     k::matmul_fwd(tmp_.data(), o_.data(), w.proj_w, nullptr, 1, C, C);

@@ -18,7 +18,9 @@ namespace {
 // One key of the schema, bound to its field in a TrainConfig.
 struct Field {
   const char* key;
-  std::variant<int*, int64_t*, double*, std::string*, bool*, std::array<int64_t, 2>*> ptr;
+  std::variant<int*, int64_t*, double*, std::string*, bool*, std::array<int64_t, 2>*,
+               std::vector<int64_t>*>
+      ptr;
 };
 
 std::vector<Field> fields(TrainConfig& c) {
@@ -31,6 +33,8 @@ std::vector<Field> fields(TrainConfig& c) {
       {"model.mlp_ratio", &c.model.mlp_ratio},
       {"model.vocab", &c.model.vocab},
       {"model.rope_theta", &c.model.rope_theta},
+      {"model.window", &c.model.window},
+      {"model.window_layers", &c.model.window_layers},
       {"model.patch", &c.patch},
       {"model.freq_dim", &c.freq_dim},
       {"model.classes", &c.classes},
@@ -140,17 +144,32 @@ bool is_utf8(std::string_view s) {
   return true;
 }
 
+// t without its leading and trailing spaces.
+std::string_view trim(std::string_view t) {
+  while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  return t;
+}
+
 // "[a, b]" or "a,b": a pair of integers.
 std::array<int64_t, 2> parse_pair(std::string_view key, std::string_view s) {
   if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
   const auto comma = s.find(',');
   WF_USAGE_CHECK(comma != std::string_view::npos, "{} expects [a, b], got '{}'", key, s);
-  auto trim = [](std::string_view t) {
-    while (!t.empty() && t.front() == ' ') t.remove_prefix(1);
-    while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
-    return t;
-  };
   return {parse_int(key, trim(s.substr(0, comma))), parse_int(key, trim(s.substr(comma + 1)))};
+}
+
+// "[a, b, ...]" or "a,b,...": a list of integers ("[]" or "": none).
+std::vector<int64_t> parse_list(std::string_view key, std::string_view s) {
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  std::vector<int64_t> out;
+  if (trim(s).empty()) return out;
+  for (size_t at = 0;;) {
+    const size_t comma = s.find(',', at);
+    out.push_back(parse_int(key, trim(s.substr(at, comma - at))));
+    if (comma == std::string_view::npos) return out;
+    at = comma + 1;
+  }
 }
 
 // Assigns a TOML node to a field, checking its type.
@@ -161,6 +180,15 @@ void assign(const Field& f, const toml::node& n) {
     if (arr && arr->size() == 2) a = toml_integer((*arr)[0]), b = toml_integer((*arr)[1]);
     WF_USAGE_CHECK(a && b, "{} expects an array of two integers, like [3, 5]", f.key);
     **pair = {*a, *b};
+  } else if (auto list = std::get_if<std::vector<int64_t>*>(&f.ptr)) {
+    const auto* arr = n.as_array();
+    WF_USAGE_CHECK(arr, "{} expects an array of integers, like [0, 2]", f.key);
+    (*list)->clear();
+    for (const auto& e : *arr) {
+      const std::optional<int64_t> v = toml_integer(e);
+      WF_USAGE_CHECK(v, "{} expects an array of integers, like [0, 2]", f.key);
+      (*list)->push_back(*v);
+    }
   } else if (std::holds_alternative<std::string*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_string(), "{} expects a string", f.key);
     *std::get<std::string*>(f.ptr) = n.value<std::string>().value();
@@ -219,6 +247,8 @@ void TrainConfig::set(const std::string& assignment) {
     **p = value;
   } else if (auto pair = std::get_if<std::array<int64_t, 2>*>(&f.ptr)) {
     **pair = parse_pair(key, value);
+  } else if (auto list = std::get_if<std::vector<int64_t>*>(&f.ptr)) {
+    **list = parse_list(key, value);
   } else if (auto d = std::get_if<double*>(&f.ptr)) {
     **d = parse_double(key, value);
   } else if (auto b = std::get_if<bool*>(&f.ptr)) {
@@ -282,6 +312,12 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   return a;
 }
 
+model::GptConfig TrainConfig::run_model() const {
+  model::GptConfig m = model;
+  if (m.window >= seq) m.window = 0, m.window_layers.clear();
+  return m;
+}
+
 seqpar::Layout TrainConfig::run_layout() const {
   if (layout.empty())
     return packing == "documents" ? seqpar::Layout::Balanced : seqpar::Layout::Strategy;
@@ -319,6 +355,9 @@ void TrainConfig::validate(int P) const {
     WF_USAGE_CHECK(channels == 1 || channels == 3, "data.channels must be 1 or 3 (got {})",
                    channels);
     WF_USAGE_CHECK(clips >= 1, "data.clips must be >= 1 (got {})", clips);
+    WF_USAGE_CHECK(model.window == 0 && model.window_layers.empty(),
+                   "model.window is for the GPT (causal attention); the DiT attends to every "
+                   "token of its clip: drop model.window and model.window_layers");
     WF_USAGE_CHECK(
         checkpointing == "none",
         "parallel.checkpointing = '{}' is not supported for model.kind = 'dit': use 'none'",
@@ -437,6 +476,10 @@ std::vector<TrainConfig::Change> TrainConfig::changes_from(const TrainConfig& be
               return "'" + *p + "'";
             } else if constexpr (std::is_same_v<T, std::array<int64_t, 2>>) {
               return fmt::format("[{}, {}]", (*p)[0], (*p)[1]);
+            } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+              std::string items;
+              for (const int64_t v : *p) items += (items.empty() ? "" : ", ") + std::to_string(v);
+              return "[" + items + "]";
             } else {
               return fmt::format("{}", *p);
             }
@@ -475,6 +518,10 @@ std::string TrainConfig::to_toml() const {
             t.insert(name, int64_t(*p));
           } else if constexpr (std::is_same_v<T, std::array<int64_t, 2>>) {
             t.insert(name, toml::array{(*p)[0], (*p)[1]});
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            toml::array arr;
+            for (const int64_t v : *p) arr.push_back(v);
+            t.insert(name, std::move(arr));
           } else {
             t.insert(name, *p);
           }

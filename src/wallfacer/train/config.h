@@ -114,6 +114,9 @@ struct TrainConfig {
   // "documents" and train.seq was given.
   void derive();
   seqpar::AttnConfig attn_config(int P) const;
+  // The GPT as run: model, with a model.window of train.seq or more (which keeps every causal
+  // pair) run as no window.
+  model::GptConfig run_model() const;
   // The dtype a run uses: train.dtype, with "auto" decided by this CPU (bf16 where it has
   // AVX512-BF16, else fp32).
   model::Dtype run_dtype() const;

@@ -48,7 +48,7 @@ class GptTask : public Task {
         val_shard_(cfg.data_dir + "/val.bin"),
         train_loader_(train_shard_, cfg.seq, uint64_t(cfg.seed)),
         val_loader_(val_shard_, cfg.seq, uint64_t(cfg.seed)),
-        model_(cfg.model, nb, positions, model::parse_checkpointing(cfg.checkpointing), attn,
+        model_(cfg.run_model(), nb, positions, model::parse_checkpointing(cfg.checkpointing), attn,
                cfg.run_dtype()),
         attn_(attn),
         tokens_(positions.size() * size_t(nb)),

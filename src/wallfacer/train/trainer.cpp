@@ -49,8 +49,10 @@ namespace {
 // (B, n, H, D), (B, n, Hkv, D) and (B, H, n) is a contiguous slice.
 class DistAttentionOp : public model::AttentionOp {
  public:
+  // `windows`: the sliding windows the model's layers use (set_window), distinct, in the order
+  // the sequence attentions are built (collective: the same on every rank).
   DistAttentionOp(const seqpar::AttnConfig& cfg, comm::Communicator& group, int64_t rows,
-                  bool per_sequence) {
+                  bool per_sequence, const std::vector<int64_t>& windows) {
     seqpar::AttnConfig one = cfg;
     if (per_sequence && cfg.batch > 1) {
       one.batch = 1;
@@ -58,9 +60,20 @@ class DistAttentionOp : public model::AttentionOp {
       kn_ = rows * cfg.kv_heads * cfg.head_dim;
       sn_ = rows * cfg.heads;
     }
-    for (int b = 0; b < cfg.batch / one.batch; ++b)
-      attn_.push_back(std::make_unique<seqpar::DistAttention>(one, group));
+    for (const int64_t w : windows) {
+      one.window = w;
+      windows_.push_back(w);
+      sets_.emplace_back();
+      for (int b = 0; b < cfg.batch / one.batch; ++b)
+        sets_.back().push_back(std::make_unique<seqpar::DistAttention>(one, group));
+    }
     balanced_ = cfg.layout == seqpar::Layout::Balanced;
+  }
+  // Selects the sequence attentions built for this window.
+  void set_window(int64_t window) override {
+    const auto at = std::find(windows_.begin(), windows_.end(), window);
+    WF_CHECK(at != windows_.end(), "set_window: no attention built for window {}", window);
+    cur_ = size_t(at - windows_.begin());
   }
   void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
     run_fwd(q, k, v, o, lse);
@@ -78,26 +91,29 @@ class DistAttentionOp : public model::AttentionOp {
   }
   // A sequence of one document passes no lengths: the calls are those of train.packing = "none".
   void set_documents(const std::vector<std::vector<int64_t>>& lengths) override {
-    WF_CHECK(lengths.size() == attn_.size(),
-             "set_documents: {} lists of lengths for {} sequence attention(s)", lengths.size(),
-             attn_.size());
-    for (size_t b = 0; b < attn_.size(); ++b) {
-      const auto& l = lengths[b];
-      attn_[b]->set_documents(l.data(), l.size() > 1 ? int(l.size()) : 0);
+    for (auto& set : sets_) {
+      WF_CHECK(lengths.size() == set.size(),
+               "set_documents: {} lists of lengths for {} sequence attention(s)", lengths.size(),
+               set.size());
+      for (size_t b = 0; b < set.size(); ++b) {
+        const auto& l = lengths[b];
+        set[b]->set_documents(l.data(), l.size() > 1 ? int(l.size()) : 0);
+      }
     }
   }
   // With Layout::Balanced the rows of sequence b follow its documents.
   std::vector<int64_t> row_positions(int b) const override {
     if (!balanced_) return {};
-    WF_CHECK(b >= 0 && size_t(b) < attn_.size(), "row_positions: sequence {} of {}", b,
-             attn_.size());
-    return attn_[size_t(b)]->local_positions();
+    // Every window's attention lays the documents out alike (the layout counts causal pairs).
+    WF_CHECK(b >= 0 && size_t(b) < sets_[0].size(), "row_positions: sequence {} of {}", b,
+             sets_[0].size());
+    return sets_[0][size_t(b)]->local_positions();
   }
-  // This rank's attention work of the latest forward: its forward FLOPs (4 H D x the kept pairs
-  // of its queries, summed over its sequences).
+  // This rank's attention work of the latest forward of the first window's attentions: its
+  // forward FLOPs (4 H D x the kept pairs of its queries, summed over its sequences).
   double work() const {
     double w = 0;
-    for (const auto& a : attn_) w += a->stats().attn_flops;
+    for (const auto& a : sets_[0]) w += a->stats().attn_flops;
     return w;
   }
 
@@ -105,21 +121,38 @@ class DistAttentionOp : public model::AttentionOp {
   // Each sequence attention over its slice of the tensors (fp32 or bf16).
   template <typename T>
   void run_fwd(const T* q, const T* k, const T* v, T* o, float* lse) {
-    for (size_t b = 0; b < attn_.size(); ++b)
-      attn_[b]->forward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_);
+    auto& set = sets_[cur_];
+    for (size_t b = 0; b < set.size(); ++b)
+      set[b]->forward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_);
   }
   template <typename T>
   void run_bwd(const T* q, const T* k, const T* v, const T* o, const float* lse, const T* dout,
                T* dq, T* dk, T* dv) {
-    for (size_t b = 0; b < attn_.size(); ++b)
-      attn_[b]->backward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_,
-                         dout + b * qn_, dq + b * qn_, dk + b * kn_, dv + b * kn_);
+    auto& set = sets_[cur_];
+    for (size_t b = 0; b < set.size(); ++b)
+      set[b]->backward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_,
+                       dout + b * qn_, dq + b * qn_, dk + b * kn_, dv + b * kn_);
   }
 
-  std::vector<std::unique_ptr<seqpar::DistAttention>> attn_;
+  // One sequence attention per sequence (per_sequence) or one for the batch, per window.
+  std::vector<std::vector<std::unique_ptr<seqpar::DistAttention>>> sets_;
+  std::vector<int64_t> windows_;      // the window of each set
+  size_t cur_ = 0;                    // the set of the following calls (set_window)
   int64_t qn_ = 0, kn_ = 0, sn_ = 0;  // elements of one sequence (per_sequence)
   bool balanced_ = false;             // the rows follow the documents (Layout::Balanced)
 };
+
+// The startup line's words on model.window ("" without one).
+std::string window_note(const TrainConfig& cfg) {
+  const model::GptConfig& m = cfg.model;
+  if (cfg.kind != "gpt" || m.window == 0) return "";
+  if (m.window >= cfg.seq)
+    return fmt::format(", window {} >= seq {}: the full causal mask", m.window, cfg.seq);
+  std::string layers;
+  for (const int64_t l : m.window_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+  return fmt::format(", window {} on {}", m.window,
+                     layers.empty() ? std::string("every layer") : "layers " + layers);
+}
 
 std::string format_duration(double s) {
   const auto t = int64_t(std::max(0.0, s));
@@ -358,7 +391,19 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const int64_t T = int64_t(positions.size());
 
   const bool packing = cfg.packing == "documents";
-  DistAttentionOp attn(acfg, group, T, packing);
+  // The windows of the GPT's layers, global ones first: one set of sequence attentions each.
+  std::vector<int64_t> windows;
+  if (cfg.kind == "gpt") {
+    const model::GptConfig m = cfg.run_model();
+    for (int l = 0; l < m.layers; ++l) {
+      if (std::find(windows.begin(), windows.end(), m.layer_window(l)) == windows.end())
+        windows.push_back(m.layer_window(l));
+    }
+    std::sort(windows.begin(), windows.end());
+  } else {
+    windows = {0};
+  }
+  DistAttentionOp attn(acfg, group, T, packing, windows);
   std::unique_ptr<Task> task;
   world.agree([&] { task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn); });
   const int64_t n = task->num_params();
@@ -493,12 +538,12 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   if (rank == 0) {
     progress.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
-        "batch {}{}, checkpointing {}, {} threads/rank",
+        "batch {}{}{}, checkpointing {}, {} threads/rank",
         cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.keep_kv ? " keep_kv" : "",
         cfg.seq, cfg.batch,
         packing ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg.layout))
                 : "",
-        cfg.checkpointing, num_threads()));
+        window_note(cfg), cfg.checkpointing, num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = auto_dtype
                                 ? fmt::format("train.dtype = 'auto': this CPU {} AVX512-BF16",
