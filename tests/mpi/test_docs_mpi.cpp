@@ -6,10 +6,10 @@
 // process, and the work counter (forward FLOPs of all ranks) against a pair-by-pair count of the
 // mask. The random documents are set on a DistAttention built without them
 // (DistAttention::set_documents; in the balanced layout the rows then move to local_positions()).
-// Sliding windows (AttnConfig::window) run the same way: of one token, of a rank's rows, across rank
-// and tile borders and longer than several ranks' rows, with the documents, and every rank's byte
-// counters against its schedule's sums; then the bytes of a contiguous ring with a window of at
-// most a rank's rows against their formula. Usage: mpirun -np P test_docs_mpi
+// Sliding windows (AttnConfig::window) run the same way: of one token, of a rank's rows, across
+// rank and tile borders and longer than several ranks' rows, with the documents, and every rank's
+// byte counters against its schedule's sums; then the bytes of a contiguous ring with a window of
+// at most a rank's rows against their formula. Usage: mpirun -np P test_docs_mpi
 
 #include <fmt/format.h>
 
