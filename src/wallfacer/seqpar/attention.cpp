@@ -55,6 +55,20 @@ struct DistAttention::Impl {
   }
 };
 
+DistAttentionMemory dist_attention_memory(const AttnConfig& cfg, int P, int rank) {
+  const Schedule s = make_schedule(cfg, P, rank);
+  DistAttentionMemory m;
+  // As the executor allocates them: whole floats per buffer; an alias has no memory of its own.
+  for (size_t b = kNumUserBuffers; b < s.buffers.size(); ++b) {
+    const BufferSpec& spec = s.buffers[b];
+    if (spec.alias >= 0) continue;
+    const int64_t bytes =
+        (spec.blocks * block_bytes(spec, s.cfg.batch, s.cfg.head_dim) + 3) / 4 * 4;
+    (spec.kept ? m.kept_per_forward : m.scratch) += bytes;
+  }
+  return m;
+}
+
 DistAttention::DistAttention(const AttnConfig& cfg, comm::Communicator& group) {
   validate(cfg, group.size());
   impl_ = std::make_unique<Impl>(cfg, group);

@@ -116,4 +116,13 @@ class DistAttention {
   std::unique_ptr<Impl> impl_;
 };
 
+// The memory a DistAttention of `cfg` holds on `rank` of P ranks, without building it (for memory
+// checks before allocating): `scratch`, the bytes of the buffers it allocates when built, and
+// `kept_per_forward`, the bytes keep_kv holds per forward awaiting its backward (0 without).
+// Documents do not change either. Validates cfg (UsageError).
+struct DistAttentionMemory {
+  int64_t scratch = 0, kept_per_forward = 0;
+};
+DistAttentionMemory dist_attention_memory(const AttnConfig& cfg, int P, int rank);
+
 }  // namespace wallfacer::seqpar

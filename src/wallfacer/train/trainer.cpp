@@ -109,11 +109,13 @@ class DistAttentionOp : public model::AttentionOp {
              sets_[0].size());
     return sets_[0][size_t(b)]->local_positions();
   }
-  // This rank's attention work of the latest forward of the first window's attentions: its
-  // forward FLOPs (4 H D x the kept pairs of its queries, summed over its sequences).
-  double work() const {
-    double w = 0;
-    for (const auto& a : sets_[0]) w += a->stats().attn_flops;
+  // This rank's attention work of the latest forward of each window's attentions (in the order
+  // of `windows`): its forward FLOPs (4 H D x the kept pairs of its queries, summed over its
+  // sequences).
+  std::vector<double> work() const {
+    std::vector<double> w(sets_.size(), 0.0);
+    for (size_t i = 0; i < sets_.size(); ++i)
+      for (const auto& a : sets_[i]) w[i] += a->stats().attn_flops;
     return w;
   }
 
@@ -356,9 +358,21 @@ void check_same_config(comm::Communicator& world, const TrainConfig& cfg) {
   });
 }
 
-// Stops before allocating when the model, its optimizer state and the activations of this rank's
-// rows do not fit (an estimate: parameters, gradients and AdamW moments, 16 bytes per parameter;
-// per token and layer the saved activations of attention and MLP; the logits).
+// The distinct sliding windows of the model's layers, ascending (0: global), each with the number
+// of its layers: one set of sequence attentions each (a DiT: one global set).
+std::vector<std::pair<int64_t, int>> layer_windows(const TrainConfig& cfg) {
+  if (cfg.kind != "gpt") return {{0, cfg.model.layers}};
+  const model::GptConfig m = cfg.run_model();
+  std::map<int64_t, int> layers;
+  for (int l = 0; l < m.layers; ++l) ++layers[m.layer_window(l)];
+  return {layers.begin(), layers.end()};
+}
+
+// Stops before allocating when the model, its optimizer state, the activations of this rank's
+// rows and its attentions do not fit (an estimate: parameters, gradients and AdamW moments, 16
+// bytes per parameter; per token and layer the saved activations of attention and MLP; the
+// logits; the scratch of every DistAttention the trainer builds, one per window of the layers and
+// per local sequence with packing, on the rank that needs most, and what keep_kv holds per layer).
 void check_training_memory(const TrainConfig& cfg, int P) {
   const double n = cfg.kind == "dit" ? double(model::dit_num_params(cfg.dit_model()))
                                      : double(model::gpt_num_params(cfg.model));
@@ -366,8 +380,26 @@ void check_training_memory(const TrainConfig& cfg, int P) {
   const double per_row =
       double(cfg.model.layers) * double(cfg.model.dim) * (10.0 + 2.0 * cfg.model.mlp_ratio) +
       (cfg.kind == "dit" ? 0.0 : 2.0 * double(cfg.model.vocab));
+  // As DistAttentionOp builds them: with packing one attention of batch 1 per local sequence.
+  seqpar::AttnConfig one = cfg.attn_config(P);
+  double sequences = 1;
+  if (cfg.packing == "documents" && one.batch > 1) {
+    sequences = one.batch;
+    one.batch = 1;
+  }
+  double attention = 0;
+  for (const auto& [window, layers] : layer_windows(cfg)) {
+    one.window = window;
+    seqpar::DistAttentionMemory most;
+    for (int r = 0; r < cfg.sp; ++r) {
+      const seqpar::DistAttentionMemory m = seqpar::dist_attention_memory(one, cfg.sp, r);
+      most.scratch = std::max(most.scratch, m.scratch);
+      most.kept_per_forward = std::max(most.kept_per_forward, m.kept_per_forward);
+    }
+    attention += sequences * (double(most.scratch) + layers * double(most.kept_per_forward));
+  }
   check_memory(
-      16.0 * n + 4.0 * rows * per_row,
+      16.0 * n + 4.0 * rows * per_row + attention,
       fmt::format("training this model ({:.3g} parameters, {:.3g} token rows per rank)", n, rows));
 }
 
@@ -392,17 +424,9 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
 
   const bool packing = cfg.packing == "documents";
   // The windows of the GPT's layers, global ones first: one set of sequence attentions each.
+  const std::vector<std::pair<int64_t, int>> window_layers = layer_windows(cfg);
   std::vector<int64_t> windows;
-  if (cfg.kind == "gpt") {
-    const model::GptConfig m = cfg.run_model();
-    for (int l = 0; l < m.layers; ++l) {
-      if (std::find(windows.begin(), windows.end(), m.layer_window(l)) == windows.end())
-        windows.push_back(m.layer_window(l));
-    }
-    std::sort(windows.begin(), windows.end());
-  } else {
-    windows = {0};
-  }
+  for (const auto& wl : window_layers) windows.push_back(wl.first);
   DistAttentionOp attn(acfg, group, T, packing, windows);
   std::unique_ptr<Task> task;
   world.agree([&] { task = make_task(cfg, int64_t(dp_rank) * Bl, Bl, positions, attn); });
@@ -584,14 +608,23 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       trace::Span span("forward", trace::Cat::Phase);
       loss = task->train_forward(s);
     }
-    // Packed documents: max / mean over the ranks of the attention work of this step's forward.
+    // Packed documents: the attention work of this step's forward, the busiest rank's over the
+    // mean, summed over the layers (each layer waits for its busiest rank): sum over the layers of
+    // max over ranks / sum over the layers of the mean over ranks.
     double imbalance = NAN;
     if (packing) {
-      double w[2] = {attn.work(), 0};
-      w[1] = w[0];
-      world.all_reduce_max(&w[0], 1);
-      world.all_reduce_sum(&w[1], 1);
-      imbalance = w[1] > 0 ? w[0] / (w[1] / double(P)) : 1.0;
+      const std::vector<double> work = attn.work();
+      std::vector<double> most = work, total = work;
+      world.all_reduce_max(most.data(), int64_t(most.size()));
+      world.all_reduce_sum(total.data(), int64_t(total.size()));
+      double num = 0, den = 0;
+      for (size_t i = 0; i < work.size(); ++i) {
+        // One set: its max / mean, as the layers' sums would give it but without their rounding.
+        const double layers = work.size() == 1 ? 1.0 : double(window_layers[i].second);
+        num += layers * most[i];
+        den += layers * (total[i] / double(P));
+      }
+      imbalance = den > 0 ? num / den : 1.0;
     }
     {
       trace::Span span("backward", trace::Cat::Phase);
