@@ -3,7 +3,7 @@
 #
 #   bench/documents_train.sh [--ranks 8] [--seq 8192] [--steps 3] [--rounds 2]
 #                            [--strategies "zigzag ring wallfacer2"] [--layers 2] [--dim 128]
-#                            [--heads 2] [--dtype auto] [--out runs/documents-train]
+#                            [--heads 2] [--dtype auto] [--cpu-per-rank F] [--out runs/documents-train]
 #
 # The corpus is long-tailed: a few files as long as the sequence and many short ones (lengths
 # log-uniform in 16..1024 bytes), shuffled with a fixed seed and tokenized by `wallfacer prepare`
@@ -13,10 +13,14 @@
 # Appends one JSON line per run to OUT/results.jsonl: the command, the commit, the load average
 # before and after, the tokens/s of the steps after the first and every step's work_imbalance.
 # bench/documents_train_table.py prints the table of docs/documents.md from it.
+#
+# --cpu-per-rank F: every rank runs capped at F of a core in a cgroup of its own
+# (scripts/wallfacer-mpirun --cpu-per-rank; needs root), as on a cluster of dedicated devices: a
+# rank that waits leaves its share unused. Recorded as "cpu_per_rank" in each line (0: no cap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=8 seq=8192 steps=3 rounds=2 strategies="zigzag ring wallfacer2" layers=2 dim=128 heads=2
-dtype=auto out=runs/documents-train
+dtype=auto out=runs/documents-train cpu=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -28,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     --dim) dim=$2; shift 2 ;;
     --heads) heads=$2; shift 2 ;;
     --dtype) dtype=$2; shift 2 ;;
+    --cpu-per-rank) cpu=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "documents_train.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -35,6 +40,11 @@ while [[ $# -gt 0 ]]; do
 done
 wf=${WALLFACER:-build/wallfacer}
 [[ -x $wf ]] || { echo "documents_train.sh: $wf not found: run make build" >&2; exit 2; }
+launch=(scripts/wallfacer-mpirun)
+if [[ -n "$cpu" ]]; then
+  scripts/cpu-per-rank check "$cpu"
+  launch+=(--cpu-per-rank "$cpu")
+fi
 mkdir -p "$out/files"
 results=$out/results.jsonl
 
@@ -84,14 +94,14 @@ for round in $(seq 1 "$rounds"); do
             --steps "$steps" --set parallel.strategy="$strategy" --set parallel.teams="$teams"
             --set parallel.layout="$layout")
       load0=$(cut -d' ' -f1-3 /proc/loadavg)
-      scripts/wallfacer-mpirun "$ranks" "${args[@]}" >"$out/$name.log"
+      "${launch[@]}" "$ranks" "${args[@]}" >"$out/$name.log"
       load1=$(cut -d' ' -f1-3 /proc/loadavg)
       echo "== round $round $s $layout: $(tail -1 "$out/$name.log")" >&2
       python3 - "$out/$name/metrics.jsonl" "$results" "$round" "$s" "$strategy" "$teams" \
-        "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" \
-        "scripts/wallfacer-mpirun $ranks ${args[*]}" <<'PY'
+        "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" "${cpu:-0}" \
+        "${launch[*]} $ranks ${args[*]}" <<'PY'
 import json, os, sys
-(metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1,
+(metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1, cpu,
  command) = sys.argv[1:]
 lines = [json.loads(l) for l in open(metrics)]
 timed = lines[1:] if len(lines) > 1 else lines
@@ -102,7 +112,8 @@ row = {"command": command, "commit": commit, "round": int(rnd), "config": config
        "step_s": [l["step_s"] for l in lines],
        "work_imbalance": [l["work_imbalance"] for l in lines],
        "loss": [l["loss"] for l in lines],
-       "load_before": load0, "load_after": load1, "cpus": os.cpu_count()}
+       "load_before": load0, "load_after": load1, "cpus": os.cpu_count(),
+       "cpu_per_rank": float(cpu)}
 with open(results, "a") as f:
     f.write(json.dumps(row) + "\n")
 PY

@@ -44,8 +44,10 @@ for c in configs:
     print(f"| {label(c)} | {b[0]:,.0f} | {s[0]:,.0f} | {b[0] / s[0]:.2f}x | {per} | "
           f"{b[1]:.3f}, {b[2]:.3f} | {s[1]:.3f}, {s[2]:.3f} |")
 r0 = rows[0]
+cap = (f", each rank capped at {r0['cpu_per_rank']:g} of a core (--cpu-per-rank)"
+       if r0.get("cpu_per_rank") else "")
 print(f"\n{r0['ranks']} ranks, seq {r0['seq']}, {r0['steps']} steps per run, {len(rounds)} rounds, "
-      f"{r0['cpus']} CPUs; load average (1 minute) per round:")
+      f"{r0['cpus']} CPUs{cap}; load average (1 minute) per round:")
 for k in rounds:
     loads = [float(r[x].split()[0]) for r in rows if r["round"] == k
              for x in ("load_before", "load_after")]
