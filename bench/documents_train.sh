@@ -16,7 +16,8 @@
 #
 # --cpu-per-rank F: every rank runs capped at F of a core in a cgroup of its own
 # (scripts/wallfacer-mpirun --cpu-per-rank; needs root), as on a cluster of dedicated devices: a
-# rank that waits leaves its share unused. Recorded as "cpu_per_rank" in each line (0: no cap).
+# rank that waits leaves its share unused. Recorded as "cpu_per_rank" in each line (0: no cap), with
+# the scheduling period "cpu_period_us" ($WALLFACER_CPU_PERIOD_US, default 10000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=8 seq=8192 steps=3 rounds=2 strategies="zigzag ring wallfacer2" layers=2 dim=128 heads=2
@@ -99,10 +100,11 @@ for round in $(seq 1 "$rounds"); do
       echo "== round $round $s $layout: $(tail -1 "$out/$name.log")" >&2
       python3 - "$out/$name/metrics.jsonl" "$results" "$round" "$s" "$strategy" "$teams" \
         "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" "${cpu:-0}" \
-        "${launch[*]} $ranks ${args[*]}" <<'PY'
+        "${WALLFACER_CPU_PERIOD_US:-10000}" \
+        "${WALLFACER_CPU_PERIOD_US:+WALLFACER_CPU_PERIOD_US=$WALLFACER_CPU_PERIOD_US }${launch[*]} $ranks ${args[*]}" <<'PY'
 import json, os, sys
 (metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1, cpu,
- command) = sys.argv[1:]
+ period, command) = sys.argv[1:]
 lines = [json.loads(l) for l in open(metrics)]
 timed = lines[1:] if len(lines) > 1 else lines
 row = {"command": command, "commit": commit, "round": int(rnd), "config": config,
@@ -114,6 +116,8 @@ row = {"command": command, "commit": commit, "round": int(rnd), "config": config
        "loss": [l["loss"] for l in lines],
        "load_before": load0, "load_after": load1, "cpus": os.cpu_count(),
        "cpu_per_rank": float(cpu)}
+if float(cpu) > 0:
+    row["cpu_period_us"] = int(period)
 with open(results, "a") as f:
     f.write(json.dumps(row) + "\n")
 PY

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A core per rank, emulated (--cpu-per-rank of scripts/wallfacer-mpirun and scripts/emulate-cluster,
 # scripts/cpu-per-rank): ranks that spin for 3 s of wall time (tests/cluster/cpu_spin.py) each use
-# at most their cap of CPU time (cap x wall + 0.1 s) when capped at 0.05 of a core, and at least
-# half of 0.3 x wall when capped at 0.3 (so the spinner could exceed the low cap: the cap, not the
+# at most their cap of CPU time (cap x wall + 0.1 s) when capped at 0.1 of a core, and at least
+# half of 0.5 x wall when capped at 0.5 (so the spinner could exceed the low cap: the cap, not the
 # machine, holds it), each in its own group; uncapped they are in no such group. The groups are
 # gone after a run, after SIGTERM to the launcher, and after `--cleanup` once the launcher was
 # killed with SIGKILL. Bad input (a fraction out of range, no cpu controller, not root): one line,
@@ -43,17 +43,17 @@ for r in rows:
 PY
 }
 
-out=$(mpirun_wrap --cpu-per-rank 0.05 2 "$spin" 3) || err "capped at 0.05 exited $?"
-check "wallfacer-mpirun, cap 0.05" 0.05 0 "$out"
-out=$(mpirun_wrap --cpu-per-rank 0.3 2 "$spin" 3) || err "capped at 0.3 exited $?"
-check "wallfacer-mpirun, cap 0.3" 0.3 0.5 "$out"
+out=$(mpirun_wrap --cpu-per-rank 0.1 2 "$spin" 3) || err "capped at 0.1 exited $?"
+check "wallfacer-mpirun, cap 0.1" 0.1 0 "$out"
+out=$(mpirun_wrap --cpu-per-rank 0.5 2 "$spin" 3) || err "capped at 0.5 exited $?"
+check "wallfacer-mpirun, cap 0.5" 0.5 0.5 "$out"
 out=$(mpirun_wrap 2 "$spin" 1) || err "uncapped exited $?"
 check "wallfacer-mpirun, no cap" 0 0 "$out"
 [[ -z "$(groups_left)" ]] || err "groups left after the runs: $(groups_left)"
 
-out=$(emu --nodes 2 --ranks-per-node 1 --rate 100mbit --cpu-per-rank 0.05 -- "$py" "$spin" 3) ||
-  err "emulate-cluster capped at 0.05 exited $?"
-check "emulate-cluster 2 x 1, cap 0.05" 0.05 0 "$out"
+out=$(emu --nodes 2 --ranks-per-node 1 --rate 100mbit --cpu-per-rank 0.1 -- "$py" "$spin" 3) ||
+  err "emulate-cluster capped at 0.1 exited $?"
+check "emulate-cluster 2 x 1, cap 0.1" 0.1 0 "$out"
 check_namespaces_gone
 [[ -z "$(groups_left)" ]] || err "groups left after emulate-cluster: $(groups_left)"
 
@@ -97,9 +97,9 @@ bad() {  # bad WHAT PATTERN command...
   [[ $(echo "$out" | wc -l) -eq 1 ]] || err "$what: not one line: $out"
   echo "$out" | grep -q -- "$pat" || err "$what: does not mention '$pat'"
 }
-bad "fraction 0" "from 0.01 to 64" mpirun_wrap --cpu-per-rank 0 2 "$spin" 1
+bad "fraction 0" "to 64 cores per rank" mpirun_wrap --cpu-per-rank 0 2 "$spin" 1
 bad "fraction abc" "number of cores per rank" mpirun_wrap --cpu-per-rank abc 2 "$spin" 1
-bad "fraction 100" "from 0.01 to 64" emu --nodes 2 --ranks-per-node 1 --rate 100mbit --cpu-per-rank 100 -- "$py" "$spin" 1
+bad "fraction 100" "to 64 cores per rank" emu --nodes 2 --ranks-per-node 1 --rate 100mbit --cpu-per-rank 100 -- "$py" "$spin" 1
 bad "no controller" "no cgroup v1 cpu controller" env WALLFACER_CPU_CGROUP=/nonexistent \
   WALLFACER=$py "$src/scripts/wallfacer-mpirun" --cpu-per-rank 0.1 2 "$spin" 1
 bad "not root" "needs root" setpriv --reuid=65534 --regid=65534 --clear-groups \
