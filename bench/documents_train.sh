@@ -3,7 +3,8 @@
 #
 #   bench/documents_train.sh [--ranks 8] [--seq 8192] [--steps 3] [--rounds 2]
 #                            [--strategies "zigzag ring wallfacer2"] [--layers 2] [--dim 128]
-#                            [--heads 2] [--dtype auto] [--cpu-per-rank F] [--out runs/documents-train]
+#                            [--heads 2] [--dtype auto] [--cpu-per-rank F] [--emulate NxR:RATE]
+#                            [--out runs/documents-train]
 #
 # The corpus is long-tailed: a few files as long as the sequence and many short ones (lengths
 # log-uniform in 16..1024 bytes), shuffled with a fixed seed and tokenized by `wallfacer prepare`
@@ -18,10 +19,14 @@
 # (scripts/wallfacer-mpirun --cpu-per-rank; needs root), as on a cluster of dedicated devices: a
 # rank that waits leaves its share unused. Recorded as "cpu_per_rank" in each line (0: no cap), with
 # the scheduling period "cpu_period_us" ($WALLFACER_CPU_PERIOD_US, default 10000).
+#
+# --emulate NxR:RATE (e.g. 2x4:1gbit): every run on N emulated nodes of R ranks joined by cards of
+# RATE (scripts/emulate-cluster, with --cpu-per-rank when given; needs root; N x R = --ranks),
+# recorded as "cluster" with the bytes the cards carried ("card_bytes": each node's sent bytes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=8 seq=8192 steps=3 rounds=2 strategies="zigzag ring wallfacer2" layers=2 dim=128 heads=2
-dtype=auto out=runs/documents-train cpu=""
+dtype=auto out=runs/documents-train cpu="" emulate=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -34,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --heads) heads=$2; shift 2 ;;
     --dtype) dtype=$2; shift 2 ;;
     --cpu-per-rank) cpu=$2; shift 2 ;;
+    --emulate) emulate=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "documents_train.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -42,10 +48,18 @@ done
 wf=${WALLFACER:-build/wallfacer}
 [[ -x $wf ]] || { echo "documents_train.sh: $wf not found: run make build" >&2; exit 2; }
 launch=(scripts/wallfacer-mpirun)
-if [[ -n "$cpu" ]]; then
-  scripts/cpu-per-rank check "$cpu"
+[[ -z "$cpu" ]] || scripts/cpu-per-rank check "$cpu"
+if [[ -n "$emulate" ]]; then
+  [[ "$emulate" =~ ^([0-9]+)x([0-9]+):(.+)$ && $((BASH_REMATCH[1] * BASH_REMATCH[2])) -eq $ranks ]] ||
+    { echo "documents_train.sh: --emulate '$emulate' must be NxR:RATE with N x R = --ranks $ranks, e.g. 2x4:1gbit" >&2; exit 2; }
+  launch=(scripts/emulate-cluster --nodes "${BASH_REMATCH[1]}" --ranks-per-node "${BASH_REMATCH[2]}"
+          --rate "${BASH_REMATCH[3]}" --counters "$out/cards.json" ${cpu:+--cpu-per-rank "$cpu"} --)
+elif [[ -n "$cpu" ]]; then
   launch+=(--cpu-per-rank "$cpu")
 fi
+# The launcher takes the rank count as an argument (wallfacer-mpirun) or from --emulate.
+nranks=("$ranks")
+[[ -z "$emulate" ]] || nranks=()
 mkdir -p "$out/files"
 results=$out/results.jsonl
 
@@ -95,16 +109,18 @@ for round in $(seq 1 "$rounds"); do
             --steps "$steps" --set parallel.strategy="$strategy" --set parallel.teams="$teams"
             --set parallel.layout="$layout")
       load0=$(cut -d' ' -f1-3 /proc/loadavg)
-      "${launch[@]}" "$ranks" "${args[@]}" >"$out/$name.log"
+      rm -f "$out/cards.json"
+      "${launch[@]}" "${nranks[@]}" "${args[@]}" >"$out/$name.log"
       load1=$(cut -d' ' -f1-3 /proc/loadavg)
       echo "== round $round $s $layout: $(tail -1 "$out/$name.log")" >&2
       python3 - "$out/$name/metrics.jsonl" "$results" "$round" "$s" "$strategy" "$teams" \
         "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" "${cpu:-0}" \
         "${WALLFACER_CPU_PERIOD_US:-10000}" \
-        "${WALLFACER_CPU_PERIOD_US:+WALLFACER_CPU_PERIOD_US=$WALLFACER_CPU_PERIOD_US }${launch[*]} $ranks ${args[*]}" <<'PY'
+        "$emulate" "$out/cards.json" \
+        "${WALLFACER_CPU_PERIOD_US:+WALLFACER_CPU_PERIOD_US=$WALLFACER_CPU_PERIOD_US }${launch[*]} ${nranks[*]} ${args[*]}" <<'PY'
 import json, os, sys
 (metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1, cpu,
- period, command) = sys.argv[1:]
+ period, emulate, cards, command) = sys.argv[1:]
 lines = [json.loads(l) for l in open(metrics)]
 timed = lines[1:] if len(lines) > 1 else lines
 row = {"command": command, "commit": commit, "round": int(rnd), "config": config,
@@ -118,6 +134,9 @@ row = {"command": command, "commit": commit, "round": int(rnd), "config": config
        "cpu_per_rank": float(cpu)}
 if float(cpu) > 0:
     row["cpu_period_us"] = int(period)
+if emulate:
+    row["cluster"] = emulate
+    row["card_bytes"] = json.load(open(cards))["sent_bytes"]
 with open(results, "a") as f:
     f.write(json.dumps(row) + "\n")
 PY
