@@ -35,7 +35,9 @@ for r in rows:
           f"{r['bytes']['p2p_bwd'] / 1e6:.1f} | {cards(r) / 1e6:.1f} | {cards(r) / cards(base):.2f} |")
 r0 = rows[0]
 loads = [float(r[x].split()[0]) for r in rows for x in ("load_before", "load_after")]
-print(f"\n{r0['cluster'].replace(':', ' nodes x ranks, cards of ')}, each rank capped at "
+shape, rate = r0["cluster"].split(":")
+nodes, ranks = shape.split("x")
+print(f"\n{nodes} emulated nodes x {ranks} ranks, cards of {rate}, each rank capped at "
       f"{r0['cpu_per_rank']:g} of a core; seq {r0['seq']}, {r0['heads']} heads of "
       f"{r0['head_dim']}, {r0['docs']['count'] if r0['case'] != 'none' else rows[1]['docs']['count']} "
       f"random documents; one run each; load average (1 minute) {min(loads):.1f} to "

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """The table of packed-document training, balanced layout against the strategy's:
 
-    documents_train_table.py RESULTS.jsonl
+    documents_train_table.py RESULTS.jsonl [--per-step]
 
 RESULTS.jsonl: bench/documents_train.sh's lines. Per configuration: tokens/s of each layout (the
 mean over rounds of each run's tokens/s after its first step), their ratio, and the per-step
 balanced / strategy of each round, and the per-step work_imbalance of each layout (mean and
-largest over the steps of every round)."""
+largest over the steps of every round). --per-step: each step's seconds in both layouts (mean over
+the rounds) beside the strategy layout's work_imbalance of that step."""
 import json
 import sys
 
-rows = [json.loads(line) for line in open(sys.argv[1])]
+per_step = "--per-step" in sys.argv[1:]
+rows = [json.loads(line) for line in open([a for a in sys.argv[1:] if a != "--per-step"][0])]
 configs = []
 for r in rows:
     if r["config"] not in configs:
@@ -29,6 +31,22 @@ def tokens(c, layout, rnd):
                 if r["config"] == c and r["layout"] == layout and r["round"] == rnd)
 
 
+if per_step:
+    # Each step's seconds, mean over the rounds, in both layouts (the same windows: the same
+    # documents at every step of every round), and the strategy layout's work_imbalance.
+    print("| strategy | step | work_imbalance strategy layout | s balanced | s strategy | "
+          "strategy / balanced |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for c in configs:
+        b = [r for r in rows if r["config"] == c and r["layout"] == "balanced"]
+        st = [r for r in rows if r["config"] == c and r["layout"] == "strategy"]
+        for k in range(len(b[0]["step_s"])):
+            tb = sum(r["step_s"][k] for r in b) / len(b)
+            ts = sum(r["step_s"][k] for r in st) / len(st)
+            print(f"| {label(c)} | {k + 1} | {st[0]['work_imbalance'][k]:.3f} | {tb:.2f} | {ts:.2f} | "
+                  f"{ts / tb:.2f} |")
+    sys.exit(0)
+
 print("| strategy | tokens/s balanced | tokens/s strategy | balanced / strategy | per round | "
       "work_imbalance balanced (mean, max) | work_imbalance strategy (mean, max) |")
 print("|---|---:|---:|---:|---:|---:|---:|")
@@ -46,6 +64,9 @@ for c in configs:
 r0 = rows[0]
 cap = (f", each rank capped at {r0['cpu_per_rank']:g} of a core (--cpu-per-rank)"
        if r0.get("cpu_per_rank") else "")
+if r0.get("cluster"):
+    nodes, rate = r0["cluster"].split(":")
+    cap += f", on {nodes} emulated nodes with cards of {rate}"
 print(f"\n{r0['ranks']} ranks, seq {r0['seq']}, {r0['steps']} steps per run, {len(rounds)} rounds, "
       f"{r0['cpus']} CPUs{cap}; load average (1 minute) per round:")
 for k in rounds:
