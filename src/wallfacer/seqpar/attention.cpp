@@ -58,14 +58,8 @@ struct DistAttention::Impl {
 DistAttentionMemory dist_attention_memory(const AttnConfig& cfg, int P, int rank) {
   const Schedule s = make_schedule(cfg, P, rank);
   DistAttentionMemory m;
-  // As the executor allocates them: whole floats per buffer; an alias has no memory of its own.
-  for (size_t b = kNumUserBuffers; b < s.buffers.size(); ++b) {
-    const BufferSpec& spec = s.buffers[b];
-    if (spec.alias >= 0) continue;
-    const int64_t bytes =
-        (spec.blocks * block_bytes(spec, s.cfg.batch, s.cfg.head_dim) + 3) / 4 * 4;
-    (spec.kept ? m.kept_per_forward : m.scratch) += bytes;
-  }
+  for (size_t b = kNumUserBuffers; b < s.buffers.size(); ++b)
+    (s.buffers[b].kept ? m.kept_per_forward : m.scratch) += Executor::own_bytes(s, int(b));
   return m;
 }
 

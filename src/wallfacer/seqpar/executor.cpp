@@ -80,7 +80,7 @@ Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicat
     } else if (spec.kept) {
       kept_ids_.push_back(int(id));
     } else {
-      scratch_[id].assign(size_t((buffer_bytes(int(id)) + 3) / 4), 0.0f);
+      scratch_[id].assign(size_t(own_bytes(s_, int(id)) / 4), 0.0f);
     }
   }
   // World ranks of the group's ranks, for the peers in trace spans (ranks < 2^24: exact floats).
@@ -105,6 +105,18 @@ void Executor::replace_schedule(Schedule s) {
   s_ = std::move(s);
   doc_of_pos_.clear();
   if (!s_.docs.starts.empty()) doc_of_pos_ = kernels::doc_of_pos(s_.docs);
+}
+
+int64_t Executor::own_bytes(const Schedule& s, int buf) {
+  const auto& spec = s.buffers[size_t(buf)];
+  if (buf < kNumUserBuffers || spec.alias >= 0) return 0;
+  return (spec.blocks * block_bytes(spec, s.cfg.batch, s.cfg.head_dim) + 3) / 4 * 4;
+}
+
+int64_t Executor::scratch_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& b : scratch_) bytes += int64_t(b.size() * sizeof(float));
+  return bytes;
 }
 
 int64_t Executor::buffer_bytes(int buf) const {
@@ -369,7 +381,7 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   if (!kept_ids_.empty() && !backward) {  // this forward's copies of the kept buffers
     if (spare_.empty()) {
       std::vector<std::vector<float>> fresh;
-      for (int id : kept_ids_) fresh.emplace_back(size_t((buffer_bytes(id) + 3) / 4), 0.0f);
+      for (int id : kept_ids_) fresh.emplace_back(size_t(own_bytes(s_, id) / 4), 0.0f);
       spare_.push_back(std::move(fresh));
     }
     kept_.push_back(std::move(spare_.back()));

@@ -44,6 +44,13 @@ class Executor {
 
   const Schedule& schedule() const { return s_; }
 
+  // The bytes an executor of `s` gives buffer `buf` of its own: whole floats of the buffer's size;
+  // 0 for the caller's tensors and an alias. A kept buffer gets them once per forward awaiting its
+  // backward, the others once, when the executor is built.
+  static int64_t own_bytes(const Schedule& s, int buf);
+  // The bytes of the scratch buffers this executor allocated when built (not the kept copies).
+  int64_t scratch_bytes() const;
+
   // Runs `s` from now on: the same config but for its documents, so the same buffers (Error
   // otherwise, and while a forward awaits its backward).
   void replace_schedule(Schedule s);
