@@ -45,19 +45,20 @@ int main(int argc, char** argv) {
           for (const int batch : {1, 2})
             for (const Dtype dtype : {Dtype::fp32, Dtype::bf16}) {
               if (window > 0 && !causal) continue;
-              AttnConfig cfg;
-              cfg.strategy = k.strategy;
-              cfg.teams = k.teams;
-              cfg.ulysses = k.ulysses;
-              cfg.keep_kv = k.keep_kv;
-              cfg.batch = batch;
-              cfg.seq = 512;
-              cfg.heads = 4;
-              cfg.kv_heads = kv_heads;
-              cfg.head_dim = 16;
-              cfg.causal = causal;
-              cfg.window = window;
-              cfg.dtype = dtype;
+              const AttnConfig cfg{.strategy = k.strategy,
+                                   .teams = k.teams,
+                                   .batch = batch,
+                                   .seq = 512,
+                                   .heads = 4,
+                                   .kv_heads = kv_heads,
+                                   .head_dim = 16,
+                                   .causal = causal,
+                                   .ulysses = k.ulysses,
+                                   .keep_kv = k.keep_kv,
+                                   .dtype = dtype,
+                                   .doc_lengths = {},
+                                   .layout = Layout::Strategy,
+                                   .window = window};
               try {
                 validate(cfg, P);
               } catch (const UsageError&) {
