@@ -7,30 +7,19 @@
 //     [--json] [--dump DIR] [--trace FILE.json]
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "command.h"
-#include "wallfacer/comm/communicator.h"
-#include "wallfacer/comm/topology.h"
-#include "wallfacer/comm/trace_merge.h"
-#include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
-#include "wallfacer/core/memory.h"
-#include "wallfacer/core/npy.h"
-#include "wallfacer/core/stats.h"
-#include "wallfacer/core/trace.h"
-#include "wallfacer/kernels/attention.h"
+#include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/plan/report.h"
-#include "wallfacer/seqpar/attention.h"
+#include "wallfacer/seqpar/attn_run.h"
 #include "wallfacer/seqpar/doc_layout.h"
 #include "wallfacer/seqpar/harness.h"
-#include "wallfacer/seqpar/schedule.h"
-#include "wallfacer/train/io.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -182,10 +171,20 @@ int count_schedule(const seqpar::AttnConfig& cfg, int P, plan::Placement placeme
   return 0;
 }
 
-int run_attn(const AttnOptions& o) {
+// The options as a run: the config and its placement, checked in the order of their errors.
+struct AttnRequest {
+  seqpar::AttnConfig cfg;
+  // A window of the whole sequence or more keeps every causal pair: it runs as the causal mask.
+  bool window_is_causal = false;
+  plan::Placement placement = plan::Placement::TeamIntra;
+  std::optional<plan::Cluster> cluster;  // --cluster
+};
+
+AttnRequest parse_request(const AttnOptions& o) {
   WF_USAGE_CHECK(o.seq > 0 && o.heads > 0 && o.head_dim > 0,
                  "--seq, --heads and --head-dim are required and must be positive");
-  seqpar::AttnConfig cfg;
+  AttnRequest req;
+  seqpar::AttnConfig& cfg = req.cfg;
   cfg.strategy = seqpar::parse_strategy(o.strategy);
   cfg.teams = o.teams;
   cfg.ulysses = o.ulysses;
@@ -201,107 +200,36 @@ int run_attn(const AttnOptions& o) {
   cfg.layout = seqpar::parse_layout(o.layout);
   cfg.window = o.window;
   seqpar::validate_window(cfg);
-  // A window of the whole sequence or more keeps every causal pair: it is the causal mask.
-  const bool window_is_causal = cfg.window >= cfg.seq;
-  if (window_is_causal) cfg.window = 0;
+  req.window_is_causal = cfg.window >= cfg.seq;
+  if (req.window_is_causal) cfg.window = 0;
   WF_USAGE_CHECK(o.iters >= 1, "--iters is {}; it must be at least 1", o.iters);
   WF_USAGE_CHECK(o.count >= 0, "--count is {}; give a number of ranks >= 1", o.count);
   WF_USAGE_CHECK(o.progress_rows >= 0, "--progress-rows is {}; give 0 (whole blocks) or more",
                  o.progress_rows);
-  const plan::Placement placement = plan::parse_placement(o.placement);
-  plan::Cluster cl;
-  if (!o.cluster.empty()) cl = plan::load_cluster(o.cluster);
+  req.placement = plan::parse_placement(o.placement);
+  if (!o.cluster.empty()) req.cluster = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
-  const auto print_window_note = [&] {
-    if (window_is_causal) std::printf("%s\n", window_note(o.window, cfg.seq).c_str());
-  };
-  if (o.count > 0) {
-    if (!o.json) print_window_note();
-    return count_schedule(cfg, o.count, placement, o.node_size, o.cluster.empty() ? nullptr : &cl,
-                          o.json, o.window);
-  }
+  return req;
+}
 
-  comm::MpiSession session(nullptr, nullptr);
-  auto everyone = comm::Communicator::world();
-  const int P = everyone.size();
-  seqpar::validate(cfg, P);  // before any collective: every rank reaches the same verdict
-  WF_USAGE_CHECK(cfg.head_dim <= kernels::kMaxHeadDim, "--head-dim is {}; the kernels take 1..{}",
-                 cfg.head_dim, kernels::kMaxHeadDim);
-  {
-    // Eight tensors of this rank's rows; rank 0 also holds the whole sequence's for --check/--dump.
-    const double whole =
-        4.0 * cfg.batch * double(cfg.seq) * (cfg.heads + cfg.kv_heads) * cfg.head_dim;
-    check_memory(4.0 * whole / P + (o.check || !o.dump.empty() ? 6.0 * whole : 0.0),
-                 "attention on these shapes");
-  }
-  comm::ClockSync clocks;
-  if (!o.trace.empty()) {
-    comm::check_trace_path(everyone, o.trace);
-    clocks = comm::sync_clocks(everyone);
-  }
-  // The placement orders the ranks: `world` numbers them by layout rank.
-  const comm::Topology topo = comm::discover_topology();
-  const std::vector<int> device_of = plan::candidate_devices(candidate(cfg, placement), P);
-  auto world = everyone.split(0, plan::inverse_order(device_of)[size_t(everyone.rank())]);
-  const int rank = world.rank();
-  world.agree([&] {  // only rank 0 writes: a folder it cannot create stops every rank now
-    if (rank == 0 && !o.dump.empty()) train::make_directories(o.dump, "--dump");
-  });
+seqpar::AttnRunOptions run_options(const AttnOptions& o) {
+  return {.seed = o.seed,
+          .iters = o.iters,
+          .progress_rows = o.progress_rows,
+          .check = o.check,
+          .dump = o.dump,
+          .trace = o.trace};
+}
 
-  // This rank's rows of the seeded global inputs.
-  const auto pos = seqpar::local_positions(cfg, P, rank);
-  const int64_t n = int64_t(pos.size()), B = cfg.batch, D = cfg.head_dim;
-  std::vector<float> q(size_t(B * n * cfg.heads * D)), k(size_t(B * n * cfg.kv_heads * D)),
-      v(k.size()), dout(q.size());
-  seqpar::fill_inputs(o.seed, seqpar::InputTensor::Q, pos, cfg.batch, cfg.heads, cfg.head_dim,
-                      q.data());
-  seqpar::fill_inputs(o.seed, seqpar::InputTensor::K, pos, cfg.batch, cfg.kv_heads, cfg.head_dim,
-                      k.data());
-  seqpar::fill_inputs(o.seed, seqpar::InputTensor::V, pos, cfg.batch, cfg.kv_heads, cfg.head_dim,
-                      v.data());
-  seqpar::fill_inputs(o.seed, seqpar::InputTensor::Dout, pos, cfg.batch, cfg.heads, cfg.head_dim,
-                      dout.data());
-  std::vector<float> out(q.size()), lse(size_t(B * cfg.heads * n)), dq(q.size()), dk(k.size()),
-      dv(v.size());
-  // bf16: the inputs rounded, the outputs bf16 (widened to fp32 afterwards, exactly).
-  const bool half = cfg.dtype == seqpar::Dtype::bf16;
-  std::vector<bf16> q16, k16, v16, dout16, out16, dq16, dk16, dv16;
-  if (half) {
-    q16 = to_bf16(q), k16 = to_bf16(k), v16 = to_bf16(v), dout16 = to_bf16(dout);
-    out16.resize(q.size()), dq16.resize(q.size()), dk16.resize(k.size()), dv16.resize(v.size());
-  }
-
-  seqpar::DistAttention attn(cfg, world);
-  attn.set_progress_rows(o.progress_rows);
-  std::vector<seqpar::AttnStats> iterations;
-  if (!o.trace.empty()) {
-    // Room for every span: each op of this rank's schedule once per phase.
-    const size_t ops = size_t(seqpar::schedule_ops(cfg, P, rank));
-    trace::start(size_t(o.iters) * (ops + 8) + 64);
-  }
-  for (int it = 0; it < o.iters; ++it) {
-    world.barrier();
-    trace::Span span("iteration", trace::Cat::Phase, {{"iter", it}});
-    if (half) {
-      attn.forward(q16.data(), k16.data(), v16.data(), out16.data(), lse.data());
-      attn.backward(q16.data(), k16.data(), v16.data(), out16.data(), lse.data(), dout16.data(),
-                    dq16.data(), dk16.data(), dv16.data());
-    } else {
-      attn.forward(q.data(), k.data(), v.data(), out.data(), lse.data());
-      attn.backward(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
-                    dk.data(), dv.data());
-    }
-    iterations.push_back(attn.stats());
-  }
-  trace::stop();
-  if (half) {
-    out = to_fp32(out16), dq = to_fp32(dq16), dk = to_fp32(dk16), dv = to_fp32(dv16);
-  }
-  const seqpar::RunSummary sum = seqpar::summarize_run(world, iterations);
-  nlohmann::json j = describe(cfg, P, placement, o.window);
+// The JSON output of a run (the trace file's "config" too): the config, the inter-node bytes of
+// the ranks' nodes, the planner's prediction with --cluster, and the measured figures.
+nlohmann::json run_json(const AttnOptions& o, const AttnRequest& req, int P,
+                        const std::vector<int>& node_of, const seqpar::RunSummary& sum) {
+  const seqpar::AttnConfig& cfg = req.cfg;
+  nlohmann::json j = describe(cfg, P, req.placement, o.window);
   j["iters"] = o.iters;
-  j["inter_node_bytes"] = inter_node_json(cfg, P, placement, topo.node_of);
-  if (!o.cluster.empty()) j.update(predicted_json(cl, cfg, P, placement));
+  j["inter_node_bytes"] = inter_node_json(cfg, P, req.placement, node_of);
+  if (req.cluster) j.update(predicted_json(*req.cluster, cfg, P, req.placement));
   j["bytes"] = {{"p2p_fwd", sum.p2p_bytes_fwd},
                 {"p2p_bwd", sum.p2p_bytes_bwd},
                 {"coll_fwd", sum.coll_bytes_fwd},
@@ -313,112 +241,86 @@ int run_attn(const AttnOptions& o) {
   j["exposed_comm_ms"] = {{"fwd", sum.exposed_fwd_ms}, {"bwd", sum.exposed_bwd_ms}};
   j["work_imbalance"] = sum.work_imbalance;
   j["attn_gflops_fwd"] = sum.flops_fwd / 1e9;
+  return j;
+}
 
-  // Every rank learns whether rank 0 wrote it; a failure ends the job through main's error path.
-  if (!o.trace.empty())
-    comm::write_trace(everyone, o.trace, clocks, {{"command", "attn"}, {"config", j}});
-
-  int rc = 0;
+// The check's figures in the JSON output (null without --check).
+void add_check_json(nlohmann::json& j, const seqpar::AttnCheck& c) {
   j["max_err"] = {
       {"out", nullptr}, {"lse", nullptr}, {"dq", nullptr}, {"dk", nullptr}, {"dv", nullptr}};
-  if (o.check || !o.dump.empty()) {
-    const seqpar::AttnTensors got =
-        seqpar::gather_outputs(world, cfg, out.data(), lse.data(), dq.data(), dk.data(), dv.data());
-    double verdict = 0;
-    if (rank == 0) {
-      const auto in = seqpar::make_inputs(cfg, o.seed);
-      if (o.check) {
-        // The naive fp64 reference where affordable, else the fp32 kernel on the whole sequence
-        // (then both sides carry fp32 error: twice the tolerance).
-        const double work = double(B) * cfg.heads * double(cfg.seq) * double(cfg.seq) * D;
-        const bool fp64 = work <= 4e9;
-        const auto ref = seqpar::reference_attention(cfg, in, fp64);
-        const auto e = seqpar::attention_errors(got, ref);
-        // bf16: the reference sees the same (rounded) inputs; the fp32 kernel's error is far
-        // below the bf16 tolerances, which stay as they are.
-        seqpar::AttnTolerance tol = seqpar::attn_tolerance(cfg.dtype);
-        if (!fp64 && !half) tol = {2 * tol.out, 2 * tol.lse, 2 * tol.grad};
-        j["max_err"] = {{"out", e.out}, {"lse", e.lse}, {"dq", e.dq}, {"dk", e.dk}, {"dv", e.dv}};
-        j["reference"] = fp64 ? "fp64" : "fp32";
-        j["check"] = e.within(tol) ? "pass" : "fail";
-        verdict = e.within(tol) ? 0 : 1;
-      }
-      if (!o.dump.empty()) {
-        const std::vector<int64_t> qshape{B, cfg.seq, cfg.heads, D},
-            kshape{B, cfg.seq, cfg.kv_heads, D}, lshape{B, cfg.heads, cfg.seq};
-        auto put = [&](const char* name, const std::vector<float>& x,
-                       const std::vector<int64_t>& shape) {
-          write_npy((std::filesystem::path(o.dump) / name).string(), x.data(), shape);
-        };
-        put("q.npy", in.q, qshape);
-        put("k.npy", in.k, kshape);
-        put("v.npy", in.v, kshape);
-        put("do.npy", in.dout, qshape);
-        put("o.npy", got.o, qshape);
-        put("lse.npy", got.lse, lshape);
-        put("dq.npy", got.dq, qshape);
-        put("dk.npy", got.dk, kshape);
-        put("dv.npy", got.dv, kshape);
-        // The documents (one of length seq without --docs).
-        std::vector<int64_t> lengths = cfg.doc_lengths;
-        if (lengths.empty()) lengths = {cfg.seq};
-        write_npy((std::filesystem::path(o.dump) / "docs.npy").string(), lengths.data(),
-                  {int64_t(lengths.size())});
-        // The sliding window as run (0: none; a window of the sequence or more runs as 0).
-        const int64_t window = cfg.window;
-        write_npy((std::filesystem::path(o.dump) / "window.npy").string(), &window, {1});
-      }
-    }
-    world.all_reduce_sum(&verdict, 1);
-    rc = verdict > 0 ? 1 : 0;
-  }
+  if (!c.checked) return;
+  const seqpar::AttnErrors& e = c.errors;
+  j["max_err"] = {{"out", e.out}, {"lse", e.lse}, {"dq", e.dq}, {"dk", e.dk}, {"dv", e.dv}};
+  j["reference"] = c.fp64 ? "fp64" : "fp32";
+  j["check"] = c.pass ? "pass" : "fail";
+}
 
-  if (rank == 0) {
-    if (o.json) {
+// The text output of a run, from its JSON.
+void print_run(const AttnOptions& o, const AttnRequest& req, int P, const nlohmann::json& j) {
+  const seqpar::AttnConfig& cfg = req.cfg;
+  if (req.window_is_causal) std::printf("%s\n", window_note(o.window, cfg.seq).c_str());
+  std::printf(
+      "attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d dtype=%s%s%s "
+      "layout=%s docs=%d\n",
+      label(cfg).c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads, cfg.kv_heads,
+      cfg.head_dim, std::string(seqpar::dtype_name(cfg.dtype)).c_str(), cfg.causal ? " causal" : "",
+      cfg.window > 0 ? (" window=" + std::to_string(cfg.window)).c_str() : "",
+      std::string(seqpar::layout_name(cfg.layout)).c_str(), int(j["docs"]["count"]));
+  std::printf(
+      "  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld (handed to MPI; ring "
+      "formula fwd %lld bwd %lld)\n",
+      (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
+      (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"],
+      (long long)j["bytes"]["coll_fwd_formula"], (long long)j["bytes"]["coll_bwd_formula"]);
+  std::printf("  p2p steps   fwd %lld bwd %lld\n", (long long)j["steps"]["p2p_fwd"],
+              (long long)j["steps"]["p2p_bwd"]);
+  if (int(j["inter_node_bytes"]["nodes"]) > 1)
+    std::printf(
+        "  across %d nodes (%s): fwd %lld bwd %lld bytes per iteration (the schedule's "
+        "count)\n",
+        int(j["inter_node_bytes"]["nodes"]), o.placement.c_str(),
+        (long long)j["inter_node_bytes"]["fwd"], (long long)j["inter_node_bytes"]["bwd"]);
+  std::printf("  time        fwd %.2f ms (exposed comm %.2f) bwd %.2f ms (exposed comm %.2f)\n",
+              double(j["time_ms"]["fwd"]), double(j["exposed_comm_ms"]["fwd"]),
+              double(j["time_ms"]["bwd"]), double(j["exposed_comm_ms"]["bwd"]));
+  if (j.contains("predicted_ms"))
+    std::printf("  predicted   fwd %.2f ms bwd %.2f ms (%s)\n", double(j["predicted_ms"]["fwd"]),
+                double(j["predicted_ms"]["bwd"]), o.cluster.c_str());
+  std::printf("  work imbalance %.4f\n", double(j["work_imbalance"]));
+  if (o.check)
+    std::printf("  max rel err  out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  (%s reference): %s\n",
+                double(j["max_err"]["out"]), double(j["max_err"]["lse"]),
+                double(j["max_err"]["dq"]), double(j["max_err"]["dk"]), double(j["max_err"]["dv"]),
+                std::string(j["reference"]).c_str(), std::string(j["check"]).c_str());
+}
+
+int run_attn(const AttnOptions& o) {
+  const AttnRequest req = parse_request(o);
+  const seqpar::AttnConfig& cfg = req.cfg;
+  if (o.count > 0) {
+    if (!o.json && req.window_is_causal)
+      std::printf("%s\n", window_note(o.window, cfg.seq).c_str());
+    return count_schedule(cfg, o.count, req.placement, o.node_size,
+                          req.cluster ? &*req.cluster : nullptr, o.json, o.window);
+  }
+  seqpar::AttnRun run(cfg, run_options(o));
+  const int P = run.ranks();
+  // The placement orders the ranks: the run numbers them by layout rank.
+  run.place(plan::inverse_order(plan::candidate_devices(candidate(cfg, req.placement), P)));
+  run.iterate();
+  nlohmann::json j = run_json(o, req, P, run.topology().node_of, run.summarize());
+  run.write_trace({{"command", "attn"}, {"config", j}});
+  const seqpar::AttnCheck c = run.check_and_dump();
+  add_check_json(j, c);
+  if (run.rank() == 0) {
+    if (o.json)
       std::printf("%s\n", j.dump().c_str());
-    } else {
-      print_window_note();
-      std::printf(
-          "attn %s P=%d C=%d seq=%lld batch=%d heads=%d kv_heads=%d head_dim=%d dtype=%s%s%s "
-          "layout=%s docs=%d\n",
-          label(cfg).c_str(), P, int(j["C"]), (long long)cfg.seq, cfg.batch, cfg.heads,
-          cfg.kv_heads, cfg.head_dim, std::string(seqpar::dtype_name(cfg.dtype)).c_str(),
-          cfg.causal ? " causal" : "",
-          cfg.window > 0 ? (" window=" + std::to_string(cfg.window)).c_str() : "",
-          std::string(seqpar::layout_name(cfg.layout)).c_str(), int(j["docs"]["count"]));
-      std::printf(
-          "  bytes/rank  p2p fwd %lld bwd %lld  collective fwd %lld bwd %lld (handed to MPI; ring "
-          "formula fwd %lld bwd %lld)\n",
-          (long long)j["bytes"]["p2p_fwd"], (long long)j["bytes"]["p2p_bwd"],
-          (long long)j["bytes"]["coll_fwd"], (long long)j["bytes"]["coll_bwd"],
-          (long long)j["bytes"]["coll_fwd_formula"], (long long)j["bytes"]["coll_bwd_formula"]);
-      std::printf("  p2p steps   fwd %lld bwd %lld\n", (long long)j["steps"]["p2p_fwd"],
-                  (long long)j["steps"]["p2p_bwd"]);
-      if (int(j["inter_node_bytes"]["nodes"]) > 1)
-        std::printf(
-            "  across %d nodes (%s): fwd %lld bwd %lld bytes per iteration (the schedule's "
-            "count)\n",
-            int(j["inter_node_bytes"]["nodes"]), o.placement.c_str(),
-            (long long)j["inter_node_bytes"]["fwd"], (long long)j["inter_node_bytes"]["bwd"]);
-      std::printf("  time        fwd %.2f ms (exposed comm %.2f) bwd %.2f ms (exposed comm %.2f)\n",
-                  double(j["time_ms"]["fwd"]), double(j["exposed_comm_ms"]["fwd"]),
-                  double(j["time_ms"]["bwd"]), double(j["exposed_comm_ms"]["bwd"]));
-      if (j.contains("predicted_ms"))
-        std::printf("  predicted   fwd %.2f ms bwd %.2f ms (%s)\n",
-                    double(j["predicted_ms"]["fwd"]), double(j["predicted_ms"]["bwd"]),
-                    o.cluster.c_str());
-      std::printf("  work imbalance %.4f\n", double(j["work_imbalance"]));
-      if (o.check)
-        std::printf(
-            "  max rel err  out %.2e lse %.2e dq %.2e dk %.2e dv %.2e  (%s reference): %s\n",
-            double(j["max_err"]["out"]), double(j["max_err"]["lse"]), double(j["max_err"]["dq"]),
-            double(j["max_err"]["dk"]), double(j["max_err"]["dv"]),
-            std::string(j["reference"]).c_str(), std::string(j["check"]).c_str());
-    }
+    else
+      print_run(o, req, P, j);
     std::fflush(stdout);
   }
-  world.barrier();  // rank 0's output is out before any rank exits
-  return rc;
+  run.finish();
+  return c.pass ? 0 : 1;
 }
 
 Action setup(CLI::App& root) {

@@ -40,11 +40,8 @@ std::string gnuplot_string(const std::string& s) {
   return out + "'";
 }
 
-int run_plot(const PlotOptions& o) {
-  WF_USAGE_CHECK(!o.input.empty(),
-                 "trace-plot needs a trace file (wallfacer trace-plot FILE.json)");
-  WF_USAGE_CHECK(o.width >= 200 && o.width <= 8000, "--width must lie in 200..8000 (got {})",
-                 o.width);
+// The trace file's timeline (UsageError naming the file when it cannot be read or is empty).
+trace::Timeline read_trace(const PlotOptions& o) {
   trace::Timeline t;
   try {
     t = trace::read_timeline(read_file(o.input));
@@ -52,13 +49,12 @@ int run_plot(const PlotOptions& o) {
     throw UsageError(fmt::format("'{}': {}", o.input, e.what()));
   }
   WF_USAGE_CHECK(!t.spans.empty(), "'{}' holds no spans", o.input);
-  check_output_folder(o.out, "--out");
-  const int ranks = t.ranks;
+  return t;
+}
 
-  // Boxes by colour: x (ms) from, to; y from, to. Row r spans y in [-r - 0.45, -r + 0.45].
-  const fs::path dir = fs::temp_directory_path() /
-                       fmt::format("wallfacer-trace-plot-{}", static_cast<long>(::getpid()));
-  fs::create_directories(dir);
+// Boxes by colour in dir/{compute,comm,wait}.dat: x (ms) from, to; y from, to. Row r spans y in
+// [-r - 0.45, -r + 0.45]. Returns the end of the last span (ms).
+double write_boxes(const trace::Timeline& t, const fs::path& dir) {
   std::map<std::string, std::ofstream> files;
   for (const char* k : {"compute", "comm", "wait"}) files[k].open(dir / (std::string(k) + ".dat"));
   double t_end = 0;
@@ -76,74 +72,106 @@ int run_plot(const PlotOptions& o) {
     f << "NaN NaN NaN NaN NaN NaN\n";  // an empty category still plots (its key entry)
     f.close();
   }
+  return t_end;
+}
 
-  const std::string tmp_png = o.out + ".tmp";
-  const fs::path script = dir / "plot.gp";
-  {
-    std::ofstream gp(script);
-    const int height = std::clamp(130 + 42 * ranks, 240, 4000);
-    gp << fmt::format("set terminal png size {},{} font 'sans,9'\n", o.width, height)
-       << fmt::format("set output {}\n", gnuplot_string(tmp_png))
-       << fmt::format("set title {} offset 0,0.4\n",
-                      gnuplot_string(o.title.empty() ? t.title : o.title))
-       << "set xlabel \"time (ms)     row: upper bar the rank's ops in order, lower bar its "
-          "transfers in flight\"\nset yrange ["
-       << -double(ranks) + 0.4 << ":0.6]\n"
-       << fmt::format("set xrange [0:{}]\n", t_end > 0 ? t_end * 1.01 : 1.0) << "set ytics (";
-    // Several nodes: the host beside each rank and a line between nodes.
-    std::vector<std::string> hosts = t.hosts;
-    hosts.resize(static_cast<size_t>(ranks));
-    const bool nodes = std::any_of(hosts.begin(), hosts.end(),
-                                   [&](const std::string& h) { return h != hosts[0]; });
-    for (int r = 0; r < ranks; ++r)
-      gp << (r ? ", " : "")
-         << fmt::format(
-                "{} {}",
-                gnuplot_string(fmt::format("rank {}{}", r, nodes ? " · " + hosts[size_t(r)] : "")),
-                -r);
-    gp << ")\n";
-    for (int r = 1; r < ranks && nodes; ++r)
-      if (hosts[size_t(r)] != hosts[size_t(r) - 1])
-        gp << fmt::format(
-            "set arrow from graph 0,first {0} to graph 1,first {0} nohead lw 2 "
-            "lc rgb '#444444' front\n",
-            0.5 - r);
-    gp << "set grid xtics\nset key outside bottom center horizontal\nset bmargin 5\n"
-       << "set style fill solid 0.85 noborder\n";
-    if (t.backward_start_us > 0 && (t.command == "attn" || t.command == "plan"))
+// The y axis: one row per rank, and with several nodes the host beside each rank and a line
+// between nodes.
+void write_rank_rows(std::ostream& gp, const trace::Timeline& t) {
+  const int ranks = t.ranks;
+  gp << "set ytics (";
+  std::vector<std::string> hosts = t.hosts;
+  hosts.resize(static_cast<size_t>(ranks));
+  const bool nodes =
+      std::any_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h != hosts[0]; });
+  for (int r = 0; r < ranks; ++r)
+    gp << (r ? ", " : "")
+       << fmt::format(
+              "{} {}",
+              gnuplot_string(fmt::format("rank {}{}", r, nodes ? " · " + hosts[size_t(r)] : "")),
+              -r);
+  gp << ")\n";
+  for (int r = 1; r < ranks && nodes; ++r)
+    if (hosts[size_t(r)] != hosts[size_t(r) - 1])
       gp << fmt::format(
-          "set arrow from {0},graph 0 to {0},graph 1 nohead dt 2 lw 1.5 lc rgb '#222222' front\n"
-          "set label 'backward' at {0},graph 1 offset 0.3,0.5 font ',8' tc rgb '#222222' front\n",
-          t.backward_start_us * 1e-3);
-    gp << "plot " << gnuplot_string((dir / "compute.dat").string())
-       << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#3a9d4f' title 'compute', \\\n"
-       << "     " << gnuplot_string((dir / "comm.dat").string())
-       << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#3b6fd0' title 'communication', \\\n"
-       << "     " << gnuplot_string((dir / "wait.dat").string())
-       << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#d9412b' title 'wait'\n";
-  }
+          "set arrow from graph 0,first {0} to graph 1,first {0} nohead lw 2 "
+          "lc rgb '#444444' front\n",
+          0.5 - r);
+}
+
+// The gnuplot script that draws the boxes of `dir` into `png`.
+void write_script(const fs::path& script, const PlotOptions& o, const trace::Timeline& t,
+                  const fs::path& dir, const std::string& png, double t_end) {
+  const int ranks = t.ranks;
+  std::ofstream gp(script);
+  const int height = std::clamp(130 + 42 * ranks, 240, 4000);
+  gp << fmt::format("set terminal png size {},{} font 'sans,9'\n", o.width, height)
+     << fmt::format("set output {}\n", gnuplot_string(png))
+     << fmt::format("set title {} offset 0,0.4\n",
+                    gnuplot_string(o.title.empty() ? t.title : o.title))
+     << "set xlabel \"time (ms)     row: upper bar the rank's ops in order, lower bar its "
+        "transfers in flight\"\nset yrange ["
+     << -double(ranks) + 0.4 << ":0.6]\n"
+     << fmt::format("set xrange [0:{}]\n", t_end > 0 ? t_end * 1.01 : 1.0);
+  write_rank_rows(gp, t);
+  gp << "set grid xtics\nset key outside bottom center horizontal\nset bmargin 5\n"
+     << "set style fill solid 0.85 noborder\n";
+  if (t.backward_start_us > 0 && (t.command == "attn" || t.command == "plan"))
+    gp << fmt::format(
+        "set arrow from {0},graph 0 to {0},graph 1 nohead dt 2 lw 1.5 lc rgb '#222222' front\n"
+        "set label 'backward' at {0},graph 1 offset 0.3,0.5 font ',8' tc rgb '#222222' front\n",
+        t.backward_start_us * 1e-3);
+  gp << "plot " << gnuplot_string((dir / "compute.dat").string())
+     << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#3a9d4f' title 'compute', \\\n"
+     << "     " << gnuplot_string((dir / "comm.dat").string())
+     << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#3b6fd0' title 'communication', \\\n"
+     << "     " << gnuplot_string((dir / "wait.dat").string())
+     << " using 1:2:3:4:5:6 with boxxyerror lc rgb '#d9412b' title 'wait'\n";
+}
+
+// Runs gnuplot on the script (then removes `dir`) and renames its complete PNG to `out`; nothing
+// half-written is left when it fails.
+void draw(const fs::path& script, const fs::path& dir, const std::string& png,
+          const std::string& out) {
   const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script.string()).c_str());
   std::error_code ec;
   fs::remove_all(dir, ec);
-  if (rc != 0 || !png_complete(tmp_png)) {
-    fs::remove(tmp_png, ec);
+  if (rc != 0 || !png_complete(png)) {
+    fs::remove(png, ec);
     // The shell's status 127: the command was not found.
     WF_USAGE_CHECK(!(WIFEXITED(rc) && WEXITSTATUS(rc) == 127),
                    "gnuplot is not installed: install it (e.g. the package gnuplot-nox) to draw "
                    "'{}'",
-                   o.out);
+                   out);
     throw Error(fmt::format(
         "gnuplot could not write '{}' completely (a full disk, or a folder that cannot be "
         "written?)",
-        o.out));
+        out));
   }
-  fs::rename(tmp_png, o.out, ec);
+  fs::rename(png, out, ec);
   if (ec) {
     const std::string why = ec.message();
-    fs::remove(tmp_png, ec);
-    throw Error(fmt::format("cannot rename the finished plot to '{}': {}", o.out, why));
+    fs::remove(png, ec);
+    throw Error(fmt::format("cannot rename the finished plot to '{}': {}", out, why));
   }
-  std::printf("%s: %d ranks, %zu spans\n", o.out.c_str(), ranks, t.spans.size());
+}
+
+int run_plot(const PlotOptions& o) {
+  WF_USAGE_CHECK(!o.input.empty(),
+                 "trace-plot needs a trace file (wallfacer trace-plot FILE.json)");
+  WF_USAGE_CHECK(o.width >= 200 && o.width <= 8000, "--width must lie in 200..8000 (got {})",
+                 o.width);
+  const trace::Timeline t = read_trace(o);
+  check_output_folder(o.out, "--out");
+  const fs::path dir = fs::temp_directory_path() /
+                       fmt::format("wallfacer-trace-plot-{}", static_cast<long>(::getpid()));
+  fs::create_directories(dir);
+  const double t_end = write_boxes(t, dir);
+  const std::string tmp_png = o.out + ".tmp";
+  const fs::path script = dir / "plot.gp";
+  write_script(script, o, t, dir, tmp_png, t_end);
+  draw(script, dir, tmp_png, o.out);
+  std::printf("%s: %d ranks, %zu spans\n", o.out.c_str(), t.ranks, t.spans.size());
   return 0;
 }
 

@@ -138,15 +138,27 @@ struct Flow {
 int port(int index, int kind) { return 4 * index + kind; }
 int node_pair(int src_node, int dst_node, int nodes) { return -2 - (src_node * nodes + dst_node); }
 
-}  // namespace
+// One simulated run, in named steps. The event loop (run) takes the earliest event: a flow's
+// latency running out or its bytes arriving (on_flow_event), or a rank ready to go on (run_rank,
+// which runs the rank's ops until it computes, blocks or ends). Transfers start when both sides
+// are posted (post_transfer); a collective starts when its whole group arrived (arrive_collective)
+// and runs its algorithm one step at a time (collective_step).
+class Simulation {
+ public:
+  Simulation(const Program& prog, const Machine& m, std::vector<SimSpan>* spans)
+      : prog_(prog), m_(m), spans_(spans), P_(prog.ranks()), st_(size_t(P_)) {
+    check_program();
+    res_.ranks.resize(size_t(P_));
+    for (int r = 0; r < P_; ++r) ready_.push({0.0, r});
+  }
 
-SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* spans) {
-  const int P = prog.ranks();
-  WF_CHECK(int(m.device_of.size()) == P, "machine has {} devices for {} ranks", m.device_of.size(),
-           P);
-  for (const auto& g : prog.groups)
-    for (int r : g) WF_CHECK(r >= 0 && r < P, "group member {} outside 0..{}", r, P - 1);
+  void run();
+  // Throws when a rank never finished or a message was never matched.
+  void check_drained() const;
+  // The last rank to finish: the time, its compute and the communication it did not hide.
+  SimResult result();
 
+ private:
   struct RankState {
     size_t pc = 0;
     int coll_k = 0;
@@ -157,78 +169,12 @@ SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* 
     double blocked_at = 0;       // when it arrived at its current wait or collective
     std::map<int, std::pair<int, double>> posted;  // request -> (op, post time), for spans
   };
-  std::vector<RankState> st(P);
-  SimResult res;
-  res.ranks.resize(P);
-
   struct Posted {
     double time;
     int request;
     double bytes;
   };
-  std::map<std::tuple<int, int, int>, std::deque<Posted>> sends, recvs;  // (src, dst, tag)
-  std::map<std::pair<int, int>, int> arrivals;  // (group, k) -> members arrived
-
-  // Ranks ready to run, by time.
-  using Ready = std::pair<double, int>;
-  std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready;
-  for (int r = 0; r < P; ++r) ready.push({0.0, r});
-
-  std::vector<Flow> flows;  // in flight
-  std::map<int, int> load;  // resource -> active flows
-  double now = 0;
-
-  auto rerate = [&] {
-    load.clear();
-    for (const Flow& f : flows)
-      if (f.active) ++load[f.res[0]], ++load[f.res[1]], ++load[f.pair];  // kNoPair: unused
-    for (Flow& f : flows) {
-      if (!f.active) continue;
-      const double bw = m.same_node(f.src, f.dst) ? m.intra.bandwidth : m.inter.bandwidth;
-      f.rate = bw / std::max(load[f.res[0]], load[f.res[1]]);
-      if (f.pair != kNoPair && m.pair_bandwidth > 0)
-        f.rate = std::min(f.rate, m.pair_bandwidth / load[f.pair]);
-    }
-  };
-  auto span = [&](int rank, size_t op, double t0, double t1) {
-    if (spans) spans->push_back({rank, int(op), t0, t1});
-  };
-  auto complete = [&](int rank, int request, double t) {
-    st[rank].done[request] = t;
-    if (spans) {
-      auto [op, t0] = st[rank].posted.at(request);
-      span(rank, size_t(op), t0, t);
-    }
-    if (st[rank].waiting_for == request) {
-      span(rank, st[rank].pc - 1, st[rank].blocked_at, t);
-      st[rank].waiting_for = -1;
-      ready.push({t, rank});
-    }
-  };
-  // A transfer of `bytes` from src to dst, from now: the latency of its link, then its bytes.
-  auto add_flow = [&](int src, int dst, double bytes, int send_req, int recv_req, int coll) {
-    Flow f;
-    f.src = src, f.dst = dst, f.send_req = send_req, f.recv_req = recv_req, f.coll = coll;
-    f.total = f.left = bytes;
-    const bool local = m.same_node(src, dst);
-    f.active_at = now + (src == dst ? 0.0 : local ? m.intra.latency : m.inter.latency);
-    if (local) {
-      f.res[0] = port(m.device_of[src], 0), f.res[1] = port(m.device_of[dst], 1);
-    } else {
-      f.res[0] = port(m.nic(src), 2), f.res[1] = port(m.nic(dst), 3);
-      f.pair = node_pair(m.node(src), m.node(dst), int(m.device_of.size()));
-      res.ranks[size_t(dst)].inter_recv_bytes += bytes;
-    }
-    if (src == dst) f.left = 0;
-    flows.push_back(f);
-  };
-  auto start_flow = [&](int src, int dst, const Posted& s, const Posted& r) {
-    WF_CHECK(s.bytes == r.bytes, "rank {} sends {} bytes but rank {} receives {}", src, s.bytes,
-             dst, r.bytes);
-    add_flow(src, dst, s.bytes, s.request, r.request, -1);
-  };
-
-  // Running collectives: one step of the algorithm at a time, each step's transfers as flows that
+  // A running collective: one step of the algorithm at a time, each step's transfers as flows that
   // share the links with everything else in flight; the members go on when the last step ends.
   struct CollRun {
     int group = 0;
@@ -236,158 +182,303 @@ SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* 
     double chunk = 0;
     int steps = 0, step = 0, pending = 0;
   };
-  std::map<int, CollRun> colls;
-  int next_coll = 0;
-  std::vector<std::pair<int, int>> edges;
-  std::function<void(int)> coll_step = [&](int id) {
-    CollRun& c = colls.at(id);
-    const auto& g = prog.groups[c.group];
+  using Ready = std::pair<double, int>;  // (time, rank)
+
+  void check_program() const;
+  // The next flow event (time, index into flows_; -1 and infinity when none): a latency running
+  // out or a transfer completing at its current rate.
+  std::pair<double, int> next_flow_event() const;
+  // Moves the clock to t, the active flows' bytes with it.
+  void advance_to(double t);
+  void on_flow_event(int index);
+  void rerate();
+  void span(int rank, size_t op, double t0, double t1);
+  void complete(int rank, int request, double t);
+  // A transfer of `bytes` from src to dst, from now: the latency of its link, then its bytes.
+  void add_flow(int src, int dst, double bytes, int send_req, int recv_req, int coll);
+  void start_flow(int src, int dst, const Posted& s, const Posted& r);
+  void collective_step(int id);
+  void run_rank(int r);
+  void start_compute(int r, const Op& o);
+  void post_transfer(int r, const Op& o);
+  bool pass_wait(int r, const Op& o);  // false: blocked until the request completes
+  void arrive_collective(int r, const Op& o);
+
+  const Program& prog_;
+  const Machine& m_;
+  std::vector<SimSpan>* spans_;
+  const int P_;
+  std::vector<RankState> st_;
+  SimResult res_;
+  std::map<std::tuple<int, int, int>, std::deque<Posted>> sends_, recvs_;  // (src, dst, tag)
+  std::map<std::pair<int, int>, int> arrivals_;  // (group, k) -> members arrived
+  std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready_;  // ranks ready, by time
+  std::vector<Flow> flows_;                                               // in flight
+  std::map<int, int> load_;  // resource -> active flows
+  double now_ = 0;
+  std::map<int, CollRun> colls_;
+  int next_coll_ = 0;
+  std::vector<std::pair<int, int>> edges_;
+};
+
+void Simulation::check_program() const {
+  WF_CHECK(int(m_.device_of.size()) == P_, "machine has {} devices for {} ranks",
+           m_.device_of.size(), P_);
+  for (const auto& g : prog_.groups)
+    for (int r : g) WF_CHECK(r >= 0 && r < P_, "group member {} outside 0..{}", r, P_ - 1);
+}
+
+void Simulation::rerate() {
+  load_.clear();
+  for (const Flow& f : flows_)
+    if (f.active) ++load_[f.res[0]], ++load_[f.res[1]], ++load_[f.pair];  // kNoPair: unused
+  for (Flow& f : flows_) {
+    if (!f.active) continue;
+    const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
+    f.rate = bw / std::max(load_[f.res[0]], load_[f.res[1]]);
+    if (f.pair != kNoPair && m_.pair_bandwidth > 0)
+      f.rate = std::min(f.rate, m_.pair_bandwidth / load_[f.pair]);
+  }
+}
+
+void Simulation::span(int rank, size_t op, double t0, double t1) {
+  if (spans_) spans_->push_back({rank, int(op), t0, t1});
+}
+
+void Simulation::complete(int rank, int request, double t) {
+  RankState& s = st_[rank];
+  s.done[request] = t;
+  if (spans_) {
+    auto [op, t0] = s.posted.at(request);
+    span(rank, size_t(op), t0, t);
+  }
+  if (s.waiting_for == request) {
+    span(rank, s.pc - 1, s.blocked_at, t);
+    s.waiting_for = -1;
+    ready_.push({t, rank});
+  }
+}
+
+void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv_req, int coll) {
+  Flow f;
+  f.src = src, f.dst = dst, f.send_req = send_req, f.recv_req = recv_req, f.coll = coll;
+  f.total = f.left = bytes;
+  const bool local = m_.same_node(src, dst);
+  f.active_at = now_ + (src == dst ? 0.0 : local ? m_.intra.latency : m_.inter.latency);
+  if (local) {
+    f.res[0] = port(m_.device_of[src], 0), f.res[1] = port(m_.device_of[dst], 1);
+  } else {
+    f.res[0] = port(m_.nic(src), 2), f.res[1] = port(m_.nic(dst), 3);
+    f.pair = node_pair(m_.node(src), m_.node(dst), int(m_.device_of.size()));
+    res_.ranks[size_t(dst)].inter_recv_bytes += bytes;
+  }
+  if (src == dst) f.left = 0;
+  flows_.push_back(f);
+}
+
+void Simulation::start_flow(int src, int dst, const Posted& s, const Posted& r) {
+  WF_CHECK(s.bytes == r.bytes, "rank {} sends {} bytes but rank {} receives {}", src, s.bytes, dst,
+           r.bytes);
+  add_flow(src, dst, s.bytes, s.request, r.request, -1);
+}
+
+void Simulation::collective_step(int id) {
+  CollRun& c = colls_.at(id);
+  const auto& g = prog_.groups[c.group];
+  const int n = static_cast<int>(g.size());
+  if (c.step == c.steps) {
+    for (int member : g) {
+      ready_.push({now_, member});
+      span(member, st_[member].pc - 1, st_[member].blocked_at, now_);
+    }
+    colls_.erase(id);
+    return;
+  }
+  step_edges(c.coll, g, 1 + c.step % (n - 1), edges_);
+  ++c.step;
+  c.pending = 0;
+  for (auto [a, b] : edges_)
+    if (a != b) add_flow(a, b, c.chunk, -1, -1, id), ++c.pending;
+  if (c.pending == 0) collective_step(id);
+}
+
+void Simulation::start_compute(int r, const Op& o) {
+  RankState& s = st_[r];
+  const double rate = o.work == Work::AttentionFwd   ? m_.attention_fwd_flops
+                      : o.work == Work::AttentionBwd ? m_.attention_bwd_flops
+                                                     : m_.gemm_flops;
+  res_.ranks[r].compute += o.flops / rate;
+  span(r, s.pc, now_, now_ + o.flops / rate);
+  ++s.pc;
+  ready_.push({now_ + o.flops / rate, r});
+}
+
+void Simulation::post_transfer(int r, const Op& o) {
+  RankState& s = st_[r];
+  const bool is_send = o.kind == Op::Kind::Send;
+  WF_CHECK(o.peer >= 0 && o.peer < P_, "rank {} talks to rank {} outside 0..{}", r, o.peer, P_ - 1);
+  WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
+  s.done[o.request] = -1;
+  if (spans_) s.posted[o.request] = {int(s.pc), now_};
+  Posted me{now_, o.request, o.bytes};
+  const int src = is_send ? r : o.peer, dst = is_send ? o.peer : r;
+  auto key = std::make_tuple(src, dst, o.tag);
+  auto& other = is_send ? recvs_[key] : sends_[key];
+  if (!other.empty()) {
+    Posted them = other.front();
+    other.pop_front();
+    is_send ? start_flow(src, dst, me, them) : start_flow(src, dst, them, me);
+  } else {
+    (is_send ? sends_[key] : recvs_[key]).push_back(me);
+  }
+  if (is_send) {
+    res_.ranks[r].p2p_bytes += o.bytes;
+    if (!m_.same_node(r, o.peer)) res_.ranks[r].inter_bytes += o.bytes;
+  }
+}
+
+bool Simulation::pass_wait(int r, const Op& o) {
+  RankState& s = st_[r];
+  auto it = s.done.find(o.request);
+  WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r, o.request);
+  if (it->second < 0) {
+    s.waiting_for = o.request;
+    s.blocked_at = now_;
+    ++s.pc;  // resumes after the wait
+    return false;
+  }
+  span(r, s.pc, now_, now_);
+  return true;
+}
+
+void Simulation::arrive_collective(int r, const Op& o) {
+  RankState& s = st_[r];
+  const auto& g = prog_.groups[o.group];
+  WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
+           "rank {} runs a collective on a group it is not in", r);
+  auto key = std::make_pair(o.group, s.coll_k);
+  int& arrived = arrivals_[key];
+  auto [sent, inter] = coll_sent_bytes(o.coll, g, r, o.bytes, m_);
+  res_.ranks[r].coll_bytes += sent;
+  res_.ranks[r].inter_bytes += inter;
+  ++s.coll_k;
+  ++s.pc;
+  s.blocked_at = now_;
+  if (++arrived == int(g.size())) {
     const int n = static_cast<int>(g.size());
-    if (c.step == c.steps) {
-      for (int member : g) {
-        ready.push({now, member});
-        span(member, st[member].pc - 1, st[member].blocked_at, now);
-      }
-      colls.erase(id);
-      return;
-    }
-    step_edges(c.coll, g, 1 + c.step % (n - 1), edges);
-    ++c.step;
-    c.pending = 0;
-    for (auto [a, b] : edges)
-      if (a != b) add_flow(a, b, c.chunk, -1, -1, id), ++c.pending;
-    if (c.pending == 0) coll_step(id);
-  };
+    const int id = next_coll_++;
+    colls_[id] = {o.group, o.coll, chunk_bytes(o.coll, o.bytes, n), algorithm_steps(o.coll, n)};
+    collective_step(id);
+  }
+}
 
-  // Runs rank r from time `now` until it computes, blocks or ends.
-  auto run_rank = [&](int r) {
-    RankState& s = st[r];
-    const auto& ops = prog.ops[r];
-    while (s.pc < ops.size()) {
-      const Op& o = ops[s.pc];
-      if (o.kind == Op::Kind::Compute) {
-        const double rate = o.work == Work::AttentionFwd   ? m.attention_fwd_flops
-                            : o.work == Work::AttentionBwd ? m.attention_bwd_flops
-                                                           : m.gemm_flops;
-        res.ranks[r].compute += o.flops / rate;
-        span(r, s.pc, now, now + o.flops / rate);
-        ++s.pc;
-        ready.push({now + o.flops / rate, r});
+// Runs rank r from now until it computes, blocks or ends.
+void Simulation::run_rank(int r) {
+  RankState& s = st_[r];
+  const auto& ops = prog_.ops[r];
+  while (s.pc < ops.size()) {
+    const Op& o = ops[s.pc];
+    switch (o.kind) {
+      case Op::Kind::Compute:
+        start_compute(r, o);
         return;
-      }
-      if (o.kind == Op::Kind::Send || o.kind == Op::Kind::Recv) {
-        const bool is_send = o.kind == Op::Kind::Send;
-        WF_CHECK(o.peer >= 0 && o.peer < P, "rank {} talks to rank {} outside 0..{}", r, o.peer,
-                 P - 1);
-        WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
-        s.done[o.request] = -1;
-        if (spans) s.posted[o.request] = {int(s.pc), now};
-        Posted me{now, o.request, o.bytes};
-        const int src = is_send ? r : o.peer, dst = is_send ? o.peer : r;
-        auto key = std::make_tuple(src, dst, o.tag);
-        auto& other = is_send ? recvs[key] : sends[key];
-        if (!other.empty()) {
-          Posted them = other.front();
-          other.pop_front();
-          is_send ? start_flow(src, dst, me, them) : start_flow(src, dst, them, me);
-        } else {
-          (is_send ? sends[key] : recvs[key]).push_back(me);
-        }
-        if (is_send) {
-          res.ranks[r].p2p_bytes += o.bytes;
-          if (!m.same_node(r, o.peer)) res.ranks[r].inter_bytes += o.bytes;
-        }
-      } else if (o.kind == Op::Kind::Wait) {
-        auto it = s.done.find(o.request);
-        WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r, o.request);
-        if (it->second < 0) {
-          s.waiting_for = o.request;
-          s.blocked_at = now;
-          ++s.pc;  // resumes after the wait
-          return;
-        }
-        span(r, s.pc, now, now);
-      } else {  // collective
-        const auto& g = prog.groups[o.group];
-        WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
-                 "rank {} runs a collective on a group it is not in", r);
-        auto key = std::make_pair(o.group, s.coll_k);
-        int& arrived = arrivals[key];
-        auto [sent, inter] = coll_sent_bytes(o.coll, g, r, o.bytes, m);
-        res.ranks[r].coll_bytes += sent;
-        res.ranks[r].inter_bytes += inter;
-        ++s.coll_k;
-        ++s.pc;
-        s.blocked_at = now;
-        if (++arrived == int(g.size())) {
-          const int n = static_cast<int>(g.size());
-          const int id = next_coll++;
-          colls[id] = {o.group, o.coll, chunk_bytes(o.coll, o.bytes, n),
-                       algorithm_steps(o.coll, n)};
-          coll_step(id);
-        }
+      case Op::Kind::Send:
+      case Op::Kind::Recv:
+        post_transfer(r, o);
+        break;
+      case Op::Kind::Wait:
+        if (!pass_wait(r, o)) return;
+        break;
+      case Op::Kind::Collective:
+        arrive_collective(r, o);
         return;  // resumes when the whole group is done
-      }
-      ++s.pc;
     }
-    s.finished = true;
-    res.ranks[r].finish = now;
-  };
+    ++s.pc;
+  }
+  s.finished = true;
+  res_.ranks[r].finish = now_;
+}
 
+std::pair<double, int> Simulation::next_flow_event() const {
+  double t_flow = std::numeric_limits<double>::infinity();
+  int next = -1;
+  for (size_t i = 0; i < flows_.size(); ++i) {
+    const Flow& f = flows_[i];
+    const double t = !f.active ? f.active_at : f.left <= 0 ? now_ : now_ + f.left / f.rate;
+    if (t < t_flow) t_flow = t, next = static_cast<int>(i);
+  }
+  return {t_flow, next};
+}
+
+void Simulation::advance_to(double t) {
+  for (Flow& f : flows_)
+    if (f.active) f.left = std::max(0.0, f.left - f.rate * (t - now_));
+  now_ = t;
+}
+
+void Simulation::on_flow_event(int index) {
+  Flow& f = flows_[size_t(index)];
+  if (!f.active && f.left > 0) {
+    f.active = true;
+    return;
+  }
+  const Flow done = f;
+  flows_.erase(flows_.begin() + index);
+  if (done.coll >= 0) {
+    if (--colls_.at(done.coll).pending == 0) collective_step(done.coll);
+  } else {
+    complete(done.src, done.send_req, now_);
+    complete(done.dst, done.recv_req, now_);
+  }
+}
+
+void Simulation::run() {
   while (true) {
-    // The next flow event: a latency running out or a transfer completing at its current rate.
-    double t_flow = std::numeric_limits<double>::infinity();
-    int next = -1;
-    for (size_t i = 0; i < flows.size(); ++i) {
-      const Flow& f = flows[i];
-      const double t = !f.active ? f.active_at : f.left <= 0 ? now : now + f.left / f.rate;
-      if (t < t_flow) t_flow = t, next = static_cast<int>(i);
-    }
+    const auto [t_flow, next] = next_flow_event();
     const double t_rank =
-        ready.empty() ? std::numeric_limits<double>::infinity() : ready.top().first;
-    if (next < 0 && ready.empty()) break;
-    const double t = std::min(t_flow, t_rank);
-    for (Flow& f : flows)
-      if (f.active) f.left = std::max(0.0, f.left - f.rate * (t - now));
-    now = t;
+        ready_.empty() ? std::numeric_limits<double>::infinity() : ready_.top().first;
+    if (next < 0 && ready_.empty()) return;
+    advance_to(std::min(t_flow, t_rank));
     if (next >= 0 && t_flow <= t_rank) {
-      Flow& f = flows[next];
-      if (!f.active && f.left > 0) {
-        f.active = true;
-      } else {
-        const Flow done = f;
-        flows.erase(flows.begin() + next);
-        if (done.coll >= 0) {
-          if (--colls.at(done.coll).pending == 0) coll_step(done.coll);
-        } else {
-          complete(done.src, done.send_req, now);
-          complete(done.dst, done.recv_req, now);
-        }
-      }
+      on_flow_event(next);
       rerate();
       continue;
     }
-    const int r = ready.top().second;
-    ready.pop();
+    const int r = ready_.top().second;
+    ready_.pop();
     run_rank(r);
   }
+}
 
-  for (int r = 0; r < P; ++r)
-    WF_CHECK(st[r].finished, "the schedule deadlocks: rank {} cannot get past op {}", r, st[r].pc);
-  for (auto& [key, q] : sends)
+void Simulation::check_drained() const {
+  for (int r = 0; r < P_; ++r)
+    WF_CHECK(st_[r].finished, "the schedule deadlocks: rank {} cannot get past op {}", r,
+             st_[r].pc);
+  for (auto& [key, q] : sends_)
     WF_CHECK(q.empty(), "rank {} sends to rank {} but nothing receives it", std::get<0>(key),
              std::get<1>(key));
-  for (auto& [key, q] : recvs)
+  for (auto& [key, q] : recvs_)
     WF_CHECK(q.empty(), "rank {} receives from rank {} but nothing is sent", std::get<1>(key),
              std::get<0>(key));
+}
 
+SimResult Simulation::result() {
   int last = 0;
-  for (int r = 0; r < P; ++r)
-    if (res.ranks[r].finish > res.ranks[last].finish) last = r;
-  res.time = res.ranks[last].finish;
-  res.compute = res.ranks[last].compute;
-  res.exposed_comm = res.time - res.compute;
-  return res;
+  for (int r = 0; r < P_; ++r)
+    if (res_.ranks[r].finish > res_.ranks[last].finish) last = r;
+  res_.time = res_.ranks[last].finish;
+  res_.compute = res_.ranks[last].compute;
+  res_.exposed_comm = res_.time - res_.compute;
+  return res_;
+}
+
+}  // namespace
+
+SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* spans) {
+  Simulation sim(prog, m, spans);
+  sim.run();
+  sim.check_drained();
+  return sim.result();
 }
 
 }  // namespace wallfacer::plan
