@@ -4,8 +4,8 @@
 #   bench/dit_train.sh [--out runs/dit-train] [--only RUN] > docs/data/dit-train.jsonl
 #
 # Three runs of configs/dit-video.toml in fp32 (train.dtype = "fp32", so that the losses do not
-# depend on the CPU): "video" (240 steps, the config otherwise as it is), "packed" (100
-# steps, sequences of 16 frames packed with clips of 2 to 8 frames) and "whole" (100 steps, whole
+# depend on the CPU): "video" (240 steps, the config otherwise as it is), "packed" (50
+# steps, sequences of 16 frames packed with clips of 2 to 8 frames) and "whole" (50 steps, whole
 # clips of 8 frames, batch 8: the same tokens per step as packed). Prints one JSON line per run:
 # the command, the commit, the load average before and after, and every line of the run's
 # metrics.jsonl. bench/dit_train_table.py prints the tables from it. --only RUN runs one of the
@@ -52,6 +52,6 @@ PY
 }
 
 run video --steps 240
-run packed --steps 100 --set train.packing=documents --set train.seq=1024 \
+run packed --steps 50 --set train.packing=documents --set train.seq=1024 \
   --set data.min_frames=2 --set train.eval_every=25 --set train.ckpt_every=0
-run whole --steps 100 --set train.batch=8 --set train.eval_every=25 --set train.ckpt_every=0
+run whole --steps 50 --set train.batch=8 --set train.eval_every=25 --set train.ckpt_every=0
