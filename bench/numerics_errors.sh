@@ -8,8 +8,9 @@
 #    bf16 attention, bf16 dense layers), run with WALLFACER_ERRORS_OUT (tests/unit/measured_errors.h):
 #    every error they checked, with the test's tolerance.
 # 2. "mpi": the bf16 runs of the MPI tests (test_seqpar_mpi bf16) at P = 1, 2, 4, 8, on the
-#    kernels' own bf16 path and on the portable one: the errors each configuration printed against
-#    the fp64 reference and against the same attention on one rank.
+#    kernels' own bf16 path and, where the CPU has AVX512-BF16, on the portable one too: the errors
+#    each configuration printed against the fp64 reference and against the same attention on one
+#    rank.
 # 3. "attn": `wallfacer attn --dtype bf16 --check --json` for the gradient table (P = 8, S = 2048,
 #    H = 4, D = 64; ring and WallFacer C = 2, with H_kv = 4 and 1).
 # Each line holds the command, the commit, the load average before and after and whether the CPU
@@ -73,7 +74,7 @@ PY
 
 # 1. Unit tests.
 if want unit; then
-  filter='Attn*:DenseBf16*'
+  filter='*Attn*:*DenseBf16*'
   l0=$(load)
   WALLFACER_ERRORS_OUT=$tmp/unit.jsonl "$unit" --gtest_filter="$filter" --gtest_brief=1 >&2
   emit unit "WALLFACER_ERRORS_OUT=FILE $unit --gtest_filter='$filter'" "$l0" "$tmp/unit.jsonl"
@@ -81,7 +82,10 @@ fi
 
 # 2. MPI tests, bf16.
 if want mpi; then
-  for path in auto portable; do
+  # The kernels' own bf16 path, and the portable one where that is another (AVX512-BF16).
+  paths=(auto)
+  $avx512_bf16 && paths+=(portable)
+  for path in "${paths[@]}"; do
     for np in 1 2 4 8; do
       l0=$(load)
       WALLFACER_BF16_PATH=$path WALLFACER=$mpi scripts/wallfacer-mpirun "$np" bf16 >"$tmp/mpi.txt"
