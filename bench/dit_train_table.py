@@ -4,11 +4,11 @@
 Usage: bench/dit_train_table.py FILE.jsonl --video    (docs/dit.md: the 240-step run)
        bench/dit_train_table.py FILE.jsonl --packed   (docs/training.md: packed against whole clips)
 """
+import json
 import sys
 
 
 def load(path):
-    import json
     return {r["run"]: r for r in (json.loads(l) for l in open(path) if l.strip())}
 
 
@@ -72,7 +72,10 @@ def main():
     if len(sys.argv) != 3 or sys.argv[2] not in ("--video", "--packed"):
         fail("usage: bench/dit_train_table.py FILE.jsonl {--video,--packed}")
     runs = load(sys.argv[1])
-    video(runs) if sys.argv[2] == "--video" else packed(runs)
+    if sys.argv[2] == "--video":
+        video(runs)
+    else:
+        packed(runs)
 
 
 if __name__ == "__main__":
