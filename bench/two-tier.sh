@@ -12,7 +12,8 @@
 # and backward time (median of K), exposed communication, the bytes the nodes' cards carried (read
 # from the veths, per iteration) beside the schedule's count of inter-node bytes, and the
 # planner's prediction; and the planner's best configuration (`wallfacer plan`, DIR/plan-NxR.json)
-# beside the fastest measured. Writes DIR/results.jsonl (one JSON object per run) and DIR/table.md.
+# beside the fastest measured. Writes DIR/results.jsonl (one JSON object per run, with its command,
+# the commit and the load average before it) and DIR/table.md.
 # Needs root (network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,16 +70,20 @@ for nr in $clusters; do
     >"$out/plan-$nr.json"
   for cfg in "${configs[@]}"; do
     echo "-- $nr: $cfg" >&2
+    cmd="$emu --nodes $n --ranks-per-node $r --rate $rate --counters $out/cards.json -- attn --strategy $cfg --seq $seq --heads $heads --head-dim $head_dim${mask:+ $mask} --iters $iters --json --cluster $cl"
+    load=$(cut -d' ' -f1 /proc/loadavg)
     # shellcheck disable=SC2086
     json=$($emu --nodes "$n" --ranks-per-node "$r" --rate "$rate" --counters "$out/cards.json" -- \
       attn --strategy $cfg --seq "$seq" --heads "$heads" --head-dim "$head_dim" $mask \
       --iters "$iters" --json --cluster "$cl" 2>/dev/null | tail -1)
-    python3 - "$json" "$out/cards.json" "$nr" "$cfg" >>"$out/results.jsonl" <<'PY'
+    python3 - "$json" "$out/cards.json" "$nr" "$cfg" "$cmd" "$(git rev-parse --short HEAD)" "$load" \
+      >>"$out/results.jsonl" <<'PY'
 import json, sys
 run = json.loads(sys.argv[1])
 cards = json.load(open(sys.argv[2]))
 run["cluster"] = sys.argv[3]
 run["config"] = sys.argv[4]
+run["command"], run["commit"], run["load"] = sys.argv[5], sys.argv[6], float(sys.argv[7])
 run["rate"] = cards["rate"]
 run["cards"] = cards
 # Bytes per iteration the cards delivered into the nodes: the job's total over the iterations
