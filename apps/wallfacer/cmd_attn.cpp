@@ -19,6 +19,7 @@
 #include "wallfacer/comm/trace_merge.h"
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
 #include "wallfacer/core/stats.h"
@@ -30,7 +31,6 @@
 #include "wallfacer/seqpar/doc_layout.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
-#include "wallfacer/train/io.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -73,8 +73,7 @@ std::string label(const seqpar::AttnConfig& cfg) {
 
 // The candidate (strategy, C, Ulysses degree, placement) that cfg runs.
 plan::Candidate candidate(const seqpar::AttnConfig& cfg, plan::Placement placement) {
-  return {cfg.strategy, cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1, cfg.ulysses,
-          placement, cfg.keep_kv};
+  return {cfg.strategy, seqpar::team_size(cfg), cfg.ulysses, placement, cfg.keep_kv};
 }
 
 // The bytes that cross nodes per forward and backward, as the schedules send them: layout rank ->
@@ -245,7 +244,7 @@ int run_attn(const AttnOptions& o) {
   auto world = everyone.split(0, plan::inverse_order(device_of)[size_t(everyone.rank())]);
   const int rank = world.rank();
   world.agree([&] {  // only rank 0 writes: a folder it cannot create stops every rank now
-    if (rank == 0 && !o.dump.empty()) train::make_directories(o.dump, "--dump");
+    if (rank == 0 && !o.dump.empty()) make_directories(o.dump, "--dump");
   });
 
   // This rank's rows of the seeded global inputs.
