@@ -145,7 +145,7 @@ class DistAttentionOp : public model::AttentionOp {
 // The startup line's words on model.window ("" without one).
 std::string window_note(const TrainConfig& cfg) {
   const model::GptConfig& m = cfg.model;
-  if (cfg.kind != "gpt" || m.window == 0) return "";
+  if (cfg.kind != ModelKind::Gpt || m.window == 0) return "";
   if (m.window >= cfg.seq)
     return fmt::format(", window {} >= seq {}: the full causal mask", m.window, cfg.seq);
   std::string layers;
@@ -360,12 +360,12 @@ void check_same_config(comm::Communicator& world, const TrainConfig& cfg) {
 // rows do not fit (an estimate: parameters, gradients and AdamW moments, 16 bytes per parameter;
 // per token and layer the saved activations of attention and MLP; the logits).
 void check_training_memory(const TrainConfig& cfg, int P) {
-  const double n = cfg.kind == "dit" ? double(model::dit_num_params(cfg.dit_model()))
-                                     : double(model::gpt_num_params(cfg.model));
+  const double n = cfg.kind == ModelKind::Dit ? double(model::dit_num_params(cfg.dit_model()))
+                                              : double(model::gpt_num_params(cfg.model));
   const double rows = double(cfg.batch / cfg.dp(P)) * double(cfg.seq / cfg.sp);
   const double per_row =
       double(cfg.model.layers) * double(cfg.model.dim) * (10.0 + 2.0 * cfg.model.mlp_ratio) +
-      (cfg.kind == "dit" ? 0.0 : 2.0 * double(cfg.model.vocab));
+      (cfg.kind == ModelKind::Dit ? 0.0 : 2.0 * double(cfg.model.vocab));
   check_memory(
       16.0 * n + 4.0 * rows * per_row,
       fmt::format("training this model ({:.3g} parameters, {:.3g} token rows per rank)", n, rows));
@@ -379,8 +379,8 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   TrainConfig cfg = opt.cfg;
   const int P = world.size(), rank = world.rank();
   cfg.validate(P);
-  const bool auto_dtype = cfg.dtype == "auto";
-  cfg.dtype = seqpar::dtype_name(cfg.run_dtype());
+  const bool auto_dtype = !cfg.dtype;
+  cfg.dtype = cfg.run_dtype();
   check_same_config(world, cfg);
   check_training_memory(cfg, P);
   const int sp = cfg.sp, dp = cfg.dp(P), sp_rank = rank % sp, dp_rank = rank / sp;
@@ -390,10 +390,10 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   const int Bl = cfg.batch / dp;
   const int64_t T = int64_t(positions.size());
 
-  const bool packing = cfg.packing == "documents";
+  const bool packing = cfg.packs();
   // The windows of the GPT's layers, global ones first: one set of sequence attentions each.
   std::vector<int64_t> windows;
-  if (cfg.kind == "gpt") {
+  if (cfg.kind == ModelKind::Gpt) {
     const model::GptConfig m = cfg.run_model();
     for (int l = 0; l < m.layers; ++l) {
       if (std::find(windows.begin(), windows.end(), m.layer_window(l)) == windows.end())
@@ -529,7 +529,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
       {"sp", sp},
       {"dp", dp},
       {"sp_groups", "consecutive ranks"},
-      {"strategy", cfg.strategy},
+      {"strategy", seqpar::strategy_name(cfg.strategy)},
       {"teams", cfg.teams},
       {"ulysses", cfg.ulysses},
       {"keep_kv", cfg.keep_kv},
@@ -539,11 +539,11 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
     progress.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
         "batch {}{}{}, checkpointing {}, {} threads/rank",
-        cfg.kind, n, P, dp, sp, cfg.strategy, cfg.teams, cfg.ulysses, cfg.keep_kv ? " keep_kv" : "",
-        cfg.seq, cfg.batch,
+        kind_name(cfg.kind), n, P, dp, sp, seqpar::strategy_name(cfg.strategy), cfg.teams,
+        cfg.ulysses, cfg.keep_kv ? " keep_kv" : "", cfg.seq, cfg.batch,
         packing ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg.layout))
                 : "",
-        window_note(cfg), cfg.checkpointing, num_threads()));
+        window_note(cfg), model::checkpointing_name(cfg.checkpointing), num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = auto_dtype
                                 ? fmt::format("train.dtype = 'auto': this CPU {} AVX512-BF16",
@@ -687,8 +687,8 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
   if (!trace_path.empty()) {
     nlohmann::json meta{{"command", "train"},
                         {"config",
-                         {{"strategy", cfg.strategy},
-                          {"C", cfg.strategy == "wallfacer" ? cfg.teams : 1},
+                         {{"strategy", seqpar::strategy_name(cfg.strategy)},
+                          {"C", cfg.team_size()},
                           {"ulysses", cfg.ulysses},
                           {"P", sp},
                           {"seq", cfg.seq},
@@ -696,7 +696,7 @@ TrainResult run_training(comm::Communicator& world, const TrainOptions& opt) {
                           {"layers", cfg.model.layers},
                           {"world", P},
                           {"dp", dp},
-                          {"checkpointing", cfg.checkpointing}}},
+                          {"checkpointing", model::checkpointing_name(cfg.checkpointing)}}},
                         {"steps", {trace_first, trace_last}}};
     comm::write_trace(world, trace_path, clocks, std::move(meta));
     progress.message(fmt::format("trace: {}", trace_path));
