@@ -10,9 +10,9 @@
 #include <type_traits>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 #include "wallfacer/core/json_error.h"
 #include "wallfacer/train/data.h"
-#include "wallfacer/train/io.h"
 
 namespace wallfacer::train {
 

@@ -32,7 +32,6 @@
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/data.h"
-#include "wallfacer/train/io.h"
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/task.h"
