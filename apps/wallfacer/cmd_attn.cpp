@@ -62,8 +62,7 @@ std::string label(const seqpar::AttnConfig& cfg) {
 
 // The candidate (strategy, C, Ulysses degree, placement) that cfg runs.
 plan::Candidate candidate(const seqpar::AttnConfig& cfg, plan::Placement placement) {
-  return {cfg.strategy, cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1, cfg.ulysses,
-          placement, cfg.keep_kv};
+  return {cfg.strategy, seqpar::team_size(cfg), cfg.ulysses, placement, cfg.keep_kv};
 }
 
 // The bytes that cross nodes per forward and backward, as the schedules send them: layout rank ->

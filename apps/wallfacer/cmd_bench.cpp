@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "bench_gemm.h"
 #include "command.h"
 #include "wallfacer/bench/kernel_bench.h"
+#include "wallfacer/core/dtype.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/threads.h"
@@ -50,9 +52,10 @@ bench::AttnShape shape_of(const KernelBenchOptions& opt) {
   return {opt.heads, opt.kv_heads, opt.head_dim, opt.batch};
 }
 
-std::vector<std::string> dtypes_of(const std::string& dtype) {
-  if (dtype == "both") return {"fp32", "bf16"};
-  return {dtype};
+// --dtype: fp32, bf16 or both.
+std::vector<Dtype> dtypes_of(const std::string& dtype) {
+  if (dtype == "both") return {Dtype::fp32, Dtype::bf16};
+  return {parse_dtype(dtype)};
 }
 
 // Document lengths of a --docs / --docs-random case of seq positions.
@@ -83,7 +86,7 @@ int run_doc_bench(const KernelBenchOptions& opt, const std::vector<bool>& masks)
   bool ok = true;
   for (int s : opt.seqs)
     for (bool causal : masks)
-      for (const std::string& dt : dtypes_of(opt.dtype)) {
+      for (const Dtype dt : dtypes_of(opt.dtype)) {
         const bench::DocCaseResult r =
             bench::run_doc_case(shape_of(opt), s, causal, bench_doc_lengths(opt, s), dt, opt.iters);
         ok = ok && r.check_err <= r.check_tol;
@@ -93,7 +96,7 @@ int run_doc_bench(const KernelBenchOptions& opt, const std::vector<bool>& masks)
                                     {"head_dim", opt.head_dim},
                                     {"batch", opt.batch},
                                     {"causal", causal},
-                                    {"dtype", r.dtype},
+                                    {"dtype", dtype_name(r.dtype)},
                                     {"docs", r.docs},
                                     {"longest_doc", r.longest},
                                     {"kept_fraction", r.kept},
@@ -112,9 +115,9 @@ int run_doc_bench(const KernelBenchOptions& opt, const std::vector<bool>& masks)
           fmt::print(
               " {:>7} {:>6} {:>5} {:>6} {:>8} {:>8.4f} {:>10.1f} {:>10.1f} {:>7.2f} {:>10.1f} "
               "{:>10.1f} {:>7.2f} {:>9.1e}\n",
-              s, causal ? "causal" : "full", r.dtype, r.docs, r.longest, r.kept, r.fwd_s * 1e3,
-              r.fwd_docs_s * 1e3, r.fwd_s / r.fwd_docs_s, r.bwd_s * 1e3, r.bwd_docs_s * 1e3,
-              r.bwd_s / r.bwd_docs_s, r.check_err);
+              s, causal ? "causal" : "full", dtype_name(r.dtype), r.docs, r.longest, r.kept,
+              r.fwd_s * 1e3, r.fwd_docs_s * 1e3, r.fwd_s / r.fwd_docs_s, r.bwd_s * 1e3,
+              r.bwd_docs_s * 1e3, r.bwd_s / r.bwd_docs_s, r.check_err);
         }
         std::fflush(stdout);
       }
@@ -153,7 +156,9 @@ int run_kernel_bench(KernelBenchOptions opt) {
   WF_USAGE_CHECK(opt.batch >= 1, "--batch must be >= 1, got {}", opt.batch);
   WF_USAGE_CHECK(opt.iters >= 0, "--iters must be >= 1, got {}", opt.iters);
   WF_USAGE_CHECK(!(opt.causal_only && opt.full_only), "--causal and --full exclude each other");
-  const bool fp32 = opt.dtype != "bf16", bf16 = opt.dtype != "fp32";
+  const std::vector<Dtype> dtypes = dtypes_of(opt.dtype);
+  const bool fp32 = std::count(dtypes.begin(), dtypes.end(), Dtype::fp32) > 0,
+             bf16 = std::count(dtypes.begin(), dtypes.end(), Dtype::bf16) > 0;
   const kernels::Bf16Path path = bf16 ? kernels::bf16_path() : kernels::Bf16Path::portable;
   for (int s : opt.seqs)
     check_memory(bench::case_bytes(shape_of(opt), s, fp32, bf16),
@@ -184,8 +189,7 @@ int run_kernel_bench(KernelBenchOptions opt) {
   bool ok = true;
   for (int s : opt.seqs)
     for (bool causal : masks) {
-      const bench::CaseResult r =
-          bench::run_case(shape_of(opt), s, causal, dtypes_of(opt.dtype), opt.iters);
+      const bench::CaseResult r = bench::run_case(shape_of(opt), s, causal, dtypes, opt.iters);
       const bench::DtypeResult* base =
           r.runs.size() == 2 ? &r.runs[0] : nullptr;  // fp32 beside bf16
       for (const bench::DtypeResult& x : r.runs) {
@@ -198,7 +202,7 @@ int run_kernel_bench(KernelBenchOptions opt) {
                               {"head_dim", opt.head_dim},
                               {"batch", opt.batch},
                               {"causal", r.causal},
-                              {"dtype", x.dtype},
+                              {"dtype", dtype_name(x.dtype)},
                               {"threads", threads},
                               {"iters", r.iters},
                               {"fwd_ms", x.fwd_s * 1e3},
@@ -215,7 +219,7 @@ int run_kernel_bench(KernelBenchOptions opt) {
                               {"isa", isa},
                               {"check_err", x.check_err},
                               {"check_tol", x.check_tol}};
-          if (x.dtype == "bf16") {
+          if (x.dtype == Dtype::bf16) {
             j["bf16_path"] = kernels::bf16_path_name(path);
             if (base) {
               j["fwd_vs_fp32"] = x.fwd_gflops / base->fwd_gflops;
@@ -227,10 +231,10 @@ int run_kernel_bench(KernelBenchOptions opt) {
           fmt::print(
               " {:>7} {:>5} {:>4} {:>5} {:>6} {:>5} {:>5} {:>10.1f} {:>9.1f} {:>10.1f} {:>9.1f} "
               "{:>6} {:>9.1f} {:>6.2f} {:>6.2f} {:>10.2f} {:>10.1f} {:>9.1e}\n",
-              r.seq, opt.heads, opt.head_dim, opt.batch, r.causal ? "causal" : "full", x.dtype,
-              r.iters, x.fwd_s * 1e3, x.fwd_gflops, x.bwd_s * 1e3, x.bwd_gflops, r.sgemm_n,
-              r.sgemm_gflops, fr, br, x.workspace_bytes / 1048576.0, r.peak_rss_bytes / 1048576.0,
-              x.check_err);
+              r.seq, opt.heads, opt.head_dim, opt.batch, r.causal ? "causal" : "full",
+              dtype_name(x.dtype), r.iters, x.fwd_s * 1e3, x.fwd_gflops, x.bwd_s * 1e3,
+              x.bwd_gflops, r.sgemm_n, r.sgemm_gflops, fr, br, x.workspace_bytes / 1048576.0,
+              r.peak_rss_bytes / 1048576.0, x.check_err);
         }
       }
       if (base && !opt.json)

@@ -74,7 +74,7 @@ int run_sample(const SampleArgs& a) {
                  "--temperature is {}; give a finite number >= 0 (0: greedy)", a.temperature);
   const std::string dir = resolve_checkpoint(a.ckpt);
   const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
-  if (cfg.kind == "dit") return sample_dit(a, cfg, dir);
+  if (cfg.kind == train::ModelKind::Dit) return sample_dit(a, cfg, dir);
   WF_USAGE_CHECK(a.out.empty(),
                  "--out is for a DiT checkpoint's GIF; '{}' is a GPT checkpoint, whose text is "
                  "printed (redirect it to a file instead)",

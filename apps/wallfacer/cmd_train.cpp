@@ -34,7 +34,7 @@ int check_ranks(const train::TrainConfig& cfg, int P) {
                    {"valid", true},
                    {"dp", cfg.dp(P)},
                    {"sp", cfg.sp},
-                   {"strategy", cfg.strategy},
+                   {"strategy", seqpar::strategy_name(cfg.strategy)},
                    {"teams", cfg.teams},
                    {"ulysses", cfg.ulysses},
                    {"batch", cfg.batch}};

@@ -19,7 +19,7 @@ namespace {
 train::TrainOptions options(const std::string& out) {
   train::TrainOptions o;
   auto& c = o.cfg;
-  c.kind = "dit";
+  c.kind = train::ModelKind::Dit;
   c.frames = 2;
   c.size = 8;
   c.patch = 2;
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   for (const auto& k : cases) {
     auto o =
         options(base + "/" + k.strategy + std::to_string(k.sp) + "u" + std::to_string(k.ulysses));
-    o.cfg.strategy = k.strategy;
+    o.cfg.strategy = seqpar::parse_strategy(k.strategy);
     o.cfg.sp = k.sp;
     o.cfg.teams = k.teams;
     o.cfg.ulysses = k.ulysses;

@@ -29,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A valid config's parameters are counted before anything is allocated (check_training_memory).
   for (int P : {1, 2, 3, 4, 8}) {
     if (!fuzz::accepted([&] { return (c.validate(P), true); })) continue;
-    const int64_t n =
-        c.kind == "dit" ? model::dit_num_params(c.dit_model()) : model::gpt_num_params(c.model);
+    const int64_t n = c.kind == train::ModelKind::Dit ? model::dit_num_params(c.dit_model())
+                                                      : model::gpt_num_params(c.model);
     FUZZ_EXPECT(n > 0, fmt::format("{} parameters", n));
   }
   const std::string text = c.to_toml();

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "wallfacer/core/bf16.h"
+#include "wallfacer/core/dtype.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/file.h"
 #include "wallfacer/core/threads.h"
@@ -25,6 +27,25 @@ TEST(Core, CheckThrowsWithPlace) {
 TEST(Core, UsageCheckThrowsUsageError) {
   EXPECT_THROW(WF_USAGE_CHECK(false, "bad {}", "value"), UsageError);
   EXPECT_NO_THROW(WF_USAGE_CHECK(true, "fine"));
+}
+
+// The one dtype parser: each name reads back, sizes are those of the element types, and any other
+// name is refused with the bad value and the accepted ones.
+TEST(Core, DtypeNamesReadBack) {
+  EXPECT_EQ(parse_dtype("fp32"), Dtype::fp32);
+  EXPECT_EQ(parse_dtype("bf16"), Dtype::bf16);
+  for (const Dtype d : {Dtype::fp32, Dtype::bf16}) EXPECT_EQ(parse_dtype(dtype_name(d)), d);
+  EXPECT_EQ(dtype_bytes(Dtype::fp32), int64_t(sizeof(float)));
+  EXPECT_EQ(dtype_bytes(Dtype::bf16), int64_t(sizeof(bf16)));
+  for (const char* bad : {"fp16", "", "FP32", "bf16 "}) {
+    try {
+      parse_dtype(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("unknown dtype '") + bad + "': use fp32 or bf16");
+    }
+  }
 }
 
 TEST(Core, PngIsCompleteOnlyWithItsEndChunk) {

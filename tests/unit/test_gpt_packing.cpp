@@ -280,16 +280,17 @@ TEST(GptPacking, ConfigKey) {
     return "";
   };
   train::TrainConfig c;
-  EXPECT_EQ(c.packing, "none");
+  EXPECT_EQ(c.packing, train::Packing::None);
   c.set("train.packing=documents");
   EXPECT_NO_THROW(c.validate(1));
-  EXPECT_EQ(train::TrainConfig::from_toml(c.to_toml(), "t").packing, "documents");
+  EXPECT_EQ(train::TrainConfig::from_toml(c.to_toml(), "t").packing, train::Packing::Documents);
   EXPECT_FALSE(train::TrainConfig::is_shape_key("train.packing"));
-  c.set("train.packing=docs");
+  // A bad value is refused when it is set (the config keeps its value).
   EXPECT_NE(usage_error([&] {
-              c.validate(1);
+              c.set("train.packing=docs");
             }).find("train.packing must be 'none' or 'documents' (got 'docs')"),
             std::string::npos);
+  EXPECT_EQ(c.packing, train::Packing::Documents);
   // The DiT packs clips (test_dit_packing.cpp).
   auto d = train::TrainConfig::from_toml(
       "[model]\nkind = \"dit\"\n[train]\npacking = \"documents\"\n", "t");

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "wallfacer/core/error.h"
@@ -14,6 +16,29 @@ namespace wallfacer::plan {
 namespace {
 
 std::string src(const std::string& rel) { return std::string(WALLFACER_SOURCE_DIR) + "/" + rel; }
+
+// device.dtype: fp32 (4 bytes an element), bf16 and fp16 (2); anything else is refused with the
+// file, the bad value and the accepted ones.
+TEST(PlanConfig, DeviceDtype) {
+  std::ifstream in(src("configs/clusters/local.toml"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str(), line = "dtype = \"fp32\"";
+  ASSERT_NE(text.find(line), std::string::npos);
+  auto with = [&](const std::string& dtype) {
+    std::string t = text;
+    return t.replace(t.find(line), line.size(), "dtype = \"" + dtype + "\"");
+  };
+  EXPECT_EQ(parse_cluster(with("fp32"), "cl.toml").dtype_bytes, 4);
+  EXPECT_EQ(parse_cluster(with("bf16"), "cl.toml").dtype_bytes, 2);
+  EXPECT_EQ(parse_cluster(with("fp16"), "cl.toml").dtype_bytes, 2);
+  try {
+    parse_cluster(with("fp8"), "cl.toml");
+    ADD_FAILURE() << "fp8 was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "cl.toml: device.dtype 'fp8' is not one of fp32, bf16, fp16");
+  }
+}
 
 TEST(PlanConfig, ShippedClusters) {
   Cluster a = load_cluster(src("configs/clusters/a100-40gb-16x2-eth100.toml"));

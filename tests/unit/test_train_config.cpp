@@ -42,11 +42,10 @@ TEST(TrainConfig, LayoutIsBalancedWithPackingByDefault) {
   EXPECT_EQ(c.attn_config(1).layout, seqpar::Layout::Strategy);
   c.set("parallel.layout=strategy");
   EXPECT_EQ(c.run_layout(), seqpar::Layout::Strategy);
-  EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").layout, "strategy");
+  EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").layout, seqpar::Layout::Strategy);
   EXPECT_FALSE(TrainConfig::is_shape_key("parallel.layout"));
-  c.set("parallel.layout=diagonal");
   EXPECT_NE(usage_error([&] {
-              c.validate(1);
+              c.set("parallel.layout=diagonal");
             }).find("parallel.layout must be 'balanced' or 'strategy' (got 'diagonal')"),
             std::string::npos);
   c.set("parallel.layout=balanced");
@@ -119,14 +118,14 @@ TEST(TrainConfig, SetStringsMustBeUtf8) {
 
 TEST(TrainConfig, DtypeIsAutoFp32OrBf16ForBothModels) {
   TrainConfig c;
-  EXPECT_EQ(c.dtype, "auto");
+  EXPECT_EQ(c.dtype, std::nullopt);
   c.validate(1);
   c.set("train.dtype=fp32");
   EXPECT_EQ(c.run_dtype(), model::Dtype::fp32);
   c.validate(1);
   c.set("train.dtype=bf16");
   c.validate(1);
-  EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").dtype, "bf16");
+  EXPECT_EQ(TrainConfig::from_toml(c.to_toml(), "t").dtype, model::Dtype::bf16);
   EXPECT_EQ(c.run_dtype(), model::Dtype::bf16);
   EXPECT_EQ(c.attn_config(1).dtype, model::Dtype::bf16);
   const TrainConfig defaults;
@@ -134,9 +133,8 @@ TEST(TrainConfig, DtypeIsAutoFp32OrBf16ForBothModels) {
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].key, "train.dtype");
   EXPECT_FALSE(TrainConfig::is_shape_key("train.dtype"));
-  c.set("train.dtype=fp16");
   EXPECT_NE(usage_error([&] {
-              c.validate(1);
+              c.set("train.dtype=fp16");
             }).find("train.dtype must be 'auto', 'fp32' or 'bf16' (got 'fp16')"),
             std::string::npos);
   TrainConfig d =
@@ -144,6 +142,87 @@ TEST(TrainConfig, DtypeIsAutoFp32OrBf16ForBothModels) {
   d.validate(1);
   EXPECT_EQ(d.run_dtype(), model::Dtype::bf16);
   EXPECT_EQ(d.attn_config(1).dtype, model::Dtype::bf16);
+}
+
+// The keys that name a choice are parsed once, when read or set: each value gives its enum, and
+// the TOML a config writes (what checkpoints and metrics record) names it as it was given, in
+// the key's own section; any other value is refused there, naming the key and the value, and
+// the config keeps what it had.
+TEST(TrainConfig, ChoicesAreParsedOnceAndWrittenAsGiven) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> keys = {
+      {"model.kind", {"gpt", "dit"}},
+      {"train.time_sampling", {"logit_normal", "uniform"}},
+      {"train.dtype", {"auto", "fp32", "bf16"}},
+      {"train.packing", {"none", "documents"}},
+      {"parallel.strategy", {"ring", "zigzag", "ulysses", "wallfacer"}},
+      {"parallel.checkpointing", {"none", "attention"}},
+      {"parallel.layout", {"", "strategy", "balanced"}}};
+  for (const auto& [key, values] : keys) {
+    const auto dot = key.find('.');
+    const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+    for (const std::string& v : values) {
+      TrainConfig c;
+      c.set(key + "=" + v);
+      const std::string toml = c.to_toml();
+      const auto at = toml.find("\n" + name + " = '" + v + "'\n");
+      EXPECT_NE(at, std::string::npos) << key << " = " << v << ":\n" << toml;
+      EXPECT_EQ(toml.rfind("\n[", at), toml.find("\n[" + section + "]\n")) << key;
+      // The same value from a TOML file, and the written TOML read back: the same config.
+      const TrainConfig t =
+          TrainConfig::from_toml("[" + section + "]\n" + name + " = \"" + v + "\"\n", "t");
+      EXPECT_TRUE(t.changes_from(c).empty()) << key << " = " << v;
+      EXPECT_EQ(TrainConfig::from_toml(toml, "t").to_toml(), toml) << key << " = " << v;
+    }
+    TrainConfig c;
+    const std::string before = c.to_toml();
+    const std::string err = usage_error([&] { c.set(key + "=bogus"); });
+    EXPECT_NE(err.find(key), std::string::npos) << err;
+    EXPECT_NE(err.find("'bogus'"), std::string::npos) << err;
+    EXPECT_EQ(c.to_toml(), before) << key;
+    EXPECT_NE(usage_error([&] {
+                TrainConfig::from_toml("[" + section + "]\n" + name + " = \"bogus\"\n", "t");
+              }).find(key),
+              std::string::npos)
+        << key;
+    EXPECT_NE(usage_error([&] {
+                TrainConfig::from_toml("[" + section + "]\n" + name + " = 3\n", "t");
+              }).find(key + " expects a string"),
+              std::string::npos)
+        << key;
+  }
+  TrainConfig c;
+  EXPECT_EQ(c.kind, ModelKind::Gpt);
+  EXPECT_EQ(c.strategy, seqpar::Strategy::Ring);
+  EXPECT_EQ(c.checkpointing, model::Checkpointing::None);
+  EXPECT_EQ(c.time_sampling, TimeSampling::LogitNormal);
+  EXPECT_EQ(c.layout, std::nullopt);
+  c.set("model.kind=dit");
+  c.set("parallel.strategy=ulysses");
+  c.set("parallel.checkpointing=attention");
+  c.set("train.time_sampling=uniform");
+  c.set("train.packing=documents");
+  c.set("parallel.layout=strategy");
+  EXPECT_EQ(c.kind, ModelKind::Dit);
+  EXPECT_EQ(c.strategy, seqpar::Strategy::Ulysses);
+  EXPECT_EQ(c.checkpointing, model::Checkpointing::Attention);
+  EXPECT_EQ(c.time_sampling, TimeSampling::Uniform);
+  EXPECT_TRUE(c.packs());
+  EXPECT_EQ(c.layout, seqpar::Layout::Strategy);
+}
+
+// C: parallel.teams for WallFacer, 1 for the other strategies (their teams are not WallFacer's).
+TEST(TrainConfig, TeamSize) {
+  TrainConfig c;
+  c.set("parallel.teams=2");
+  EXPECT_EQ(c.team_size(), 1);
+  c.set("parallel.strategy=wallfacer");
+  EXPECT_EQ(c.team_size(), 2);
+  EXPECT_EQ(seqpar::team_size(c.attn_config(1)), 2);
+  for (const char* s : {"ring", "zigzag", "ulysses"}) {
+    c.set(std::string("parallel.strategy=") + s);
+    EXPECT_EQ(c.team_size(), 1) << s;
+    EXPECT_EQ(seqpar::team_size(c.attn_config(1)), 1) << s;
+  }
 }
 
 TEST(TrainConfig, IntegersForRealKeysNeedNotBeExactDoubles) {
@@ -157,9 +236,8 @@ TEST(TrainConfig, DtypeIsFp32OrBf16) {
   TrainConfig c;
   c.set("train.dtype=bf16");
   c.validate(1);
-  c.set("train.dtype=fp16");
   EXPECT_NE(usage_error([&] {
-              c.validate(1);
+              c.set("train.dtype=fp16");
             }).find("train.dtype must be 'auto', 'fp32' or 'bf16' (got 'fp16')"),
             std::string::npos);
 }

@@ -119,7 +119,6 @@ kernels::AttnInputs<T> call_inputs(const CaseInputs& in, const T* q, const T* k,
 class KernelRun {
  public:
   virtual ~KernelRun() = default;
-  virtual const char* dtype() const = 0;
   virtual void forward() = 0;
   virtual void backward() = 0;  // delta, then the backward
   virtual int64_t workspace_bytes(int threads) const = 0;
@@ -144,7 +143,6 @@ class Fp32Run : public KernelRun {
     bp_ = kernels::bwd_params(
         t, {in.dout.data(), lse_.data(), delta_.data(), dq_.data(), dk_.data(), dv_.data()});
   }
-  const char* dtype() const override { return "fp32"; }
   void forward() override { kernels::attn_fwd(fp_); }
   void backward() override {
     kernels::attn_bwd_preprocess(in_.d, o_.data(), in_.qs, in_.dout.data(), in_.qs, delta_.data(),
@@ -194,7 +192,6 @@ class Bf16Run : public KernelRun {
         t, kernels::AttnGrads<bf16, bf16>{dout_.data(), lse_.data(), delta_.data(), dq_.data(),
                                           dk_.data(), dv_.data()});
   }
-  const char* dtype() const override { return "bf16"; }
   void forward() override { kernels::attn_fwd_bf16(fp_); }
   void backward() override {
     kernels::attn_bwd_preprocess_bf16(in_.d, o_.data(), in_.qs, dout_.data(), in_.qs, delta_.data(),
@@ -221,11 +218,10 @@ class Bf16Run : public KernelRun {
   kernels::AttnBwdBf16Params bp_;
 };
 
-// The kernels of one dtype ("fp32" or "bf16") on a case, with documents when doc_of_pos is set.
-std::unique_ptr<KernelRun> make_run(const std::string& dtype, const CaseInputs& in,
+// The kernels of one dtype on a case, with documents when doc_of_pos is set.
+std::unique_ptr<KernelRun> make_run(Dtype dtype, const CaseInputs& in,
                                     const int32_t* doc_of_pos = nullptr) {
-  if (dtype == "fp32") return std::make_unique<Fp32Run>(in, doc_of_pos);
-  WF_USAGE_CHECK(dtype == "bf16", "dtype '{}': give fp32 or bf16", dtype);
+  if (dtype == Dtype::fp32) return std::make_unique<Fp32Run>(in, doc_of_pos);
   return std::make_unique<Bf16Run>(in, doc_of_pos);
 }
 
@@ -264,14 +260,14 @@ double case_bytes(const AttnShape& shape, int seq, bool fp32, bool bf16) {
   return bytes;
 }
 
-CaseResult run_case(const AttnShape& shape, int seq, bool causal,
-                    const std::vector<std::string>& dtypes, int iters) {
+CaseResult run_case(const AttnShape& shape, int seq, bool causal, const std::vector<Dtype>& dtypes,
+                    int iters) {
   CaseResult r;
   r.seq = seq;
   r.causal = causal;
   const CaseInputs in(shape, seq, causal);
   std::vector<std::unique_ptr<KernelRun>> runs;
-  for (const std::string& dt : dtypes) runs.push_back(make_run(dt, in));
+  for (const Dtype dt : dtypes) runs.push_back(make_run(dt, in));
   const double fwd_flops = attn_fwd_flops(shape, seq, causal);
   const double bwd_flops = 2.5 * fwd_flops;
   r.iters = rounds_for(iters, fwd_flops);
@@ -296,7 +292,7 @@ CaseResult run_case(const AttnShape& shape, int seq, bool causal,
   r.sgemm_gflops = gemm.flops() / gemm_s / 1e9;
   for (size_t x = 0; x < runs.size(); ++x) {
     DtypeResult& d = r.runs[x];
-    d.dtype = runs[x]->dtype();
+    d.dtype = dtypes[x];
     d.fwd_gflops = fwd_flops / d.fwd_s / 1e9;
     d.bwd_gflops = bwd_flops / d.bwd_s / 1e9;
     d.workspace_bytes = runs[x]->workspace_bytes(num_threads());
@@ -308,8 +304,7 @@ CaseResult run_case(const AttnShape& shape, int seq, bool causal,
 }
 
 DocCaseResult run_doc_case(const AttnShape& shape, int seq, bool causal,
-                           const std::vector<int64_t>& lengths, const std::string& dtype,
-                           int iters) {
+                           const std::vector<int64_t>& lengths, Dtype dtype, int iters) {
   const kernels::DocBounds docs = kernels::doc_bounds_from_lengths(lengths, seq);
   const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
   const kernels::PosRun all{0, seq};

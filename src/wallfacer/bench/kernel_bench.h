@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "wallfacer/core/dtype.h"
+
 namespace wallfacer::bench {
 
 // A case's shape besides its sequence length (query and key length alike).
@@ -29,7 +31,7 @@ int rounds_for(int iters, double fwd_flops);
 double case_bytes(const AttnShape& shape, int seq, bool fp32, bool bf16);
 
 struct DtypeResult {
-  std::string dtype;
+  Dtype dtype = Dtype::fp32;
   double fwd_s = 1e30, bwd_s = 1e30, fwd_gflops = 0, bwd_gflops = 0;
   int64_t workspace_bytes = 0;
   double check_err = 0, check_tol = 0;  // spot check against fp64, and its bound
@@ -45,16 +47,16 @@ struct CaseResult {
   std::vector<DtypeResult> runs;  // in the order of `dtypes`
 };
 
-// Times the kernels of each of `dtypes` ("fp32", "bf16") on one case, in rounds of (sgemm, then
+// Times the kernels of each of `dtypes` on one case, in rounds of (sgemm, then
 // forward and backward of each dtype) so that all see the same machine load; each rate comes from
 // its best round. iters: as rounds_for.
-CaseResult run_case(const AttnShape& shape, int seq, bool causal,
-                    const std::vector<std::string>& dtypes, int iters);
+CaseResult run_case(const AttnShape& shape, int seq, bool causal, const std::vector<Dtype>& dtypes,
+                    int iters);
 
-// The kernels of `dtype` ("fp32" or "bf16") on documents of `lengths` (summing to seq) against
+// The kernels of `dtype` on documents of `lengths` (summing to seq) against
 // the same case without.
 struct DocCaseResult {
-  std::string dtype;
+  Dtype dtype = Dtype::fp32;
   int docs = 0;
   int64_t longest = 0;
   double kept = 0;  // (query, key) pairs kept with documents / without
@@ -63,7 +65,6 @@ struct DocCaseResult {
   double check_err = 0, check_tol = 0;                          // of the run with documents
 };
 DocCaseResult run_doc_case(const AttnShape& shape, int seq, bool causal,
-                           const std::vector<int64_t>& lengths, const std::string& dtype,
-                           int iters);
+                           const std::vector<int64_t>& lengths, Dtype dtype, int iters);
 
 }  // namespace wallfacer::bench

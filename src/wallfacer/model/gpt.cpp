@@ -54,6 +54,10 @@ Checkpointing parse_checkpointing(std::string_view name) {
                                std::string(name)));
 }
 
+std::string_view checkpointing_name(Checkpointing c) {
+  return c == Checkpointing::Attention ? "attention" : "none";
+}
+
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& cfg) {
   const int64_t C = cfg.dim, M = int64_t(cfg.mlp_ratio) * C, Q = cfg.qkv_dim();
   std::vector<ParamTensor> t;

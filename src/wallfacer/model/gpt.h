@@ -58,6 +58,7 @@ struct GptConfig {
 
 enum class Checkpointing { None, Attention };
 Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
+std::string_view checkpointing_name(Checkpointing c);
 
 struct LayerParams {
   float* ln1_w;     // (C)

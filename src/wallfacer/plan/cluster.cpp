@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 
+#include "wallfacer/core/dtype.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/toml_reader.h"
 
@@ -14,11 +15,16 @@ namespace wallfacer::plan {
 
 namespace {
 
+// Bytes of device.dtype: a Dtype (core/dtype.h), or fp16, which the planner counts as bf16 (2
+// bytes an element; no tensor of the library is fp16).
 int dtype_size(const std::string& dtype, const std::string& source) {
-  if (dtype == "fp32") return 4;
-  if (dtype == "bf16" || dtype == "fp16") return 2;
-  throw UsageError(
-      fmt::format("{}: device.dtype '{}' is not one of fp32, bf16, fp16", source, dtype));
+  if (dtype == "fp16") return 2;
+  try {
+    return int(dtype_bytes(parse_dtype(dtype)));
+  } catch (const UsageError&) {
+    throw UsageError(
+        fmt::format("{}: device.dtype '{}' is not one of fp32, bf16, fp16", source, dtype));
+  }
 }
 
 Link read_link(TomlTable& t) {

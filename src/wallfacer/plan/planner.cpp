@@ -39,7 +39,7 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
   seqpar::AttnConfig cfg;
   cfg.dtype = dtype;
   cfg.strategy = c.strategy;
-  cfg.teams = c.strategy == Strategy::WallFacer ? c.teams : 1;
+  cfg.teams = seqpar::team_size(c.strategy, c.teams);
   cfg.batch = m.batch;
   cfg.seq = seq;
   cfg.heads = m.heads;

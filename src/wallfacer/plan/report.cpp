@@ -30,7 +30,7 @@ nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement p
   return {{"strategy", seqpar::strategy_name(cfg.strategy)},
           {"placement", placement_name(placement)},
           {"P", P},
-          {"C", cfg.strategy == seqpar::Strategy::WallFacer ? cfg.teams : 1},
+          {"C", seqpar::team_size(cfg)},
           {"ulysses", cfg.ulysses},
           {"seq", cfg.seq},
           {"batch", cfg.batch},

@@ -33,15 +33,7 @@ std::string_view strategy_name(Strategy s) {
   return "?";
 }
 
-Dtype parse_dtype(std::string_view name) {
-  if (name == "fp32") return Dtype::fp32;
-  if (name == "bf16") return Dtype::bf16;
-  throw UsageError(fmt::format("unknown dtype '{}': use fp32 or bf16", name));
-}
-
-std::string_view dtype_name(Dtype d) { return d == Dtype::bf16 ? "bf16" : "fp32"; }
-
-int64_t dtype_bytes(Dtype d) { return d == Dtype::bf16 ? 2 : 4; }
+int team_size(Strategy strategy, int teams) { return strategy == Strategy::WallFacer ? teams : 1; }
 
 Layout parse_layout(std::string_view name) {
   if (name == "strategy") return Layout::Strategy;
@@ -100,7 +92,7 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   };
   thread_local Latest latest;
   // WallFacer-C > 1 computes a team's rows against the teams of its sub-ring: refined for that.
-  const int C = cfg.strategy == Strategy::WallFacer && cfg.ulysses <= 1 ? cfg.teams : 1;
+  const int C = cfg.ulysses <= 1 ? team_size(cfg) : 1;
   if (latest.seq != cfg.seq || latest.P != P || latest.causal != cfg.causal || latest.teams != C ||
       latest.lengths != cfg.doc_lengths) {
     const kernels::DocBounds docs = doc_bounds(cfg);

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wallfacer/core/dtype.h"
 #include "wallfacer/kernels/doc_mask.h"
 
 namespace wallfacer::seqpar {
@@ -23,6 +24,9 @@ enum class Strategy { Ring, Zigzag, Ulysses, WallFacer };
 // "ring" | "zigzag" | "ulysses" | "wallfacer"; throws UsageError naming the bad value.
 Strategy parse_strategy(std::string_view name);
 std::string_view strategy_name(Strategy s);
+// C, the size of a WallFacer team: `teams` for WallFacer, 1 for every other strategy (which
+// has no teams of its own; a hybrid's Ulysses teams are `ulysses`).
+int team_size(Strategy strategy, int teams);
 
 // The element type of the caller's tensors and of the tensor messages (docs/seqpar.md, "bf16"):
 //   fp32  every buffer and message is fp32.
@@ -31,12 +35,12 @@ std::string_view strategy_name(Strategy s);
 //         partial O of the reduce-scatter, Ulysses' all-to-alls of q, K,V and O. The per-row
 //         statistics (lse, delta) and the gradient accumulators that travel (dq, dk, dv between
 //         ranks) stay fp32; the kernels accumulate in fp32 and the outputs are rounded once.
-enum class Dtype { fp32, bf16 };
-// "fp32" | "bf16"; throws UsageError naming the bad value.
-Dtype parse_dtype(std::string_view name);
-std::string_view dtype_name(Dtype d);
-// Bytes of one element: 4 or 2.
-int64_t dtype_bytes(Dtype d);
+// The type, its parser ("fp32" | "bf16"; UsageError naming the bad value), its names and sizes
+// are wallfacer::Dtype's (core/dtype.h).
+using ::wallfacer::Dtype;
+using ::wallfacer::dtype_bytes;
+using ::wallfacer::dtype_name;
+using ::wallfacer::parse_dtype;
 
 // Where the rows of the sequence go among the ranks (docs/seqpar.md, "Layouts"):
 //   Strategy  the strategy's own layout: contiguous (ring, Ulysses, WallFacer without a mask) or
@@ -83,6 +87,8 @@ struct AttnConfig {
   // of at least seq is the causal mask.
   int64_t window = 0;
 };
+// The config's WallFacer team size C: team_size(strategy, teams).
+inline int team_size(const AttnConfig& cfg) { return team_size(cfg.strategy, cfg.teams); }
 
 // The documents of cfg as cumulative lengths (kernels/doc_mask.h): one document when
 // cfg.doc_lengths is empty; UsageError when the lengths are not positive or do not sum to seq.

@@ -654,7 +654,7 @@ int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos
 
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
-  const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  const int64_t C = team_size(cfg);
   const int64_t G = cfg.ulysses > 1 ? P / cfg.ulysses : P / (C * C), D = cfg.head_dim,
                 H = cfg.heads, K = cfg.kv_heads;
   const int64_t e = dtype_bytes(cfg.dtype);
@@ -671,7 +671,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   s.cfg = cfg;
   s.P = P;
   s.rank = rank;
-  s.teams = cfg.ulysses > 1 ? cfg.ulysses : cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  s.teams = cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg);
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
   if (!cfg.doc_lengths.empty()) s.docs = doc_bounds(cfg);
@@ -759,7 +759,7 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
         (P - 1) * B * n * ((2 * h * D + 2 * k * D) * e + (2 * h + h * D + 2 * k * D) * f);
     return t;
   }
-  const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  const int64_t C = team_size(cfg);
   const TeamLayout L(P, int(C));
   const int64_t G = L.G, m = C * n;  // team rows
   const int64_t moves = L.placement_dst(rank) != rank ? 1 : 0;

@@ -10,9 +10,9 @@
 #include <type_traits>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 #include "wallfacer/core/json_error.h"
 #include "wallfacer/train/data.h"
-#include "wallfacer/train/io.h"
 
 namespace wallfacer::train {
 
@@ -329,6 +329,87 @@ CheckpointState load_v1(const std::string& dir, const nlohmann::json& shards, in
 
 // A format-2 checkpoint: the shards covering parameters [0, num_params), each read and verified
 // once (today there is one).
+// Shard i of `shards` in a format-2 manifest: its file, ranks and slice, checked (the name is the
+// one wallfacer writes, the ranks are of 0..world-1 in increasing order, the slice starts at
+// `next` and ends inside the model's n parameters).
+struct ShardEntry {
+  std::string file;
+  std::vector<int64_t> ranks;
+  uint64_t first = 0, count = 0;
+};
+
+ShardEntry shard_entry(const std::string& dir, const nlohmann::json& e, size_t i, size_t shards,
+                       int world, uint64_t next, uint64_t n) {
+  const std::string mpath = dir + "/manifest.json";
+  const std::string key = fmt::format("shards[{}]", i);
+  // The name is the one wallfacer writes: no path may lead out of the checkpoint's folder.
+  const auto file = manifest_value<std::string>(e, "file", mpath, key);
+  WF_CHECK(file == shard_name(i, shards),
+           "checkpoint manifest '{}': {}.file is '{}', expected '{}'", mpath, key, file,
+           shard_name(i, shards));
+  const auto ranks = manifest_value<std::vector<int64_t>>(e, "ranks", mpath, key);
+  bool ranks_ok = !ranks.empty();
+  for (size_t j = 0; j < ranks.size(); ++j)
+    ranks_ok = ranks_ok && ranks[j] >= 0 && ranks[j] < world && (j == 0 || ranks[j] > ranks[j - 1]);
+  WF_CHECK(ranks_ok,
+           "checkpoint manifest '{}': {}.ranks must list ranks of 0..{} in increasing order", mpath,
+           key, world - 1);
+  const auto first = manifest_value<uint64_t>(e, "first_param", mpath, key);
+  const auto count = manifest_value<uint64_t>(e, "num_params", mpath, key);
+  WF_CHECK(first == next && count >= 1,
+           "checkpoint manifest '{}': {} holds parameters from {} ({} of them); the slices must "
+           "follow each other from parameter 0 ({} expected)",
+           mpath, key, first, count, next);
+  WF_CHECK(count <= n - std::min(n, first),
+           "checkpoint '{}' holds parameters up to {}, the model has {}: the config differs", dir,
+           first + count, n);
+  return {file, ranks, first, count};
+}
+
+// The header of shard i's bytes (read from path), checked against its checksum, the manifest's
+// checksum `want_sum` and its entry `entry`: what follows the checksum finds a writer and a
+// manifest that disagree.
+ShardHeader checked_header(const std::string& bytes, const std::string& path,
+                           const std::string& want_sum, size_t i, size_t shards, int world,
+                           int64_t step, uint64_t n, const ShardEntry& entry) {
+  ShardHeader h;
+  WF_CHECK(bytes.size() >= sizeof(h), "checkpoint shard '{}' is shorter than its header", path);
+  std::memcpy(&h, bytes.data(), sizeof(h));
+  ShardHeader zeroed = h;
+  zeroed.checksum = 0;
+  const uint64_t sum =
+      fnv1a64(bytes.data() + sizeof(h), bytes.size() - sizeof(h), fnv1a64(&zeroed, sizeof(zeroed)));
+  WF_CHECK(sum == h.checksum,
+           "checkpoint shard '{}' is corrupt: its checksum does not match its header and "
+           "payload",
+           path);
+  WF_CHECK(fmt::format("{:016x}", sum) == want_sum,
+           "checkpoint shard '{}' is corrupt: its checksum differs from the manifest's", path);
+  // The checksum holds: what follows finds a writer and a manifest that disagree.
+  const uint8_t zero[sizeof(h.reserved)] = {};
+  WF_CHECK(std::memcmp(h.magic, kMagic, 8) == 0 && h.version == kVersion &&
+               h.header_bytes == sizeof(h) && std::memcmp(h.reserved, zero, sizeof(zero)) == 0,
+           "checkpoint shard '{}' has a bad header (magic, version {}, header size {})", path,
+           h.version, h.header_bytes);
+  WF_CHECK(h.step == uint64_t(step), "checkpoint shard '{}' is of step {}, its manifest of step {}",
+           path, h.step, step);
+  WF_CHECK(h.num_params == n,
+           "checkpoint shard '{}' holds {} parameters, the model has {}: the config differs", path,
+           h.num_params, n);
+  WF_CHECK(h.shard == i && h.shards == shards && h.world == uint32_t(world) &&
+               h.replicas == entry.ranks.size() && h.first_param == entry.first &&
+               h.shard_params == entry.count,
+           "checkpoint shard '{}' differs from its manifest: the shard says shard {} of {}, "
+           "world {}, held by {} ranks, parameters from {} ({}); the manifest says shard {} of "
+           "{}, world {}, {} ranks, from {} ({})",
+           path, h.shard, h.shards, h.world, h.replicas, h.first_param, h.shard_params, i, shards,
+           world, entry.ranks.size(), entry.first, entry.count);
+  WF_CHECK((bytes.size() - sizeof(h)) % 12 == 0 && (bytes.size() - sizeof(h)) / 12 == entry.count,
+           "checkpoint shard '{}' holds {} payload bytes for {} parameters", path,
+           bytes.size() - sizeof(h), entry.count);
+  return h;
+}
+
 CheckpointState load_v2(const std::string& dir, const nlohmann::json& shards, int world,
                         int64_t step, int64_t num_params) {
   const std::string mpath = dir + "/manifest.json";
@@ -342,71 +423,19 @@ CheckpointState load_v2(const std::string& dir, const nlohmann::json& shards, in
   for (size_t i = 0; i < shards.size(); ++i) {
     const auto& e = shards[i];
     const std::string key = fmt::format("shards[{}]", i);
-    // The name is the one wallfacer writes: no path may lead out of the checkpoint's folder.
-    const auto file = manifest_value<std::string>(e, "file", mpath, key);
-    WF_CHECK(file == shard_name(i, shards.size()),
-             "checkpoint manifest '{}': {}.file is '{}', expected '{}'", mpath, key, file,
-             shard_name(i, shards.size()));
-    const auto ranks = manifest_value<std::vector<int64_t>>(e, "ranks", mpath, key);
-    bool ranks_ok = !ranks.empty();
-    for (size_t j = 0; j < ranks.size(); ++j)
-      ranks_ok =
-          ranks_ok && ranks[j] >= 0 && ranks[j] < world && (j == 0 || ranks[j] > ranks[j - 1]);
-    WF_CHECK(ranks_ok,
-             "checkpoint manifest '{}': {}.ranks must list ranks of 0..{} in increasing order",
-             mpath, key, world - 1);
-    const auto first = manifest_value<uint64_t>(e, "first_param", mpath, key);
-    const auto count = manifest_value<uint64_t>(e, "num_params", mpath, key);
-    WF_CHECK(first == next && count >= 1,
-             "checkpoint manifest '{}': {} holds parameters from {} ({} of them); the slices must "
-             "follow each other from parameter 0 ({} expected)",
-             mpath, key, first, count, next);
-    WF_CHECK(count <= n - std::min(n, first),
-             "checkpoint '{}' holds parameters up to {}, the model has {}: the config differs", dir,
-             first + count, n);
+    const ShardEntry entry = shard_entry(dir, e, i, shards.size(), world, next, n);
+    const uint64_t first = entry.first, count = entry.count;
     next = first + count;
 
-    const std::string path = dir + "/" + file;
+    const std::string path = dir + "/" + entry.file;
     const std::string bytes = read_shard(path);
     const auto want_bytes = manifest_value<uint64_t>(e, "bytes", mpath, key);
     const auto want_sum = manifest_value<std::string>(e, "fnv1a64", mpath, key);
     WF_CHECK(bytes.size() == want_bytes,
              "checkpoint shard '{}' is truncated or damaged: {} bytes, manifest says {}", path,
              bytes.size(), want_bytes);
-    ShardHeader h;
-    WF_CHECK(bytes.size() >= sizeof(h), "checkpoint shard '{}' is shorter than its header", path);
-    std::memcpy(&h, bytes.data(), sizeof(h));
-    ShardHeader zeroed = h;
-    zeroed.checksum = 0;
-    const uint64_t sum = fnv1a64(bytes.data() + sizeof(h), bytes.size() - sizeof(h),
-                                 fnv1a64(&zeroed, sizeof(zeroed)));
-    WF_CHECK(sum == h.checksum,
-             "checkpoint shard '{}' is corrupt: its checksum does not match its header and "
-             "payload",
-             path);
-    WF_CHECK(fmt::format("{:016x}", sum) == want_sum,
-             "checkpoint shard '{}' is corrupt: its checksum differs from the manifest's", path);
-    // The checksum holds: what follows finds a writer and a manifest that disagree.
-    const uint8_t zero[sizeof(h.reserved)] = {};
-    WF_CHECK(std::memcmp(h.magic, kMagic, 8) == 0 && h.version == kVersion &&
-                 h.header_bytes == sizeof(h) && std::memcmp(h.reserved, zero, sizeof(zero)) == 0,
-             "checkpoint shard '{}' has a bad header (magic, version {}, header size {})", path,
-             h.version, h.header_bytes);
-    WF_CHECK(h.step == uint64_t(step),
-             "checkpoint shard '{}' is of step {}, its manifest of step {}", path, h.step, step);
-    WF_CHECK(h.num_params == n,
-             "checkpoint shard '{}' holds {} parameters, the model has {}: the config differs",
-             path, h.num_params, n);
-    WF_CHECK(h.shard == i && h.shards == shards.size() && h.world == uint32_t(world) &&
-                 h.replicas == ranks.size() && h.first_param == first && h.shard_params == count,
-             "checkpoint shard '{}' differs from its manifest: the shard says shard {} of {}, "
-             "world {}, held by {} ranks, parameters from {} ({}); the manifest says shard {} of "
-             "{}, world {}, {} ranks, from {} ({})",
-             path, h.shard, h.shards, h.world, h.replicas, h.first_param, h.shard_params, i,
-             shards.size(), world, ranks.size(), first, count);
-    WF_CHECK((bytes.size() - sizeof(h)) % 12 == 0 && (bytes.size() - sizeof(h)) / 12 == count,
-             "checkpoint shard '{}' holds {} payload bytes for {} parameters", path,
-             bytes.size() - sizeof(h), count);
+    const ShardHeader h =
+        checked_header(bytes, path, want_sum, i, shards.size(), world, step, n, entry);
     WF_CHECK(i == 0 || h.rng_state == st.rng_state,
              "checkpoint shard '{}' has another RNG state than shard 0", path);
     st.rng_state = h.rng_state;

@@ -18,6 +18,7 @@
 // loads on any number of ranks and any parallel layout of the same model.
 //
 // Shard file, format 2 (little-endian, 96-byte header):
+// clang-format off
 //   offset  0  magic "WFCKPT01" (8 bytes; the same in every version)
 //           8  u32 version (2)
 //          12  u32 header bytes (96)
@@ -30,9 +31,11 @@
 //          48  u64 first parameter of this shard's slice
 //          56  u64 parameters in this shard's slice
 //          64  u64 RNG state
-//          72  u64 checksum: FNV-1a 64 of the 96 header bytes with this field zeroed, then the
-//          payload 80  16 reserved zero bytes 96  payload: the slice of params, then of m, then of
-//          v (float32 each)
+//          72  u64 checksum: FNV-1a 64 of the 96 header bytes with this field zeroed, then of the
+//                  payload
+//          80  16 reserved zero bytes
+//          96  payload: the slice of params, then of m, then of v (float32 each)
+// clang-format on
 // The checksum covers every header field, so a damaged step, count, RNG state or world is found.
 //
 // Format 1 (read only): one shard per rank, rank-RRRRR.bin, each with a 64-byte header ("WFCKPT01",

@@ -3,6 +3,7 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <variant>
@@ -13,19 +14,84 @@
 
 namespace wallfacer::train {
 
+std::string_view kind_name(ModelKind k) { return k == ModelKind::Dit ? "dit" : "gpt"; }
+
+std::string_view packing_name(Packing p) { return p == Packing::Documents ? "documents" : "none"; }
+
 namespace {
+
+// A key whose string names one of a few choices, bound to its enum field: read sets the field
+// from the text (a UsageError naming the key and the choices for any other text), name gives the
+// text back as a config writes it.
+struct Choice {
+  std::function<void(std::string_view)> read;
+  std::function<std::string()> name;
+};
+
+template <class T, class Read, class Name>
+Choice choice(T& field, Read read, Name name) {
+  return {[&field, read](std::string_view s) { field = read(s); },
+          [&field, name] { return std::string(name(field)); }};
+}
+
+// The readers of the choices: the words of each key's message are the contract of its errors.
+ModelKind read_kind(std::string_view s) {
+  if (s == "gpt") return ModelKind::Gpt;
+  if (s == "dit") return ModelKind::Dit;
+  throw UsageError(fmt::format("model.kind must be 'gpt' or 'dit' (got '{}')", s));
+}
+
+Packing read_packing(std::string_view s) {
+  if (s == "none") return Packing::None;
+  if (s == "documents") return Packing::Documents;
+  throw UsageError(fmt::format("train.packing must be 'none' or 'documents' (got '{}')", s));
+}
+
+std::optional<model::Dtype> read_dtype(std::string_view s) {
+  if (s == "auto") return std::nullopt;
+  try {
+    return parse_dtype(s);
+  } catch (const UsageError&) {
+    throw UsageError(fmt::format("train.dtype must be 'auto', 'fp32' or 'bf16' (got '{}')", s));
+  }
+}
+
+std::string_view dtype_text(const std::optional<model::Dtype>& d) {
+  return d ? dtype_name(*d) : "auto";
+}
+
+seqpar::Strategy read_strategy(std::string_view s) {
+  try {
+    return seqpar::parse_strategy(s);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("parallel.strategy: {}", e.what()));
+  }
+}
+
+std::optional<seqpar::Layout> read_layout(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  try {
+    return seqpar::parse_layout(s);
+  } catch (const UsageError&) {
+    throw UsageError(fmt::format("parallel.layout must be 'balanced' or 'strategy' (got '{}')", s));
+  }
+}
+
+std::string_view layout_text(const std::optional<seqpar::Layout>& l) {
+  return l ? seqpar::layout_name(*l) : "";
+}
 
 // One key of the schema, bound to its field in a TrainConfig.
 struct Field {
   const char* key;
   std::variant<int*, int64_t*, double*, std::string*, bool*, std::array<int64_t, 2>*,
-               std::vector<int64_t>*>
+               std::vector<int64_t>*, Choice>
       ptr;
 };
 
 std::vector<Field> fields(TrainConfig& c) {
   return {
-      {"model.kind", &c.kind},
+      {"model.kind", choice(c.kind, read_kind, kind_name)},
       {"model.layers", &c.model.layers},
       {"model.dim", &c.model.dim},
       {"model.heads", &c.model.heads},
@@ -53,10 +119,10 @@ std::vector<Field> fields(TrainConfig& c) {
       {"train.keep_checkpoints", &c.keep_checkpoints},
       {"train.eval_every", &c.eval_every},
       {"train.eval_batches", &c.eval_batches},
-      {"train.time_sampling", &c.time_sampling},
+      {"train.time_sampling", choice(c.time_sampling, parse_time_sampling, time_sampling_name)},
       {"train.timeout", &c.timeout},
-      {"train.dtype", &c.dtype},
-      {"train.packing", &c.packing},
+      {"train.dtype", choice(c.dtype, read_dtype, dtype_text)},
+      {"train.packing", choice(c.packing, read_packing, packing_name)},
       {"train.trace_steps", &c.trace_steps},
       {"data.dir", &c.data_dir},
       {"data.frames", &c.frames},
@@ -65,12 +131,13 @@ std::vector<Field> fields(TrainConfig& c) {
       {"data.channels", &c.channels},
       {"data.clips", &c.clips},
       {"parallel.sp", &c.sp},
-      {"parallel.strategy", &c.strategy},
+      {"parallel.strategy", choice(c.strategy, read_strategy, seqpar::strategy_name)},
       {"parallel.teams", &c.teams},
       {"parallel.ulysses", &c.ulysses},
       {"parallel.keep_kv", &c.keep_kv},
-      {"parallel.checkpointing", &c.checkpointing},
-      {"parallel.layout", &c.layout},
+      {"parallel.checkpointing",
+       choice(c.checkpointing, model::parse_checkpointing, model::checkpointing_name)},
+      {"parallel.layout", choice(c.layout, read_layout, layout_text)},
   };
 }
 
@@ -192,6 +259,9 @@ void assign(const Field& f, const toml::node& n) {
   } else if (std::holds_alternative<std::string*>(f.ptr)) {
     WF_USAGE_CHECK(n.is_string(), "{} expects a string", f.key);
     *std::get<std::string*>(f.ptr) = n.value<std::string>().value();
+  } else if (auto ch = std::get_if<Choice>(&f.ptr)) {
+    WF_USAGE_CHECK(n.is_string(), "{} expects a string", f.key);
+    ch->read(n.value<std::string>().value());
   } else if (std::holds_alternative<double*>(f.ptr)) {
     const std::optional<double> v = toml_number(n);
     WF_USAGE_CHECK(v, "{} expects a number", f.key);
@@ -203,6 +273,38 @@ void assign(const Field& f, const toml::node& n) {
     const std::optional<int64_t> v = toml_integer(n);
     WF_USAGE_CHECK(v, "{} expects an integer", f.key);
     store_int(f, *v);
+  }
+}
+
+// A field's value as changes_from names it: strings quoted, arrays in brackets.
+template <class T>
+std::string value_text(T* p) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return "'" + *p + "'";
+  } else if constexpr (std::is_same_v<T, std::array<int64_t, 2>>) {
+    return fmt::format("[{}, {}]", (*p)[0], (*p)[1]);
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    std::string items;
+    for (const int64_t v : *p) items += (items.empty() ? "" : ", ") + std::to_string(v);
+    return "[" + items + "]";
+  } else {
+    return fmt::format("{}", *p);
+  }
+}
+
+// Inserts a field's value into a TOML table as key `name`.
+template <class T>
+void insert_value(toml::table& t, const std::string& name, T* p) {
+  if constexpr (std::is_same_v<T, int>) {
+    t.insert(name, int64_t(*p));
+  } else if constexpr (std::is_same_v<T, std::array<int64_t, 2>>) {
+    t.insert(name, toml::array{(*p)[0], (*p)[1]});
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    toml::array arr;
+    for (const int64_t v : *p) arr.push_back(v);
+    t.insert(name, std::move(arr));
+  } else {
+    t.insert(name, *p);
   }
 }
 
@@ -245,6 +347,9 @@ void TrainConfig::set(const std::string& assignment) {
   if (auto p = std::get_if<std::string*>(&f.ptr)) {
     WF_USAGE_CHECK(is_utf8(value), "{} expects UTF-8 text, got bytes that are not", key);
     **p = value;
+  } else if (auto ch = std::get_if<Choice>(&f.ptr)) {
+    WF_USAGE_CHECK(is_utf8(value), "{} expects UTF-8 text, got bytes that are not", key);
+    ch->read(value);
   } else if (auto pair = std::get_if<std::array<int64_t, 2>*>(&f.ptr)) {
     **pair = parse_pair(key, value);
   } else if (auto list = std::get_if<std::vector<int64_t>*>(&f.ptr)) {
@@ -286,26 +391,22 @@ VideoSpec TrainConfig::video_spec() const {
 }
 
 void TrainConfig::derive() {
-  if (kind == "dit" && dit_model().clip_shape_ok() && !(packing == "documents" && seq_given))
+  if (kind == ModelKind::Dit && dit_model().clip_shape_ok() && !(packs() && seq_given))
     seq = dit_model().tokens();
 }
 
 seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   seqpar::AttnConfig a;
-  try {
-    a.strategy = seqpar::parse_strategy(strategy);
-  } catch (const UsageError& e) {
-    throw UsageError(fmt::format("parallel.strategy: {}", e.what()));
-  }
+  a.strategy = strategy;
   a.teams = teams;
   a.ulysses = ulysses;
   a.keep_kv = keep_kv;
   a.batch = batch / dp(P);
   a.seq = seq;
   a.heads = model.heads;
-  a.kv_heads = kind == "dit" ? model.heads : model.kv_heads;
+  a.kv_heads = kind == ModelKind::Dit ? model.heads : model.kv_heads;
   a.head_dim = model.head_dim();
-  a.causal = kind != "dit";
+  a.causal = kind != ModelKind::Dit;
   a.dtype = run_dtype();
   // On one rank of sp every layout holds the whole sequence in order.
   a.layout = sp > 1 ? run_layout() : seqpar::Layout::Strategy;
@@ -319,20 +420,24 @@ model::GptConfig TrainConfig::run_model() const {
 }
 
 seqpar::Layout TrainConfig::run_layout() const {
-  if (layout.empty())
-    return packing == "documents" ? seqpar::Layout::Balanced : seqpar::Layout::Strategy;
-  return layout == "balanced" ? seqpar::Layout::Balanced : seqpar::Layout::Strategy;
+  if (layout) return *layout;
+  return packs() ? seqpar::Layout::Balanced : seqpar::Layout::Strategy;
 }
 
 model::Dtype TrainConfig::run_dtype() const {
-  if (dtype != "auto") return seqpar::parse_dtype(dtype);
+  if (dtype) return *dtype;
   return kernels::bf16_avx512_available() ? model::Dtype::bf16 : model::Dtype::fp32;
 }
 
 void TrainConfig::validate(int P) const {
-  WF_USAGE_CHECK(kind == "gpt" || kind == "dit", "model.kind must be 'gpt' or 'dit' (got '{}')",
-                 kind);
-  if (kind == "dit") {
+  validate_model();
+  validate_training(P);
+  validate_packing();
+  validate_parallel(P);
+}
+
+void TrainConfig::validate_model() const {
+  if (kind == ModelKind::Dit) {
     const model::DitConfig d = dit_model();
     WF_USAGE_CHECK(!d.clip_shape_ok() || d.tokens() <= (int64_t(1) << 32),
                    "a clip of data.frames {} x (data.size {} / model.patch {})^2 = {} tokens is "
@@ -347,7 +452,7 @@ void TrainConfig::validate(int P) const {
                  "64, model.vocab ({}) <= 16777216, train.seq ({}) <= 2^32 and train.batch ({}) "
                  "<= 1048576 are the largest sizes supported",
                  model.layers, model.dim, model.mlp_ratio, model.vocab, seq, batch);
-  if (kind == "dit") {
+  if (kind == ModelKind::Dit) {
     dit_model().validate();
     WF_USAGE_CHECK(classes >= 0 && classes <= kVideoShapeKinds,
                    "model.classes must be in [0, {}] (the shape kinds of the videos), got {}",
@@ -359,13 +464,15 @@ void TrainConfig::validate(int P) const {
                    "model.window is for the GPT (causal attention); the DiT attends to every "
                    "token of its clip: drop model.window and model.window_layers");
     WF_USAGE_CHECK(
-        checkpointing == "none",
+        checkpointing == model::Checkpointing::None,
         "parallel.checkpointing = '{}' is not supported for model.kind = 'dit': use 'none'",
-        checkpointing);
+        model::checkpointing_name(checkpointing));
   } else {
     model.validate();
   }
-  parse_time_sampling(time_sampling.c_str());  // a DiT's key, checked in every config
+}
+
+void TrainConfig::validate_training(int P) const {
   WF_USAGE_CHECK(sp >= 1 && P % sp == 0,
                  "parallel.sp = {} must divide the number of ranks {} (world = dp x sp)", sp, P);
   WF_USAGE_CHECK(batch >= 1 && batch % dp(P) == 0,
@@ -401,41 +508,40 @@ void TrainConfig::validate(int P) const {
                  "train.trace_steps = [{}, {}] must be [a, b] with 1 <= a <= b (steps, 1-based), "
                  "or [0, 0] for every step",
                  trace_steps[0], trace_steps[1]);
-  model::parse_checkpointing(checkpointing);
-  WF_USAGE_CHECK(dtype == "auto" || dtype == "fp32" || dtype == "bf16",
-                 "train.dtype must be 'auto', 'fp32' or 'bf16' (got '{}')", dtype);
-  WF_USAGE_CHECK(packing == "none" || packing == "documents",
-                 "train.packing must be 'none' or 'documents' (got '{}')", packing);
-  if (kind == "dit") {
+}
+
+void TrainConfig::validate_packing() const {
+  if (kind == ModelKind::Dit) {
     WF_USAGE_CHECK(min_frames >= 0 && min_frames <= frames,
                    "data.min_frames = {} must be in 1..data.frames ({}), or 0 for data.frames",
                    min_frames, frames);
     const int64_t ft = frame_tokens(), below = seq / ft * ft, above = below + ft;
-    WF_USAGE_CHECK(packing == "none" || seq % ft == 0,
+    WF_USAGE_CHECK(!packs() || seq % ft == 0,
                    "train.seq = {} must be a whole number of frames of {} tokens ((data.size {} / "
                    "model.patch {})^2) with train.packing = 'documents': use {}",
                    seq, ft, size, patch,
                    below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above));
   }
-  WF_USAGE_CHECK(layout.empty() || layout == "balanced" || layout == "strategy",
-                 "parallel.layout must be 'balanced' or 'strategy' (got '{}')", layout);
-  WF_USAGE_CHECK(layout != "balanced" || packing == "documents",
+  WF_USAGE_CHECK(layout != seqpar::Layout::Balanced || packs(),
                  "parallel.layout = 'balanced' places the rows by the documents of each sequence "
                  "and needs train.packing = 'documents': set it, or parallel.layout = 'strategy'");
   // An evaluation forward keeps its K,V for a backward that never comes, and the documents of
   // the next step cannot change while a forward awaits its backward.
-  WF_USAGE_CHECK(!(packing == "documents" && keep_kv && eval_every > 0),
+  WF_USAGE_CHECK(!(packs() && keep_kv && eval_every > 0),
                  "train.packing = 'documents' with parallel.keep_kv = true cannot evaluate "
                  "(train.eval_every = {}): set train.eval_every = 0 or parallel.keep_kv = false",
                  eval_every);
+}
+
+void TrainConfig::validate_parallel(int P) const {
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
                  "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
   if (ulysses > 1) {
-    WF_USAGE_CHECK(strategy == "ring" || strategy == "zigzag",
+    WF_USAGE_CHECK(strategy == seqpar::Strategy::Ring || strategy == seqpar::Strategy::Zigzag,
                    "parallel.ulysses = {} needs parallel.strategy = 'ring' or 'zigzag' (the ring "
                    "over the Ulysses teams), got '{}'",
-                   ulysses, strategy);
-    const int kv = kind == "dit" ? model.heads : model.kv_heads;
+                   ulysses, seqpar::strategy_name(strategy));
+    const int kv = kind == ModelKind::Dit ? model.heads : model.kv_heads;
     WF_USAGE_CHECK(model.heads % ulysses == 0 && kv % ulysses == 0,
                    "parallel.ulysses = {} must divide model.heads = {} and the kv heads ({})",
                    ulysses, model.heads, kv);
@@ -470,18 +576,11 @@ std::vector<TrainConfig::Change> TrainConfig::changes_from(const TrainConfig& be
   for (size_t i = 0; i < fa.size(); ++i) {
     auto text = [](const Field& f) {
       return std::visit(
-          [](auto* p) {
-            using T = std::remove_pointer_t<decltype(p)>;
-            if constexpr (std::is_same_v<T, std::string>) {
-              return "'" + *p + "'";
-            } else if constexpr (std::is_same_v<T, std::array<int64_t, 2>>) {
-              return fmt::format("[{}, {}]", (*p)[0], (*p)[1]);
-            } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-              std::string items;
-              for (const int64_t v : *p) items += (items.empty() ? "" : ", ") + std::to_string(v);
-              return "[" + items + "]";
+          [](const auto& field) {
+            if constexpr (std::is_same_v<std::decay_t<decltype(field)>, Choice>) {
+              return fmt::format("'{}'", field.name());
             } else {
-              return fmt::format("{}", *p);
+              return value_text(field);
             }
           },
           f.ptr);
@@ -512,18 +611,12 @@ std::string TrainConfig::to_toml() const {
     if (!root.contains(section)) root.insert(section, toml::table{});
     auto& t = *root[section].as_table();
     std::visit(
-        [&](auto* p) {
-          using T = std::remove_pointer_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, int>) {
-            t.insert(name, int64_t(*p));
-          } else if constexpr (std::is_same_v<T, std::array<int64_t, 2>>) {
-            t.insert(name, toml::array{(*p)[0], (*p)[1]});
-          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-            toml::array arr;
-            for (const int64_t v : *p) arr.push_back(v);
-            t.insert(name, std::move(arr));
+        [&](const auto& field) {
+          using F = std::decay_t<decltype(field)>;
+          if constexpr (std::is_same_v<F, Choice>) {
+            t.insert(name, field.name());
           } else {
-            t.insert(name, *p);
+            insert_value(t, name, field);
           }
         },
         f.ptr);

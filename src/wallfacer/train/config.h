@@ -5,7 +5,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "wallfacer/model/dit.h"
@@ -15,10 +17,21 @@
 
 namespace wallfacer::train {
 
+// model.kind: "gpt" (text, causal) or "dit" (video diffusion, full attention).
+enum class ModelKind { Gpt, Dit };
+// train.packing: "none" or "documents".
+enum class Packing { None, Documents };
+
+// The value names of the keys above, as a config writes them ("gpt", "documents", ...).
+std::string_view kind_name(ModelKind k);
+std::string_view packing_name(Packing p);
+
+// The config's choices are parsed once, when a key is read or set (a bad value is a UsageError
+// naming the key then), into the enums below; the TOML a config writes names them as they were
+// given.
 struct TrainConfig {
-  // model.kind: "gpt" (text, causal) or "dit" (video diffusion, full attention). Both share
-  // model.layers, model.dim, model.heads and model.mlp_ratio.
-  std::string kind = "gpt";
+  // model.kind. Both kinds share model.layers, model.dim, model.heads and model.mlp_ratio.
+  ModelKind kind = ModelKind::Gpt;
   model::GptConfig model;
   // DiT only: model.patch, model.freq_dim, model.classes (0: unconditional, at most 4 shape kinds)
   int patch = 4;
@@ -34,7 +47,7 @@ struct TrainConfig {
   int size = 64;
   int channels = 3;
   int64_t clips = 256;
-  std::string time_sampling = "logit_normal";  // train.time_sampling: logit_normal | uniform
+  TimeSampling time_sampling = TimeSampling::LogitNormal;  // train.time_sampling
   // train.trace_steps = [a, b]: the steps (1-based, inclusive) a trace records (--trace FILE, or
   // OUT/trace.json when set without it); [0, 0]: every step with --trace, no trace without.
   std::array<int64_t, 2> trace_steps{0, 0};
@@ -56,32 +69,32 @@ struct TrainConfig {
   int64_t eval_every = 0;    // 0: no evaluation
   int eval_batches = 1;
   double timeout = 600;  // train.timeout: seconds a wait for another rank may last (0: no limit)
-  // train.dtype: "auto" (bf16 where the CPU has AVX512-BF16, else fp32; run_dtype()), "fp32" or
-  // "bf16" (products and stored activations in bf16 with fp32 accumulation, fp32 master weights
-  // and AdamW state; model::Dtype; docs/training.md).
-  std::string dtype = "auto";
+  // train.dtype: "auto" (none here: bf16 where the CPU has AVX512-BF16, else fp32; run_dtype()),
+  // "fp32" or "bf16" (products and stored activations in bf16 with fp32 accumulation, fp32 master
+  // weights and AdamW state; model::Dtype; docs/training.md).
+  std::optional<model::Dtype> dtype;
   // train.packing: "none" (each training sequence is one document) or "documents" (the GPT's
   // attention masks at the documents of each input window: a document ends after each end-of-text
   // token; the DiT packs several clips into each sequence, each attending to itself only;
   // docs/documents.md).
-  std::string packing = "none";
+  Packing packing = Packing::None;
   // data.*
   std::string data_dir = "data/kjv";
   // parallel.*
   int sp = 1;
-  std::string strategy = "ring";
+  seqpar::Strategy strategy = seqpar::Strategy::Ring;
   int teams = 1;
   int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag over sp / ulysses teams
   // WallFacer (teams > 1): keep each layer's placed K,V from its forward for its backward
   // (seqpar::AttnConfig::keep_kv): one team K,V block per layer more memory, no placement hop and
   // no K,V gather in the backward.
   bool keep_kv = false;
-  std::string checkpointing = "none";
+  model::Checkpointing checkpointing = model::Checkpointing::None;  // "none" | "attention"
   // parallel.layout: where the rows of a sequence go among the sp ranks. "balanced" (the default
   // with train.packing = "documents"): the balanced layout of each sequence's documents
   // (seqpar::Layout::Balanced), which changes every step; "strategy": the strategy's own layout
-  // (the only one without packing). "": the default.
-  std::string layout;
+  // (the only one without packing). "" (none here): the default.
+  std::optional<seqpar::Layout> layout;
   // The layout a run uses: parallel.layout, or its default.
   seqpar::Layout run_layout() const;
 
@@ -104,6 +117,10 @@ struct TrainConfig {
   static bool is_shape_key(const std::string& key);
 
   int dp(int P) const { return P / sp; }
+  // Whether train.packing = "documents".
+  bool packs() const { return packing == Packing::Documents; }
+  // The WallFacer team size C of parallel.strategy and parallel.teams (seqpar::team_size).
+  int team_size() const { return seqpar::team_size(strategy, teams); }
   model::DitConfig dit_model() const;
   VideoSpec video_spec() const;
   // DiT packing: the tokens of one frame, and the fewest frames of a packed clip.
@@ -118,8 +135,17 @@ struct TrainConfig {
   // pair) run as no window.
   model::GptConfig run_model() const;
   // The dtype a run uses: train.dtype, with "auto" decided by this CPU (bf16 where it has
-  // AVX512-BF16, else fp32).
+  // AVX512-BF16, else fp32). Parses nothing.
   model::Dtype run_dtype() const;
+
+ private:
+  // validate's checks, in its order: the model's shape, the training numbers (with sp and batch
+  // against P), train.packing and parallel.layout, the parallel layout (Ulysses, teams and the
+  // strategy's own checks).
+  void validate_model() const;
+  void validate_training(int P) const;
+  void validate_packing() const;
+  void validate_parallel(int P) const;
 };
 
 }  // namespace wallfacer::train

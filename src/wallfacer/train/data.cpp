@@ -10,8 +10,8 @@
 #include <filesystem>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/file.h"
 #include "wallfacer/core/rng.h"
-#include "wallfacer/train/io.h"
 
 namespace wallfacer::train {
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "wallfacer/core/error.h"
-#include "wallfacer/train/io.h"
+#include "wallfacer/core/file.h"
 
 namespace wallfacer::train {
 

@@ -48,8 +48,7 @@ class GptTask : public Task {
         val_shard_(cfg.data_dir + "/val.bin"),
         train_loader_(train_shard_, cfg.seq, uint64_t(cfg.seed)),
         val_loader_(val_shard_, cfg.seq, uint64_t(cfg.seed)),
-        model_(cfg.run_model(), nb, positions, model::parse_checkpointing(cfg.checkpointing), attn,
-               cfg.run_dtype()),
+        model_(cfg.run_model(), nb, positions, cfg.checkpointing, attn, cfg.run_dtype()),
         attn_(attn),
         tokens_(positions.size() * size_t(nb)),
         targets_(tokens_.size()),
@@ -85,7 +84,7 @@ class GptTask : public Task {
   double loss_terms() const override { return double(cfg_.batch) * double(cfg_.seq); }
 
  private:
-  bool packing() const { return cfg_.packing == "documents"; }
+  bool packing() const { return cfg_.packs(); }
 
   // The forward of the windows at starts_: with packing, their documents first (the attention's
   // layout may place the rows by them: the rows are loaded and rotated at the positions it gives).
@@ -172,7 +171,7 @@ class DitTask : public Task {
   }
 
  private:
-  bool packing() const { return cfg_.packing == "documents"; }
+  bool packing() const { return cfg_.packs(); }
   // The most clips of this rank's sequences: every packed clip but the last of a sequence has at
   // least data.min_frames frames.
   int max_clips() const {
@@ -230,7 +229,7 @@ class DitTask : public Task {
     VideoSpec spec = video_;
     spec.frames = frames;
     labels_[size_t(c)] = render_clip(spec, uint64_t(cfg_.seed), index, clip_.data());
-    const float t = flow_time(uint64_t(cfg_.seed), key_step, number, time_sampling_);
+    const float t = flow_time(uint64_t(cfg_.seed), key_step, number, cfg_.time_sampling);
     t_[size_t(c)] = t;
     for (int64_t i = 0; i < spec.values(); ++i) {
       const float n = flow_noise(uint64_t(cfg_.seed), key_step, number, i);
@@ -243,7 +242,6 @@ class DitTask : public Task {
   const TrainConfig& cfg_;
   model::DitConfig dcfg_;
   VideoSpec video_;
-  TimeSampling time_sampling_ = parse_time_sampling(cfg_.time_sampling.c_str());
   int64_t b0_;
   int nb_;
   std::vector<int64_t> positions_;
@@ -262,7 +260,7 @@ class DitTask : public Task {
 
 std::unique_ptr<Task> make_task(const TrainConfig& cfg, int64_t b0, int nb,
                                 const std::vector<int64_t>& positions, model::AttentionOp& attn) {
-  if (cfg.kind == "dit") return std::make_unique<DitTask>(cfg, b0, nb, positions, attn);
+  if (cfg.kind == ModelKind::Dit) return std::make_unique<DitTask>(cfg, b0, nb, positions, attn);
   return std::make_unique<GptTask>(cfg, b0, nb, positions, attn);
 }
 

@@ -85,11 +85,15 @@ int render_clip(const VideoSpec& spec, uint64_t seed, int64_t index, float* out)
   return kind;
 }
 
-TimeSampling parse_time_sampling(const char* name) {
+TimeSampling parse_time_sampling(std::string_view name) {
   const std::string s(name);
   if (s == "logit_normal") return TimeSampling::LogitNormal;
   if (s == "uniform") return TimeSampling::Uniform;
   throw UsageError("train.time_sampling must be 'logit_normal' or 'uniform' (got '" + s + "')");
+}
+
+std::string_view time_sampling_name(TimeSampling how) {
+  return how == TimeSampling::Uniform ? "uniform" : "logit_normal";
 }
 
 float flow_time(uint64_t seed, int64_t step, int64_t clip, TimeSampling how) {

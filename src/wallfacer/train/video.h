@@ -8,6 +8,7 @@
 // (seed, step, global clip number), never on the number of ranks.
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace wallfacer::train {
@@ -28,7 +29,8 @@ int render_clip(const VideoSpec& spec, uint64_t seed, int64_t index, float* out)
 
 enum class TimeSampling { LogitNormal, Uniform };
 // "logit_normal" | "uniform"; throws UsageError naming the bad value.
-TimeSampling parse_time_sampling(const char* name);
+TimeSampling parse_time_sampling(std::string_view name);
+std::string_view time_sampling_name(TimeSampling how);
 
 // The flow time of one clip of one step: sigmoid(N(0, 1)) (logit-normal) or U(0, 1), in (0, 1).
 float flow_time(uint64_t seed, int64_t step, int64_t clip, TimeSampling how);

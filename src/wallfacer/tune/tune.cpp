@@ -248,7 +248,7 @@ double measure_training(const Candidate& c, const ModelSpec& m, int64_t seq, int
                         comm::Communicator& world) {
   train::TrainOptions opt;
   train::TrainConfig& cfg = opt.cfg;
-  cfg.kind = "gpt";
+  cfg.kind = train::ModelKind::Gpt;
   cfg.model.vocab = m.vocab;
   cfg.model.layers = m.layers;
   cfg.model.dim = m.dim;
@@ -260,11 +260,12 @@ double measure_training(const Candidate& c, const ModelSpec& m, int64_t seq, int
   cfg.steps = steps + 1;  // the first step warms up and is not timed
   cfg.warmup = 0;
   cfg.sp = world.size();
-  cfg.strategy = std::string(seqpar::strategy_name(c.strategy));
+  cfg.strategy = c.strategy;
   cfg.teams = c.teams;
   cfg.ulysses = c.ulysses;
   cfg.keep_kv = c.keep_kv;
-  cfg.checkpointing = m.checkpoint_attention ? "attention" : "none";
+  cfg.checkpointing =
+      m.checkpoint_attention ? model::Checkpointing::Attention : model::Checkpointing::None;
   const char* tmp = std::getenv("TMPDIR");
   const std::string base = tmp && *tmp ? tmp : "/tmp";
   std::string dir_name = base + "/wallfacer-tune-XXXXXX";
