@@ -9,7 +9,8 @@ namespace wallfacer::seqpar {
 namespace {
 
 // Message tags: one per kind of transfer so that no two streams between a pair of ranks mix.
-constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagGrad = 14, kTagReturn = 15;
+constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagGrad = 14, kTagReturn = 15,
+              kTagHome = 16;
 
 // FLOPs per kept (query, key) pair and head: forward QK^T and PV (2 matmuls of 2D each); backward
 // recomputes S and runs dV, dP, dQ, dK (5 matmuls).
@@ -210,22 +211,49 @@ struct RingLayout {
   }
 };
 
-// With documents or a window, whether the block that rank r holds at ring step `step` must go on
-// to the next rank: true when a rank that would hold it at a later step (step + 1 .. G - 1) has
-// kept pairs with it. `queries(x, t)` and `keys(x, t)` are the segments rank x pairs at step t.
-// Without either every hop is made, as the closed forms count them.
-template <class Queries, class Keys>
-bool hop_needed(const Schedule& s, const RingLayout& L, int r, int step, Queries queries,
-                Keys keys) {
-  if (s.docs.starts.empty() && s.cfg.window == 0) return true;
-  int x = r;
-  for (int t = step + 1; t < L.G; ++t) {
-    x = L.next(x);
-    for (const Segment& q : queries(x, t))
-      for (const Segment& k : keys(x, t))
-        if (kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows) > 0) return true;
-  }
+// Which side travels the ring: K,V blocks (the forward, and a backward that moves K,V) against
+// the resident team queries, or query packages against the resident K,V block.
+enum class Travel : uint8_t { KV, Queries };
+
+// Whether rank x, at ring step `step`, has kept pairs between its queries and its keys.
+bool pairs_at(const Schedule& s, const RingLayout& L, int x, int step, Travel travel) {
+  const auto& c = s.cfg;
+  const int C = s.teams;
+  const auto queries =
+      team_segments(c, s.P, C, travel == Travel::KV ? x / C : L.query_team(x, step));
+  const auto keys = team_segments(c, s.P, C, L.kv_team(x, travel == Travel::KV ? step : 0));
+  for (const Segment& q : queries)
+    for (const Segment& k : keys)
+      if (kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows) > 0) return true;
   return false;
+}
+
+// The hops that the travelling block of `origin` (the block it holds at step 0) makes: up to the
+// last rank of the sub-ring that has kept pairs with it (0: it stays home). Without documents or a
+// window every block makes all G - 1 hops, as the closed forms count them.
+int travel_hops(const Schedule& s, const RingLayout& L, int origin, Travel travel) {
+  if (s.docs.starts.empty() && s.cfg.window == 0) return L.G - 1;
+  int last = 0, x = origin;
+  for (int t = 1; t < L.G; ++t) {
+    x = L.next(x);
+    if (pairs_at(s, L, x, t, travel)) last = t;
+  }
+  return last;
+}
+
+// The rank whose block rank r holds at ring step `step` (its holder at step 0).
+int origin_at(const RingLayout& L, int r, int step) {
+  for (int i = 0; i < step; ++i) r = L.prev(r);
+  return r;
+}
+
+// Per ring step, the hops of the block that rank r holds then: r holds it when step <= hops, and
+// passes it on when step < hops.
+std::vector<int> hops_per_step(const Schedule& s, const RingLayout& L, int r, Travel travel) {
+  std::vector<int> hops(size_t(L.G));
+  for (int step = 0; step < L.G; ++step)
+    hops[size_t(step)] = travel_hops(s, L, origin_at(L, r, step), travel);
+  return hops;
 }
 
 // Ring, zigzag ring, WallFacer-C (ring = WallFacer-1) and the Ulysses x ring hybrids. The team
@@ -305,14 +333,13 @@ void build_team_ring(Schedule& s, Builder& b) {
   if (C > 1) lacc = b.buffer("lse_team", Fmt::Stat, C, H, f);
   b.local(LocalKind::InitOut, -1, oacc, lacc);
   // A K,V block goes on only while a later rank of the sub-ring has a query that sees it.
-  auto team_queries = [&](int x, int) { return team_segments(c, P, C, x / C); };
-  auto kv_keys = [&](int x, int at) { return team_segments(c, P, C, L.kv_team(x, at)); };
+  const std::vector<int> fwd_hops = hops_per_step(s, L, r, Travel::KV);
   for (int step = 0; step < G; ++step) {
     const int cur = step == 0 ? kv_first : (step % 2 ? ring1 : ring0);
     int sa = -1, ra = -1;
     if (step < G - 1) {
-      if (hop_needed(s, L, r, step, team_queries, kv_keys)) sa = b.send(cur, L.next(r), kTagKV);
-      if (hop_needed(s, L, L.prev(r), step, team_queries, kv_keys))
+      if (step < fwd_hops[size_t(step)]) sa = b.send(cur, L.next(r), kTagKV);
+      if (step < fwd_hops[size_t(step) + 1])
         ra = b.recv(step % 2 ? ring0 : ring1, L.prev(r), kTagKV);
     }
     b.computes(false, qt, cur, oacc, lacc, my_team, team_segments(c, P, C, L.kv_team(r, step)), H,
@@ -395,45 +422,59 @@ void build_team_ring(Schedule& s, Builder& b) {
     acc_in = b.buffer("grad_in", afmt, C, theads, f);
   }
   int acc_send[2] = {-1, -1};
-  // The travelling block goes on only while a later rank has pairs with it; its gradient
-  // accumulator makes every hop home.
-  auto bwd_queries = [&](int x, int at) {
-    return move_kv ? team_segments(c, P, C, x / C) : team_segments(c, P, C, L.query_team(x, at));
-  };
-  auto bwd_keys = [&](int x, int at) {
-    return move_kv ? team_segments(c, P, C, L.kv_team(x, at))
-                   : team_segments(c, P, C, L.kv_team(x, 0));
-  };
+  // The travelling block goes on only while a later rank has pairs with it (as in the forward);
+  // its gradient accumulator follows it one hop behind and goes from the last rank that holds it
+  // straight home (from rank prev(r) after the last step, as a ring hop, when the block makes every
+  // hop; none when it stays home: it is computed in `home`). Ranks after that last one neither
+  // receive nor send the block or its accumulator.
+  const std::vector<int> hops = hops_per_step(s, L, r, move_kv ? Travel::KV : Travel::Queries);
+  const int own_hops = hops[0];
+  int home_in = -1;
+  if (own_hops > 0 && own_hops < G - 1) {
+    int last = r;
+    for (int i = 0; i < own_hops; ++i) last = L.next(last);
+    home_in = b.recv(home, last, kTagHome);
+  }
   for (int step = 0; step < G; ++step) {
     const int cur = step == 0 ? first : ring[step % 2];
+    const int at = hops[size_t(step)];  // hops of the block this rank holds now
     int ta = -1, tb = -1, ain = -1;
     if (step < G - 1) {
-      if (hop_needed(s, L, r, step, bwd_queries, bwd_keys)) ta = b.send(cur, L.next(r), tag_t);
-      if (hop_needed(s, L, L.prev(r), step, bwd_queries, bwd_keys))
-        tb = b.recv(ring[(step + 1) % 2], L.prev(r), tag_t);
+      if (step < at) ta = b.send(cur, L.next(r), tag_t);
+      if (step < hops[size_t(step) + 1]) tb = b.recv(ring[(step + 1) % 2], L.prev(r), tag_t);
     }
-    if (step > 0) ain = b.recv(acc_in, L.prev(r), kTagGrad);
-    const int acc = slot[step % 2];
-    b.wait({acc_send[step % 2]});
-    b.local(LocalKind::Zero, -1, acc);
-    if (move_kv) {
-      b.computes(true, qpt, cur, res_acc, acc, my_team, team_segments(c, P, C, L.kv_team(r, step)),
-                 H, K);
-    } else {
-      b.computes(true, cur, kv_resident, acc, res_acc,
-                 team_segments(c, P, C, L.query_team(r, step)), resident, H, K);
+    if (step <= at) {  // this rank holds the block
+      if (step > 0) ain = b.recv(acc_in, L.prev(r), kTagGrad);
+      const bool stays = at == 0;  // the rank's own block, needed nowhere else
+      const int acc = stays ? home : slot[step % 2];
+      b.wait({acc_send[step % 2]});
+      acc_send[step % 2] = -1;
+      b.local(LocalKind::Zero, -1, acc);
+      if (move_kv) {
+        b.computes(true, qpt, cur, res_acc, acc, my_team,
+                   team_segments(c, P, C, L.kv_team(r, step)), H, K);
+      } else {
+        b.computes(true, cur, kv_resident, acc, res_acc,
+                   team_segments(c, P, C, L.query_team(r, step)), resident, H, K);
+      }
+      if (step > 0) {
+        b.wait({ain});
+        b.local(LocalKind::Add, acc_in, acc);
+      }
+      if (stays) {
+        // computed in place
+      } else if (step < at || step == G - 1) {
+        acc_send[step % 2] = b.send(acc, L.next(r), kTagGrad);
+      } else {
+        acc_send[step % 2] = b.send(acc, origin_at(L, r, step), kTagHome);
+      }
     }
-    if (step > 0) {
-      b.wait({ain});
-      b.local(LocalKind::Add, acc_in, acc);
-    }
-    if (G > 1) acc_send[step % 2] = b.send(acc, L.next(r), kTagGrad);
     b.wait({ta, tb});
     b.next_round();
   }
   if (G > 1) {
-    const int h = b.recv(home, L.prev(r), kTagGrad);
-    b.wait({h, acc_send[0], acc_send[1]});
+    const int h = own_hops == G - 1 ? b.recv(home, L.prev(r), kTagGrad) : -1;
+    b.wait({h, home_in, acc_send[0], acc_send[1]});
   }
   if (hybrid) {
     // dQ and dK,dV back to the rows' owners, in fp32, rounded once by the merge.
@@ -652,15 +693,41 @@ int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos
                              s.cfg.window);
 }
 
+namespace {
+
+// The team size of cfg's schedule (Schedule::teams).
+int schedule_teams(const AttnConfig& cfg) {
+  return cfg.ulysses > 1 ? cfg.ulysses : cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+}
+
+}  // namespace
+
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
-  const int64_t C = cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
-  const int64_t G = cfg.ulysses > 1 ? P / cfg.ulysses : P / (C * C), D = cfg.head_dim,
-                H = cfg.heads, K = cfg.kv_heads;
+  validate(cfg, P);
+  // The choice ignores the documents: they change from call to call (set_documents) while the
+  // buffers, which depend on the choice, stay.
+  Schedule s;
+  s.cfg = cfg;
+  s.cfg.doc_lengths.clear();
+  s.P = P;
+  s.teams = schedule_teams(cfg);
+  const RingLayout L(s.cfg, P, s.teams);
+  const int64_t G = L.G, D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
   const int64_t e = dtype_bytes(cfg.dtype);
   if (G == 1) return false;  // no hops either way
-  const int64_t kv = (G - 1) * 2 * K * D * e + G * 2 * K * D * 4;
-  const int64_t q = (G - 1) * H * (2 * D * e + 2 * 4) + G * H * D * 4;
+  // Bytes per team row of one hop of the travelling block and of its gradient accumulator.
+  const int64_t kv_hop = 2 * K * D * e, kv_grad = 2 * K * D * 4;
+  const int64_t q_hop = H * (2 * D * e + 2 * 4), q_grad = H * D * 4;
+  if (cfg.window == 0) return (G - 1) * kv_hop + G * kv_grad < (G - 1) * q_hop + G * q_grad;
+  // A window skips hops: the h hops each block makes and its accumulator's messages (h, plus the
+  // one home when it left home), summed over every block of every sub-ring.
+  int64_t kv = 0, q = 0;
+  for (int r = 0; r < P; ++r) {
+    const int64_t hk = travel_hops(s, L, r, Travel::KV), hq = travel_hops(s, L, r, Travel::Queries);
+    kv += hk * kv_hop + (hk + (hk > 0 ? 1 : 0)) * kv_grad;
+    q += hq * q_hop + (hq + (hq > 0 ? 1 : 0)) * q_grad;
+  }
   return kv < q;
 }
 
@@ -671,7 +738,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   s.cfg = cfg;
   s.P = P;
   s.rank = rank;
-  s.teams = cfg.ulysses > 1 ? cfg.ulysses : cfg.strategy == Strategy::WallFacer ? cfg.teams : 1;
+  s.teams = schedule_teams(cfg);
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
   if (!cfg.doc_lengths.empty()) s.docs = doc_bounds(cfg);
@@ -785,6 +852,35 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   const int64_t kv_gather = kept ? 0 : 2 * K * D;
   t.coll_bytes_bwd =
       (C - 1) * B * n * ((2 * H * D + kv_gather) * e + 2 * H * f + (H * D + 2 * K * D) * f);
+  if (cfg.strategy == Strategy::Ring && cfg.layout == Layout::Strategy && cfg.causal &&
+      cfg.window > 0 && cfg.doc_lengths.empty()) {
+    // A contiguous ring with a window W (docs/documents.md, "Sliding windows: bytes"): the keys of
+    // rank o are seen by the queries of the d = ceil((W-1)/n) ranks after it (no rank before it),
+    // so its K,V block makes h(o) = min(d, P-1-o) hops: rank x sends the blocks of ranks x-d+1..x
+    // that go on, min(x+1, d) of them (none from rank P-1). Each message in a round of its own.
+    const int64_t d = (cfg.window - 1 + n - 1) / n, x = rank;
+    const int64_t hops = x < P - 1 ? std::min(x + 1, d) : 0;
+    t.p2p_bytes_fwd = hops * kv * e;
+    t.p2p_steps_fwd = t.p2p_sends_fwd = hops;
+    if (backward_moves_kv(cfg, P)) {
+      // K,V the same hops, dK,dV one hop behind each and from the last rank that holds a block
+      // straight home: rank x < P-1 sends the one of rank x-d (when x >= d), rank P-1 those of the
+      // min(d, P-1) blocks that stop there.
+      const int64_t homes = x < P - 1 ? (d >= 1 && x >= d ? 1 : 0) : std::min<int64_t>(d, P - 1);
+      t.p2p_bytes_bwd = hops * kv * (e + f) + homes * kv * f;
+      t.p2p_steps_bwd = hops + homes;
+      t.p2p_sends_bwd = 2 * hops + homes;
+    } else {
+      // The query packages (small P, no grouped-query heads): the package of rank o >= 1 needs
+      // the keys of ranks o-d..o-1, the last of them reached at the last hop, so it makes all
+      // P-1 hops (rank 0's none, d = 0: none at all); rank x passes on P-2 of them (x = P-1:
+      // P-1) and sends the P-1 dQ accumulators of the packages it holds, in P-1 rounds.
+      const int64_t on = d == 0 ? 0 : P - 2 + (x == P - 1 ? 1 : 0), grads = d == 0 ? 0 : P - 1;
+      t.p2p_bytes_bwd = on * B * n * H * (2 * D * e + 2 * f) + grads * B * n * H * D * f;
+      t.p2p_steps_bwd = grads;
+      t.p2p_sends_bwd = on + grads;
+    }
+  }
   return t;
 }
 
