@@ -1,5 +1,6 @@
 #include "wallfacer/seqpar/schedule.h"
 
+#include <algorithm>
 #include <set>
 
 #include "wallfacer/core/error.h"
@@ -787,15 +788,28 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   const int64_t kv_hop = 2 * K * D * e, kv_grad = 2 * K * D * 4;
   const int64_t q_hop = H * (2 * D * e + 2 * 4), q_grad = H * D * 4;
   if (cfg.window == 0) return (G - 1) * kv_hop + G * kv_grad < (G - 1) * q_hop + G * q_grad;
-  // A window skips hops: the h hops each block makes and its accumulator's messages (h, plus the
-  // one home when it left home), summed over every block of every sub-ring.
-  int64_t kv = 0, q = 0;
-  for (int r = 0; r < P; ++r) {
-    const int64_t hk = travel_hops(s, L, r, Travel::KV), hq = travel_hops(s, L, r, Travel::Queries);
-    kv += hk * kv_hop + (hk + (hk > 0 ? 1 : 0)) * kv_grad;
-    q += hq * q_hop + (hq + (hq > 0 ? 1 : 0)) * q_grad;
+  // A window skips hops: rank x sends, at step t, the block it holds on when t < h (the block's
+  // hops) and its gradient accumulator when t <= h and h > 0. The side whose busiest rank sends
+  // fewer bytes travels (on a tie, the one with fewer bytes over all ranks).
+  std::vector<int> hk(static_cast<size_t>(P)), hq(static_cast<size_t>(P));
+  for (int o = 0; o < P; ++o) {
+    hk[size_t(o)] = travel_hops(s, L, o, Travel::KV);
+    hq[size_t(o)] = travel_hops(s, L, o, Travel::Queries);
   }
-  return kv < q;
+  int64_t kv_max = 0, q_max = 0, kv_sum = 0, q_sum = 0;
+  for (int x = 0; x < P; ++x) {
+    int64_t kv = 0, q = 0;
+    for (int t = 0; t < G; ++t) {
+      const int o = origin_at(L, x, t), a = hk[size_t(o)], b = hq[size_t(o)];
+      kv += (t < a ? kv_hop : 0) + (t <= a && a > 0 ? kv_grad : 0);
+      q += (t < b ? q_hop : 0) + (t <= b && b > 0 ? q_grad : 0);
+    }
+    kv_max = std::max(kv_max, kv);
+    q_max = std::max(q_max, q);
+    kv_sum += kv;
+    q_sum += q;
+  }
+  return kv_max != q_max ? kv_max < q_max : kv_sum < q_sum;
 }
 
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {

@@ -160,9 +160,10 @@ struct Schedule {
 // (G-1)*H*(2D*e + 8) + G*H*D*4 (q, dout, lse, delta; dQ): K,V under grouped-query attention with
 // H/Hkv >= 2, the query packages otherwise. With a sliding window, where blocks stop at the last
 // rank whose pairs need them and their gradients go from there straight home, the bytes that each
-// side would really send, summed over the ranks (a windowed contiguous causal ring: K,V, which
-// the window needs one or a few hops forward, while the queries need earlier keys, the long way
-// round). The documents do not enter the choice (they change between calls, the buffers stay).
+// side would really send at the busiest rank (on a tie: over all ranks). A contiguous causal ring
+// with a window of a few ranks' rows then moves K,V, which the window needs a few hops forward,
+// while a query package needs earlier keys, the long way round. The documents do not enter the
+// choice (they change between calls, the buffers stay).
 bool backward_moves_kv(const AttnConfig& cfg, int P);
 
 // Elements that AttnConfig::keep_kv holds per forward between it and its backward (0 when the
