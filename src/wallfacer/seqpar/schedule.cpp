@@ -799,8 +799,8 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   int64_t kv_max = 0, q_max = 0, kv_sum = 0, q_sum = 0;
   for (int x = 0; x < P; ++x) {
     int64_t kv = 0, q = 0;
-    for (int t = 0; t < G; ++t) {
-      const int o = origin_at(L, x, t), a = hk[size_t(o)], b = hq[size_t(o)];
+    for (int t = 0, o = x; t < G; ++t, o = L.prev(o)) {  // o: the block's origin
+      const int a = hk[size_t(o)], b = hq[size_t(o)];
       kv += (t < a ? kv_hop : 0) + (t <= a && a > 0 ? kv_grad : 0);
       q += (t < b ? q_hop : 0) + (t <= b && b > 0 ? q_grad : 0);
     }
