@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sliding window against the full causal mask (docs/documents.md, "Sliding windows: measured"):
 #   bench/window.sh WALLFACER OUT.jsonl [SEQ] [WINDOW] [STRATEGIES...]
-# For each strategy, `wallfacer attn` on 8 ranks (one OpenMP thread each) with --causal and with
-# --causal --window WINDOW, alternating, each run's JSON output as one line of OUT.jsonl with the
+# For each strategy, `wallfacer attn --check` on 8 ranks (one OpenMP thread each) with --causal and
+# with --causal --window WINDOW, alternating, each run's JSON output as one line of OUT.jsonl with the
 # command, the commit and the load average beside it. Then the schedule counter (`--count 8`) of
 # the same configurations. bench/window_table.py prints the tables.
 set -euo pipefail
@@ -35,7 +35,7 @@ for s in "${strategies[@]}"; do
     [ "$w" -gt 0 ] && wargs=(--window "$w")
     # shellcheck disable=SC2086
     WALLFACER=$wf OMP_NUM_THREADS=1 record run "$mpirun" 8 attn --strategy $s "${common[@]}" \
-      "${wargs[@]}"
+      "${wargs[@]}" --check
     # shellcheck disable=SC2086
     record count "$wf" attn --count 8 --strategy $s "${common[@]}" "${wargs[@]}"
   done

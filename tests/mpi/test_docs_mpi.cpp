@@ -8,8 +8,8 @@
 // (DistAttention::set_documents; in the balanced layout the rows then move to local_positions()).
 // Sliding windows (AttnConfig::window) run the same way: of one token, of a rank's rows, across
 // rank and tile borders and longer than several ranks' rows, with the documents, and every rank's
-// byte counters against its schedule's sums; then the bytes of a contiguous ring with a window of
-// at most a rank's rows against their formula. Usage: mpirun -np P test_docs_mpi
+// byte counters against its schedule's sums; then the bytes of a contiguous ring with windows of
+// up to several ranks' rows against their closed form. Usage: mpirun -np P test_docs_mpi
 
 #include <fmt/format.h>
 
@@ -186,11 +186,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Bytes of a contiguous ring with a window of at most a rank's n = S/P rows: only rank r + 1's
-  // queries see rank r's keys, so the forward sends rank r's K,V block one hop (rank P-1: none)
-  // instead of P-1. With grouped-query heads (8 query, 2 kv) the backward moves K,V too: one hop
-  // of K,V and the P hops of its dK,dV (the gradient always travels home).
-  for (int64_t window : {S / P, S / (2 * P)}) {
+  // Bytes of a contiguous ring with a window, against their closed form (formula_totals; docs/
+  // documents.md, "Sliding windows: bytes"): rank r's K,V block goes on to the last rank whose
+  // queries see its keys (with W <= n = S/P rows: rank r + 1; rank P-1's: nowhere), and in the
+  // backward K,V travel the same hops (grouped-query heads, 8 query and 2 kv, but the window
+  // alone would choose them), dK,dV one hop behind and from there straight home.
+  for (int64_t window : {S / P, S / (2 * P), S / P + 1, 3 * S / P + 5}) {
+    if (window >= S) continue;
     AttnConfig c;
     c.seq = S;
     c.heads = 8;
@@ -203,12 +205,10 @@ int main(int argc, char** argv) {
     double flops = 0;
     const AttnTensors got = run(world, c, in, false, flops, st);
     ++configs;
-    const int64_t n = S / P, kv = int64_t(c.batch) * n * 2 * c.kv_heads * c.head_dim * 4;
-    const int64_t hop = rank < P - 1 ? 1 : 0;
-    const int64_t want_fwd = hop * kv, want_bwd = P > 1 ? hop * kv + P * kv : 0;
-    check(st.p2p_bytes_fwd == want_fwd && st.p2p_bytes_bwd == want_bwd,
+    const ScheduleTotals want = formula_totals(c, P, rank);
+    check(st.p2p_bytes_fwd == want.p2p_bytes_fwd && st.p2p_bytes_bwd == want.p2p_bytes_bwd,
           fmt::format("ring window {}: p2p bytes fwd {} bwd {}, the formula gives {} {}", window,
-                      st.p2p_bytes_fwd, st.p2p_bytes_bwd, want_fwd, want_bwd));
+                      st.p2p_bytes_fwd, st.p2p_bytes_bwd, want.p2p_bytes_fwd, want.p2p_bytes_bwd));
     if (rank == 0) {
       const AttnErrors e = attention_errors(got, reference_attention(c, in, /*fp64=*/true));
       check(e.within(tol), fmt::format("ring window {} (GQA): against fp64 out {:.2e} dq {:.2e} "

@@ -1,5 +1,6 @@
 // The planner against closed forms: α–β times of the double-buffered ring written out by hand,
 // the schedule volumes of seqpar's formulas, and a single-rank training step computed by hand.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,6 +130,47 @@ TEST(PlanPlanner, ProgramVolumesEqualTheScheduleFormulas) {
             << int(k.s) << " C=" << k.C << " P=" << k.P << " rank " << rank << " bwd " << bwd;
         EXPECT_DOUBLE_EQ(r.ranks[rank].coll_bytes,
                          double(bwd ? f.coll_bytes_bwd : f.coll_bytes_fwd));
+      }
+    }
+  }
+}
+
+// With a sliding window and documents the schedules skip hops and send gradients straight home;
+// the simulator replays them to the end (every message paired) and counts each rank's bytes as
+// the schedule does, and for the contiguous ring as the closed form does.
+TEST(PlanPlanner, ProgramVolumesWithSkippedHops) {
+  struct Case {
+    seqpar::Strategy s;
+    int C, P, kv_heads;
+    int64_t window;
+    bool docs;
+  };
+  for (Case k : {Case{seqpar::Strategy::Ring, 1, 8, 1, 40, false},
+                 Case{seqpar::Strategy::Ring, 1, 8, 4, 100, false},
+                 Case{seqpar::Strategy::Ring, 1, 2, 4, 40, false},
+                 Case{seqpar::Strategy::Ring, 1, 8, 1, 0, true},
+                 Case{seqpar::Strategy::Zigzag, 1, 4, 2, 40, true},
+                 Case{seqpar::Strategy::WallFacer, 2, 8, 2, 100, true}}) {
+    auto cfg = attn(k.s, k.C, 64 * k.P, true);
+    cfg.kv_heads = k.kv_heads;
+    cfg.window = k.window;
+    if (k.docs) cfg.doc_lengths = {1, int64_t(64 * k.P / 2 - 1), int64_t(64 * k.P / 2)};
+    Cluster cl = toy_cluster(1, k.P, k.P);
+    Machine m = Machine::from(cl, identity(k.P));
+    for (bool bwd : {false, true}) {
+      SimResult r = simulate(attention_program(cfg, k.P, bwd), m);
+      for (int rank = 0; rank < k.P; ++rank) {
+        const auto t = seqpar::schedule_totals(seqpar::make_schedule(cfg, k.P, rank));
+        const std::string what = fmt::format("{} C={} P={} window {} rank {} bwd {}", int(k.s), k.C,
+                                             k.P, k.window, rank, bwd);
+        EXPECT_DOUBLE_EQ(r.ranks[rank].p2p_bytes, double(bwd ? t.p2p_bytes_bwd : t.p2p_bytes_fwd))
+            << what;
+        if (k.s == seqpar::Strategy::Ring && !k.docs) {
+          const auto f = seqpar::formula_totals(cfg, k.P, rank);
+          EXPECT_EQ(bwd ? t.p2p_bytes_bwd : t.p2p_bytes_fwd,
+                    bwd ? f.p2p_bytes_bwd : f.p2p_bytes_fwd)
+              << what;
+        }
       }
     }
   }

@@ -3,9 +3,12 @@
 // against the mask's total, the balanced layout through AttnConfig, the planner's tile count, and
 // the checks of the documents and the layout.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
+#include <tuple>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/doc_mask.h"
@@ -163,6 +166,44 @@ TEST(SeqparDocs, TilePairsSkipTilesWithoutKeptPairs) {
       EXPECT_EQ(attention_tile_pairs(docs, q0, qn, k0, kn, causal, tq, tk), want)
           << q0 << " " << qn << " " << k0 << " " << kn;
     }
+}
+
+// Skipped hops in every strategy, with documents and windows: the ranks' point-to-point messages
+// pair up (each rank's sends to a peer under a tag, in order, are the peer's receives from it, of
+// the same sizes), no rank sends more than it would without skipping (the same config with one
+// document and no window: every hop), and the backward's bytes fall with a window of a rank's rows.
+TEST(SeqparDocs, SkippedHopsStillPairUp) {
+  for (const auto& docs : doc_sets())
+    for (const Case& k : cases())
+      for (int64_t window : {int64_t(0), int64_t(1), int64_t(100), int64_t(300)})
+        for (Layout layout : {Layout::Strategy, Layout::Balanced}) {
+          AttnConfig c = config(k, 512, true, docs, layout);
+          c.window = window;
+          c.kv_heads = 4;  // K,V travel in the backward, with or without skipping
+          AttnConfig plain = c;
+          plain.doc_lengths.clear();
+          plain.window = 0;
+          const std::string what =
+              fmt::format("{} P={} C={} u={} window {} {} docs", strategy_name(k.strategy), k.P,
+                          k.teams, k.ulysses, window, docs.size());
+          for (bool bwd : {false, true}) {
+            // (from, to, tag) -> the sizes of the messages, in order.
+            std::map<std::tuple<int, int, int>, std::vector<int64_t>> sends, recvs;
+            for (int r = 0; r < k.P; ++r) {
+              const Schedule s = make_schedule(c, k.P, r);
+              for (const Op& op : bwd ? s.bwd : s.fwd) {
+                if (op.kind == OpKind::Send) sends[{r, op.peer, op.tag}].push_back(op.bytes);
+                if (op.kind == OpKind::Recv) recvs[{op.peer, r, op.tag}].push_back(op.bytes);
+              }
+              const auto got = schedule_totals(s),
+                         all = schedule_totals(make_schedule(plain, k.P, r));
+              EXPECT_LE(bwd ? got.p2p_bytes_bwd : got.p2p_bytes_fwd,
+                        bwd ? all.p2p_bytes_bwd : all.p2p_bytes_fwd)
+                  << what << " rank " << r;
+            }
+            EXPECT_EQ(sends, recvs) << what << (bwd ? " backward" : " forward");
+          }
+        }
 }
 
 TEST(SeqparDocs, DocumentsAndLayoutAreChecked) {

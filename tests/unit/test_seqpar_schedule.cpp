@@ -10,6 +10,7 @@
 #include <set>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::seqpar {
@@ -276,6 +277,88 @@ TEST(SeqparLayout, WindowPairsAndTilesCountTheWindow) {
       }
     }
   }
+}
+
+// A contiguous causal ring with a sliding window of any size sends what the closed form of
+// formula_totals says (docs/documents.md, "Sliding windows: bytes"), and that against a count
+// independent of the schedule: which ranks' queries see which ranks' keys decides how far each
+// block travels (K,V forward to the last later rank that sees them; a query package forward round
+// the ring to the last rank whose keys it sees), each rank then passes on the blocks it holds that
+// go on and sends the gradient of every block it holds that left home; the backward moves the side
+// with fewer bytes summed over the ranks.
+TEST(SeqparSchedule, WindowedRingBytesEqualTheirClosedForm) {
+  for (int P : {1, 2, 3, 4, 8}) {
+    const int64_t n = 16, S = n * P;
+    for (int64_t W : {int64_t(1), int64_t(2), int64_t(8), n - 1, n, n + 1, n + 2, 2 * n, 2 * n + 1,
+                      3 * n + 5, S - 1}) {
+      if (W < 1 || W >= S) continue;
+      // Whether rank x's queries see a key of rank o (x >= o).
+      auto sees = [&](int x, int o) { return x >= o && x * n - ((o + 1) * n - 1) < W; };
+      // hops[o]: the last ring step t (holder o + t) at which the block of rank o is needed.
+      std::vector<int64_t> kv_hops(size_t(P), 0), q_hops(size_t(P), 0);
+      for (int o = 0; o < P; ++o)
+        for (int t = 1; t < P; ++t) {
+          const int x = (o + t) % P;
+          if (sees(x, o)) kv_hops[size_t(o)] = t;
+          if (sees(o, x)) q_hops[size_t(o)] = t;
+        }
+      // Blocks rank r passes on and gradients it sends, for blocks that travel `hops`.
+      auto count = [&](const std::vector<int64_t>& hops, int r, int64_t& on, int64_t& grads) {
+        on = grads = 0;
+        for (int step = 0; step < P; ++step) {
+          const int64_t h = hops[size_t((r - step + P) % P)];
+          on += step < h;
+          grads += step <= h && h > 0;
+        }
+      };
+      for (auto [H, K] : {std::pair{4, 4}, std::pair{4, 1}}) {
+        for (Dtype d : {Dtype::fp32, Dtype::bf16}) {
+          auto c = config(Strategy::Ring, S, H, K, 8, true, 1, 2);
+          c.window = W;
+          c.dtype = d;
+          const int64_t e = dtype_bytes(d), rows = int64_t(c.batch) * n, D = c.head_dim;
+          const int64_t kv = rows * 2 * K * D * e, dkv = rows * 2 * K * D * 4;
+          const int64_t qpack = rows * H * (2 * D * e + 8), dq = rows * H * D * 4;
+          int64_t kv_total = 0, q_total = 0, kv_max = 0, q_max = 0;
+          for (int r = 0; r < P; ++r) {
+            int64_t on = 0, grads = 0;
+            count(kv_hops, r, on, grads);
+            kv_total += on * kv + grads * dkv;
+            kv_max = std::max(kv_max, on * kv + grads * dkv);
+            count(q_hops, r, on, grads);
+            q_total += on * qpack + grads * dq;
+            q_max = std::max(q_max, on * qpack + grads * dq);
+          }
+          const bool moves_kv = P > 1 && (kv_max != q_max ? kv_max < q_max : kv_total < q_total);
+          const std::string cfg_name =
+              fmt::format("P={} W={} H={} K={} {}", P, W, H, K, dtype_name(d));
+          EXPECT_EQ(backward_moves_kv(c, P), moves_kv) << cfg_name;
+          for (int r = 0; r < P; ++r) {
+            int64_t fwd_on = 0, fwd_grads = 0, on = 0, grads = 0;
+            count(kv_hops, r, fwd_on, fwd_grads);
+            count(moves_kv ? kv_hops : q_hops, r, on, grads);
+            auto got = schedule_totals(make_schedule(c, P, r));
+            got.flops_fwd = got.flops_bwd = 0;
+            const std::string what = fmt::format("{} rank {}", cfg_name, r);
+            EXPECT_EQ(got, formula_totals(c, P, r)) << what;
+            EXPECT_EQ(got.p2p_bytes_fwd, fwd_on * kv) << what;
+            EXPECT_EQ(got.p2p_bytes_bwd, moves_kv ? on * kv + grads * dkv : on * qpack + grads * dq)
+                << what;
+            EXPECT_EQ(got.coll_bytes_fwd + got.coll_bytes_bwd, 0) << what;
+          }
+        }
+      }
+    }
+  }
+  // The target configuration of docs/documents.md: S = 32768, W = 4096, P = 8, one head of 64:
+  // K,V move forward, and fwd + bwd bytes of the busiest rank are below a quarter of ring's
+  // without the window.
+  auto c = config(Strategy::Ring, 32768, 1, 1, 64, true);
+  const auto full = summarize_schedules(c, 8).worst;
+  c.window = 4096;
+  EXPECT_TRUE(backward_moves_kv(c, 8));
+  const auto win = summarize_schedules(c, 8).worst;
+  EXPECT_LT(4 * (win.p2p_bytes_fwd + win.p2p_bytes_bwd), full.p2p_bytes_fwd + full.p2p_bytes_bwd);
 }
 
 TEST(SeqparSchedule, ValidateRejectsWhatCannotRun) {

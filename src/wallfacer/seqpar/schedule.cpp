@@ -1,5 +1,6 @@
 #include "wallfacer/seqpar/schedule.h"
 
+#include <algorithm>
 #include <set>
 
 #include "wallfacer/core/error.h"
@@ -9,7 +10,8 @@ namespace wallfacer::seqpar {
 namespace {
 
 // Message tags: one per kind of transfer so that no two streams between a pair of ranks mix.
-constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagGrad = 14, kTagReturn = 15;
+constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagGrad = 14, kTagReturn = 15,
+              kTagHome = 16;
 
 // FLOPs per kept (query, key) pair and head: forward QK^T and PV (2 matmuls of 2D each); backward
 // recomputes S and runs dV, dP, dQ, dK (5 matmuls).
@@ -210,260 +212,367 @@ struct RingLayout {
   }
 };
 
-// With documents or a window, whether the block that rank r holds at ring step `step` must go on
-// to the next rank: true when a rank that would hold it at a later step (step + 1 .. G - 1) has
-// kept pairs with it. `queries(x, t)` and `keys(x, t)` are the segments rank x pairs at step t.
-// Without either every hop is made, as the closed forms count them.
-template <class Queries, class Keys>
-bool hop_needed(const Schedule& s, const RingLayout& L, int r, int step, Queries queries,
-                Keys keys) {
-  if (s.docs.starts.empty() && s.cfg.window == 0) return true;
-  int x = r;
-  for (int t = step + 1; t < L.G; ++t) {
-    x = L.next(x);
-    for (const Segment& q : queries(x, t))
-      for (const Segment& k : keys(x, t))
-        if (kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows) > 0) return true;
-  }
+// Which side travels the ring: K,V blocks (the forward, and a backward that moves K,V) against
+// the resident team queries, or query packages against the resident K,V block.
+enum class Travel : uint8_t { KV, Queries };
+
+// Whether rank x, at ring step `step`, has kept pairs between its queries and its keys.
+bool pairs_at(const Schedule& s, const RingLayout& L, int x, int step, Travel travel) {
+  const auto& c = s.cfg;
+  const int C = s.teams;
+  const auto queries =
+      team_segments(c, s.P, C, travel == Travel::KV ? x / C : L.query_team(x, step));
+  const auto keys = team_segments(c, s.P, C, L.kv_team(x, travel == Travel::KV ? step : 0));
+  for (const Segment& q : queries)
+    for (const Segment& k : keys)
+      if (kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows) > 0) return true;
   return false;
+}
+
+// The hops that the travelling block of `origin` (the block it holds at step 0) makes: up to the
+// last rank of the sub-ring that has kept pairs with it (0: it stays home). Without documents or a
+// window every block makes all G - 1 hops, as the closed forms count them.
+int travel_hops(const Schedule& s, const RingLayout& L, int origin, Travel travel) {
+  if (s.docs.starts.empty() && s.cfg.window == 0) return L.G - 1;
+  int last = 0, x = origin;
+  for (int t = 1; t < L.G; ++t) {
+    x = L.next(x);
+    if (pairs_at(s, L, x, t, travel)) last = t;
+  }
+  return last;
+}
+
+// The rank whose block rank r holds at ring step `step` (its holder at step 0).
+int origin_at(const RingLayout& L, int r, int step) {
+  for (int i = 0; i < step; ++i) r = L.prev(r);
+  return r;
+}
+
+// Per ring step, the hops of the block that rank r holds then: r holds it when step <= hops, and
+// passes it on when step < hops.
+std::vector<int> hops_per_step(const Schedule& s, const RingLayout& L, int r, Travel travel) {
+  std::vector<int> hops(size_t(L.G));
+  for (int step = 0; step < L.G; ++step)
+    hops[size_t(step)] = travel_hops(s, L, origin_at(L, r, step), travel);
+  return hops;
 }
 
 // Ring, zigzag ring, WallFacer-C (ring = WallFacer-1) and the Ulysses x ring hybrids. The team
 // buffers (C blocks, block a of member a's rows) come from an all-gather in the team (WallFacer)
 // or from Ulysses' all-to-all in the team, which trades the members' rows for heads: member a then
 // holds the team's rows of heads slice a (H/u heads, Hkv/u kv heads) and the ring runs on those.
-void build_team_ring(Schedule& s, Builder& b) {
-  const auto& c = s.cfg;
-  const int P = s.P, r = s.rank, C = s.teams;
-  const RingLayout L(c, P, C);
-  const bool hybrid = L.hybrid;
-  const int G = L.G, t = r / C;
-  const int H = hybrid ? c.heads / C : c.heads, K = hybrid ? c.kv_heads / C : c.kv_heads;
-  // w: the tensors and their messages; f: the accumulators (and the gradients that travel).
-  const Dtype w = c.dtype, f = Dtype::fp32;
-  const int place_dst = L.placement_dst(r), place_src = L.placement_src(r);
-  const bool placed = place_dst != r;
+// The steps, in order: the forward's team gather and placement, its ring, the return of O; the
+// backward's team gather and placement, its ring, the return of the gradients.
+class TeamRing {
+ public:
+  TeamRing(Schedule& s, Builder& b)
+      : s_(s),
+        b_(b),
+        c_(s.cfg),
+        P_(s.P),
+        r_(s.rank),
+        C_(s.teams),
+        L_(s.cfg, s.P, s.teams),
+        hybrid_(L_.hybrid),
+        G_(L_.G),
+        H_(hybrid_ ? c_.heads / C_ : c_.heads),
+        K_(hybrid_ ? c_.kv_heads / C_ : c_.kv_heads),
+        w_(c_.dtype),
+        place_dst_(L_.placement_dst(r_)),
+        place_src_(L_.placement_src(r_)),
+        placed_(place_dst_ != r_),
+        keep_(c_.keep_kv && C_ > 1),
+        my_team_(team_segments(c_, P_, C_, r_ / C_)),
+        resident_(team_segments(c_, P_, C_, L_.kv_team(r_, 0))) {}
+
+  void build() {
+    b_.phase(&s_.fwd);
+    forward_gather();
+    forward_ring();
+    forward_output();
+    b_.phase(&s_.bwd);
+    backward_gather();
+    backward_ring();
+    gradient_return();
+  }
+
+ private:
+  // Ulysses' all-to-all in the team: `src` (C blocks, block j for member j) -> a new buffer.
+  int trade(int src, const std::string& name) {
+    const BufferSpec spec = s_.buffers[size_t(src)];
+    const int dst = b_.buffer(name, spec.fmt, C_, spec.heads, spec.dtype);
+    b_.collective(CollKind::AllToAll, Group::Team, C_, src, dst);
+    return dst;
+  }
+
+  std::vector<Segment> team(int t) const { return team_segments(c_, P_, C_, t); }
+
+  // Forward: K,V packed and gathered in the team (or traded), the ring buffers, the placement hop
+  // and the team's queries.
+  void forward_gather() {
+    const int C = C_, K = K_, H = H_;
+    const Dtype w = w_;
+    if (hybrid_) {
+      kvs_ = b_.buffer("kv_shards", Fmt::KV, C, K, w);
+      b_.local(LocalKind::PackKV, -1, kvs_, -1, C);
+      kvt_ = trade(kvs_, "kv_team");
+    } else {
+      kvl_ = kvt_ = b_.buffer("kv_local", Fmt::KV, 1, K, w);
+      b_.local(LocalKind::PackKV, -1, kvl_);
+    }
+    if (C > 1 && !hybrid_) {
+      kvt_ =
+          b_.buffer(keep_ && !placed_ ? "kv_kept" : "kv_team", Fmt::KV, C, K, w, keep_ && !placed_);
+      b_.collective(CollKind::AllGather, Group::Team, C, kvl_, kvt_);
+    }
+    // The K,V blocks that circulate, and the placed one: the block of forward step 0 and the
+    // backward's resident K,V (or, when K,V travel, the block of its step 0). Without keep_kv it
+    // lives in kv_ring0, which the ring first writes at step 1, when step 0 is done with it (and
+    // which a backward that moves the query packages leaves alone).
+    ring0_ = G_ > 1 ? b_.buffer("kv_ring0", Fmt::KV, C, K, w) : -1;
+    ring1_ = G_ > 1 ? b_.buffer("kv_ring1", Fmt::KV, C, K, w) : -1;
+    if (placed_)
+      kv_placed_ = keep_    ? b_.buffer("kv_kept", Fmt::KV, C, K, w, true)
+                   : G_ > 1 ? b_.alias("kv_placed", ring0_)
+                            : b_.buffer("kv_placed", Fmt::KV, C, K, w);
+    kv_first_ = kvt_;
+    int ps = -1, pr = -1;
+    if (placed_) {
+      kv_first_ = kv_placed_;
+      ps = b_.send(kvt_, place_dst_, kTagPlace);
+      pr = b_.recv(kv_first_, place_src_, kTagPlace);
+      b_.next_round();
+    }
+    if (hybrid_) {
+      const int qs = b_.buffer("q_shards", Fmt::Rows, C, H, w);
+      b_.local(LocalKind::Shard, kInQ, qs, -1, C);
+      qt_ = trade(qs, "q_team");
+    } else if (C > 1) {
+      qt_ = b_.buffer("q_team", Fmt::Rows, C, H, w);
+      b_.collective(CollKind::AllGather, Group::Team, C, kInQ, qt_);
+    }
+    b_.wait({ps, pr});
+  }
+
+  // Forward ring: G steps, each computing the team's queries against the K,V block it holds while
+  // the block goes on, only while a later rank of the sub-ring has a query that sees it.
+  void forward_ring() {
+    const int C = C_, G = G_, r = r_;
+    // The kernels accumulate O in fp32: the caller's o when it is fp32 and no team merges.
+    if (C > 1 || w_ != kAcc) oacc_ = b_.buffer("o_team", Fmt::Rows, C, H_, kAcc);
+    if (C > 1) lacc_ = b_.buffer("lse_team", Fmt::Stat, C, H_, kAcc);
+    b_.local(LocalKind::InitOut, -1, oacc_, lacc_);
+    const std::vector<int> hops = hops_per_step(s_, L_, r, Travel::KV);
+    for (int step = 0; step < G; ++step) {
+      const int cur = step == 0 ? kv_first_ : (step % 2 ? ring1_ : ring0_);
+      int sa = -1, ra = -1;
+      if (step < G - 1) {
+        if (step < hops[size_t(step)]) sa = b_.send(cur, L_.next(r), kTagKV);
+        if (step < hops[size_t(step) + 1])
+          ra = b_.recv(step % 2 ? ring0_ : ring1_, L_.prev(r), kTagKV);
+      }
+      b_.computes(false, qt_, cur, oacc_, lacc_, my_team_, team(L_.kv_team(r, step)), H_, K_);
+      if (step < G - 1) {
+        b_.wait({sa, ra});
+        b_.next_round();
+      }
+    }
+  }
+
+  // O and LSE back to the rows' owners.
+  void forward_output() {
+    const int C = C_;
+    if (hybrid_) {
+      // O back to the rows' owners as the tensors travel (rounded to bf16 once); LSE stays fp32.
+      const int os = trade(b_.as_dtype(oacc_, "o_team_wire", w_), "o_shards");
+      const int ls = trade(lacc_, "lse_shards");
+      b_.local(LocalKind::Merge, os, kOutO, -1, C);
+      b_.local(LocalKind::Merge, ls, kOutLse, -1, C);
+    } else if (C > 1) {
+      // The partial O travel as the tensors do (rounded to bf16 once); LSE stays fp32.
+      const int owire = b_.as_dtype(oacc_, "o_team_wire", w_);
+      b_.collective(CollKind::ReduceScatterLse, Group::Team, C, owire, kOutO, lacc_, kOutLse);
+    } else if (oacc_ != kOutO) {
+      b_.local(LocalKind::Copy, oacc_, kOutO);
+    }
+  }
+
+  // Backward: K,V packed, gathered and placed again (unless kept from the forward), the query
+  // packages packed and gathered in the team (or traded).
+  void backward_gather() {
+    const int C = C_, H = H_;
+    const Dtype w = w_;
+    kv_resident_ = placed_ ? kv_placed_ : kvt_;  // with keep_kv: the forward's kv_kept
+    int ps = -1, pr = -1;
+    if (keep_) {
+      // kept from the forward
+    } else if (hybrid_) {
+      b_.local(LocalKind::PackKV, -1, kvs_, -1, C);
+      b_.collective(CollKind::AllToAll, Group::Team, C, kvs_, kvt_);
+    } else {
+      b_.local(LocalKind::PackKV, -1, kvl_);
+      if (C > 1) b_.collective(CollKind::AllGather, Group::Team, C, kvl_, kvt_);
+    }
+    if (placed_ && !keep_) {
+      ps = b_.send(kvt_, place_dst_, kTagPlace);
+      pr = b_.recv(kv_placed_, place_src_, kTagPlace);
+      b_.next_round();
+    }
+    if (hybrid_) {
+      const int qps = b_.buffer("qpack_shards", Fmt::QPack, C, H, w);
+      b_.local(LocalKind::PackQPack, -1, qps, -1, C);
+      qpt_ = trade(qps, "qpack_team");
+    }
+    const int qpl = hybrid_ ? -1 : b_.buffer("qpack_local", Fmt::QPack, 1, H, w);
+    if (!hybrid_) {
+      b_.local(LocalKind::PackQPack, -1, qpl);
+      qpt_ = qpl;
+    }
+    if (C > 1 && !hybrid_) {
+      qpt_ = b_.buffer("qpack_team", Fmt::QPack, C, H, w);
+      b_.collective(CollKind::AllGather, Group::Team, C, qpl, qpt_);
+    }
+    b_.wait({ps, pr});
+  }
+
+  // Backward ring. One side stays resident, the other travels the sub-ring with its gradient
+  // accumulator: query packages (q, dout, lse, delta; dQ travels) while K,V stay, or K,V blocks
+  // (dK,dV travel) while the team's queries stay, whichever moves fewer bytes
+  // (backward_moves_kv). Gradients travel and are summed in fp32 (docs/numerics.md).
+  void backward_ring() {
+    const int C = C_, G = G_, r = r_, H = H_, K = K_;
+    const bool move_kv = s_.bwd_moves_kv;
+    // Accumulators: dQ of the team block and dK,dV of the placed K,V block. The resident side's
+    // accumulator stays; the travelling side's ends in `home`.
+    dq_team_ = C > 1 || w_ != kAcc ? b_.buffer("dq_team", Fmt::Rows, C, H, kAcc) : kOutDq;
+    dkv_team_ = b_.buffer("dkv_acc", Fmt::KV, C, K, kAcc);
+    const int res_acc = move_kv ? dq_team_ : dkv_team_;
+    const int home = move_kv ? dkv_team_ : dq_team_;
+    const Fmt tfmt = move_kv ? Fmt::KV : Fmt::QPack, afmt = move_kv ? Fmt::KV : Fmt::Rows;
+    const int theads = move_kv ? K : H;
+    const int first = move_kv ? kv_resident_ : qpt_;
+    const int tag_t = move_kv ? kTagKV : kTagQPack;
+    b_.local(LocalKind::Zero, -1, res_acc);
+    int ring[2] = {-1, -1}, slot[2] = {home, -1}, acc_in = -1;
+    if (G > 1) {
+      ring[0] = move_kv ? ring0_ : b_.buffer("qpack_ring0", tfmt, C, theads, w_);
+      ring[1] = move_kv ? ring1_ : b_.buffer("qpack_ring1", tfmt, C, theads, w_);
+      slot[0] = b_.buffer("grad_part0", afmt, C, theads, kAcc);
+      slot[1] = b_.buffer("grad_part1", afmt, C, theads, kAcc);
+      acc_in = b_.buffer("grad_in", afmt, C, theads, kAcc);
+    }
+    int acc_send[2] = {-1, -1};
+    // The travelling block goes on only while a later rank has pairs with it (as in the
+    // forward); its gradient accumulator follows it one hop behind and goes from the last rank
+    // that holds it straight home (from rank prev(r) after the last step, as a ring hop, when the
+    // block makes every hop; none when it stays home: it is computed in `home`). Ranks after that
+    // last one neither receive nor send the block or its accumulator.
+    const std::vector<int> hops = hops_per_step(s_, L_, r, move_kv ? Travel::KV : Travel::Queries);
+    const int own_hops = hops[0];
+    int home_in = -1;
+    if (own_hops > 0 && own_hops < G - 1) {
+      int last = r;
+      for (int i = 0; i < own_hops; ++i) last = L_.next(last);
+      home_in = b_.recv(home, last, kTagHome);
+    }
+    for (int step = 0; step < G; ++step) {
+      const int cur = step == 0 ? first : ring[step % 2];
+      const int at = hops[size_t(step)];  // hops of the block this rank holds now
+      int ta = -1, tb = -1, ain = -1;
+      if (step < G - 1) {
+        if (step < at) ta = b_.send(cur, L_.next(r), tag_t);
+        if (step < hops[size_t(step) + 1]) tb = b_.recv(ring[(step + 1) % 2], L_.prev(r), tag_t);
+      }
+      if (step <= at) {  // this rank holds the block
+        if (step > 0) ain = b_.recv(acc_in, L_.prev(r), kTagGrad);
+        const bool stays = at == 0;  // the rank's own block, needed nowhere else
+        const int acc = stays ? home : slot[step % 2];
+        b_.wait({acc_send[step % 2]});
+        acc_send[step % 2] = -1;
+        b_.local(LocalKind::Zero, -1, acc);
+        if (move_kv) {
+          b_.computes(true, qpt_, cur, res_acc, acc, my_team_, team(L_.kv_team(r, step)), H, K);
+        } else {
+          b_.computes(true, cur, kv_resident_, acc, res_acc, team(L_.query_team(r, step)),
+                      resident_, H, K);
+        }
+        if (step > 0) {
+          b_.wait({ain});
+          b_.local(LocalKind::Add, acc_in, acc);
+        }
+        if (stays) {
+          // computed in place
+        } else if (step < at || step == G - 1) {
+          acc_send[step % 2] = b_.send(acc, L_.next(r), kTagGrad);
+        } else {
+          acc_send[step % 2] = b_.send(acc, origin_at(L_, r, step), kTagHome);
+        }
+      }
+      b_.wait({ta, tb});
+      b_.next_round();
+    }
+    if (G > 1) {
+      const int h = own_hops == G - 1 ? b_.recv(home, L_.prev(r), kTagGrad) : -1;
+      b_.wait({h, home_in, acc_send[0], acc_send[1]});
+    }
+  }
+
+  // dQ and dK,dV back to the rows' owners: traded back (hybrid), or dK,dV along the inverse
+  // placement while dQ is reduce-scattered in the team, then dK,dV reduce-scattered.
+  void gradient_return() {
+    const int C = C_;
+    if (hybrid_) {
+      // dQ and dK,dV back to the rows' owners, in fp32, rounded once by the merge.
+      const int dqs = trade(dq_team_, "dq_shards");
+      const int dkvs = trade(dkv_team_, "dkv_shards");
+      b_.local(LocalKind::Merge, dqs, kOutDq, -1, C);
+      b_.local(LocalKind::UnpackKV, dkvs, -1, -1, C);
+      return;
+    }
+    int dkvt = dkv_team_, rs = -1, rr = -1;
+    if (placed_) {
+      dkvt = b_.buffer("dkv_team", Fmt::KV, C, K_, kAcc);
+      rs = b_.send(dkv_team_, place_src_, kTagReturn);
+      rr = b_.recv(dkvt, place_dst_, kTagReturn);
+    }
+    int dq = dq_team_;
+    if (C > 1) {
+      dq = w_ != kAcc ? b_.buffer("dq_local", Fmt::Rows, 1, H_, kAcc) : kOutDq;
+      b_.collective(CollKind::ReduceScatterSum, Group::Team, C, dq_team_, dq);
+    }
+    if (dq != kOutDq) b_.local(LocalKind::Copy, dq, kOutDq);
+    b_.wait({rs, rr});
+    int dkvl = dkvt;
+    if (C > 1) {
+      dkvl = b_.buffer("dkv_local", Fmt::KV, 1, K_, kAcc);
+      b_.collective(CollKind::ReduceScatterSum, Group::Team, C, dkvt, dkvl);
+    }
+    b_.local(LocalKind::UnpackKV, dkvl, -1);
+  }
+
+  // The accumulators (and the gradients that travel) are fp32; w_: the tensors and their messages.
+  static constexpr Dtype kAcc = Dtype::fp32;
+
+  Schedule& s_;
+  Builder& b_;
+  const AttnConfig& c_;
+  const int P_, r_, C_;
+  const RingLayout L_;
+  const bool hybrid_;
+  const int G_, H_, K_;  // H_, K_: the heads the ring computes (a hybrid's slice)
+  const Dtype w_;
+  const int place_dst_, place_src_;
+  const bool placed_;
   // keep_kv: the K,V block this rank computes with at the first ring step (received by the
   // placement, or its own team's) stays from the forward to the backward.
-  const bool keep = c.keep_kv && C > 1;
-  const auto my_team = team_segments(c, P, C, t);
-  const auto resident = team_segments(c, P, C, L.kv_team(r, 0));
-  // Ulysses' all-to-all in the team: `src` (C blocks, block j for member j) -> a new buffer.
-  auto trade = [&](int src, const std::string& name) {
-    const BufferSpec spec = s.buffers[size_t(src)];
-    const int dst = b.buffer(name, spec.fmt, C, spec.heads, spec.dtype);
-    b.collective(CollKind::AllToAll, Group::Team, C, src, dst);
-    return dst;
-  };
-
-  // ---- forward
-  b.phase(&s.fwd);
-  int kvl = -1, kvs = -1, qt = kInQ, kvt = -1;
-  if (hybrid) {
-    kvs = b.buffer("kv_shards", Fmt::KV, C, K, w);
-    b.local(LocalKind::PackKV, -1, kvs, -1, C);
-    kvt = trade(kvs, "kv_team");
-  } else {
-    kvl = kvt = b.buffer("kv_local", Fmt::KV, 1, K, w);
-    b.local(LocalKind::PackKV, -1, kvl);
-  }
-  if (C > 1 && !hybrid) {
-    kvt = b.buffer(keep && !placed ? "kv_kept" : "kv_team", Fmt::KV, C, K, w, keep && !placed);
-    b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
-  }
-  // The K,V blocks that circulate, and the placed one: the block of forward step 0 and the
-  // backward's resident K,V (or, when K,V travel, the block of its step 0). Without keep_kv it
-  // lives in kv_ring0, which the ring first writes at step 1, when step 0 is done with it (and
-  // which a backward that moves the query packages leaves alone).
-  const int ring0 = G > 1 ? b.buffer("kv_ring0", Fmt::KV, C, K, w) : -1;
-  const int ring1 = G > 1 ? b.buffer("kv_ring1", Fmt::KV, C, K, w) : -1;
-  int kv_placed = -1;
-  if (placed)
-    kv_placed = keep    ? b.buffer("kv_kept", Fmt::KV, C, K, w, true)
-                : G > 1 ? b.alias("kv_placed", ring0)
-                        : b.buffer("kv_placed", Fmt::KV, C, K, w);
-  int kv_first = kvt;
-  int ps = -1, pr = -1;
-  if (placed) {
-    kv_first = kv_placed;
-    ps = b.send(kvt, place_dst, kTagPlace);
-    pr = b.recv(kv_first, place_src, kTagPlace);
-    b.next_round();
-  }
-  if (hybrid) {
-    const int qs = b.buffer("q_shards", Fmt::Rows, C, H, w);
-    b.local(LocalKind::Shard, kInQ, qs, -1, C);
-    qt = trade(qs, "q_team");
-  } else if (C > 1) {
-    qt = b.buffer("q_team", Fmt::Rows, C, H, w);
-    b.collective(CollKind::AllGather, Group::Team, C, kInQ, qt);
-  }
-  b.wait({ps, pr});
-  // The kernels accumulate O in fp32: the caller's o when it is fp32 and no team merges.
-  int oacc = kOutO, lacc = kOutLse;
-  if (C > 1 || w != f) oacc = b.buffer("o_team", Fmt::Rows, C, H, f);
-  if (C > 1) lacc = b.buffer("lse_team", Fmt::Stat, C, H, f);
-  b.local(LocalKind::InitOut, -1, oacc, lacc);
-  // A K,V block goes on only while a later rank of the sub-ring has a query that sees it.
-  auto team_queries = [&](int x, int) { return team_segments(c, P, C, x / C); };
-  auto kv_keys = [&](int x, int at) { return team_segments(c, P, C, L.kv_team(x, at)); };
-  for (int step = 0; step < G; ++step) {
-    const int cur = step == 0 ? kv_first : (step % 2 ? ring1 : ring0);
-    int sa = -1, ra = -1;
-    if (step < G - 1) {
-      if (hop_needed(s, L, r, step, team_queries, kv_keys)) sa = b.send(cur, L.next(r), kTagKV);
-      if (hop_needed(s, L, L.prev(r), step, team_queries, kv_keys))
-        ra = b.recv(step % 2 ? ring0 : ring1, L.prev(r), kTagKV);
-    }
-    b.computes(false, qt, cur, oacc, lacc, my_team, team_segments(c, P, C, L.kv_team(r, step)), H,
-               K);
-    if (step < G - 1) {
-      b.wait({sa, ra});
-      b.next_round();
-    }
-  }
-  if (hybrid) {
-    // O back to the rows' owners as the tensors travel (rounded to bf16 once); LSE stays fp32.
-    const int os = trade(b.as_dtype(oacc, "o_team_wire", w), "o_shards");
-    const int ls = trade(lacc, "lse_shards");
-    b.local(LocalKind::Merge, os, kOutO, -1, C);
-    b.local(LocalKind::Merge, ls, kOutLse, -1, C);
-  } else if (C > 1) {
-    // The partial O travel as the tensors do (rounded to bf16 once); LSE stays fp32.
-    const int owire = b.as_dtype(oacc, "o_team_wire", w);
-    b.collective(CollKind::ReduceScatterLse, Group::Team, C, owire, kOutO, lacc, kOutLse);
-  } else if (oacc != kOutO) {
-    b.local(LocalKind::Copy, oacc, kOutO);
-  }
-
-  // ---- backward. One side stays resident, the other travels the sub-ring with its gradient
-  // accumulator, which takes one extra hop home: query packages (q, dout, lse, delta; dQ travels)
-  // while K,V stay, or K,V blocks (dK,dV travel) while the team's queries stay, whichever moves
-  // fewer bytes (backward_moves_kv). dK,dV then go back along the inverse placement, and the team
-  // reduce-scatters dQ and dK,dV. Gradients travel and are summed in fp32 (docs/numerics.md).
-  b.phase(&s.bwd);
-  const bool move_kv = s.bwd_moves_kv;
-  const int kv_resident = placed ? kv_placed : kvt;  // with keep_kv: the forward's kv_kept
-  ps = pr = -1;
-  if (keep) {
-    // kept from the forward
-  } else if (hybrid) {
-    b.local(LocalKind::PackKV, -1, kvs, -1, C);
-    b.collective(CollKind::AllToAll, Group::Team, C, kvs, kvt);
-  } else {
-    b.local(LocalKind::PackKV, -1, kvl);
-    if (C > 1) b.collective(CollKind::AllGather, Group::Team, C, kvl, kvt);
-  }
-  if (placed && !keep) {
-    ps = b.send(kvt, place_dst, kTagPlace);
-    pr = b.recv(kv_placed, place_src, kTagPlace);
-    b.next_round();
-  }
-  int qpt = -1;
-  if (hybrid) {
-    const int qps = b.buffer("qpack_shards", Fmt::QPack, C, H, w);
-    b.local(LocalKind::PackQPack, -1, qps, -1, C);
-    qpt = trade(qps, "qpack_team");
-  }
-  const int qpl = hybrid ? -1 : b.buffer("qpack_local", Fmt::QPack, 1, H, w);
-  if (!hybrid) {
-    b.local(LocalKind::PackQPack, -1, qpl);
-    qpt = qpl;
-  }
-  if (C > 1 && !hybrid) {
-    qpt = b.buffer("qpack_team", Fmt::QPack, C, H, w);
-    b.collective(CollKind::AllGather, Group::Team, C, qpl, qpt);
-  }
-  b.wait({ps, pr});
-  // Accumulators: dQ of the team block and dK,dV of the placed K,V block. The resident side's
-  // accumulator stays; the travelling side's ends in `home` after its hop home.
-  const int dq_team = C > 1 || w != f ? b.buffer("dq_team", Fmt::Rows, C, H, f) : kOutDq;
-  const int dkv_team = b.buffer("dkv_acc", Fmt::KV, C, K, f);
-  const int res_acc = move_kv ? dq_team : dkv_team;
-  const int home = move_kv ? dkv_team : dq_team;
-  const Fmt tfmt = move_kv ? Fmt::KV : Fmt::QPack, afmt = move_kv ? Fmt::KV : Fmt::Rows;
-  const int theads = move_kv ? K : H;
-  const int first = move_kv ? kv_resident : qpt;
-  const int tag_t = move_kv ? kTagKV : kTagQPack;
-  b.local(LocalKind::Zero, -1, res_acc);
-  int ring[2] = {-1, -1}, slot[2] = {home, -1}, acc_in = -1;
-  if (G > 1) {
-    ring[0] = move_kv ? ring0 : b.buffer("qpack_ring0", tfmt, C, theads, w);
-    ring[1] = move_kv ? ring1 : b.buffer("qpack_ring1", tfmt, C, theads, w);
-    slot[0] = b.buffer("grad_part0", afmt, C, theads, f);
-    slot[1] = b.buffer("grad_part1", afmt, C, theads, f);
-    acc_in = b.buffer("grad_in", afmt, C, theads, f);
-  }
-  int acc_send[2] = {-1, -1};
-  // The travelling block goes on only while a later rank has pairs with it; its gradient
-  // accumulator makes every hop home.
-  auto bwd_queries = [&](int x, int at) {
-    return move_kv ? team_segments(c, P, C, x / C) : team_segments(c, P, C, L.query_team(x, at));
-  };
-  auto bwd_keys = [&](int x, int at) {
-    return move_kv ? team_segments(c, P, C, L.kv_team(x, at))
-                   : team_segments(c, P, C, L.kv_team(x, 0));
-  };
-  for (int step = 0; step < G; ++step) {
-    const int cur = step == 0 ? first : ring[step % 2];
-    int ta = -1, tb = -1, ain = -1;
-    if (step < G - 1) {
-      if (hop_needed(s, L, r, step, bwd_queries, bwd_keys)) ta = b.send(cur, L.next(r), tag_t);
-      if (hop_needed(s, L, L.prev(r), step, bwd_queries, bwd_keys))
-        tb = b.recv(ring[(step + 1) % 2], L.prev(r), tag_t);
-    }
-    if (step > 0) ain = b.recv(acc_in, L.prev(r), kTagGrad);
-    const int acc = slot[step % 2];
-    b.wait({acc_send[step % 2]});
-    b.local(LocalKind::Zero, -1, acc);
-    if (move_kv) {
-      b.computes(true, qpt, cur, res_acc, acc, my_team, team_segments(c, P, C, L.kv_team(r, step)),
-                 H, K);
-    } else {
-      b.computes(true, cur, kv_resident, acc, res_acc,
-                 team_segments(c, P, C, L.query_team(r, step)), resident, H, K);
-    }
-    if (step > 0) {
-      b.wait({ain});
-      b.local(LocalKind::Add, acc_in, acc);
-    }
-    if (G > 1) acc_send[step % 2] = b.send(acc, L.next(r), kTagGrad);
-    b.wait({ta, tb});
-    b.next_round();
-  }
-  if (G > 1) {
-    const int h = b.recv(home, L.prev(r), kTagGrad);
-    b.wait({h, acc_send[0], acc_send[1]});
-  }
-  if (hybrid) {
-    // dQ and dK,dV back to the rows' owners, in fp32, rounded once by the merge.
-    const int dqs = trade(dq_team, "dq_shards");
-    const int dkvs = trade(dkv_team, "dkv_shards");
-    b.local(LocalKind::Merge, dqs, kOutDq, -1, C);
-    b.local(LocalKind::UnpackKV, dkvs, -1, -1, C);
-    return;
-  }
-  // dK, dV go back along the inverse placement while dQ is reduce-scattered in the team.
-  int dkvt = dkv_team, rs = -1, rr = -1;
-  if (placed) {
-    dkvt = b.buffer("dkv_team", Fmt::KV, C, K, f);
-    rs = b.send(dkv_team, place_src, kTagReturn);
-    rr = b.recv(dkvt, place_dst, kTagReturn);
-  }
-  int dq = dq_team;
-  if (C > 1) {
-    dq = w != f ? b.buffer("dq_local", Fmt::Rows, 1, H, f) : kOutDq;
-    b.collective(CollKind::ReduceScatterSum, Group::Team, C, dq_team, dq);
-  }
-  if (dq != kOutDq) b.local(LocalKind::Copy, dq, kOutDq);
-  b.wait({rs, rr});
-  int dkvl = dkvt;
-  if (C > 1) {
-    dkvl = b.buffer("dkv_local", Fmt::KV, 1, K, f);
-    b.collective(CollKind::ReduceScatterSum, Group::Team, C, dkvt, dkvl);
-  }
-  b.local(LocalKind::UnpackKV, dkvl, -1);
-}
+  const bool keep_;
+  const std::vector<Segment> my_team_, resident_;
+  // Buffers: K,V (local, shards, team, ring, placed, of forward step 0, of the backward's
+  // resident side), the team's queries and query packages, O and LSE, dQ and dK,dV accumulators.
+  int kvl_ = -1, kvs_ = -1, kvt_ = -1, ring0_ = -1, ring1_ = -1, kv_placed_ = -1, kv_first_ = -1;
+  int kv_resident_ = -1, qt_ = kInQ, qpt_ = -1, oacc_ = kOutO, lacc_ = kOutLse;
+  int dq_team_ = -1, dkv_team_ = -1;
+};
 
 // Ulysses: all-to-all from sequence shards to head shards, full attention on H/P heads, back.
 void build_ulysses(Schedule& s, Builder& b) {
@@ -652,16 +761,55 @@ int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos
                              s.cfg.window);
 }
 
+namespace {
+
+// The team size of cfg's schedule (Schedule::teams).
+int schedule_teams(const AttnConfig& cfg) {
+  return cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg);
+}
+
+}  // namespace
+
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
-  const int64_t C = team_size(cfg);
-  const int64_t G = cfg.ulysses > 1 ? P / cfg.ulysses : P / (C * C), D = cfg.head_dim,
-                H = cfg.heads, K = cfg.kv_heads;
+  validate(cfg, P);
+  // The choice ignores the documents: they change from call to call (set_documents) while the
+  // buffers, which depend on the choice, stay.
+  Schedule s;
+  s.cfg = cfg;
+  s.cfg.doc_lengths.clear();
+  s.P = P;
+  s.teams = schedule_teams(cfg);
+  const RingLayout L(s.cfg, P, s.teams);
+  const int64_t G = L.G, D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
   const int64_t e = dtype_bytes(cfg.dtype);
   if (G == 1) return false;  // no hops either way
-  const int64_t kv = (G - 1) * 2 * K * D * e + G * 2 * K * D * 4;
-  const int64_t q = (G - 1) * H * (2 * D * e + 2 * 4) + G * H * D * 4;
-  return kv < q;
+  // Bytes per team row of one hop of the travelling block and of its gradient accumulator.
+  const int64_t kv_hop = 2 * K * D * e, kv_grad = 2 * K * D * 4;
+  const int64_t q_hop = H * (2 * D * e + 2 * 4), q_grad = H * D * 4;
+  if (cfg.window == 0) return (G - 1) * kv_hop + G * kv_grad < (G - 1) * q_hop + G * q_grad;
+  // A window skips hops: rank x sends, at step t, the block it holds on when t < h (the block's
+  // hops) and its gradient accumulator when t <= h and h > 0. The side whose busiest rank sends
+  // fewer bytes travels (on a tie, the one with fewer bytes over all ranks).
+  std::vector<int> hk(static_cast<size_t>(P)), hq(static_cast<size_t>(P));
+  for (int o = 0; o < P; ++o) {
+    hk[size_t(o)] = travel_hops(s, L, o, Travel::KV);
+    hq[size_t(o)] = travel_hops(s, L, o, Travel::Queries);
+  }
+  int64_t kv_max = 0, q_max = 0, kv_sum = 0, q_sum = 0;
+  for (int x = 0; x < P; ++x) {
+    int64_t kv = 0, q = 0;
+    for (int t = 0, o = x; t < G; ++t, o = L.prev(o)) {  // o: the block's origin
+      const int a = hk[size_t(o)], b = hq[size_t(o)];
+      kv += (t < a ? kv_hop : 0) + (t <= a && a > 0 ? kv_grad : 0);
+      q += (t < b ? q_hop : 0) + (t <= b && b > 0 ? q_grad : 0);
+    }
+    kv_max = std::max(kv_max, kv);
+    q_max = std::max(q_max, q);
+    kv_sum += kv;
+    q_sum += q;
+  }
+  return kv_max != q_max ? kv_max < q_max : kv_sum < q_sum;
 }
 
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
@@ -671,7 +819,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   s.cfg = cfg;
   s.P = P;
   s.rank = rank;
-  s.teams = cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg);
+  s.teams = schedule_teams(cfg);
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
   if (!cfg.doc_lengths.empty()) s.docs = doc_bounds(cfg);
@@ -690,7 +838,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   if (cfg.strategy == Strategy::Ulysses) {
     build_ulysses(s, b);
   } else {
-    build_team_ring(s, b);
+    TeamRing(s, b).build();
   }
   return s;
 }
@@ -785,6 +933,35 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   const int64_t kv_gather = kept ? 0 : 2 * K * D;
   t.coll_bytes_bwd =
       (C - 1) * B * n * ((2 * H * D + kv_gather) * e + 2 * H * f + (H * D + 2 * K * D) * f);
+  if (cfg.strategy == Strategy::Ring && cfg.layout == Layout::Strategy && cfg.causal &&
+      cfg.window > 0 && cfg.doc_lengths.empty()) {
+    // A contiguous ring with a window W (docs/documents.md, "Sliding windows: bytes"): the keys of
+    // rank o are seen by the queries of the d = ceil((W-1)/n) ranks after it (no rank before it),
+    // so its K,V block makes h(o) = min(d, P-1-o) hops: rank x sends the blocks of ranks x-d+1..x
+    // that go on, min(x+1, d) of them (none from rank P-1). Each message in a round of its own.
+    const int64_t d = (cfg.window - 1 + n - 1) / n, x = rank;
+    const int64_t hops = x < P - 1 ? std::min(x + 1, d) : 0;
+    t.p2p_bytes_fwd = hops * kv * e;
+    t.p2p_steps_fwd = t.p2p_sends_fwd = hops;
+    if (backward_moves_kv(cfg, P)) {
+      // K,V the same hops, dK,dV one hop behind each and from the last rank that holds a block
+      // straight home: rank x < P-1 sends the one of rank x-d (when x >= d), rank P-1 those of the
+      // min(d, P-1) blocks that stop there.
+      const int64_t homes = x < P - 1 ? (d >= 1 && x >= d ? 1 : 0) : std::min<int64_t>(d, P - 1);
+      t.p2p_bytes_bwd = hops * kv * (e + f) + homes * kv * f;
+      t.p2p_steps_bwd = hops + homes;
+      t.p2p_sends_bwd = 2 * hops + homes;
+    } else {
+      // The query packages (small P, no grouped-query heads): the package of rank o >= 1 needs
+      // the keys of ranks o-d..o-1, the last of them reached at the last hop, so it makes all
+      // P-1 hops (rank 0's none, d = 0: none at all); rank x passes on P-2 of them (x = P-1:
+      // P-1) and sends the P-1 dQ accumulators of the packages it holds, in P-1 rounds.
+      const int64_t on = d == 0 ? 0 : P - 2 + (x == P - 1 ? 1 : 0), grads = d == 0 ? 0 : P - 1;
+      t.p2p_bytes_bwd = on * B * n * H * (2 * D * e + 2 * f) + grads * B * n * H * D * f;
+      t.p2p_steps_bwd = grads;
+      t.p2p_sends_bwd = on + grads;
+    }
+  }
   return t;
 }
 

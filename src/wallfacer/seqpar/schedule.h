@@ -158,7 +158,12 @@ struct Schedule {
 // 2) and 4 per statistic and gradient element, the G-1 hops of the travelling block and the G hops
 // of its gradient send (G-1)*2*Hkv*D*e + G*2*Hkv*D*4 (K,V, dK,dV) against
 // (G-1)*H*(2D*e + 8) + G*H*D*4 (q, dout, lse, delta; dQ): K,V under grouped-query attention with
-// H/Hkv >= 2, the query packages otherwise.
+// H/Hkv >= 2, the query packages otherwise. With a sliding window, where blocks stop at the last
+// rank whose pairs need them and their gradients go from there straight home, the bytes that each
+// side would really send at the busiest rank (on a tie: over all ranks). A contiguous causal ring
+// with a window of a few ranks' rows then moves K,V, which the window needs a few hops forward,
+// while a query package needs earlier keys, the long way round. The documents do not enter the
+// choice (they change between calls, the buffers stay).
 bool backward_moves_kv(const AttnConfig& cfg, int P);
 
 // Elements that AttnConfig::keep_kv holds per forward between it and its backward (0 when the
@@ -187,7 +192,9 @@ ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b);
 // Closed-form volumes of one rank (docs/algorithm.md, "Volumes": forward and backward, GQA, and
 // the LSE and delta rows that travel with O and the query packages; the element size of
 // cfg.dtype, docs/seqpar.md); hybrids: the sum of their Ulysses and ring volumes. flops fields are
-// left 0.
+// left 0. A causal contiguous ring with a sliding window: the hops the window needs (docs/
+// documents.md, "Sliding windows: bytes"); other strategies with a window or documents: the volume
+// without skipping (an upper bound of the schedule's).
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank);
 
 // WallFacer-C geometry (C = 1: ring). Ranks are in the sequence-parallel group.
