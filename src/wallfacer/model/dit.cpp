@@ -559,11 +559,8 @@ void Dit::block_forward(int l) {
     split_qkv_rows(s.q, s.k, s.v, a.qkv, N, C);
   }
   dense.reset();
-  if (bf) {  // (B, T, H, D) each
-    attn_.forward(s.q16, s.k16, s.v16, s.o16, s.lse);
-  } else {
-    attn_.forward(s.q, s.k, s.v, s.o, s.lse);
-  }
+  // (B, T, H, D) each
+  attn_.forward(pick(bf, s.q, s.q16), pick(bf, s.k, s.k16), pick(bf, s.v, s.v16), o, s.lse);
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   dense_fwd(pick(bf, s.a, a.wide16), o, w.proj_w, weight16(w.proj_w), w.proj_b, N, C, C);
   if (bf) widen_to_fp32(a.wide16, s.a, N * C);
@@ -608,14 +605,12 @@ void Dit::block_backward(int l) {
   k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, s.xmid, a.ones, s.mean2, s.rstd2, N, C);
   // attention branch
   gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, clip, N, C);  // dh = d a
-  dense_bwd(pick(bf, a.dmid, a.y16), gw.proj_w, gw.proj_b, in_dtype(bf, a.dh, a.x16, N * C),
-            pick(bf, s.o, s.o16), w.proj_w, weight16(w.proj_w), N, C, C);  // d o
+  const Act o = pick(bf, s.o, s.o16), dmid = pick(bf, a.dmid, a.y16);
+  dense_bwd(dmid, gw.proj_w, gw.proj_b, in_dtype(bf, a.dh, a.x16, N * C), o, w.proj_w,
+            weight16(w.proj_w), N, C, C);  // d o
   dense.reset();
-  if (bf) {
-    attn_.backward(s.q16, s.k16, s.v16, s.o16, s.lse, a.y16, a.dq16, a.dk16, a.dv16);
-  } else {
-    attn_.backward(s.q, s.k, s.v, s.o, s.lse, a.dmid, a.dq, a.dk, a.dv);
-  }
+  attn_.backward(pick(bf, s.q, s.q16), pick(bf, s.k, s.k16), pick(bf, s.v, s.v16), o, s.lse, dmid,
+                 pick(bf, a.dq, a.dq16), pick(bf, a.dk, a.dk16), pick(bf, a.dv, a.dv16));
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   if (bf) {
     merge_qkv_rows(a.dqkv16, a.dq16, a.dk16, a.dv16, N, C);

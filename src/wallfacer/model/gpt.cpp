@@ -451,11 +451,8 @@ void Gpt::block_forward(int l, bool run_attention) {
   dense.reset();
   if (run_attention) {  // o (B,T,H,D), lse (B,H,T)
     attn_.set_window(cfg_.layer_window(l));
-    if (bf) {
-      attn_.forward(b.q16, b.k16, b.v16, b.o16, b.lse);
-    } else {
-      attn_.forward(b.q, b.k, b.v, b.o, b.lse);
-    }
+    attn_.forward(pick(bf, b.q, b.q16), pick(bf, b.k, b.k16), pick(bf, b.v, b.v16),
+                  pick(bf, b.o, b.o16), b.lse);
   }
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   dense_fwd(out, pick(bf, b.o, b.o16), w.proj_w, C, C);  // (N, C)
@@ -563,11 +560,9 @@ void Gpt::block_backward(int l) {
             C, C);  // (N, C)
   dense.reset();
   attn_.set_window(cfg_.layer_window(l));
-  if (bf) {
-    attn_.backward(b.q16, b.k16, b.v16, b.o16, b.lse, a.y16, a.dq16, a.dk16, a.dv16);
-  } else {
-    attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
-  }
+  attn_.backward(pick(bf, b.q, b.q16), pick(bf, b.k, b.k16), pick(bf, b.v, b.v16),
+                 pick(bf, b.o, b.o16), b.lse, dattn, pick(bf, a.dq, a.dq16), pick(bf, a.dk, a.dk16),
+                 pick(bf, a.dv, a.dv16));
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   merge_dqkv();
   dense_bwd(dln, gw.qkv_w, in_dtype(bf, a.dqkv, a.wide16, N * Q), pick(bf, b.ln1, b.ln1_16),
