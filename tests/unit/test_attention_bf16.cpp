@@ -246,20 +246,9 @@ struct Problem : attn_testing::ProblemShape {
         lse(size_t(d.batch) * d.heads * d.seq_q),
         delta(lse.size()) {}
 
-  AttnFwdBf16Params fwd_params() {
-    AttnFwdBf16Params p;
-    attn_testing::set_inputs(p, *this);
-    p.o = o.view(), p.o_stride = qs();
-    return p;
-  }
-  AttnBwdBf16Params bwd_params() {
-    AttnBwdBf16Params p;
-    attn_testing::set_inputs(p, *this);
-    p.dq = dq.view(), p.dq_stride = qs();
-    p.dk = dk.view(), p.dk_stride = ks();
-    p.dv = dv.view(), p.dv_stride = ks();
-    return p;
-  }
+  static AttnOutput out(Out& x) { return x.view(); }
+  AttnFwdBf16Params fwd_params() { return attn_testing::fwd_params_of<bf16>(*this, out); }
+  AttnBwdBf16Params bwd_params() { return attn_testing::bwd_params_of<bf16>(*this, out); }
   void forward() { attn_fwd_bf16(fwd_params()); }
   // delta from O as the model would store it: bf16.
   void backward() {
