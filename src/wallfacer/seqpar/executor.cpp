@@ -280,8 +280,7 @@ void compute_rows(const Op& op, int batch, int head_dim, int64_t n, std::byte* q
     kernels::run_attn_fwd(kernels::fwd_params(t, out + q_at, out2 + row));
     return;
   }
-  const Dtype dt = std::is_same_v<T, bf16> ? Dtype::bf16 : Dtype::fp32;
-  const QPackParts part = qpack_parts(q_block, dt, batch, n, h, D);
+  const QPackParts part = qpack_parts(q_block, dtype_of<T>(), batch, n, h, D);
   t.q = reinterpret_cast<const T*>(part.q) + q_at;
   kernels::AttnGrads<T, float> g;
   g.dout = reinterpret_cast<const T*>(part.dout) + q_at;
