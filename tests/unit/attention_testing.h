@@ -247,6 +247,26 @@ void set_inputs(Params& p, Problem& pb) {
   p.window = pb.c.window;
 }
 
+// The forward and backward parameters of problem pb, whose element type is T: the inputs as
+// set_inputs sets them, and the outputs pb.o (forward), pb.dq, pb.dk, pb.dv (backward) as
+// out(tensor) gives them to the kernels.
+template <typename T, typename Problem, typename Out>
+AttnFwdParamsOf<T> fwd_params_of(Problem& pb, Out out) {
+  AttnFwdParamsOf<T> p;
+  set_inputs(p, pb);
+  p.o = out(pb.o), p.o_stride = pb.qs();
+  return p;
+}
+template <typename T, typename Problem, typename Out>
+AttnBwdParamsOf<T> bwd_params_of(Problem& pb, Out out) {
+  AttnBwdParamsOf<T> p;
+  set_inputs(p, pb);
+  p.dq = out(pb.dq), p.dq_stride = pb.qs();
+  p.dk = out(pb.dk), p.dk_stride = pb.ks();
+  p.dv = out(pb.dv), p.dv_stride = pb.ks();
+  return p;
+}
+
 // The strided tests' layout of a problem with Sq = Sk and H = Hkv: q, k, v are slices of one packed
 // (B, S, 3, H, D) buffer; dout and the outputs live in rows padded by kPad elements; lse and delta
 // have padded (B, H) strides. T is the element type of the inputs (float or bf16).

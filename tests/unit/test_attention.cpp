@@ -57,20 +57,9 @@ struct Problem : attn_testing::ProblemShape {
     delta.assign(lse.size(), 0);
   }
 
-  AttnFwdParams fwd_params() {
-    AttnFwdParams p;
-    attn_testing::set_inputs(p, *this);
-    p.o = o.data(), p.o_stride = qs();
-    return p;
-  }
-  AttnBwdParams bwd_params() {
-    AttnBwdParams p;
-    attn_testing::set_inputs(p, *this);
-    p.dq = dq.data(), p.dq_stride = qs();
-    p.dk = dk.data(), p.dk_stride = ks();
-    p.dv = dv.data(), p.dv_stride = ks();
-    return p;
-  }
+  static float* out(std::vector<float>& x) { return x.data(); }
+  AttnFwdParams fwd_params() { return attn_testing::fwd_params_of<float>(*this, out); }
+  AttnBwdParams bwd_params() { return attn_testing::bwd_params_of<float>(*this, out); }
   void forward() { attn_fwd(fwd_params()); }
   void backward() {
     attn_bwd_preprocess(d, o.data(), qs(), dout.data(), qs(), delta.data(), ls());

@@ -222,7 +222,7 @@ struct Out {
     else
       h.assign(n, bf16{});
   }
-  AttnOutput view(Strides3 s) { return {fp32 ? nullptr : h.data(), fp32 ? f.data() : nullptr, s}; }
+  AttnOutput view() { return {fp32 ? nullptr : h.data(), fp32 ? f.data() : nullptr}; }
   std::vector<float> values() const { return fp32 ? f : to_fp32(h); }
 };
 
@@ -246,20 +246,9 @@ struct Problem : attn_testing::ProblemShape {
         lse(size_t(d.batch) * d.heads * d.seq_q),
         delta(lse.size()) {}
 
-  AttnFwdBf16Params fwd_params() {
-    AttnFwdBf16Params p;
-    attn_testing::set_inputs(p, *this);
-    p.o = o.view(qs());
-    return p;
-  }
-  AttnBwdBf16Params bwd_params() {
-    AttnBwdBf16Params p;
-    attn_testing::set_inputs(p, *this);
-    p.dq = dq.view(qs());
-    p.dk = dk.view(ks());
-    p.dv = dv.view(ks());
-    return p;
-  }
+  static AttnOutput out(Out& x) { return x.view(); }
+  AttnFwdBf16Params fwd_params() { return attn_testing::fwd_params_of<bf16>(*this, out); }
+  AttnBwdBf16Params bwd_params() { return attn_testing::bwd_params_of<bf16>(*this, out); }
   void forward() { attn_fwd_bf16(fwd_params()); }
   // delta from O as the model would store it: bf16.
   void backward() {
@@ -596,15 +585,15 @@ TEST(AttnBf16, NonContiguousStrides) {
   std::vector<bf16> o(lay.padded_size(), sentinel), dq(o.size()), dk(o.size()), dv(o.size());
   AttnFwdBf16Params fp;
   lay.set_inputs(fp, pb.d, pb.scale(), true);
-  fp.o = {o.data(), nullptr, lay.padded};
+  fp.o = {o.data(), nullptr}, fp.o_stride = lay.padded;
   attn_fwd_bf16(fp);
   attn_bwd_preprocess_bf16(pb.d, o.data(), lay.padded, lay.dout.data(), lay.padded,
                            lay.delta.data(), lay.lpad);
   AttnBwdBf16Params bp;
   lay.set_inputs(bp, pb.d, pb.scale(), true);
-  bp.dq = {dq.data(), nullptr, lay.padded};
-  bp.dk = {dk.data(), nullptr, lay.padded};
-  bp.dv = {dv.data(), nullptr, lay.padded};
+  bp.dq = {dq.data(), nullptr}, bp.dq_stride = lay.padded;
+  bp.dk = {dk.data(), nullptr}, bp.dk_stride = lay.padded;
+  bp.dv = {dv.data(), nullptr}, bp.dv_stride = lay.padded;
   attn_bwd_bf16(bp);
   EXPECT_EQ(lay.gather(o), pb.o.h);
   EXPECT_TRUE(same_bits(lay.gather_lse(), pb.lse));

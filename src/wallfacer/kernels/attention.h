@@ -44,6 +44,9 @@
 // Results are deterministic for a given thread count and CPU (docs/numerics.md).
 
 #include <cstdint>
+#include <type_traits>
+
+#include "wallfacer/core/bf16.h"
 
 namespace wallfacer::kernels {
 
@@ -59,7 +62,7 @@ struct AttnDims {
   int head_dim = 0;  // D, 1..kMaxHeadDim
 };
 
-// Strides of a (B, S, H, D) tensor in elements (floats); D has unit stride.
+// Strides of a (B, S, H, D) tensor in elements; D has unit stride.
 struct Strides3 {
   int64_t batch = 0, seq = 0, head = 0;
   // Contiguous (B, S, H, D).
@@ -74,60 +77,73 @@ struct Strides2 {
   static Strides2 contiguous(int heads, int seq) { return {int64_t(heads) * seq, seq}; }
 };
 
-struct AttnFwdParams {
+// Where a bf16 kernel (kernels/attention_bf16.h) writes one output (o, dq, dk, dv): exactly one of
+// the two pointers is set. bf16: the fp32 result rounded to bf16 once; fp32: the result exactly,
+// what `accumulate` needs.
+struct AttnOutput {
+  bf16* bf16_data = nullptr;
+  float* fp32_data = nullptr;
+};
+
+// The parameter structs are templates over T, the element type of q, k, v and dout: float (the
+// kernels of this file, outputs float) or bf16 (kernels/attention_bf16.h, outputs AttnOutput).
+// lse and delta are float with either.
+template <class T>
+using AttnOut = std::conditional_t<std::is_same_v<T, bf16>, AttnOutput, float*>;
+
+// What a forward and a backward both take: the inputs q, k, v and the mask.
+template <class T>
+struct AttnArgs {
   AttnDims dims;
-  const float* q = nullptr;  // (B, Sq, H, D)
+  const T* q = nullptr;  // (B, Sq, H, D)
   Strides3 q_stride;
-  const float* k = nullptr;  // (B, Sk, Hkv, D)
+  const T* k = nullptr;  // (B, Sk, Hkv, D)
   Strides3 k_stride;
-  const float* v = nullptr;  // (B, Sk, Hkv, D)
+  const T* v = nullptr;  // (B, Sk, Hkv, D)
   Strides3 v_stride;
-  float* o = nullptr;  // (B, Sq, H, D)
-  Strides3 o_stride;
-  float* lse = nullptr;  // (B, H, Sq)
-  Strides2 lse_stride;
   float scale = 1.0f;  // multiplies q . k; usually 1 / sqrt(head_dim)
   bool causal = false;
   int64_t q_pos0 = 0;  // global position of query row 0
   int64_t k_pos0 = 0;  // global position of key row 0
-  // Document id of every global position (see the top of this file); nullptr: no documents.
+  // Document id of every global position (see the top of this file); nullptr: no documents. A
+  // backward takes the forward's.
   const int32_t* doc_of_pos = nullptr;
-  // Sliding window (see the top of this file): 0 none; > 0 needs causal.
+  // Sliding window (see the top of this file): 0 none; > 0 needs causal. A backward takes the
+  // forward's.
   int64_t window = 0;
-  // false: overwrite (o, lse). true: merge this block's result into the running (o, lse) with
-  // lse_merge (o, lse must hold a valid partial result, e.g. from attn_fwd_init_output).
+  // false: overwrite the outputs. true, forward: merge this block's result into the running
+  // (o, lse) with lse_merge (o, lse must hold a valid partial result, e.g. from
+  // attn_fwd_init_output); backward: add into dq, dk, dv (ring steps accumulate partial
+  // gradients). With bf16 inputs the outputs must then be fp32.
   bool accumulate = false;
 };
 
-struct AttnBwdParams {
-  AttnDims dims;
-  const float* q = nullptr;  // (B, Sq, H, D)
-  Strides3 q_stride;
-  const float* k = nullptr;  // (B, Sk, Hkv, D)
-  Strides3 k_stride;
-  const float* v = nullptr;  // (B, Sk, Hkv, D)
-  Strides3 v_stride;
-  const float* dout = nullptr;  // (B, Sq, H, D)
+template <class T>
+struct AttnFwdParamsOf : AttnArgs<T> {
+  AttnOut<T> o{};  // (B, Sq, H, D)
+  Strides3 o_stride;
+  float* lse = nullptr;  // (B, H, Sq)
+  Strides2 lse_stride;
+};
+
+template <class T>
+struct AttnBwdParamsOf : AttnArgs<T> {
+  const T* dout = nullptr;  // (B, Sq, H, D)
   Strides3 dout_stride;
   const float* lse = nullptr;  // (B, H, Sq): LSE of the full (final) forward
   Strides2 lse_stride;
   const float* delta = nullptr;  // (B, H, Sq): rowsum(dout * o), from attn_bwd_preprocess
   Strides2 delta_stride;
-  float* dq = nullptr;  // (B, Sq, H, D)
+  AttnOut<T> dq{};  // (B, Sq, H, D)
   Strides3 dq_stride;
-  float* dk = nullptr;  // (B, Sk, Hkv, D)
+  AttnOut<T> dk{};  // (B, Sk, Hkv, D)
   Strides3 dk_stride;
-  float* dv = nullptr;  // (B, Sk, Hkv, D)
+  AttnOut<T> dv{};  // (B, Sk, Hkv, D)
   Strides3 dv_stride;
-  float scale = 1.0f;
-  bool causal = false;
-  int64_t q_pos0 = 0;
-  int64_t k_pos0 = 0;
-  const int32_t* doc_of_pos = nullptr;  // as in AttnFwdParams; the same as the forward's
-  int64_t window = 0;                   // as in AttnFwdParams; the same as the forward's
-  // false: overwrite dq, dk, dv. true: add into them (ring steps accumulate partial gradients).
-  bool accumulate = false;
 };
+
+using AttnFwdParams = AttnFwdParamsOf<float>;
+using AttnBwdParams = AttnBwdParamsOf<float>;
 
 // O and LSE of softmax(scale * Q K^T + mask) V. Checks its arguments (throws wallfacer::Error).
 void attn_fwd(const AttnFwdParams& p);

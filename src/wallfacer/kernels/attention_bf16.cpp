@@ -137,24 +137,24 @@ void transpose_rows(const bf16* src, int64_t row_stride, int rows, int head_dim,
 
 // --- Outputs ------------------------------------------------------------------------------------
 
-void check_output(const char* name, const AttnOutput& out, bool accumulate, int seq, int heads,
-                  int head_dim) {
+void check_output(const char* name, const AttnOutput& out, Strides3 stride, bool accumulate,
+                  int seq, int heads, int head_dim) {
   WF_CHECK((out.bf16_data != nullptr) != (out.fp32_data != nullptr),
            "attention bf16: set exactly one of {}.bf16_data and {}.fp32_data", name, name);
   WF_CHECK(!accumulate || out.fp32_data,
            "attention bf16: accumulate needs {} in fp32 (a bf16 {} would be rounded per block)",
            name, name);
-  check_strides(name, out.stride, seq, heads, head_dim);
+  check_strides(name, stride, seq, heads, head_dim);
 }
 
 // Writes `rows` rows of a result held in fp32 to `out` at element offset `at` (row r at
-// at + r * out.stride.seq): element (r, e) of the result is src[r * src_row + e * src_col]. fp32
+// at + r * stride.seq): element (r, e) of the result is src[r * src_row + e * src_col]. fp32
 // outputs are overwritten or added to, bf16 outputs get the value rounded.
-void store_rows(const AttnOutput& out, int64_t at, int rows, int head_dim, const float* src,
-                int64_t src_row, int64_t src_col, bool add) {
+void store_rows(const AttnOutput& out, Strides3 stride, int64_t at, int rows, int head_dim,
+                const float* src, int64_t src_row, int64_t src_col, bool add) {
   for (int r = 0; r < rows; ++r) {
     const float* s = src + r * src_row;
-    const int64_t row = at + r * out.stride.seq;
+    const int64_t row = at + r * stride.seq;
     if (out.bf16_data) {
       for (int e = 0; e < head_dim; ++e) out.bf16_data[row + e] = to_bf16(s[e * src_col]);
     } else if (add) {
@@ -166,11 +166,12 @@ void store_rows(const AttnOutput& out, int64_t at, int rows, int head_dim, const
 }
 
 // Sets every (b, s, h) row of an output to zero.
-void zero_output(const AttnOutput& out, int batch, int seq, int heads, int head_dim) {
+void zero_output(const AttnOutput& out, Strides3 stride, int batch, int seq, int heads,
+                 int head_dim) {
   for (int b = 0; b < batch; ++b)
     for (int h = 0; h < heads; ++h)
       for (int s = 0; s < seq; ++s) {
-        const int64_t at = b * out.stride.batch + s * out.stride.seq + h * out.stride.head;
+        const int64_t at = b * stride.batch + s * stride.seq + h * stride.head;
         if (out.bf16_data)
           std::fill_n(out.bf16_data + at, head_dim, bf16{});
         else
@@ -340,7 +341,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
   check_strides("q", p.q_stride, d.seq_q, d.heads, d.head_dim);
   check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
-  check_output("o", p.o, p.accumulate, d.seq_q, d.heads, d.head_dim);
+  check_output("o", p.o, p.o_stride, p.accumulate, d.seq_q, d.heads, d.head_dim);
   detail::check_window("attn_fwd_bf16", p.causal, p.window);
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_fwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
@@ -348,7 +349,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
   if (d.seq_q == 0) return;
   if (d.seq_k == 0) {
     if (!p.accumulate) {
-      zero_output(p.o, d.batch, d.seq_q, d.heads, d.head_dim);
+      zero_output(p.o, p.o_stride, d.batch, d.seq_q, d.heads, d.head_dim);
       for (int b = 0; b < d.batch; ++b)
         for (int h = 0; h < d.heads; ++h)
           std::fill_n(p.lse + b * p.lse_stride.batch + h * p.lse_stride.head, d.seq_q, kNegInf);
@@ -461,12 +462,12 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
         for (int e = 0; e < D; ++e) orow[e] *= inv;
         lb[i] = m[i] * kLn2 + std::log(l[i]);
       }
-      const int64_t o_at = b * p.o.stride.batch + i0 * p.o.stride.seq + h * p.o.stride.head;
+      const int64_t o_at = b * p.o_stride.batch + i0 * p.o_stride.seq + h * p.o_stride.head;
       float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head + i0;
       if (p.accumulate) {
-        lse_merge_rows(nq, D, p.o.fp32_data + o_at, p.o.stride.seq, lse, 1, oacc, D, lb, 1);
+        lse_merge_rows(nq, D, p.o.fp32_data + o_at, p.o_stride.seq, lse, 1, oacc, D, lb, 1);
       } else {
-        store_rows(p.o, o_at, nq, D, oacc, D, 1, false);
+        store_rows(p.o, p.o_stride, o_at, nq, D, oacc, D, 1, false);
         std::copy_n(lb, nq, lse);
       }
     }
@@ -650,10 +651,10 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
                   .accumulate = true});
           });
     }
-    const int64_t dk_at = b * p.dk.stride.batch + hk * p.dk.stride.head + j0 * p.dk.stride.seq;
-    const int64_t dv_at = b * p.dv.stride.batch + hk * p.dv.stride.head + j0 * p.dv.stride.seq;
-    store_rows(p.dk, dk_at, nk, D, w.dkt.data(), 1, bk, p.accumulate);
-    store_rows(p.dv, dv_at, nk, D, w.dvt.data(), 1, bk, p.accumulate);
+    const int64_t dk_at = b * p.dk_stride.batch + hk * p.dk_stride.head + j0 * p.dk_stride.seq;
+    const int64_t dv_at = b * p.dv_stride.batch + hk * p.dv_stride.head + j0 * p.dv_stride.seq;
+    store_rows(p.dk, p.dk_stride, dk_at, nk, D, w.dkt.data(), 1, bk, p.accumulate);
+    store_rows(p.dv, p.dv_stride, dv_at, nk, D, w.dvt.data(), 1, bk, p.accumulate);
   }
 }
 
@@ -684,9 +685,9 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   check_strides("k", p.k_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("v", p.v_stride, d.seq_k, d.kv_heads, d.head_dim);
   check_strides("dout", p.dout_stride, d.seq_q, d.heads, d.head_dim);
-  check_output("dq", p.dq, p.accumulate, d.seq_q, d.heads, d.head_dim);
-  check_output("dk", p.dk, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
-  check_output("dv", p.dv, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
+  check_output("dq", p.dq, p.dq_stride, p.accumulate, d.seq_q, d.heads, d.head_dim);
+  check_output("dk", p.dk, p.dk_stride, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
+  check_output("dv", p.dv, p.dv_stride, p.accumulate, d.seq_k, d.kv_heads, d.head_dim);
   detail::check_window("attn_bwd_bf16", p.causal, p.window);
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_bwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
@@ -694,9 +695,9 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   const int D = d.head_dim;
   if (d.seq_q == 0 || d.seq_k == 0) {
     if (!p.accumulate) {
-      zero_output(p.dq, d.batch, d.seq_q, d.heads, D);
-      zero_output(p.dk, d.batch, d.seq_k, d.kv_heads, D);
-      zero_output(p.dv, d.batch, d.seq_k, d.kv_heads, D);
+      zero_output(p.dq, p.dq_stride, d.batch, d.seq_q, d.heads, D);
+      zero_output(p.dk, p.dk_stride, d.batch, d.seq_k, d.kv_heads, D);
+      zero_output(p.dv, p.dv_stride, d.batch, d.seq_k, d.kv_heads, D);
     }
     return;
   }
@@ -720,7 +721,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   // dQ accumulates in fp32: in dq itself when it is fp32, else in a buffer rounded at the end.
   std::vector<float> dq_fp32;
   float* dq_main = p.dq.fp32_data;
-  Strides3 dq_main_stride = p.dq.stride;
+  Strides3 dq_main_stride = p.dq_stride;
   if (p.dq.bf16_data) {
     dq_fp32.assign(size_t(d.batch) * d.seq_q * d.heads * D, 0.0f);
     dq_main = dq_fp32.data();
@@ -739,7 +740,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     fp32_to_bf16(
         dq_fp32.data() + b * dq_main_stride.batch + i * dq_main_stride.seq +
             h * dq_main_stride.head,
-        p.dq.bf16_data + b * p.dq.stride.batch + i * p.dq.stride.seq + h * p.dq.stride.head, D);
+        p.dq.bf16_data + b * p.dq_stride.batch + i * p.dq_stride.seq + h * p.dq_stride.head, D);
   }
 }
 

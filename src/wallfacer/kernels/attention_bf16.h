@@ -30,63 +30,9 @@
 
 namespace wallfacer::kernels {
 
-// Where a bf16 kernel writes one (B, S, H, D) output: exactly one of the two pointers is set.
-struct AttnOutput {
-  bf16* bf16_data = nullptr;   // the fp32 result rounded to bf16 (not with `accumulate`)
-  float* fp32_data = nullptr;  // the fp32 result; with `accumulate` merged or added into
-  Strides3 stride;
-};
-
-struct AttnFwdBf16Params {
-  AttnDims dims;
-  const bf16* q = nullptr;  // (B, Sq, H, D)
-  Strides3 q_stride;
-  const bf16* k = nullptr;  // (B, Sk, Hkv, D)
-  Strides3 k_stride;
-  const bf16* v = nullptr;  // (B, Sk, Hkv, D)
-  Strides3 v_stride;
-  AttnOutput o;          // (B, Sq, H, D)
-  float* lse = nullptr;  // (B, H, Sq)
-  Strides2 lse_stride;
-  float scale = 1.0f;
-  bool causal = false;
-  int64_t q_pos0 = 0;
-  int64_t k_pos0 = 0;
-  // Document id of every global position (attention.h); nullptr: no documents.
-  const int32_t* doc_of_pos = nullptr;
-  // Sliding window (attention.h): 0 none; > 0 needs causal.
-  int64_t window = 0;
-  // false: overwrite (o, lse). true: merge this block's result into the running fp32 (o, lse) with
-  // lse_merge (which must hold a valid partial result, e.g. from attn_fwd_init_output).
-  bool accumulate = false;
-};
-
-struct AttnBwdBf16Params {
-  AttnDims dims;
-  const bf16* q = nullptr;  // (B, Sq, H, D)
-  Strides3 q_stride;
-  const bf16* k = nullptr;  // (B, Sk, Hkv, D)
-  Strides3 k_stride;
-  const bf16* v = nullptr;  // (B, Sk, Hkv, D)
-  Strides3 v_stride;
-  const bf16* dout = nullptr;  // (B, Sq, H, D)
-  Strides3 dout_stride;
-  const float* lse = nullptr;  // (B, H, Sq): LSE of the full (final) forward
-  Strides2 lse_stride;
-  const float* delta = nullptr;  // (B, H, Sq): from attn_bwd_preprocess_bf16
-  Strides2 delta_stride;
-  AttnOutput dq;  // (B, Sq, H, D)
-  AttnOutput dk;  // (B, Sk, Hkv, D)
-  AttnOutput dv;  // (B, Sk, Hkv, D)
-  float scale = 1.0f;
-  bool causal = false;
-  int64_t q_pos0 = 0;
-  int64_t k_pos0 = 0;
-  const int32_t* doc_of_pos = nullptr;  // as in AttnFwdBf16Params; the same as the forward's
-  int64_t window = 0;                   // as in AttnFwdBf16Params; the same as the forward's
-  // false: overwrite dq, dk, dv. true: add into them (all three fp32).
-  bool accumulate = false;
-};
+// The parameter structs of attention.h with bf16 inputs; each output is an AttnOutput.
+using AttnFwdBf16Params = AttnFwdParamsOf<bf16>;
+using AttnBwdBf16Params = AttnBwdParamsOf<bf16>;
 
 // O and LSE of softmax(scale * Q K^T + mask) V. Checks its arguments (throws wallfacer::Error).
 void attn_fwd_bf16(const AttnFwdBf16Params& p);

@@ -1,14 +1,13 @@
 #include "wallfacer/kernels/attention_params.h"
 
-#include "wallfacer/core/error.h"
+#include <type_traits>
 
 namespace wallfacer::kernels {
 namespace {
 
-// The fields every parameter struct has, from t.
-template <class P, class T>
-P common(const AttnInputs<T>& t) {
-  P p;
+// The fields both directions' structs have, from t.
+template <class T>
+void set_args(AttnArgs<T>& p, const AttnInputs<T>& t) {
   p.dims = t.dims;
   p.q = t.q;
   p.q_stride = t.q_stride;
@@ -23,80 +22,60 @@ P common(const AttnInputs<T>& t) {
   p.doc_of_pos = t.doc_of_pos;
   p.window = t.window;
   p.accumulate = t.accumulate;
-  return p;
 }
 
-// The backward's inputs besides q, k, v.
-template <class P, class T, class G>
-void set_grad_inputs(P& p, const AttnInputs<T>& t, const AttnGrads<T, G>& g) {
-  p.dout = g.dout;
-  p.dout_stride = t.q_stride;
-  p.lse = g.lse;
-  p.lse_stride = t.stat_stride;
-  p.delta = g.delta;
-  p.delta_stride = t.stat_stride;
-}
-
-// Where a bf16 kernel writes one output: bf16 (rounded once) or fp32.
-AttnOutput output(bf16* x, Strides3 s) { return {x, nullptr, s}; }
-AttnOutput output(float* x, Strides3 s) { return {nullptr, x, s}; }
-
-template <class G>
-AttnFwdBf16Params fwd_bf16(const AttnInputs<bf16>& t, G* o, float* lse) {
-  auto p = common<AttnFwdBf16Params>(t);
-  p.o = output(o, t.q_stride);
-  p.lse = lse;
-  p.lse_stride = t.stat_stride;
-  return p;
-}
-
-template <class G>
-AttnBwdBf16Params bwd_bf16(const AttnInputs<bf16>& t, const AttnGrads<bf16, G>& g) {
-  auto p = common<AttnBwdBf16Params>(t);
-  set_grad_inputs(p, t, g);
-  p.dq = output(g.dq, t.q_stride);
-  p.dk = output(g.dk, t.kv_stride);
-  p.dv = output(g.dv, t.kv_stride);
-  return p;
+// An output of element type G of the kernels of element type T: the pointer itself (fp32
+// kernels), or an AttnOutput (bf16 kernels).
+template <class T, class G>
+AttnOut<T> output(G* x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<G, bf16>) {
+    return {x, nullptr};
+  } else {
+    return {nullptr, x};
+  }
 }
 
 }  // namespace
 
-AttnFwdParams fwd_params(const AttnInputs<float>& t, float* o, float* lse) {
-  auto p = common<AttnFwdParams>(t);
-  p.o = o;
+template <class T, class G>
+AttnFwdParamsOf<T> fwd_params(const AttnInputs<T>& t, G* o, float* lse) {
+  AttnFwdParamsOf<T> p;
+  set_args(p, t);
+  p.o = output<T>(o);
   p.o_stride = t.q_stride;
   p.lse = lse;
   p.lse_stride = t.stat_stride;
   return p;
 }
 
-AttnFwdBf16Params fwd_params(const AttnInputs<bf16>& t, bf16* o, float* lse) {
-  return fwd_bf16(t, o, lse);
-}
-
-AttnFwdBf16Params fwd_params(const AttnInputs<bf16>& t, float* o, float* lse) {
-  return fwd_bf16(t, o, lse);
-}
-
-AttnBwdParams bwd_params(const AttnInputs<float>& t, const AttnGrads<float, float>& g) {
-  auto p = common<AttnBwdParams>(t);
-  set_grad_inputs(p, t, g);
-  p.dq = g.dq;
+template <class T, class G>
+AttnBwdParamsOf<T> bwd_params(const AttnInputs<T>& t, const AttnGrads<T, G>& g) {
+  AttnBwdParamsOf<T> p;
+  set_args(p, t);
+  p.dout = g.dout;
+  p.dout_stride = t.q_stride;
+  p.lse = g.lse;
+  p.lse_stride = t.stat_stride;
+  p.delta = g.delta;
+  p.delta_stride = t.stat_stride;
+  p.dq = output<T>(g.dq);
   p.dq_stride = t.q_stride;
-  p.dk = g.dk;
+  p.dk = output<T>(g.dk);
   p.dk_stride = t.kv_stride;
-  p.dv = g.dv;
+  p.dv = output<T>(g.dv);
   p.dv_stride = t.kv_stride;
   return p;
 }
 
-AttnBwdBf16Params bwd_params(const AttnInputs<bf16>& t, const AttnGrads<bf16, bf16>& g) {
-  return bwd_bf16(t, g);
-}
-
-AttnBwdBf16Params bwd_params(const AttnInputs<bf16>& t, const AttnGrads<bf16, float>& g) {
-  return bwd_bf16(t, g);
-}
+// fp32 inputs write fp32; bf16 inputs write bf16 (rounded once) or fp32.
+template AttnFwdParamsOf<float> fwd_params(const AttnInputs<float>&, float*, float*);
+template AttnFwdParamsOf<bf16> fwd_params(const AttnInputs<bf16>&, bf16*, float*);
+template AttnFwdParamsOf<bf16> fwd_params(const AttnInputs<bf16>&, float*, float*);
+template AttnBwdParamsOf<float> bwd_params(const AttnInputs<float>&,
+                                           const AttnGrads<float, float>&);
+template AttnBwdParamsOf<bf16> bwd_params(const AttnInputs<bf16>&, const AttnGrads<bf16, bf16>&);
+template AttnBwdParamsOf<bf16> bwd_params(const AttnInputs<bf16>&, const AttnGrads<bf16, float>&);
 
 }  // namespace wallfacer::kernels

@@ -1,7 +1,8 @@
 #pragma once
-// One place that fills the kernels' parameter structs (AttnFwdParams, AttnBwdParams and their bf16
-// twins) from the tensors of one attention call. Every caller lays its tensors out alike: q, o,
-// dout and dq share one stride, k, v, dk and dv another, lse and delta a third.
+// One place that fills the kernels' parameter structs (AttnFwdParamsOf, AttnBwdParamsOf) from the
+// tensors of one attention call, and calls the kernels of their element type. Every caller lays its
+// tensors out alike: q, o, dout and dq share one stride, k, v, dk and dv another, lse and delta a
+// third.
 
 #include <cstdint>
 
@@ -30,11 +31,10 @@ struct AttnInputs {
   bool accumulate = false;  // merge into (o, lse) / add into dq, dk, dv
 };
 
-// Forward into o (B, Sq, H, D) and lse (B, H, Sq).
-AttnFwdParams fwd_params(const AttnInputs<float>& t, float* o, float* lse);
-// bf16 inputs; o in bf16 (rounded once) or in fp32 (what `accumulate` needs).
-AttnFwdBf16Params fwd_params(const AttnInputs<bf16>& t, bf16* o, float* lse);
-AttnFwdBf16Params fwd_params(const AttnInputs<bf16>& t, float* o, float* lse);
+// Forward into o (B, Sq, H, D) and lse (B, H, Sq). G, the element type of o: T, or float for
+// bf16 inputs (what `accumulate` needs; bf16 outputs are rounded once).
+template <class T, class G>
+AttnFwdParamsOf<T> fwd_params(const AttnInputs<T>& t, G* o, float* lse);
 
 // The gradient arguments of a backward: dout (B, Sq, H, D), the forward's final lse and
 // delta = rowsum(dout * o) (B, H, Sq), and the outputs dq (B, Sq, H, D), dk, dv (B, Sk, Hkv, D).
@@ -48,9 +48,24 @@ struct AttnGrads {
   G* dv = nullptr;
 };
 
-AttnBwdParams bwd_params(const AttnInputs<float>& t, const AttnGrads<float, float>& g);
-// bf16 inputs; gradients in bf16 (rounded once) or in fp32 (what `accumulate` needs).
-AttnBwdBf16Params bwd_params(const AttnInputs<bf16>& t, const AttnGrads<bf16, bf16>& g);
-AttnBwdBf16Params bwd_params(const AttnInputs<bf16>& t, const AttnGrads<bf16, float>& g);
+// G, the element type of dq, dk, dv: as in fwd_params (T where g is a braced list).
+template <class T, class G = T>
+AttnBwdParamsOf<T> bwd_params(const AttnInputs<T>& t, const AttnGrads<T, G>& g);
+
+// The kernels of the element type of p (attention.h, attention_bf16.h).
+inline void run_attn_fwd(const AttnFwdParams& p) { attn_fwd(p); }
+inline void run_attn_fwd(const AttnFwdBf16Params& p) { attn_fwd_bf16(p); }
+inline void run_attn_bwd(const AttnBwdParams& p) { attn_bwd(p); }
+inline void run_attn_bwd(const AttnBwdBf16Params& p) { attn_bwd_bf16(p); }
+inline void run_attn_bwd_preprocess(const AttnDims& dims, const float* o, Strides3 o_stride,
+                                    const float* dout, Strides3 dout_stride, float* delta,
+                                    Strides2 delta_stride) {
+  attn_bwd_preprocess(dims, o, o_stride, dout, dout_stride, delta, delta_stride);
+}
+inline void run_attn_bwd_preprocess(const AttnDims& dims, const bf16* o, Strides3 o_stride,
+                                    const bf16* dout, Strides3 dout_stride, float* delta,
+                                    Strides2 delta_stride) {
+  attn_bwd_preprocess_bf16(dims, o, o_stride, dout, dout_stride, delta, delta_stride);
+}
 
 }  // namespace wallfacer::kernels

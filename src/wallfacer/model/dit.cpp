@@ -265,11 +265,10 @@ struct Dit::Acts {
   float *tf, *t1, *t1s, *c, *sc;
   std::vector<float*> mod;  // (B, 6C) per layer
   float* fmod;              // (B, 2C)
+  // h1, q, k, v, o, h2, f1, g in the model's dtype (one buffer each); the rest fp32.
   struct Layer {
-    float *ln1, *mean1, *rstd1, *h1, *q, *k, *v, *o, *lse, *a, *xmid, *ln2, *mean2, *rstd2, *h2,
-        *f1, *g, *m;
-    // bf16 only (the fp32 h1, q, k, v, o, h2, f1, g are then not allocated)
-    bf16 *h1_16, *q16, *k16, *v16, *o16, *h2_16, *f1_16, *g16;
+    float *ln1, *mean1, *rstd1, *lse, *a, *xmid, *ln2, *mean2, *rstd2, *m;
+    Act h1, q, k, v, o, h2, f1, g;
   };
   std::vector<float*> xs;
   std::vector<Layer> layers;
@@ -321,6 +320,8 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   std::vector<std::pair<bf16**, int64_t>> plan16;
   auto want = [&](float** ptr, int64_t n) { plan.push_back({ptr, n}); };
   auto want16 = [&](bf16** ptr, int64_t n) { plan16.push_back({ptr, n}); };
+  // An activation in the model's dtype.
+  auto want_act = [&](Act* x, int64_t n) { bf ? want16(&x->b16, n) : want(&x->f32, n); };
   want(&a.tf, K * F);
   want(&a.t1, K * C);
   want(&a.t1s, K * C);
@@ -333,21 +334,15 @@ Dit::Dit(const DitConfig& cfg, int batch, std::vector<int64_t> positions, Attent
   for (auto& x : a.xs) want(&x, N * C);
   a.layers.resize(size_t(L));
   for (auto& l : a.layers) {
-    if (bf) {
-      for (float** p : {&l.ln1, &l.a, &l.xmid, &l.ln2, &l.m}) want(p, N * C);
-      for (bf16** p : {&l.h1_16, &l.q16, &l.k16, &l.v16, &l.o16, &l.h2_16}) want16(p, N * C);
-      want16(&l.f1_16, N * M);
-      want16(&l.g16, N * M);
-    } else {
-      for (float** p : {&l.ln1, &l.h1, &l.q, &l.k, &l.v, &l.o, &l.a, &l.xmid, &l.ln2, &l.h2, &l.m})
-        want(p, N * C);
-    }
+    want(&l.ln1, N * C);
+    for (Act* x : {&l.h1, &l.q, &l.k, &l.v, &l.o}) want_act(x, N * C);
+    for (float** p : {&l.a, &l.xmid, &l.ln2}) want(p, N * C);
+    want_act(&l.h2, N * C);
+    want(&l.m, N * C);
     for (float** p : {&l.mean1, &l.rstd1, &l.mean2, &l.rstd2}) want(p, N);
     want(&l.lse, B * H * T_);
-    if (!bf) {
-      want(&l.f1, N * M);
-      want(&l.g, N * M);
-    }
+    want_act(&l.f1, N * M);
+    want_act(&l.g, N * M);
   }
   want(&a.lnf, N * C);
   want(&a.hf, N * C);
@@ -544,37 +539,31 @@ void Dit::block_forward(int l) {
   const auto& w = p_.layers[size_t(l)];
   auto& s = a.layers[size_t(l)];
   const float* mod = a.mod[size_t(l)];
-  const Act h1 = pick(bf, s.h1, s.h1_16), h2 = pick(bf, s.h2, s.h2_16), o = pick(bf, s.o, s.o16);
-  const Act f1 = pick(bf, s.f1, s.f1_16), g = pick(bf, s.g, s.g16);
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
   // attention branch
   k::layernorm_fwd(s.ln1, s.mean1, s.rstd1, a.xs[size_t(l)], a.ones, a.zeros, N, C);
-  modulate_fwd(bf ? a.dtmp : s.h1, s.ln1, mod, ms, 0, C, clip, N, C);
-  if (bf) round_to_bf16(a.dtmp, s.h1_16, N * C);
-  dense_fwd(pick(bf, a.qkv, a.wide16), h1, w.qkv_w, weight16(w.qkv_w), w.qkv_b, N, C, 3 * C);
+  modulate_fwd(bf ? a.dtmp : s.h1.f32, s.ln1, mod, ms, 0, C, clip, N, C);
+  if (bf) round_to_bf16(a.dtmp, s.h1.b16, N * C);
+  dense_fwd(pick(bf, a.qkv, a.wide16), s.h1, w.qkv_w, weight16(w.qkv_w), w.qkv_b, N, C, 3 * C);
   if (bf) {
-    split_qkv_rows(s.q16, s.k16, s.v16, a.wide16, N, C);
+    split_qkv_rows(s.q.b16, s.k.b16, s.v.b16, a.wide16, N, C);
   } else {
-    split_qkv_rows(s.q, s.k, s.v, a.qkv, N, C);
+    split_qkv_rows(s.q.f32, s.k.f32, s.v.f32, a.qkv, N, C);
   }
   dense.reset();
-  if (bf) {  // (B, T, H, D) each
-    attn_.forward(s.q16, s.k16, s.v16, s.o16, s.lse);
-  } else {
-    attn_.forward(s.q, s.k, s.v, s.o, s.lse);
-  }
+  attn_.forward(s.q, s.k, s.v, s.o, s.lse);  // (B, T, H, D) each
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-  dense_fwd(pick(bf, s.a, a.wide16), o, w.proj_w, weight16(w.proj_w), w.proj_b, N, C, C);
+  dense_fwd(pick(bf, s.a, a.wide16), s.o, w.proj_w, weight16(w.proj_w), w.proj_b, N, C, C);
   if (bf) widen_to_fp32(a.wide16, s.a, N * C);
   gated_add_fwd(s.xmid, a.xs[size_t(l)], s.a, mod, ms, 2 * C, clip, N, C);
   // MLP branch
   k::layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.xmid, a.ones, a.zeros, N, C);
-  modulate_fwd(bf ? a.dtmp : s.h2, s.ln2, mod, ms, 3 * C, 4 * C, clip, N, C);
-  if (bf) round_to_bf16(a.dtmp, s.h2_16, N * C);
-  dense_fwd(f1, h2, w.fc1_w, weight16(w.fc1_w), w.fc1_b, N, C, M);
-  gelu_fwd(g, f1, N * M);
-  dense_fwd(pick(bf, s.m, a.wide16), g, w.fc2_w, weight16(w.fc2_w), w.fc2_b, N, M, C);
+  modulate_fwd(bf ? a.dtmp : s.h2.f32, s.ln2, mod, ms, 3 * C, 4 * C, clip, N, C);
+  if (bf) round_to_bf16(a.dtmp, s.h2.b16, N * C);
+  dense_fwd(s.f1, s.h2, w.fc1_w, weight16(w.fc1_w), w.fc1_b, N, C, M);
+  gelu_fwd(s.g, s.f1, N * M);
+  dense_fwd(pick(bf, s.m, a.wide16), s.g, w.fc2_w, weight16(w.fc2_w), w.fc2_b, N, M, C);
   if (bf) widen_to_fp32(a.wide16, s.m, N * C);
   gated_add_fwd(a.xs[size_t(l) + 1], s.xmid, s.m, mod, ms, 5 * C, clip, N, C);
 }
@@ -598,32 +587,29 @@ void Dit::block_backward(int l) {
   std::fill_n(a.dmod, int64_t(B) * 6 * C, 0.0f);
   // MLP branch: dx is the gradient of the block output
   gated_add_bwd(a.dh, a.dmod, a.dx, s.m, mod, ms, 5 * C, clip, N, C);  // dh = d m
-  dense_bwd(dbig, gw.fc2_w, gw.fc2_b, in_dtype(bf, a.dh, a.x16, N * C), pick(bf, s.g, s.g16),
-            w.fc2_w, weight16(w.fc2_w), N, M, C);
-  gelu_bwd(dbig, pick(bf, s.f1, s.f1_16), dbig, N * M);
-  dense_bwd(dh, gw.fc1_w, gw.fc1_b, dbig, pick(bf, s.h2, s.h2_16), w.fc1_w, weight16(w.fc1_w), N, C,
-            M);  // d h2
+  dense_bwd(dbig, gw.fc2_w, gw.fc2_b, in_dtype(bf, a.dh, a.x16, N * C), s.g, w.fc2_w,
+            weight16(w.fc2_w), N, M, C);
+  gelu_bwd(dbig, s.f1, dbig, N * M);
+  dense_bwd(dh, gw.fc1_w, gw.fc1_b, dbig, s.h2, w.fc1_w, weight16(w.fc1_w), N, C, M);  // d h2
   modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln2, mod, ms, 3 * C, 4 * C, clip, N, C);
   // d xmid = dx (residual) + layernorm backward
   k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, s.xmid, a.ones, s.mean2, s.rstd2, N, C);
   // attention branch
   gated_add_bwd(a.dh, a.dmod, a.dx, s.a, mod, ms, 2 * C, clip, N, C);  // dh = d a
-  dense_bwd(pick(bf, a.dmid, a.y16), gw.proj_w, gw.proj_b, in_dtype(bf, a.dh, a.x16, N * C),
-            pick(bf, s.o, s.o16), w.proj_w, weight16(w.proj_w), N, C, C);  // d o
+  const Act dmid = pick(bf, a.dmid, a.y16);
+  dense_bwd(dmid, gw.proj_w, gw.proj_b, in_dtype(bf, a.dh, a.x16, N * C), s.o, w.proj_w,
+            weight16(w.proj_w), N, C, C);  // d o
   dense.reset();
-  if (bf) {
-    attn_.backward(s.q16, s.k16, s.v16, s.o16, s.lse, a.y16, a.dq16, a.dk16, a.dv16);
-  } else {
-    attn_.backward(s.q, s.k, s.v, s.o, s.lse, a.dmid, a.dq, a.dk, a.dv);
-  }
+  attn_.backward(s.q, s.k, s.v, s.o, s.lse, dmid, pick(bf, a.dq, a.dq16), pick(bf, a.dk, a.dk16),
+                 pick(bf, a.dv, a.dv16));
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   if (bf) {
     merge_qkv_rows(a.dqkv16, a.dq16, a.dk16, a.dv16, N, C);
   } else {
     merge_qkv_rows(a.dqkv, a.dq, a.dk, a.dv, N, C);
   }
-  dense_bwd(dh, gw.qkv_w, gw.qkv_b, pick(bf, a.dqkv, a.dqkv16), pick(bf, s.h1, s.h1_16), w.qkv_w,
-            weight16(w.qkv_w), N, C, 3 * C);  // d h1
+  dense_bwd(dh, gw.qkv_w, gw.qkv_b, pick(bf, a.dqkv, a.dqkv16), s.h1, w.qkv_w, weight16(w.qkv_w), N,
+            C, 3 * C);  // d h1
   modulate_bwd(a.dtmp, a.dmod, as_fp32(dh, a.dh, N * C), s.ln1, mod, ms, 0, C, clip, N, C);
   k::layernorm_bwd(a.dx, a.dw_sink, a.db_sink, a.dtmp, a.xs[size_t(l)], a.ones, s.mean1, s.rstd1, N,
                    C);

@@ -19,11 +19,12 @@
 //
 // With Dtype::bf16 the products of every block (QKV, projection, fc1, fc2) run in bf16 with fp32
 // accumulation (kernels/dense_bf16.h, a bf16 copy of the fp32 master weights made at each
-// forward) and the attention through the bf16 forms of the AttentionOp: the modulated layernorm
-// outputs h1 and h2, q, k, v, o, the fc1 and GELU outputs are stored in bf16, as are the gradients
-// that enter those products. The residual stream, layernorm statistics and outputs (the modulation
-// backward reads them), the gated branch outputs, the conditioning MLP, the adaLN modulation, the
-// patch embedding and the final layer, the loss and every weight gradient stay fp32.
+// forward) and the attention takes bf16 tensors (the AttentionOp's Act views): the modulated
+// layernorm outputs h1 and h2, q, k, v, o, the fc1 and GELU outputs are stored in bf16 (one
+// buffer each, an Act in the model's dtype), as are the gradients that enter those products. The
+// residual stream, layernorm statistics and outputs (the modulation backward reads them), the gated
+// branch outputs, the conditioning MLP, the adaLN modulation, the patch embedding and the final
+// layer, the loss and every weight gradient stay fp32.
 
 #include <cstdint>
 #include <memory>

@@ -127,36 +127,27 @@ void gpt_init_params(const GptConfig& cfg, float* arena, uint64_t seed) {
 }
 
 // Activations. Each block has a view; `kept` tensors have storage per block, the others point into
-// one shared set (with checkpointing) or have storage per block (without). In bf16 the fp32 ln1,
-// ln2, fch, fch_gelu and o are not allocated (their bf16 twins are), q, k, v are bf16 too (their
-// fp32 pointers name the shared scratch dq, dk, dv that the rotary embedding writes before the
-// rounding), and qkv is one shared scratch.
+// one shared set (with checkpointing) or have storage per block (without). An Act is in the model's
+// dtype (one buffer, fp32 or bf16); the float* tensors are fp32 in both. In bf16 the rotary
+// embedding writes q, k, v in fp32 into the shared scratch dq, dk, dv before they are rounded, and
+// qkv is one shared scratch.
 struct Gpt::BlockActs {
   float* x;         // (N, C) block input (always kept)
-  float* ln1;       // (N, C)
+  Act ln1;          // (N, C)
   float* ln1_mean;  // (N)
   float* ln1_rstd;  // (N)
   float* qkv;       // (N, Q)
-  float* q;         // (B, T, H, D) rotated
-  float* k;         // (B, T, Hkv, D) rotated
-  float* v;         // (B, T, Hkv, D)
-  float* o;         // (B, T, H, D) attention output (always kept)
+  Act q;            // (B, T, H, D) rotated
+  Act k;            // (B, T, Hkv, D) rotated
+  Act v;            // (B, T, Hkv, D)
+  Act o;            // (B, T, H, D) attention output (always kept)
   float* lse;       // (B, H, T) (always kept)
   float* res2;      // (N, C) x + proj(o)
-  float* ln2;       // (N, C)
+  Act ln2;          // (N, C)
   float* ln2_mean;  // (N)
   float* ln2_rstd;  // (N)
-  float* fch;       // (N, M)
-  float* fch_gelu;  // (N, M)
-  // bf16 only
-  bf16* ln1_16;       // (N, C)
-  bf16* ln2_16;       // (N, C)
-  bf16* fch_16;       // (N, M)
-  bf16* fch_gelu_16;  // (N, M)
-  bf16* q16;          // (B, T, H, D)
-  bf16* k16;          // (B, T, Hkv, D)
-  bf16* v16;          // (B, T, Hkv, D)
-  bf16* o16;          // (B, T, H, D) (always kept)
+  Act fch;          // (N, M)
+  Act fch_gelu;     // (N, M)
 };
 
 struct Gpt::Acts {
@@ -164,7 +155,7 @@ struct Gpt::Acts {
   std::vector<bf16> arena16;
   std::vector<BlockActs> blocks;
   float* x_final;   // (N, C) output of the last block
-  float* lnf;       // (N, C)
+  Act lnf;          // (N, C)
   float* lnf_mean;  // (N)
   float* lnf_rstd;  // (N)
   float* logits;    // (N, V); the backward turns it into dlogits
@@ -179,8 +170,7 @@ struct Gpt::Acts {
   float* dk;     // (N, Hkv D)
   float* dv;     // (N, Hkv D)
   float* dattn;  // (N, C)
-  // bf16 only (lnf and dfch are then not allocated)
-  bf16* lnf_16;  // (N, C)
+  // bf16 only (dfch is then not allocated)
   bf16* wide16;  // (N, max(V, Q, M)): dense outputs in the forward, output gradients backward
   bf16* x16;     // (N, M): rounded inputs and input gradients
   bf16* y16;     // (N, M)
@@ -218,6 +208,23 @@ class ArenaPlan {
     int64_t n;
   };
   std::vector<Req> req_;
+};
+
+// Requests of both dtypes: an Act gets its buffer in the model's dtype.
+struct ActPlan {
+  bool bf;
+  ArenaPlan<float> f32;
+  ArenaPlan<bf16> b16;
+  void add(Act* x, int64_t n) {
+    if (bf) {
+      b16.add(&x->b16, n);
+    } else {
+      f32.add(&x->f32, n);
+    }
+  }
+  void add(std::initializer_list<std::pair<Act*, int64_t>> list) {
+    for (auto [x, n] : list) add(x, n);
+  }
 };
 
 // out = a + widened b (a residual add of a bf16 layer output).
@@ -286,47 +293,33 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   const int64_t N = N_, C = cfg_.dim, M = int64_t(cfg_.mlp_ratio) * C, Q = cfg_.qkv_dim();
   const int64_t HD = int64_t(cfg_.heads) * D, KD = int64_t(cfg_.kv_heads) * D;
   const int L = cfg_.layers;
-  ArenaPlan<float> plan;
-  ArenaPlan<bf16> plan16;
+  ActPlan acts{bf, {}, {}};
+  ArenaPlan<float>& plan = acts.f32;
   a.blocks.resize(size_t(L));
   BlockActs shared{};
-  // Requests in one order for both dtypes; each dtype leaves out what it does not use.
   auto add_recomputed = [&](BlockActs& b, bool own) {
     BlockActs& s = own ? b : shared;
     if (!own && &b != &a.blocks[0]) return;
-    if (!bf) plan.add(&s.ln1, N * C);
+    acts.add(&s.ln1, N * C);
     plan.add({{&s.ln1_mean, N}, {&s.ln1_rstd, N}});
     if (!bf) plan.add(&s.qkv, N * Q);
-    if (bf) {
-      plan16.add({{&s.q16, N * HD}, {&s.k16, N * KD}, {&s.v16, N * KD}});
-    } else {
-      plan.add({{&s.q, N * HD}, {&s.k, N * KD}, {&s.v, N * KD}});
-    }
+    acts.add({{&s.q, N * HD}, {&s.k, N * KD}, {&s.v, N * KD}});
     plan.add(&s.res2, N * C);
-    if (!bf) plan.add(&s.ln2, N * C);
+    acts.add(&s.ln2, N * C);
     plan.add({{&s.ln2_mean, N}, {&s.ln2_rstd, N}});
-    if (bf) {
-      plan16.add(
-          {{&s.ln1_16, N * C}, {&s.ln2_16, N * C}, {&s.fch_16, N * M}, {&s.fch_gelu_16, N * M}});
-    } else {
-      plan.add({{&s.fch, N * M}, {&s.fch_gelu, N * M}});
-    }
+    acts.add({{&s.fch, N * M}, {&s.fch_gelu, N * M}});
   };
   const bool own = ckpt_ == Checkpointing::None;
   for (auto& b : a.blocks) {
     plan.add(&b.x, N * C);
-    if (bf) {
-      plan16.add(&b.o16, N * HD);
-    } else {
-      plan.add(&b.o, N * HD);
-    }
+    acts.add(&b.o, N * HD);
     plan.add(&b.lse, int64_t(B_) * cfg_.heads * T_);
     add_recomputed(b, own);
   }
   // In bf16, qkv is read only by the rotary embedding of the same forward: one buffer for all.
   if (bf) plan.add(&shared.qkv, N * Q);
   plan.add(&a.x_final, N * C);
-  if (!bf) plan.add(&a.lnf, N * C);
+  acts.add(&a.lnf, N * C);
   plan.add({{&a.lnf_mean, N},
             {&a.lnf_rstd, N},
             {&a.logits, N * cfg_.vocab},
@@ -338,38 +331,28 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   plan.add(
       {{&a.dqkv, N * Q}, {&a.dq, N * HD}, {&a.dk, N * KD}, {&a.dv, N * KD}, {&a.dattn, N * HD}});
   if (bf) {
-    plan16.add({{&a.lnf_16, N * C},
-                {&a.wide16, N * std::max({int64_t(cfg_.vocab), Q, M})},
-                {&a.x16, N * M},
-                {&a.y16, N * M},
-                {&a.dq16, N * HD},
-                {&a.dk16, N * KD},
-                {&a.dv16, N * KD}});
+    acts.b16.add({{&a.wide16, N * std::max({int64_t(cfg_.vocab), Q, M})},
+                  {&a.x16, N * M},
+                  {&a.y16, N * M},
+                  {&a.dq16, N * HD},
+                  {&a.dk16, N * KD},
+                  {&a.dv16, N * KD}});
   }
-  act_bytes_ = plan.total() * int64_t(sizeof(float)) + plan16.total() * int64_t(sizeof(bf16));
+  act_bytes_ = plan.total() * int64_t(sizeof(float)) + acts.b16.total() * int64_t(sizeof(bf16));
   plan.allocate(a.arena);
-  plan16.allocate(a.arena16);
+  acts.b16.allocate(a.arena16);
   if (!own) {
     for (auto& b : a.blocks) {
       float* x = b.x;
-      float* o = b.o;
+      const Act o = b.o;
       float* lse = b.lse;
-      bf16* o16 = b.o16;
       b = shared;
       b.x = x;
       b.o = o;
       b.lse = lse;
-      b.o16 = o16;
     }
   } else if (bf) {
     for (auto& b : a.blocks) b.qkv = shared.qkv;
-  }
-  if (bf) {
-    for (auto& b : a.blocks) {
-      b.q = a.dq;
-      b.k = a.dk;
-      b.v = a.dv;
-    }
   }
 }
 
@@ -396,17 +379,22 @@ void Gpt::split_qkv(const BlockActs& b) {
   const int Q = cfg_.qkv_dim(), D = cfg_.head_dim(), H = cfg_.heads, Hkv = cfg_.kv_heads;
   // With per-row angles (set_positions) the B sequences are one run of B * T rows.
   const int rb = rope_per_row_ ? 1 : B_, rt = rope_per_row_ ? int(N_) : T_;
-  k::rope_fwd(b.q, b.qkv, Q, rope_cos_.data(), rope_sin_.data(), rb, rt, H, D);  // (B,T,H,D)
-  k::rope_fwd(b.k, b.qkv + H * D, Q, rope_cos_.data(), rope_sin_.data(), rb, rt, Hkv, D);
+  // fp32 q, k, v: themselves, or (bf16) the scratch dq, dk, dv, rounded at the end.
+  const bool bf = dtype_ == Dtype::bf16;
+  float* q = bf ? a_->dq : b.q.f32;
+  float* kk = bf ? a_->dk : b.k.f32;
+  float* v = bf ? a_->dv : b.v.f32;
+  k::rope_fwd(q, b.qkv, Q, rope_cos_.data(), rope_sin_.data(), rb, rt, H, D);  // (B,T,H,D)
+  k::rope_fwd(kk, b.qkv + H * D, Q, rope_cos_.data(), rope_sin_.data(), rb, rt, Hkv, D);
   const int64_t KD = int64_t(Hkv) * D;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {  // v (B, T, Hkv, D)
-    std::memcpy(b.v + n * KD, b.qkv + n * Q + (H + Hkv) * D, size_t(KD) * sizeof(float));
+    std::memcpy(v + n * KD, b.qkv + n * Q + (H + Hkv) * D, size_t(KD) * sizeof(float));
   }
-  if (dtype_ == Dtype::bf16) {
-    round_to_bf16(b.q, b.q16, N * H * D);
-    round_to_bf16(b.k, b.k16, N * KD);
-    round_to_bf16(b.v, b.v16, N * KD);
+  if (bf) {
+    round_to_bf16(q, b.q.b16, N * H * D);
+    round_to_bf16(kk, b.k.b16, N * KD);
+    round_to_bf16(v, b.v.b16, N * KD);
   }
 }
 
@@ -443,32 +431,26 @@ void Gpt::block_forward(int l, bool run_attention) {
   const bool bf = dtype_ == Dtype::bf16;
   float* x_out = l + 1 < cfg_.layers ? a.blocks[size_t(l) + 1].x : a.x_final;
   const Act out = pick(bf, a.tmp, a.wide16);  // a dense output before its residual add
-  const Act ln1 = pick(bf, b.ln1, b.ln1_16), ln2 = pick(bf, b.ln2, b.ln2_16);
-  const Act fch = pick(bf, b.fch, b.fch_16), fch_gelu = pick(bf, b.fch_gelu, b.fch_gelu_16);
 
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
-  layernorm_fwd(ln1, a.tmp, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
-  dense_fwd(pick(bf, b.qkv, a.wide16), ln1, w.qkv_w, C, Q);                        // (N, Q)
+  layernorm_fwd(b.ln1, a.tmp, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
+  dense_fwd(pick(bf, b.qkv, a.wide16), b.ln1, w.qkv_w, C, Q);                        // (N, Q)
   if (bf) widen_to_fp32(a.wide16, b.qkv, N * Q);
   split_qkv(b);
   dense.reset();
   if (run_attention) {  // o (B,T,H,D), lse (B,H,T)
     attn_.set_window(cfg_.layer_window(l));
-    if (bf) {
-      attn_.forward(b.q16, b.k16, b.v16, b.o16, b.lse);
-    } else {
-      attn_.forward(b.q, b.k, b.v, b.o, b.lse);
-    }
+    attn_.forward(b.q, b.k, b.v, b.o, b.lse);
   }
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
-  dense_fwd(out, pick(bf, b.o, b.o16), w.proj_w, C, C);  // (N, C)
+  dense_fwd(out, b.o, w.proj_w, C, C);  // (N, C)
   add_residual(b.res2, b.x, out, N * C);
-  layernorm_fwd(ln2, a.tmp, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
-  dense_fwd(fch, ln2, w.fc_w, C, M);  // (N, M)
-  gelu_fwd(fch_gelu, fch, N * M);
+  layernorm_fwd(b.ln2, a.tmp, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
+  dense_fwd(b.fch, b.ln2, w.fc_w, C, M);  // (N, M)
+  gelu_fwd(b.fch_gelu, b.fch, N * M);
   if (!run_attention) return;  // recompute for the backward: the block output is not needed
-  dense_fwd(out, fch_gelu, w.fcproj_w, M, C);  // (N, C)
+  dense_fwd(out, b.fch_gelu, w.fcproj_w, M, C);  // (N, C)
   add_residual(x_out, b.res2, out, N * C);
 }
 
@@ -497,9 +479,8 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets) {
     block_forward(l, true);
   }
   trace::Span head("lm head", trace::Cat::Compute);
-  const Act lnf = pick(bf, a.lnf, a.lnf_16);
-  layernorm_fwd(lnf, a.tmp, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
-  dense_fwd(pick(bf, a.logits, a.wide16), lnf, p_.wte, C, V);  // (N, V)
+  layernorm_fwd(a.lnf, a.tmp, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
+  dense_fwd(pick(bf, a.logits, a.wide16), a.lnf, p_.wte, C, V);  // (N, V)
   if (bf) widen_to_fp32(a.wide16, a.logits, N * V);
   k::softmax_xent_fwd(a.losses, a.logits, targets, N, V);
   double s = 0.0;
@@ -519,8 +500,7 @@ void Gpt::backward(float dloss) {
                                   std::initializer_list<trace::Arg>{});
   k::softmax_xent_bwd(a.logits, a.logits, targets_, dloss, N, V);  // (N, V)
   const Act dln = pick(bf, a.dln, a.x16);
-  dense_bwd(dln, g_.wte, in_dtype(bf, a.logits, a.wide16, N * V), pick(bf, a.lnf, a.lnf_16), p_.wte,
-            C, V);  // (N, C)
+  dense_bwd(dln, g_.wte, in_dtype(bf, a.logits, a.wide16, N * V), a.lnf, p_.wte, C, V);  // (N, C)
   std::fill(a.dx, a.dx + N * C, 0.0f);
   k::layernorm_bwd(a.dx, g_.lnf_w, g_.lnf_b, as_fp32(dln, a.dln, N * C), a.x_final, p_.lnf_w,
                    a.lnf_mean, a.lnf_rstd, N, C);
@@ -554,28 +534,23 @@ void Gpt::block_backward(int l) {
                                    std::initializer_list<trace::Arg>{{"layer", l}});
 
   // MLP: x_out = res2 + fcproj(gelu(fc(ln2(res2)))); a.dx holds d x_out.
-  dense_bwd(dfch, gw.fcproj_w, in_dtype(bf, a.dx, a.wide16, N * C),
-            pick(bf, b.fch_gelu, b.fch_gelu_16), w.fcproj_w, M, C);        // (N, M)
-  gelu_bwd(dfch, pick(bf, b.fch, b.fch_16), dfch, N * M);                  // (N, M)
-  dense_bwd(dln, gw.fc_w, dfch, pick(bf, b.ln2, b.ln2_16), w.fc_w, C, M);  // (N, C)
+  dense_bwd(dfch, gw.fcproj_w, in_dtype(bf, a.dx, a.wide16, N * C), b.fch_gelu, w.fcproj_w, M,
+            C);                                        // (N, M)
+  gelu_bwd(dfch, b.fch, dfch, N * M);                  // (N, M)
+  dense_bwd(dln, gw.fc_w, dfch, b.ln2, w.fc_w, C, M);  // (N, C)
   k::layernorm_bwd(a.dx, gw.ln2_w, gw.ln2_b, as_fp32(dln, a.dln, N * C), b.res2, w.ln2_w,
                    b.ln2_mean, b.ln2_rstd, N, C);  // a.dx: d res2
 
   // Attention: res2 = x + proj(o).
   const Act dattn = pick(bf, a.dattn, a.y16);
-  dense_bwd(dattn, gw.proj_w, in_dtype(bf, a.dx, a.wide16, N * C), pick(bf, b.o, b.o16), w.proj_w,
-            C, C);  // (N, C)
+  dense_bwd(dattn, gw.proj_w, in_dtype(bf, a.dx, a.wide16, N * C), b.o, w.proj_w, C, C);  // (N, C)
   dense.reset();
   attn_.set_window(cfg_.layer_window(l));
-  if (bf) {
-    attn_.backward(b.q16, b.k16, b.v16, b.o16, b.lse, a.y16, a.dq16, a.dk16, a.dv16);
-  } else {
-    attn_.backward(b.q, b.k, b.v, b.o, b.lse, a.dattn, a.dq, a.dk, a.dv);
-  }
+  attn_.backward(b.q, b.k, b.v, b.o, b.lse, dattn, pick(bf, a.dq, a.dq16), pick(bf, a.dk, a.dk16),
+                 pick(bf, a.dv, a.dv16));
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   merge_dqkv();
-  dense_bwd(dln, gw.qkv_w, in_dtype(bf, a.dqkv, a.wide16, N * Q), pick(bf, b.ln1, b.ln1_16),
-            w.qkv_w, C, Q);  // (N, C)
+  dense_bwd(dln, gw.qkv_w, in_dtype(bf, a.dqkv, a.wide16, N * Q), b.ln1, w.qkv_w, C, Q);  // (N, C)
   k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, as_fp32(dln, a.dln, N * C), b.x, w.ln1_w, b.ln1_mean,
                    b.ln1_rstd, N, C);  // a.dx: d x
 }

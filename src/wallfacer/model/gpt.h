@@ -14,13 +14,14 @@
 // backward recomputes norms, projections and MLP of a block and never reruns the attention forward.
 //
 // With Dtype::bf16 the matrix products (QKV, projection, MLP fc and fcproj, LM head) run in bf16
-// with fp32 accumulation (kernels/dense_bf16.h) and the attention through the bf16 forms of the
-// AttentionOp: each forward rounds the fp32 master weights to a bf16 copy once; the outputs of ln1,
-// ln2 and the final layernorm, q, k, v, o, the fc and GELU outputs are stored in bf16, and so are
-// the gradients that enter a product (d o, dq, dk, dv, the MLP's). The residual stream and its
-// gradient, layernorm statistics, the rotary embedding (computed in fp32 on widened values, then
-// rounded), the attention LSE, softmax and loss, and every weight gradient stay fp32 (GELU computes
-// in fp32 between bf16 input and output). One block_forward / block_backward serves both dtypes.
+// with fp32 accumulation (kernels/dense_bf16.h) and the attention takes bf16 tensors (the
+// AttentionOp's Act views): each forward rounds the fp32 master weights to a bf16 copy once; the
+// outputs of ln1, ln2 and the final layernorm, q, k, v, o, the fc and GELU outputs are stored in
+// bf16, and so are the gradients that enter a product (d o, dq, dk, dv, the MLP's). The residual
+// stream and its gradient, layernorm statistics, the rotary embedding (computed in fp32 on widened
+// values, then rounded), the attention LSE, softmax and loss, and every weight gradient stay fp32
+// (GELU computes in fp32 between bf16 input and output). One block_forward / block_backward serves
+// both dtypes, and each stored activation is one buffer (an Act) in the model's dtype.
 
 #include <cstdint>
 #include <memory>

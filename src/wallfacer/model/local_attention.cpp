@@ -3,8 +3,6 @@
 #include <cmath>
 
 #include "wallfacer/core/error.h"
-#include "wallfacer/kernels/attention.h"
-#include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/doc_mask.h"
 
@@ -82,38 +80,38 @@ void LocalAttention::each_sequence(const T* q, const T* k, const T* v, F call) {
   }
 }
 
-void LocalAttention::forward(const float* q, const float* k, const float* v, float* o, float* lse) {
-  each_sequence(q, k, v, [&](const auto& t, int64_t qo, int64_t, int64_t so) {
-    k::attn_fwd(k::fwd_params(t, o + qo, lse + so));
-  });
+void LocalAttention::forward(const Act& q, const Act& k, const Act& v, const Act& o, float* lse) {
+  with_element_type(
+      [&](auto x) {
+        using T = decltype(x);
+        T* out = data_of<T>(o);
+        each_sequence(data_of<T>(q), data_of<T>(k), data_of<T>(v),
+                      [&](const auto& t, int64_t qo, int64_t, int64_t so) {
+                        k::run_attn_fwd(k::fwd_params(t, out + qo, lse + so));
+                      });
+      },
+      q, k, v, o);
 }
 
-void LocalAttention::backward(const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, const float* dout, float* dq, float* dk,
-                              float* dv) {
-  each_sequence(q, k, v, [&](const auto& t, int64_t qo, int64_t ko, int64_t so) {
-    k::attn_bwd_preprocess(t.dims, o + qo, t.q_stride, dout + qo, t.q_stride, delta_.data() + so,
-                           t.stat_stride);
-    k::attn_bwd(
-        k::bwd_params(t, {dout + qo, lse + so, delta_.data() + so, dq + qo, dk + ko, dv + ko}));
-  });
-}
-
-void LocalAttention::forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) {
-  each_sequence(q, k, v, [&](const auto& t, int64_t qo, int64_t, int64_t so) {
-    k::attn_fwd_bf16(k::fwd_params(t, o + qo, lse + so));
-  });
-}
-
-void LocalAttention::backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
-                              const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) {
-  each_sequence(q, k, v, [&](const auto& t, int64_t qo, int64_t ko, int64_t so) {
-    k::attn_bwd_preprocess_bf16(t.dims, o + qo, t.q_stride, dout + qo, t.q_stride,
-                                delta_.data() + so, t.stat_stride);
-    k::attn_bwd_bf16(
-        k::bwd_params(t, k::AttnGrads<bf16, bf16>{dout + qo, lse + so, delta_.data() + so, dq + qo,
-                                                  dk + ko, dv + ko}));
-  });
+void LocalAttention::backward(const Act& q, const Act& k, const Act& v, const Act& o,
+                              const float* lse, const Act& dout, const Act& dq, const Act& dk,
+                              const Act& dv) {
+  with_element_type(
+      [&](auto x) {
+        using T = decltype(x);
+        const T *po = data_of<T>(o), *pdout = data_of<T>(dout);
+        T *pdq = data_of<T>(dq), *pdk = data_of<T>(dk), *pdv = data_of<T>(dv);
+        each_sequence(
+            data_of<T>(q), data_of<T>(k), data_of<T>(v),
+            [&](const auto& t, int64_t qo, int64_t ko, int64_t so) {
+              float* delta = delta_.data() + so;
+              k::run_attn_bwd_preprocess(t.dims, po + qo, t.q_stride, pdout + qo, t.q_stride, delta,
+                                         t.stat_stride);
+              k::run_attn_bwd(k::bwd_params(t, k::AttnGrads<T, T>{pdout + qo, lse + so, delta,
+                                                                  pdq + qo, pdk + ko, pdv + ko}));
+            });
+      },
+      q, k, v, o, dout, dq, dk, dv);
 }
 
 }  // namespace wallfacer::model

@@ -13,13 +13,10 @@ class LocalAttention : public AttentionOp {
  public:
   // Rows are the tokens 0..seq-1 of `batch` sequences.
   LocalAttention(int batch, int seq, int heads, int kv_heads, int head_dim, bool causal = true);
-  void forward(const float* q, const float* k, const float* v, float* o, float* lse) override;
-  void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
-                const float* dout, float* dq, float* dk, float* dv) override;
-  // The bf16 flash kernels (kernels/attention_bf16.h).
-  void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) override;
-  void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
-                const bf16* dout, bf16* dq, bf16* dk, bf16* dv) override;
+  // The flash kernels of the tensors' dtype (kernels/attention.h, kernels/attention_bf16.h).
+  void forward(const Act& q, const Act& k, const Act& v, const Act& o, float* lse) override;
+  void backward(const Act& q, const Act& k, const Act& v, const Act& o, const float* lse,
+                const Act& dout, const Act& dq, const Act& dk, const Act& dv) override;
   // Masks each sequence at its own documents (the kernels' doc_of_pos), one kernel call per
   // sequence while any sequence holds more than one document; lengths.size() must be the batch.
   void set_documents(const std::vector<std::vector<int64_t>>& lengths) override;

@@ -24,6 +24,12 @@ void widen_to_fp32(const bf16* in, float* out, int64_t n) {
     bf16_to_fp32(in + i, out + i, std::min(kConvertBlock, n - i));
 }
 
+void check_element_types(bool first, std::initializer_list<bool> bf) {
+  for (const bool b : bf)
+    WF_CHECK(b == first, "tensors of one call in {} and {}: pass every one in the model's dtype",
+             first ? "bf16" : "fp32", b ? "bf16" : "fp32");
+}
+
 Act in_dtype(bool bf, float* x, bf16* scratch16, int64_t n) {
   if (!bf) return {x, nullptr};
   round_to_bf16(x, scratch16, n);

@@ -5,7 +5,9 @@
 // the named parameter tensors of an arena.
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "wallfacer/core/bf16.h"
@@ -30,6 +32,26 @@ struct Act {
 inline Act pick(bool bf, float* f32, bf16* b16) {
   return bf ? Act{nullptr, b16} : Act{f32, nullptr};
 }
+// t's pointer of element type T (float: f32, bf16: b16).
+template <class T>
+T* data_of(const Act& t) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return t.b16;
+  } else {
+    return t.f32;
+  }
+}
+// Throws (wallfacer::Error) unless every entry of `bf` equals `first`.
+void check_element_types(bool first, std::initializer_list<bool> bf);
+// Calls f(T{}) with T the element type of `first` (bf16 where its b16 is set, else float),
+// after checking that every one of `rest` has that element type.
+template <class F, class... Rest>
+decltype(auto) with_element_type(F&& f, const Act& first, const Rest&... rest) {
+  const bool bf = first.b16 != nullptr;
+  check_element_types(bf, {(rest.b16 != nullptr)...});
+  if (bf) return f(bf16{});
+  return f(float{});
+}
 // x as an input of a product: x itself (fp32), or x rounded into scratch16 (bf16).
 Act in_dtype(bool bf, float* x, bf16* scratch16, int64_t n);
 // t as fp32: t itself, or t widened into scratch.
@@ -49,13 +71,11 @@ void gelu_bwd(const Act& din, const Act& in, const Act& dout, int64_t n);
 class AttentionOp {
  public:
   virtual ~AttentionOp() = default;
-  virtual void forward(const float* q, const float* k, const float* v, float* o, float* lse) = 0;
-  virtual void backward(const float* q, const float* k, const float* v, const float* o,
-                        const float* lse, const float* dout, float* dq, float* dk, float* dv) = 0;
-  // The bf16 forms (a model with Dtype::bf16): q, k, v, o, dout, dq, dk, dv bf16, lse fp32.
-  virtual void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) = 0;
-  virtual void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
-                        const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) = 0;
+  // q, k, v, o, dout, dq, dk, dv in the model's dtype (Dtype::bf16: their b16, else their f32
+  // pointer), all of one dtype; lse fp32. The forward writes o, lse; the backward dq, dk, dv.
+  virtual void forward(const Act& q, const Act& k, const Act& v, const Act& o, float* lse) = 0;
+  virtual void backward(const Act& q, const Act& k, const Act& v, const Act& o, const float* lse,
+                        const Act& dout, const Act& dq, const Act& dk, const Act& dv) = 0;
   // The packed documents of the following calls (docs/documents.md): lengths[b] lists the
   // document lengths of sequence b of the batch, in order, positive and summing to the sequence
   // length; an empty list or a single length: one document. Every rank of a group passes the

@@ -18,60 +18,6 @@ Executor make_executor(const AttnConfig& cfg, comm::Communicator& group) {
   return Executor(std::move(s), group, group.split(r / C, r));
 }
 
-}  // namespace
-
-struct DistAttention::Impl {
-  Executor exec;
-  AttnStats stats;
-  Dtype dtype = Dtype::fp32;
-
-  AttnConfig cfg;  // as built, with the documents of set_documents
-  int P = 1, rank = 0;
-
-  Impl(const AttnConfig& cfg_in, comm::Communicator& group)
-      : exec(make_executor(cfg_in, group)),
-        dtype(cfg_in.dtype),
-        cfg(cfg_in),
-        P(group.size()),
-        rank(group.rank()) {}
-
-  void run(bool bwd, const UserTensors& t) {
-    const PhaseStats st = exec.run(bwd ? exec.schedule().bwd : exec.schedule().fwd, t);
-    auto& s = stats;
-    (bwd ? s.p2p_bytes_bwd : s.p2p_bytes_fwd) = st.p2p_bytes;
-    (bwd ? s.p2p_steps_bwd : s.p2p_steps_fwd) = st.p2p_steps;
-    (bwd ? s.coll_bytes_bwd : s.coll_bytes_fwd) = st.coll_bytes;
-    (bwd ? s.coll_formula_bytes_bwd : s.coll_formula_bytes_fwd) = st.coll_formula_bytes;
-    (bwd ? s.bwd_ms : s.fwd_ms) = st.ms;
-    (bwd ? s.exposed_comm_bwd_ms : s.exposed_comm_fwd_ms) = st.exposed_ms;
-    if (!bwd) s.attn_flops = st.flops;
-  }
-
-  // The documents of the next calls: the schedules are rebuilt, the buffers and groups kept.
-  void set_documents(std::vector<int64_t> lengths) {
-    cfg.doc_lengths = std::move(lengths);
-    validate(cfg, P);
-    exec.replace_schedule(make_schedule(cfg, P, rank));
-  }
-};
-
-DistAttentionMemory dist_attention_memory(const AttnConfig& cfg, int P, int rank) {
-  const Schedule s = make_schedule(cfg, P, rank);
-  DistAttentionMemory m;
-  for (size_t b = kNumUserBuffers; b < s.buffers.size(); ++b)
-    (s.buffers[b].kept ? m.kept_per_forward : m.scratch) += Executor::own_bytes(s, int(b));
-  return m;
-}
-
-DistAttention::DistAttention(const AttnConfig& cfg, comm::Communicator& group) {
-  validate(cfg, group.size());
-  impl_ = std::make_unique<Impl>(cfg, group);
-}
-
-DistAttention::~DistAttention() = default;
-
-namespace {
-
 template <class T>
 UserTensors forward_tensors(const T* q, const T* k, const T* v, T* o, float* lse) {
   UserTensors t{};
@@ -108,26 +54,85 @@ void check_dtype(Dtype built, Dtype called) {
 
 }  // namespace
 
+struct DistAttention::Impl {
+  Executor exec;
+  AttnStats stats;
+  Dtype dtype = Dtype::fp32;
+
+  AttnConfig cfg;  // as built, with the documents of set_documents
+  int P = 1, rank = 0;
+
+  Impl(const AttnConfig& cfg_in, comm::Communicator& group)
+      : exec(make_executor(cfg_in, group)),
+        dtype(cfg_in.dtype),
+        cfg(cfg_in),
+        P(group.size()),
+        rank(group.rank()) {}
+
+  void run(bool bwd, const UserTensors& t) {
+    const PhaseStats st = exec.run(bwd ? exec.schedule().bwd : exec.schedule().fwd, t);
+    auto& s = stats;
+    (bwd ? s.p2p_bytes_bwd : s.p2p_bytes_fwd) = st.p2p_bytes;
+    (bwd ? s.p2p_steps_bwd : s.p2p_steps_fwd) = st.p2p_steps;
+    (bwd ? s.coll_bytes_bwd : s.coll_bytes_fwd) = st.coll_bytes;
+    (bwd ? s.coll_formula_bytes_bwd : s.coll_formula_bytes_fwd) = st.coll_formula_bytes;
+    (bwd ? s.bwd_ms : s.fwd_ms) = st.ms;
+    (bwd ? s.exposed_comm_bwd_ms : s.exposed_comm_fwd_ms) = st.exposed_ms;
+    if (!bwd) s.attn_flops = st.flops;
+  }
+
+  // A call with element type T (the dtype the object was built for).
+  template <class T>
+  void forward(const T* q, const T* k, const T* v, T* o, float* lse) {
+    check_dtype(dtype, dtype_of<T>());
+    run(false, forward_tensors(q, k, v, o, lse));
+  }
+  template <class T>
+  void backward(const T* q, const T* k, const T* v, const T* o, const float* lse, const T* dout,
+                T* dq, T* dk, T* dv) {
+    check_dtype(dtype, dtype_of<T>());
+    run(true, backward_tensors(q, k, v, o, lse, dout, dq, dk, dv));
+  }
+
+  // The documents of the next calls: the schedules are rebuilt, the buffers and groups kept.
+  void set_documents(std::vector<int64_t> lengths) {
+    cfg.doc_lengths = std::move(lengths);
+    validate(cfg, P);
+    exec.replace_schedule(make_schedule(cfg, P, rank));
+  }
+};
+
+DistAttention::DistAttention(const AttnConfig& cfg, comm::Communicator& group) {
+  validate(cfg, group.size());
+  impl_ = std::make_unique<Impl>(cfg, group);
+}
+
+DistAttention::~DistAttention() = default;
+
+DistAttentionMemory dist_attention_memory(const AttnConfig& cfg, int P, int rank) {
+  const Schedule s = make_schedule(cfg, P, rank);
+  DistAttentionMemory m;
+  for (size_t b = kNumUserBuffers; b < s.buffers.size(); ++b)
+    (s.buffers[b].kept ? m.kept_per_forward : m.scratch) += Executor::own_bytes(s, int(b));
+  return m;
+}
+
 void DistAttention::forward(const float* q, const float* k, const float* v, float* o, float* lse) {
-  check_dtype(impl_->dtype, Dtype::fp32);
-  impl_->run(false, forward_tensors(q, k, v, o, lse));
+  impl_->forward(q, k, v, o, lse);
 }
 
 void DistAttention::backward(const float* q, const float* k, const float* v, const float* o,
                              const float* lse, const float* dout, float* dq, float* dk, float* dv) {
-  check_dtype(impl_->dtype, Dtype::fp32);
-  impl_->run(true, backward_tensors(q, k, v, o, lse, dout, dq, dk, dv));
+  impl_->backward(q, k, v, o, lse, dout, dq, dk, dv);
 }
 
 void DistAttention::forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) {
-  check_dtype(impl_->dtype, Dtype::bf16);
-  impl_->run(false, forward_tensors(q, k, v, o, lse));
+  impl_->forward(q, k, v, o, lse);
 }
 
 void DistAttention::backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                              const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv) {
-  check_dtype(impl_->dtype, Dtype::bf16);
-  impl_->run(true, backward_tensors(q, k, v, o, lse, dout, dq, dk, dv));
+  impl_->backward(q, k, v, o, lse, dout, dq, dk, dv);
 }
 
 const AttnStats& DistAttention::stats() const { return impl_->stats; }

@@ -262,11 +262,6 @@ void Executor::local(const Op& op) {
 
 namespace {
 
-void run_kernel(const kernels::AttnFwdParams& p) { kernels::attn_fwd(p); }
-void run_kernel(const kernels::AttnFwdBf16Params& p) { kernels::attn_fwd_bf16(p); }
-void run_kernel(const kernels::AttnBwdParams& p) { kernels::attn_bwd(p); }
-void run_kernel(const kernels::AttnBwdBf16Params& p) { kernels::attn_bwd_bf16(p); }
-
 // Query rows [r0, r0 + rows) of compute op `op` (relative to its query segment) with the kernels
 // of element type T: q (a Rows block, or the QPack block of the backward) and K,V of type T, the
 // accumulators fp32. `q_block`, `kv_block`, `out`, `out2`: the op's blocks (K,V and dK,dV at the
@@ -294,11 +289,10 @@ void compute_rows(const Op& op, int batch, int head_dim, int64_t n, std::byte* q
   t.accumulate = true;
   if (!op.backward) {
     t.q = reinterpret_cast<const T*>(q_block) + q_at;
-    run_kernel(kernels::fwd_params(t, out + q_at, out2 + row));
+    kernels::run_attn_fwd(kernels::fwd_params(t, out + q_at, out2 + row));
     return;
   }
-  const Dtype dt = std::is_same_v<T, bf16> ? Dtype::bf16 : Dtype::fp32;
-  const QPackParts part = qpack_parts(q_block, dt, batch, n, h, D);
+  const QPackParts part = qpack_parts(q_block, dtype_of<T>(), batch, n, h, D);
   t.q = reinterpret_cast<const T*>(part.q) + q_at;
   kernels::AttnGrads<T, float> g;
   g.dout = reinterpret_cast<const T*>(part.dout) + q_at;
@@ -307,7 +301,7 @@ void compute_rows(const Op& op, int batch, int head_dim, int64_t n, std::byte* q
   g.dq = out + q_at;
   g.dk = out2;
   g.dv = out2 + int64_t(k) * D;
-  run_kernel(kernels::bwd_params(t, g));
+  kernels::run_attn_bwd(kernels::bwd_params(t, g));
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/bf16.h"
 #include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::seqpar {
@@ -20,6 +22,12 @@ using UserTensors = std::array<void*, kNumUserBuffers>;
 // n elements from src (of type `from`) to dst (of type `to`): copied, or converted (fp32 -> bf16
 // rounds to nearest even, bf16 -> fp32 is exact).
 void copy_elements(const void* src, Dtype from, void* dst, Dtype to, int64_t n);
+
+// The Dtype of element type T (float or bf16).
+template <class T>
+constexpr Dtype dtype_of() {
+  return std::is_same_v<T, bf16> ? Dtype::bf16 : Dtype::fp32;
+}
 
 struct PhaseStats {
   // coll_bytes, coll_formula_bytes: comm::ByteCounters' two counts of the collectives.

@@ -74,19 +74,27 @@ class DistAttentionOp : public model::AttentionOp {
     WF_CHECK(at != windows_.end(), "set_window: no attention built for window {}", window);
     cur_ = size_t(at - windows_.begin());
   }
-  void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
-    run_fwd(q, k, v, o, lse);
+  void forward(const model::Act& q, const model::Act& k, const model::Act& v, const model::Act& o,
+               float* lse) override {
+    model::with_element_type(
+        [&](auto x) {
+          using T = decltype(x);
+          using model::data_of;
+          run_fwd(data_of<T>(q), data_of<T>(k), data_of<T>(v), data_of<T>(o), lse);
+        },
+        q, k, v, o);
   }
-  void backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
-                const float* dout, float* dq, float* dk, float* dv) override {
-    run_bwd(q, k, v, o, lse, dout, dq, dk, dv);
-  }
-  void forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse) override {
-    run_fwd(q, k, v, o, lse);
-  }
-  void backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
-                const bf16* dout, bf16* dq, bf16* dk, bf16* dv) override {
-    run_bwd(q, k, v, o, lse, dout, dq, dk, dv);
+  void backward(const model::Act& q, const model::Act& k, const model::Act& v, const model::Act& o,
+                const float* lse, const model::Act& dout, const model::Act& dq,
+                const model::Act& dk, const model::Act& dv) override {
+    model::with_element_type(
+        [&](auto x) {
+          using T = decltype(x);
+          using model::data_of;
+          run_bwd(data_of<T>(q), data_of<T>(k), data_of<T>(v), data_of<T>(o), lse, data_of<T>(dout),
+                  data_of<T>(dq), data_of<T>(dk), data_of<T>(dv));
+        },
+        q, k, v, o, dout, dq, dk, dv);
   }
   // A sequence of one document passes no lengths: the calls are those of train.packing = "none".
   void set_documents(const std::vector<std::vector<int64_t>>& lengths) override {
