@@ -24,7 +24,7 @@ std::string_view placement_name(Placement p) {
   return "?";
 }
 
-std::vector<int> device_order(const TeamLayout& l, Placement p) {
+std::vector<int> device_order(const TeamGroups& l, Placement p) {
   WF_USAGE_CHECK(
       l.ranks >= 1 && l.team >= 1 && l.group_teams >= 1 && l.ranks % (l.team * l.group_teams) == 0,
       "a layout of {} ranks cannot be cut into team groups of {} teams of {}", l.ranks,

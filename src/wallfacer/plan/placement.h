@@ -24,14 +24,14 @@ enum class Placement { Default, TeamIntra, RingIntra };
 Placement parse_placement(std::string_view name);  // UsageError naming the choices
 std::string_view placement_name(Placement p);
 
-struct TeamLayout {
+struct TeamGroups {
   int ranks = 1;        // P
   int team = 1;         // C: consecutive ranks per team
   int group_teams = 1;  // G: teams per team group (= sub-ring length)
 };
 
 // device_of[layout rank]; a permutation of 0..P-1. Throws UsageError when the layout is invalid.
-std::vector<int> device_order(const TeamLayout& layout, Placement p);
+std::vector<int> device_order(const TeamGroups& groups, Placement p);
 
 // The inverse: layout rank of each device.
 std::vector<int> inverse_order(const std::vector<int>& device_of);

@@ -52,7 +52,7 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
 }
 
 std::vector<int> candidate_devices(const Candidate& c, int P) {
-  TeamLayout l{P, 1, P};
+  TeamGroups l{P, 1, P};
   if (c.ulysses > 1) {
     l = {P, c.ulysses, P / c.ulysses};
   } else if (c.strategy == Strategy::WallFacer && c.teams > 1) {
