@@ -305,7 +305,7 @@ TEST(PlanPlanner, NodeBytesFollowTheHopsThatLeaveANode) {
 
   cfg.strategy = seqpar::Strategy::WallFacer;
   cfg.teams = 2;
-  const seqpar::TeamLayout l(P, 2);
+  const seqpar::WallFacerGeometry l(P, 2);
   double placement = 0;
   for (int r = 0; r < P; ++r)
     if (two_nodes[r] != two_nodes[l.placement_dst(r)]) placement += 2 * kv_block;  // C*n rows

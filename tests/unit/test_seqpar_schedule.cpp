@@ -36,7 +36,7 @@ std::vector<std::pair<int, int>> team_grid() {
 
 TEST(SeqparLayout, PlacementIsAPermutationAndItsInverse) {
   for (auto [P, C] : team_grid()) {
-    TeamLayout L(P, C);
+    WallFacerGeometry L(P, C);
     std::set<int> dsts;
     for (int r = 0; r < P; ++r) {
       dsts.insert(L.placement_dst(r));
@@ -56,7 +56,7 @@ TEST(SeqparLayout, PlacementIsAPermutationAndItsInverse) {
 
 TEST(SeqparLayout, EveryTeamGroupSeesEveryKVBlockOnce) {
   for (auto [P, C] : team_grid()) {
-    TeamLayout L(P, C);
+    WallFacerGeometry L(P, C);
     // Forward: team t's members together meet every KV team exactly once.
     for (int t = 0; t < L.T; ++t) {
       std::vector<int> seen;
@@ -645,7 +645,7 @@ TEST(SeqparSchedule, MatchesReferenceCounts) {
   };
   for (const auto& row : rows) {
     auto c = config(Strategy::WallFacer, row.S, 1, 1, row.D, row.causal, row.C);
-    TeamLayout L(row.P, row.C);
+    WallFacerGeometry L(row.P, row.C);
     const int64_t m = int64_t(row.C) * row.S / row.P, D = row.D;
     int64_t worst = 0;
     for (int r = 0; r < row.P; ++r) {

@@ -98,7 +98,7 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
     const kernels::DocBounds docs = doc_bounds(cfg);
     latest.layout = balanced_doc_layout(docs, P, cfg.causal);
     if (C > 1) {
-      const TeamLayout L(P, C);
+      const WallFacerGeometry L(P, C);
       std::vector<std::vector<int>> queries(P), keys(P);
       for (int r = 0; r < P; ++r) {
         for (int a = 0; a < C; ++a) queries[r].push_back(r / C * C + a);

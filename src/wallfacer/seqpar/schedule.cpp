@@ -189,12 +189,12 @@ std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team
 
 // Where the ring steps of a schedule go: teams of C ranks (rank r = t*C + a) hold team buffers of
 // C blocks that circulate on rings of G ranks with the same member index.
-//   WallFacer-C (ring and zigzag are C = 1): the TeamLayout geometry (placement, sub-rings).
+//   WallFacer-C (ring and zigzag are C = 1): the WallFacerGeometry (placement, sub-rings).
 //   Ulysses x ring hybrid (C = u): no placement; the ring runs over the G = P/u teams.
 struct RingLayout {
   bool hybrid = false;
   int C = 1, G = 1;
-  TeamLayout team;
+  WallFacerGeometry team;
   RingLayout(const AttnConfig& c, int P, int C_)
       : hybrid(c.ulysses > 1),
         C(C_),
@@ -656,37 +656,37 @@ int64_t block_elements(const BufferSpec& spec, int batch, int head_dim) {
   return 0;
 }
 
-TeamLayout::TeamLayout(int P_, int C_) : P(P_), C(C_), G(P_ / (C_ * C_)), T(P_ / C_) {
+WallFacerGeometry::WallFacerGeometry(int P_, int C_) : P(P_), C(C_), G(P_ / (C_ * C_)), T(P_ / C_) {
   WF_CHECK(C >= 1 && P % (C * C) == 0, "team size {} needs C^2 dividing P = {}", C, P);
 }
 
-int TeamLayout::placement_dst(int r) const {
+int WallFacerGeometry::placement_dst(int r) const {
   const int t = r / C, a = r % C;
   return (a * G + t / C) * C + t % C;
 }
 
-int TeamLayout::placement_src(int r) const {
+int WallFacerGeometry::placement_src(int r) const {
   const int tau = r / C, m = r % C;
   const int t = (tau % G) * C + m, a = tau / G;
   return t * C + a;
 }
 
-int TeamLayout::next(int r) const {
+int WallFacerGeometry::next(int r) const {
   const int tau = r / C, m = r % C;
   return (((tau % G) + 1) % G + G * (tau / G)) * C + m;
 }
 
-int TeamLayout::prev(int r) const {
+int WallFacerGeometry::prev(int r) const {
   const int tau = r / C, m = r % C;
   return (((tau % G) + G - 1) % G + G * (tau / G)) * C + m;
 }
 
-int TeamLayout::kv_team(int r, int step) const {
+int WallFacerGeometry::kv_team(int r, int step) const {
   const int tau = r / C, m = r % C;
   return (((tau % G) - step % G + G) % G) * C + m;
 }
 
-int TeamLayout::query_team(int r, int step) const {
+int WallFacerGeometry::query_team(int r, int step) const {
   const int tau = r / C;
   return G * (tau / G) + ((tau % G) - step % G + G) % G;
 }
@@ -764,9 +764,7 @@ int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos
 namespace {
 
 // The team size of cfg's schedule (Schedule::teams).
-int schedule_teams(const AttnConfig& cfg) {
-  return cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg);
-}
+int schedule_teams(const AttnConfig& cfg) { return cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg); }
 
 }  // namespace
 
@@ -908,7 +906,7 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
     return t;
   }
   const int64_t C = team_size(cfg);
-  const TeamLayout L(P, int(C));
+  const WallFacerGeometry L(P, int(C));
   const int64_t G = L.G, m = C * n;  // team rows
   const int64_t moves = L.placement_dst(rank) != rank ? 1 : 0;
   const int64_t kv = B * m * 2 * K * D;  // elements of one team K,V block

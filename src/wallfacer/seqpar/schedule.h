@@ -198,9 +198,9 @@ ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b);
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank);
 
 // WallFacer-C geometry (C = 1: ring). Ranks are in the sequence-parallel group.
-struct TeamLayout {
+struct WallFacerGeometry {
   int P = 1, C = 1, G = 1, T = 1;
-  TeamLayout(int P, int C);
+  WallFacerGeometry(int P, int C);
   int placement_dst(int r) const;  // where rank r sends its team's K,V block
   int placement_src(int r) const;  // inverse
   int next(int r) const;           // sub-ring neighbours
