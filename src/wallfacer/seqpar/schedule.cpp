@@ -191,24 +191,24 @@ std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team
 // C blocks that circulate on rings of G ranks with the same member index.
 //   WallFacer-C (ring and zigzag are C = 1): the WallFacerGeometry (placement, sub-rings).
 //   Ulysses x ring hybrid (C = u): no placement; the ring runs over the G = P/u teams.
-struct RingLayout {
+struct RingGeometry {
   bool hybrid = false;
   int C = 1, G = 1;
-  WallFacerGeometry team;
-  RingLayout(const AttnConfig& c, int P, int C_)
+  WallFacerGeometry wallfacer;
+  RingGeometry(const AttnConfig& c, int P, int C_)
       : hybrid(c.ulysses > 1),
         C(C_),
         G(hybrid ? P / C_ : P / (C_ * C_)),
-        team(P, hybrid ? 1 : C_) {}
-  int placement_dst(int r) const { return hybrid ? r : team.placement_dst(r); }
-  int placement_src(int r) const { return hybrid ? r : team.placement_src(r); }
-  int next(int r) const { return hybrid ? ((r / C + 1) % G) * C + r % C : team.next(r); }
-  int prev(int r) const { return hybrid ? ((r / C + G - 1) % G) * C + r % C : team.prev(r); }
+        wallfacer(P, hybrid ? 1 : C_) {}
+  int placement_dst(int r) const { return hybrid ? r : wallfacer.placement_dst(r); }
+  int placement_src(int r) const { return hybrid ? r : wallfacer.placement_src(r); }
+  int next(int r) const { return hybrid ? ((r / C + 1) % G) * C + r % C : wallfacer.next(r); }
+  int prev(int r) const { return hybrid ? ((r / C + G - 1) % G) * C + r % C : wallfacer.prev(r); }
   int kv_team(int r, int step) const {
-    return hybrid ? (r / C - step % G + G) % G : team.kv_team(r, step);
+    return hybrid ? (r / C - step % G + G) % G : wallfacer.kv_team(r, step);
   }
   int query_team(int r, int step) const {
-    return hybrid ? (r / C - step % G + G) % G : team.query_team(r, step);
+    return hybrid ? (r / C - step % G + G) % G : wallfacer.query_team(r, step);
   }
 };
 
@@ -217,7 +217,7 @@ struct RingLayout {
 enum class Travel : uint8_t { KV, Queries };
 
 // Whether rank x, at ring step `step`, has kept pairs between its queries and its keys.
-bool pairs_at(const Schedule& s, const RingLayout& L, int x, int step, Travel travel) {
+bool pairs_at(const Schedule& s, const RingGeometry& L, int x, int step, Travel travel) {
   const auto& c = s.cfg;
   const int C = s.teams;
   const auto queries =
@@ -232,7 +232,7 @@ bool pairs_at(const Schedule& s, const RingLayout& L, int x, int step, Travel tr
 // The hops that the travelling block of `origin` (the block it holds at step 0) makes: up to the
 // last rank of the sub-ring that has kept pairs with it (0: it stays home). Without documents or a
 // window every block makes all G - 1 hops, as the closed forms count them.
-int travel_hops(const Schedule& s, const RingLayout& L, int origin, Travel travel) {
+int travel_hops(const Schedule& s, const RingGeometry& L, int origin, Travel travel) {
   if (s.docs.starts.empty() && s.cfg.window == 0) return L.G - 1;
   int last = 0, x = origin;
   for (int t = 1; t < L.G; ++t) {
@@ -243,14 +243,14 @@ int travel_hops(const Schedule& s, const RingLayout& L, int origin, Travel trave
 }
 
 // The rank whose block rank r holds at ring step `step` (its holder at step 0).
-int origin_at(const RingLayout& L, int r, int step) {
+int origin_at(const RingGeometry& L, int r, int step) {
   for (int i = 0; i < step; ++i) r = L.prev(r);
   return r;
 }
 
 // Per ring step, the hops of the block that rank r holds then: r holds it when step <= hops, and
 // passes it on when step < hops.
-std::vector<int> hops_per_step(const Schedule& s, const RingLayout& L, int r, Travel travel) {
+std::vector<int> hops_per_step(const Schedule& s, const RingGeometry& L, int r, Travel travel) {
   std::vector<int> hops(size_t(L.G));
   for (int step = 0; step < L.G; ++step)
     hops[size_t(step)] = travel_hops(s, L, origin_at(L, r, step), travel);
@@ -557,7 +557,7 @@ class TeamRing {
   Builder& b_;
   const AttnConfig& c_;
   const int P_, r_, C_;
-  const RingLayout L_;
+  const RingGeometry L_;
   const bool hybrid_;
   const int G_, H_, K_;  // H_, K_: the heads the ring computes (a hybrid's slice)
   const Dtype w_;
@@ -778,7 +778,7 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   s.cfg.doc_lengths.clear();
   s.P = P;
   s.teams = schedule_teams(cfg);
-  const RingLayout L(s.cfg, P, s.teams);
+  const RingGeometry L(s.cfg, P, s.teams);
   const int64_t G = L.G, D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
   const int64_t e = dtype_bytes(cfg.dtype);
   if (G == 1) return false;  // no hops either way
