@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
               ++configs;
               const DistAttentionMemory want = dist_attention_memory(cfg, P, rank);
               Schedule s = make_schedule(cfg, P, rank);
-              const int C = s.teams;
+              const int C = s.team_ranks;
               const Executor ex(std::move(s), world, world.split(rank / C, rank));
               const int64_t kept = kept_elements(cfg, P) * (dtype == Dtype::bf16 ? 2 : 4);
               const std::string what = fmt::format(

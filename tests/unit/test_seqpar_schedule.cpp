@@ -187,7 +187,7 @@ TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
             got.flops_fwd = got.flops_bwd = 0;
             EXPECT_EQ(got, formula_totals(c, P, r))
                 << "P=" << P << " u=" << u << " rank " << r << " " << dtype_name(d);
-            EXPECT_EQ(s.teams, u);
+            EXPECT_EQ(s.team_ranks, u);
           }
         }
       }

@@ -94,7 +94,7 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
         break;
       case seqpar::OpKind::Collective: {
         // World: ranks 0 .. P-1; Team: the C consecutive ranks of this rank's team.
-        const int C = o.group == seqpar::Group::World ? s.P : s.teams, t0 = s.rank / C * C;
+        const int C = o.group == seqpar::Group::World ? s.P : s.team_ranks, t0 = s.rank / C * C;
         std::vector<int> members(static_cast<size_t>(C));
         std::iota(members.begin(), members.end(), t0);
         WF_CHECK(C == o.group_size, "collective of {} ranks on a group of {}", o.group_size, C);

@@ -14,7 +14,7 @@ namespace {
 Executor make_executor(const AttnConfig& cfg, comm::Communicator& group) {
   const int r = group.rank();
   Schedule s = make_schedule(cfg, group.size(), r);
-  const int C = s.teams;
+  const int C = s.team_ranks;
   return Executor(std::move(s), group, group.split(r / C, r));
 }
 

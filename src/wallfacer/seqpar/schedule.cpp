@@ -219,7 +219,7 @@ enum class Travel : uint8_t { KV, Queries };
 // Whether rank x, at ring step `step`, has kept pairs between its queries and its keys.
 bool pairs_at(const Schedule& s, const RingGeometry& L, int x, int step, Travel travel) {
   const auto& c = s.cfg;
-  const int C = s.teams;
+  const int C = s.team_ranks;
   const auto queries =
       team_segments(c, s.P, C, travel == Travel::KV ? x / C : L.query_team(x, step));
   const auto keys = team_segments(c, s.P, C, L.kv_team(x, travel == Travel::KV ? step : 0));
@@ -271,8 +271,8 @@ class TeamRing {
         c_(s.cfg),
         P_(s.P),
         r_(s.rank),
-        C_(s.teams),
-        L_(s.cfg, s.P, s.teams),
+        C_(s.team_ranks),
+        L_(s.cfg, s.P, s.team_ranks),
         hybrid_(L_.hybrid),
         G_(L_.G),
         H_(hybrid_ ? c_.heads / C_ : c_.heads),
@@ -763,8 +763,10 @@ int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos
 
 namespace {
 
-// The team size of cfg's schedule (Schedule::teams).
-int schedule_teams(const AttnConfig& cfg) { return cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg); }
+// The team size of cfg's schedule (Schedule::team_ranks).
+int schedule_team_ranks(const AttnConfig& cfg) {
+  return cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg);
+}
 
 }  // namespace
 
@@ -777,8 +779,8 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   s.cfg = cfg;
   s.cfg.doc_lengths.clear();
   s.P = P;
-  s.teams = schedule_teams(cfg);
-  const RingGeometry L(s.cfg, P, s.teams);
+  s.team_ranks = schedule_team_ranks(cfg);
+  const RingGeometry L(s.cfg, P, s.team_ranks);
   const int64_t G = L.G, D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
   const int64_t e = dtype_bytes(cfg.dtype);
   if (G == 1) return false;  // no hops either way
@@ -817,7 +819,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   s.cfg = cfg;
   s.P = P;
   s.rank = rank;
-  s.teams = schedule_teams(cfg);
+  s.team_ranks = schedule_team_ranks(cfg);
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
   if (!cfg.doc_lengths.empty()) s.docs = doc_bounds(cfg);

@@ -142,7 +142,7 @@ struct Op {
 struct Schedule {
   AttnConfig cfg;
   int P = 1, rank = 0;
-  int teams = 1;              // the size of the Team group (ranks rank/C*C .. +C-1): C,
+  int team_ranks = 1;         // the size of the Team group (ranks rank/C*C .. +C-1): C,
                               // or a hybrid's Ulysses degree u
   int64_t n = 0;              // rows per rank
   bool bwd_moves_kv = false;  // backward: K,V travel (else the query packages)
