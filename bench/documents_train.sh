@@ -78,21 +78,13 @@ inputs=()
 for f in "$out"/files/*.txt; do inputs+=(--input "$f"); done
 "$wf" prepare "${inputs[@]}" --out "$out/data" --val-fraction 0.05 >/dev/null
 
-cat >"$out/bench.toml" <<TOML
-[model]
-layers = $layers
-dim = $dim
-heads = $heads
-kv_heads = $heads
-[train]
-seq = $seq
-batch = 1
+source bench/gpt_toml.sh
+gpt_toml "$out/bench.toml" "$out/data"
+cat >>"$out/bench.toml" <<TOML
 eval_every = 0
 ckpt_every = 0
 dtype = "$dtype"
 packing = "documents"
-[data]
-dir = "$out/data"
 [parallel]
 sp = $ranks
 TOML

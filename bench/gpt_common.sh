@@ -9,20 +9,9 @@ if [[ ! -f $data/train.bin ]]; then
   for i in $(seq 1 8000); do echo "line $i: and the lamps were lit and the doors were opened"; done > "$work/text.txt"
   "$wf" prepare --input "$work/text.txt" --out "$data" >/dev/null
 fi
-cat > "$work/bench.toml" <<TOML
-[model]
-layers = $layers
-dim = $dim
-heads = $heads
-kv_heads = $heads
-[train]
-seq = $seq
-batch = 1
-steps = $((steps + 1))
-lr = 1e-3
-[data]
-dir = "$data"
-TOML
+source "$(dirname "${BASH_SOURCE[0]}")/gpt_toml.sh"
+gpt_toml "$work/bench.toml" "$data"
+printf 'steps = %s\nlr = 1e-3\n' $((steps + 1)) >> "$work/bench.toml"
 
 # wf_run NAME DTYPE: trains $work/bench.toml with train.dtype = DTYPE and $threads threads into
 # $work/NAME and prints the tokens/s of the steps after the first (the first warms up).
