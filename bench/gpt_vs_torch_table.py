@@ -15,6 +15,11 @@ import sys
 from kernels_table import context, med, span
 
 
+def rate(x):
+    """tokens/s: whole numbers from 100 on, one decimal below."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
 def main():
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
     runs = ("wallfacer_fp32", "wallfacer_bf16", "torch_bf16")
@@ -37,8 +42,8 @@ def main():
             "fp32/torch": [rd["wallfacer_fp32"] / rd["torch_bf16"] for rd in rounds],
         }
         print(f"| {layers} layers, dim {dim}, {heads} heads | {seq:,} | {len(rounds)} | "
-              f"{tps['wallfacer_fp32']:,.0f} | {tps['wallfacer_bf16']:,.0f} | "
-              f"{tps['torch_bf16']:,.0f} | {med(q['bf16/fp32']):.2f}x | "
+              f"{rate(tps['wallfacer_fp32'])} | {rate(tps['wallfacer_bf16'])} | "
+              f"{rate(tps['torch_bf16'])} | {med(q['bf16/fp32']):.2f}x | "
               f"{med(q['bf16/torch']):.2f}x | {med(q['fp32/torch']):.2f}x |")
         notes.append(f"seq {seq:,}: bf16 / fp32 {span(q['bf16/fp32'])}, bf16 / PyTorch bf16 "
                      f"{span(q['bf16/torch'])}, fp32 / PyTorch bf16 {span(q['fp32/torch'])}")

@@ -43,11 +43,10 @@ def context(rows, extra=()):
     if not any(f.startswith("avx512") for f in flags):
         isa += "; no AVX-512"
     loads = [float(r["loadavg"].split()[0]) for r in rows]
-    rounds = len({r.get("round") for r in rows})
     commits = sorted({r["commit"] for r in rows})
     parts = [f"{r0.get('cpu', '?')}, {r0.get('cpus', '?')} cores ({isa})",
              f"OpenBLAS core {r0.get('blas_core', '?')}", *extra,
-             f"{rounds} rounds, load average {min(loads):.1f}–{max(loads):.1f} (1 min)",
+             f"load average {min(loads):.1f}–{max(loads):.1f} (1 min) at the starts of the runs",
              f"commit {', '.join(commits)}"]
     return "; ".join(parts) + "."
 
@@ -103,7 +102,7 @@ def attention(rows):
     print()
     paths = sorted({r.get("bf16_path", "") for r in wf if r["dtype"] == "bf16"})
     tv = sorted({f"{r['torch_version']} (CPU capability {r['torch_cpu_capability']})" for r in th})
-    print(f"Per round: bf16 / fp32 forward {span(spans['b/ffwd'])}, backward "
+    print(f"{len(rounds)} rounds. Per round: bf16 / fp32 forward {span(spans['b/ffwd'])}, backward "
           f"{span(spans['b/fbwd'])}; wallfacer fp32 / PyTorch fp32 forward "
           f"{span(spans['w/tfp32fwd'])}, backward {span(spans['w/tfp32bwd'])}; wallfacer bf16 / "
           f"PyTorch bf16 forward {span(spans['w/tbf16fwd'])}, backward "
@@ -134,7 +133,8 @@ def gemm(rows):
         print(f"| {oc:,} | " + " | ".join(cells) + " |")
     print()
     r0 = g[0]
-    print(f"N = {r0['rows']:,} rows, C = {r0['channels']} channels. Ratio bf16 / fp32 per round and "
+    print(f"N = {r0['rows']:,} rows, C = {r0['channels']} channels, "
+          f"{len({r['round'] for r in g})} rounds. Ratio bf16 / fp32 per round and "
           f"product {span(ratios)}. Spot checks (largest over the runs): bf16 outputs {e16:.1e} "
           f"(bound 5.9e-3), dweight {e32:.1e} (bound 1.5e-5).")
     paths = sorted({r["bf16_path"] for r in g})
@@ -171,7 +171,8 @@ def isa(rows):
               f"{m['fwd']['baseline']:.1f} | {q['fwd']:.2f}x | {m['bwd']['auto']:.1f} | "
               f"{m['bwd']['baseline']:.1f} | {q['bwd']:.2f}x |")
     print()
-    print(f"Per round, baseline / {auto}: forward {span(spans['fwd'])}, backward "
+    print(f"{len({r['round'] for r in rows})} rounds. Per round, baseline / {auto}: forward "
+          f"{span(spans['fwd'])}, backward "
           f"{span(spans['bwd'])}.")
     print(context(rows, [f"threads {rows[0]['threads']}"]))
 
