@@ -35,6 +35,8 @@ def main():
     for key in sorted(cases, key=lambda k: (k[0], k[1], k[2], k[3])):
         layers, dim, heads, seq, steps, threads = key
         rounds = [rd for rd in cases[key].values() if all(x in rd for x in runs)]
+        if not rounds:  # a round cut short: no row
+            continue
         tps = {x: med([rd[x] for rd in rounds]) for x in runs}
         q = {
             "bf16/fp32": [rd["wallfacer_bf16"] / rd["wallfacer_fp32"] for rd in rounds],

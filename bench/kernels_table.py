@@ -19,20 +19,31 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-def fmt(x, spec=".1f"):
-    return "" if x is None else format(x, spec)
+def fmt(x, spec=None):
+    """A rate: one decimal from 10 on, two from 1, three below (the portable bf16 path is slow)."""
+    if x is None:
+        return ""
+    return format(x, spec or (".1f" if x >= 10 else ".2f" if x >= 1 else ".3f"))
 
 
-def pair(a, b, spec=".1f"):
+def times(x):
+    return f"{x:.2f}x" if x >= 0.1 else f"{x:.3f}x"
+
+
+def rounds_text(n):
+    return f"{n} round" + ("" if n == 1 else "s")
+
+
+def pair(a, b, spec=None):
     return "" if a is None else f"{fmt(a, spec)} / {fmt(b, spec)}"
 
 
 def ratio(a, b):
-    return "" if a is None else f"{a:.2f}x / {b:.2f}x"
+    return "" if a is None else f"{times(a)} / {times(b)}"
 
 
 def span(xs):
-    return f"{min(xs):.2f}–{max(xs):.2f}x" if xs else "-"
+    return f"{times(min(xs))[:-1]}–{times(max(xs))}" if xs else "-"
 
 
 def context(rows, extra=()):
@@ -102,7 +113,7 @@ def attention(rows):
     print()
     paths = sorted({r.get("bf16_path", "") for r in wf if r["dtype"] == "bf16"})
     tv = sorted({f"{r['torch_version']} (CPU capability {r['torch_cpu_capability']})" for r in th})
-    print(f"{len(rounds)} rounds. Per round: bf16 / fp32 forward {span(spans['b/ffwd'])}, backward "
+    print(f"{rounds_text(len(rounds))}. Per round: bf16 / fp32 forward {span(spans['b/ffwd'])}, backward "
           f"{span(spans['b/fbwd'])}; wallfacer fp32 / PyTorch fp32 forward "
           f"{span(spans['w/tfp32fwd'])}, backward {span(spans['w/tfp32bwd'])}; wallfacer bf16 / "
           f"PyTorch bf16 forward {span(spans['w/tbf16fwd'])}, backward "
@@ -129,12 +140,12 @@ def gemm(rows):
             e32 = max([e32] + [r["check_err_fp32"] for r in rs])
             cells += [fmt(med([r["fp32_gflops"] for r in rs])),
                       fmt(med([r["bf16_gflops"] for r in rs])),
-                      f"{med([r['ratio'] for r in rs]):.2f}x"]
+                      times(med([r['ratio'] for r in rs]))]
         print(f"| {oc:,} | " + " | ".join(cells) + " |")
     print()
     r0 = g[0]
     print(f"N = {r0['rows']:,} rows, C = {r0['channels']} channels, "
-          f"{len({r['round'] for r in g})} rounds. Ratio bf16 / fp32 per round and "
+          f"{rounds_text(len({r['round'] for r in g}))}. Ratio bf16 / fp32 per round and "
           f"product {span(ratios)}. Spot checks (largest over the runs): bf16 outputs {e16:.1e} "
           f"(bound 5.9e-3), dweight {e32:.1e} (bound 1.5e-5).")
     paths = sorted({r["bf16_path"] for r in g})
@@ -171,7 +182,7 @@ def isa(rows):
               f"{m['fwd']['baseline']:.1f} | {q['fwd']:.2f}x | {m['bwd']['auto']:.1f} | "
               f"{m['bwd']['baseline']:.1f} | {q['bwd']:.2f}x |")
     print()
-    print(f"{len({r['round'] for r in rows})} rounds. Per round, baseline / {auto}: forward "
+    print(f"{rounds_text(len({r['round'] for r in rows}))}. Per round, baseline / {auto}: forward "
           f"{span(spans['fwd'])}, backward "
           f"{span(spans['bwd'])}.")
     print(context(rows, [f"threads {rows[0]['threads']}"]))
