@@ -3,10 +3,12 @@
 the same FLOP counts (forward 4 * B * H * Sq * Sk * D, halved for a causal mask; backward 2.5 times
 the forward), so the GFLOP/s of the two tools compare directly. Usage:
   python3 bench/attn_torch.py --seq 4096 --heads 8 --head-dim 64 --threads 2 [--dtype fp32|bf16]
-      [--causal] [--iters N]
-Prints `torch attention DTYPE fwd X GFLOP/s bwd Y GFLOP/s`.
+      [--causal] [--iters N] [--json]
+Prints `torch attention DTYPE fwd X GFLOP/s bwd Y GFLOP/s`, or with --json one JSON object (the
+shape, the rates, torch's version and the CPU capability its kernels use).
 """
 import argparse
+import json
 import time
 
 import torch
@@ -23,6 +25,7 @@ def main():
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -47,6 +50,15 @@ def main():
         o.backward(dout)
         t2 = time.perf_counter()
         tf, tb = min(tf, t1 - t0), min(tb, t2 - t1)
+    if a.json:
+        print(json.dumps({"tool": "torch", "torch_version": torch.__version__,
+                          "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                          "seq": a.seq, "heads": a.heads, "head_dim": a.head_dim,
+                          "batch": a.batch, "causal": a.causal, "dtype": a.dtype,
+                          "threads": a.threads, "iters": a.iters,
+                          "fwd_ms": tf * 1e3, "bwd_ms": tb * 1e3,
+                          "fwd_gflops": fwd_flops / tf / 1e9, "bwd_gflops": bwd_flops / tb / 1e9}))
+        return
     print(f"torch {torch.__version__} attention {a.dtype} seq {a.seq} heads {a.heads} head_dim "
           f"{a.head_dim}{' causal' if a.causal else ''}: fwd {fwd_flops / tf / 1e9:.1f} GFLOP/s "
           f"bwd {bwd_flops / tb / 1e9:.1f} GFLOP/s")

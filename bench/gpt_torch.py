@@ -2,13 +2,15 @@
 """The GPT of src/wallfacer/model/gpt.h in PyTorch (CPU), timed over a few AdamW steps on random
 byte tokens. Prints one line: `torch tokens/s X`. Usage:
   python3 bench/gpt_torch.py --layers 4 --dim 256 --heads 4 --seq 4096 --steps 3 --threads 2 \
-      [--dtype fp32|bf16] [--attention sdpa|naive] [--compile]
+      [--dtype fp32|bf16] [--attention sdpa|naive] [--compile] [--json]
 --dtype bf16 runs the forward and backward under bf16 autocast (fp32 master weights and AdamW
 state, as wallfacer's bf16); --attention sdpa (default) uses scaled_dot_product_attention (PyTorch's
 fused CPU flash attention), naive materialises the S x S scores; --compile wraps the model in
-torch.compile.
+torch.compile; --json adds a last line, a JSON object with the model, the tokens/s, torch's version
+and the CPU capability its kernels use.
 """
 import argparse
+import json
 import math
 import time
 
@@ -86,6 +88,7 @@ def main():
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--attention", choices=["sdpa", "naive"], default="sdpa")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -106,7 +109,15 @@ def main():
         opt.step()
         times.append(time.perf_counter() - t0)
         print(f"torch step {s} loss {loss.item():.4f} {times[-1]:.2f} s", flush=True)
-    print(f"torch tokens/s {a.batch * a.seq * a.steps / sum(times[1:]):.1f}")
+    tps = a.batch * a.seq * a.steps / sum(times[1:])
+    print(f"torch tokens/s {tps:.1f}")
+    if a.json:
+        print(json.dumps({"tool": "torch", "torch_version": torch.__version__,
+                          "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                          "layers": a.layers, "dim": a.dim, "heads": a.heads,
+                          "kv_heads": a.kv_heads, "seq": a.seq, "batch": a.batch,
+                          "steps": a.steps, "threads": a.threads, "dtype": a.dtype,
+                          "attention": a.attention, "compile": a.compile, "tokens_per_s": tps}))
 
 
 if __name__ == "__main__":

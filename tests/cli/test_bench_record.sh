@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench/record.py and the table scripts that read its JSON lines: a result is appended with its
+# context (command, commit, load, CPU flags as /proc/cpuinfo has them, OpenBLAS's core as
+# `wallfacer bench kernel` reports it); a failing command appends nothing; the tables take medians
+# of the rates and of the ratios within each round (checked against values worked out here).
+set -u
+wf=$1 src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+err() { echo "FAIL: $*"; fail=1; }
+export WALLFACER=$wf
+
+out=$work/r.jsonl
+python3 "$src/bench/record.py" "$out" --run probe --round 2 -- \
+  python3 -c 'import json; print("a line that is no JSON"); print(json.dumps({"x": 1.5}))' ||
+  err "record.py failed"
+python3 - "$out" "$src" "$wf" <<'PY' || fail=1
+import json, subprocess, sys
+out, src, wf = sys.argv[1:]
+rows = [json.loads(l) for l in open(out)]
+assert len(rows) == 1, f"{len(rows)} lines recorded, expected 1"
+r = rows[0]
+flags = next(l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags"))
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=src, capture_output=True,
+                        text=True).stdout.strip()
+core = json.loads(subprocess.run([wf, "bench", "kernel", "--seq", "64", "--heads", "1",
+                                  "--dtype", "fp32", "--iters", "1", "--json"],
+                                 capture_output=True, text=True).stdout.splitlines()[0])["blas_core"]
+want = {"x": 1.5, "run": "probe", "round": 2, "commit": commit, "blas_core": core}
+for k, v in want.items():
+    assert r.get(k) == v, f"{k}: {r.get(k)!r}, expected {v!r}"
+assert r["command"].startswith("python3 -c import json"), r["command"]
+assert len(r["loadavg"].split()) == 3, r["loadavg"]
+assert set(r["cpu_flags"]) <= set(flags) and ("avx2" in r["cpu_flags"]) == ("avx2" in flags), \
+    r["cpu_flags"]
+PY
+cp "$out" "$work/before"
+python3 "$src/bench/record.py" "$out" --run bad -- sh -c 'echo "{\"x\": 2}"; exit 3' 2>/dev/null
+rc=$?
+[ $rc -eq 3 ] || err "a failing command: exit $rc, expected 3"
+cmp -s "$out" "$work/before" || err "a failing command appended to the file"
+
+# Two rounds of made-up kernel results: medians of rates, medians of the per-round ratios.
+python3 - "$work/k.jsonl" <<'PY'
+import json, sys
+ctx = {"commit": "abc", "loadavg": "1.0 1.0 1.0", "cpu": "cpu", "cpus": 2, "cpu_flags": ["avx2"],
+       "blas_core": "Zen"}
+rows = []
+for rd, (f, b, tf, tb) in enumerate([(100, 150, 50, 60), (200, 240, 80, 120)], 1):
+    case = {"seq": 1024, "causal": False, "round": rd, **ctx}
+    for dt, g in (("fp32", f), ("bf16", b)):
+        rows.append({**case, "run": "wallfacer_attn", "dtype": dt, "fwd_gflops": g,
+                     "bwd_gflops": g / 2, "sgemm_gflops": 10.0 * rd, "check_err": 1e-3 * rd,
+                     "threads": 2, "isa": "avx2", "bf16_path": "portable"})
+    for dt, g in (("fp32", tf), ("bf16", tb)):
+        rows.append({**case, "run": "torch_attn", "dtype": dt, "fwd_gflops": g, "bwd_gflops": g,
+                     "torch_version": "2.x", "torch_cpu_capability": "AVX2"})
+with open(sys.argv[1], "w") as o:
+    o.writelines(json.dumps(r) + "\n" for r in rows)
+PY
+row=$(python3 "$src/bench/kernels_table.py" "$work/k.jsonl" --attention | grep '^| 1,024 | full')
+# fp32 150 / 75, bf16 195 / 97.5, sgemm 15, bf16/fp32 median(1.5, 1.2) = 1.35 (fwd and bwd),
+# fp32/torch fp32 fwd median(2, 2.5) = 2.25, bwd median(1, 1.25) = 1.125 -> 1.12 or 1.13
+want='| 1,024 | full | 150.0 / 75.0 | 195.0 / 97.5 | 15.0 | 65.0 / 65.0 | 90.0 / 90.0 | 1.35x / 1.35x | 2.25x / 1.1'
+[[ $row == "$want"* ]] || err "attention row: $row"
+
+# GPT runs: tokens/s medians and per-round ratios.
+python3 - "$work/g.jsonl" <<'PY'
+import json, sys
+ctx = {"commit": "abc", "loadavg": "1.0 1.0 1.0", "cpu": "cpu", "cpus": 2, "cpu_flags": [],
+       "blas_core": "Zen", "layers": 4, "dim": 256, "heads": 4, "seq": 1024, "steps": 3,
+       "threads": 2, "torch_version": "2.x", "torch_cpu_capability": "AVX2"}
+with open(sys.argv[1], "w") as o:
+    for rd, tps in enumerate([(1000, 500, 2000), (3000, 1500, 2000), (2000, 3000, 1000)], 1):
+        for run, t in zip(("wallfacer_fp32", "wallfacer_bf16", "torch_bf16"), tps):
+            o.write(json.dumps({**ctx, "run": run, "round": rd, "tokens_per_s": t}) + "\n")
+PY
+row=$(python3 "$src/bench/gpt_vs_torch_table.py" "$work/g.jsonl" | grep '^| 4 layers')
+# medians 2000 / 1500 / 2000; bf16/fp32 median(0.5, 0.5, 1.5) = 0.5; bf16/torch median(0.25,
+# 0.75, 3) = 0.75; fp32/torch median(0.5, 1.5, 2) = 1.5
+want='| 4 layers, dim 256, 4 heads | 1,024 | 3 | 2,000 | 1,500 | 2,000 | 0.50x | 0.75x | 1.50x |'
+[[ $row == "$want" ]] || err "GPT row: $row"
+
+[ $fail -eq 0 ] && echo "ok: results recorded with their context, tables from medians"
+exit $fail
