@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The worked example of docs/algorithm.md from bench/worked_example.sh's JSON lines: per C, MiB
+"""The worked example of docs/algorithm.md from the JSON lines of
+`bench/schedule_bytes.sh WALLFACER worked-example`: per C, MiB
 per rank and layer that each phase sends point to point and through the team collectives, and
 its point-to-point rounds; the ratios are against C = 1 (ring).
 
