@@ -39,7 +39,8 @@ wait $a 2>/dev/null
 [ "$(wc -l <"$work/run/metrics.jsonl")" -ge "$n" ] || err "metrics shrank"
 
 # Job C resumes: takes the stale lock over and says whose it was; its own lock goes at the end.
-newest=$(ls "$work/run/ckpt" | sed 's/step-//' | sort -n | tail -1)
+# (the newest finished checkpoint: A may have been killed while it wrote step-N.tmp)
+newest=$(ls "$work/run/ckpt" | grep -E '^step-[0-9]+$' | sed 's/step-//' | sort -n | tail -1)
 out=$(mpi 2 train "${t[@]}" --set parallel.sp=2 --out "$work/run" --resume --steps $((newest + 2)) \
   2>&1); rc=$?
 [ $rc -eq 0 ] || err "job C after the killed A: exit $rc: $out"
