@@ -26,7 +26,12 @@ check() {
   python3 - "$@" <<'PY' || err "$1"
 import json, sys
 name, cap, low, text = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-rows = [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+# Every JSON object in the output, wherever the launcher's forwarding put the line breaks.
+dec, rows, i = json.JSONDecoder(), [], text.find("{")
+while i >= 0:
+    row, end = dec.raw_decode(text, i)
+    rows.append(row)
+    i = text.find("{", end)
 assert len(rows) == 2, f"{name}: {len(rows)} rank lines, expected 2: {text}"
 for r in rows:
     use = r["cpu_s"] / r["wall_s"]
