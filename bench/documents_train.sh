@@ -18,7 +18,9 @@
 # --cpu-per-rank F: every rank runs capped at F of a core in a cgroup of its own
 # (scripts/wallfacer-mpirun --cpu-per-rank; needs root), as on a cluster of dedicated devices: a
 # rank that waits leaves its share unused. Recorded as "cpu_per_rank" in each line (0: no cap), with
-# the scheduling period "cpu_period_us" ($WALLFACER_CPU_PERIOD_US, default 10000).
+# the scheduling period "cpu_period_us" ($WALLFACER_CPU_PERIOD_US, default 10000) and
+# "wait_poll_us" ($WALLFACER_WAIT_POLL_US, default 50: how often a waiting rank tests its transfers,
+# sleeping in between; scripts/cpu-per-rank).
 #
 # --emulate NxR:RATE (e.g. 2x4:1gbit): every run on N emulated nodes of R ranks joined by cards of
 # RATE (scripts/emulate-cluster, with --cpu-per-rank when given; needs root; N x R = --ranks),
@@ -107,12 +109,12 @@ for round in $(seq 1 "$rounds"); do
       echo "== round $round $s $layout: $(tail -1 "$out/$name.log")" >&2
       python3 - "$out/$name/metrics.jsonl" "$results" "$round" "$s" "$strategy" "$teams" \
         "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" "${cpu:-0}" \
-        "${WALLFACER_CPU_PERIOD_US:-10000}" \
+        "${WALLFACER_CPU_PERIOD_US:-10000}" "${WALLFACER_WAIT_POLL_US:-50}" \
         "$emulate" "$out/cards.json" \
         "${WALLFACER_CPU_PERIOD_US:+WALLFACER_CPU_PERIOD_US=$WALLFACER_CPU_PERIOD_US }${launch[*]} ${nranks[*]} ${args[*]}" <<'PY'
 import json, os, sys
 (metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1, cpu,
- period, emulate, cards, command) = sys.argv[1:]
+ period, poll, emulate, cards, command) = sys.argv[1:]
 lines = [json.loads(l) for l in open(metrics)]
 timed = lines[1:] if len(lines) > 1 else lines
 row = {"command": command, "commit": commit, "round": int(rnd), "config": config,
@@ -126,6 +128,7 @@ row = {"command": command, "commit": commit, "round": int(rnd), "config": config
        "cpu_per_rank": float(cpu)}
 if float(cpu) > 0:
     row["cpu_period_us"] = int(period)
+    row["wait_poll_us"] = int(poll)
 if emulate:
     row["cluster"] = emulate
     row["card_bytes"] = json.load(open(cards))["sent_bytes"]

@@ -3,10 +3,10 @@
 # scripts/cpu-per-rank): ranks that spin for 3 s of wall time (tests/cluster/cpu_spin.py) each use
 # at most their cap of CPU time (cap x wall + 0.1 s) when capped at 0.1 of a core, and at least
 # half of 0.5 x wall when capped at 0.5 (so the spinner could exceed the low cap: the cap, not the
-# machine, holds it), each in its own group; uncapped they are in no such group. The groups are
-# gone after a run, after SIGTERM to the launcher, and after `--cleanup` once the launcher was
-# killed with SIGKILL. Bad input (a fraction out of range, no cpu controller, not root): one line,
-# exit 2.
+# machine, holds it), each in its own group and with WALLFACER_WAIT_POLL_US=50 (waits sleep);
+# uncapped they are in no such group. The groups are gone after a run, after SIGTERM to the
+# launcher, and after `--cleanup` once the launcher was killed with SIGKILL. Bad input (a fraction
+# out of range, no cpu controller, not root): one line, exit 2.
 set -u
 source "$(dirname "$0")/common.sh"
 spin=$src/tests/cluster/cpu_spin.py
@@ -43,6 +43,8 @@ for r in rows:
         assert r["cpu_s"] <= cap * r["wall_s"] + 0.1, f"rank {r['rank']} exceeded its cap {cap}"
         assert r["cpu_s"] >= low * cap * r["wall_s"], \
             f"rank {r['rank']} got less than {low} of its cap {cap}"
+        assert r["wait_poll_us"] == "50", \
+            f"rank {r['rank']}: WALLFACER_WAIT_POLL_US is {r['wait_poll_us']!r}, not the default 50"
     else:
         assert "wf-cpu-" not in r["cgroup"], f"uncapped rank in {r['cgroup']}"
 PY

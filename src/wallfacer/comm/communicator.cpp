@@ -82,6 +82,34 @@ int64_t now_ns() {
       .count();
 }
 
+// $WALLFACER_WAIT_POLL_US > 0: a rank waiting for transfers tests them every that many
+// microseconds and sleeps in between instead of spinning in MPI_Waitall, so that a waiting rank
+// leaves its CPU share unused, as a device waiting for its network would (scripts/cpu-per-rank
+// sets it for ranks capped at a fraction of a core: a spinning rank spends its share and is
+// throttled when its message arrives). 0 or unset: MPI_Waitall.
+int64_t wait_poll_us() {
+  static const int64_t us = [] {
+    const char* v = std::getenv("WALLFACER_WAIT_POLL_US");
+    if (!v || !*v) return int64_t(0);
+    char* end = nullptr;
+    const long long x = std::strtoll(v, &end, 10);
+    return end && *end == 0 && x > 0 ? int64_t(std::min<long long>(x, 1000000)) : int64_t(0);
+  }();
+  return us;
+}
+
+// MPI_Waitall, or the polling wait of wait_poll_us(); the MPI return code.
+int wait_all(std::vector<MPI_Request>& reqs) {
+  const int64_t us = wait_poll_us();
+  if (us == 0) return MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+  for (;;) {
+    int done = 0;
+    const int rc = MPI_Testall(int(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+}
+
 struct Faults {
   std::atomic<double> timeout_s{600.0};
   // The wait in progress: its start (0: none), what it is, the peer's world rank and its own
@@ -360,8 +388,7 @@ void Request::wait() {
   auto reqs = std::move(impl_->reqs);
   impl_->reqs.clear();
   Watch w(impl_->op, impl_->peer);
-  check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall", impl_->rank,
-        impl_->peer);
+  check(wait_all(reqs), "MPI_Waitall", impl_->rank, impl_->peer);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -444,7 +471,7 @@ struct Communicator::Impl {
       }
     }
     Watch w(what, kNoPeer, 0, group());
-    check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), what, wrank);
+    check(wait_all(reqs), what, wrank);
   }
 
   template <class T>
