@@ -137,6 +137,85 @@ TEST(DocLayout, WorkMatchesBruteForce) {
     }
 }
 
+// step_cost and phase_work against a brute-force count: teams of two ranks whose rows meet the
+// keys of one team per step (as WallFacer-2 on 4 ranks), weights 1 and 2.5. refine_doc_layout
+// keeps every rank's position count, does not raise the cost of a start within its imbalance
+// cap, and lowers the forward imbalance of a start above it.
+TEST(DocLayout, StepCostAndRefineAgainstBruteForce) {
+  const int64_t seq = 512;
+  const int P = 4;
+  const std::vector<int64_t> lengths = seqpar::random_doc_lengths(seq, 7, 60.0);
+  const DocBounds docs = kernels::doc_bounds_from_lengths(lengths, seq);
+  const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
+  seqpar::StepPattern fwd, bwd;
+  bwd.weight = 2.5;
+  for (int t = 0; t < 2; ++t) {
+    fwd.queries.emplace_back(), fwd.keys.emplace_back(), bwd.queries.emplace_back(),
+        bwd.keys.emplace_back();
+    for (int x = 0; x < P; ++x) {
+      const int team = x / 2, other = (team + t) % 2;
+      fwd.queries.back().push_back({2 * team, 2 * team + 1});
+      fwd.keys.back().push_back({2 * other, 2 * other + 1});
+      bwd.queries.back().push_back({2 * other, 2 * other + 1});
+      bwd.keys.back().push_back({x});
+    }
+  }
+  const std::vector<seqpar::StepPattern> phases = {fwd, bwd};
+  for (bool causal : {false, true}) {
+    const seqpar::DocLayout start = seqpar::contiguous_layout(seq, P);
+    auto pairs = [&](const seqpar::DocLayout& l, int a, int b) {
+      int64_t n = 0;
+      for (const PosRun& q : l.runs[size_t(a)])
+        for (const PosRun& k : l.runs[size_t(b)]) n += brute_force_pairs(ids, q, k, causal);
+      return n;
+    };
+    auto brute_cost = [&](const seqpar::DocLayout& l) {
+      double cost = 0;
+      for (const auto& ph : phases)
+        for (size_t t = 0; t < ph.queries.size(); ++t) {
+          int64_t top = 0;
+          for (int x = 0; x < P; ++x) {
+            int64_t w = 0;
+            for (int a : ph.queries[t][size_t(x)])
+              for (int b : ph.keys[t][size_t(x)]) w += pairs(l, a, b);
+            top = std::max(top, w);
+          }
+          cost += ph.weight * double(top);
+        }
+      return cost;
+    };
+    EXPECT_DOUBLE_EQ(seqpar::step_cost(start, docs, causal, phases), brute_cost(start));
+    const auto work = seqpar::phase_work(start, docs, causal, fwd);
+    for (int x = 0; x < P; ++x)
+      EXPECT_EQ(work[size_t(x)],
+                pairs(start, 2 * (x / 2), 0) + pairs(start, 2 * (x / 2), 1) +
+                    pairs(start, 2 * (x / 2), 2) + pairs(start, 2 * (x / 2), 3) +
+                    pairs(start, 2 * (x / 2) + 1, 0) + pairs(start, 2 * (x / 2) + 1, 1) +
+                    pairs(start, 2 * (x / 2) + 1, 2) + pairs(start, 2 * (x / 2) + 1, 3));
+    // From the contiguous layout (causal: imbalanced, above the cap) and from a refined one.
+    const seqpar::DocLayout once = seqpar::refine_doc_layout(start, docs, causal, phases);
+    seqpar::check_doc_layout(once, seq);
+    const double imb0 = seqpar::imbalance(seqpar::phase_work(start, docs, causal, fwd));
+    const double imb1 = seqpar::imbalance(seqpar::phase_work(once, docs, causal, fwd));
+    EXPECT_LE(imb1, std::max(1.08, imb0)) << causal;
+    if (imb0 > 1.08) {
+      EXPECT_LT(imb1, imb0) << causal;
+    }
+    if (imb1 <= 1.08) {
+      const seqpar::DocLayout twice = seqpar::refine_doc_layout(once, docs, causal, phases);
+      EXPECT_LE(brute_cost(twice), brute_cost(once)) << causal;
+      EXPECT_LE(seqpar::imbalance(seqpar::phase_work(twice, docs, causal, fwd)), 1.08) << causal;
+    }
+  }
+  // Patterns that do not fit the layout.
+  seqpar::StepPattern bad = fwd;
+  bad.keys[0][0] = {P};
+  EXPECT_THROW(seqpar::step_cost(seqpar::contiguous_layout(seq, P), docs, true, {bad}), Error);
+  bad = fwd;
+  bad.queries.pop_back();
+  EXPECT_THROW(seqpar::step_cost(seqpar::contiguous_layout(seq, P), docs, true, {bad}), Error);
+}
+
 TEST(DocLayout, ChecksItsArguments) {
   const DocBounds docs = kernels::doc_bounds_from_lengths({1000}, 1000);
   expect_usage_error([&] { seqpar::balanced_doc_layout(docs, 4, true); },

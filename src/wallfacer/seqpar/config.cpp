@@ -80,38 +80,58 @@ void validate_hybrid(const AttnConfig& cfg, int P) {
                  u, name, P);
 }
 
-// The balanced layout of cfg's documents on P ranks. A schedule asks for it once per rank and
-// step: the latest one is kept per thread.
+// The steps of cfg's ring on P ranks for refine_doc_layout: at forward step t rank x computes its
+// team's rows against the keys of team kv_team(x, t); the backward the same when K,V travel, and
+// otherwise the rows of team query_team(x, t) against its resident keys (team kv_team(x, 0)),
+// with a backward pair costing 2.5 forward ones (5 products of a tile against 2).
+std::vector<StepPattern> ring_steps(int P, int C, bool bwd_kv) {
+  const WallFacerGeometry L(P, C);
+  auto team = [&](int t) {
+    std::vector<int> r;
+    for (int a = 0; a < C; ++a) r.push_back(t * C + a);
+    return r;
+  };
+  StepPattern fwd, bwd;
+  bwd.weight = 2.5;
+  for (int t = 0; t < L.G; ++t) {
+    fwd.queries.emplace_back(), fwd.keys.emplace_back();
+    bwd.queries.emplace_back(), bwd.keys.emplace_back();
+    for (int x = 0; x < P; ++x) {
+      fwd.queries.back().push_back(team(x / C));
+      fwd.keys.back().push_back(team(L.kv_team(x, t)));
+      bwd.queries.back().push_back(bwd_kv ? team(x / C) : team(L.query_team(x, t)));
+      bwd.keys.back().push_back(team(L.kv_team(x, bwd_kv ? t : 0)));
+    }
+  }
+  return {fwd, bwd};
+}
+
+// The balanced layout of cfg's documents on P ranks, refined for the steps of its ring
+// (WallFacer-C: a team's rows against the teams of its sub-ring). A schedule asks for it once per
+// rank and step: the latest one is kept per thread.
 const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig& cfg, int P) {
   struct Latest {
     std::vector<int64_t> lengths;
     int64_t seq = -1;
     int P = 0, teams = 0;
-    bool causal = false;
+    bool causal = false, bwd_kv = false;
     DocLayout layout;
   };
   thread_local Latest latest;
-  // WallFacer-C > 1 computes a team's rows against the teams of its sub-ring: refined for that.
   const int C = cfg.ulysses <= 1 ? team_size(cfg) : 1;
+  // Which side the backward moves (a window leaves it to the schedule: counted as K,V).
+  const bool bwd_kv = cfg.window > 0 || backward_moves_kv(cfg, P);
   if (latest.seq != cfg.seq || latest.P != P || latest.causal != cfg.causal || latest.teams != C ||
-      latest.lengths != cfg.doc_lengths) {
+      latest.bwd_kv != bwd_kv || latest.lengths != cfg.doc_lengths) {
     const kernels::DocBounds docs = doc_bounds(cfg);
-    latest.layout = balanced_doc_layout(docs, P, cfg.causal);
-    if (C > 1) {
-      const WallFacerGeometry L(P, C);
-      std::vector<std::vector<int>> queries(P), keys(P);
-      for (int r = 0; r < P; ++r) {
-        for (int a = 0; a < C; ++a) queries[r].push_back(r / C * C + a);
-        for (int step = 0; step < L.G; ++step)
-          for (int a = 0; a < C; ++a) keys[r].push_back(L.kv_team(r, step) * C + a);
-      }
-      latest.layout = refine_doc_layout(latest.layout, docs, cfg.causal, queries, keys);
-    }
+    latest.layout = refine_doc_layout(balanced_doc_layout(docs, P, cfg.causal), docs, cfg.causal,
+                                      ring_steps(P, C, bwd_kv));
     latest.lengths = cfg.doc_lengths;
     latest.seq = cfg.seq;
     latest.P = P;
     latest.teams = C;
     latest.causal = cfg.causal;
+    latest.bwd_kv = bwd_kv;
   }
   return latest.layout.runs;
 }

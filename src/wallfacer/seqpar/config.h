@@ -118,7 +118,9 @@ void validate_window(const AttnConfig& cfg);
 //   zigzag (zigzag, causal wallfacer): half-chunks rank and 2P-1-rank of 2P chunks of seq/(2P);
 //   Ulysses x ring hybrid: rows [a*n, (a+1)*n) of the rows that ring rank j holds, for rank
 //   j*ulysses + a.
-//   Layout::Balanced: the runs of balanced_doc_layout (ascending positions), for every strategy.
+//   Layout::Balanced: the runs of balanced_doc_layout refined for the steps of the strategy's
+//   ring (refine_doc_layout: the busiest rank of each step, forward and backward), ascending
+//   positions, for every strategy.
 // The rows of the whole sequence are the union over ranks, each token once.
 std::vector<int64_t> local_positions(const AttnConfig& cfg, int P, int rank);
 

@@ -126,14 +126,94 @@ DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int
   return chunk_layout(owned, size);
 }
 
+namespace {
+
+// Kept pairs between the ranks' positions (w[a * P + b]: rank a's queries, rank b's keys) and the
+// cost and forward work the phases give them.
+struct StepCounter {
+  const std::vector<StepPattern>& phases;
+  int P;
+
+  void check() const {
+    for (const StepPattern& ph : phases) {
+      WF_CHECK(ph.queries.size() == ph.keys.size(), "step pattern: {} query steps, {} key steps",
+               ph.queries.size(), ph.keys.size());
+      for (size_t t = 0; t < ph.queries.size(); ++t) {
+        WF_CHECK(int(ph.queries[t].size()) == P && int(ph.keys[t].size()) == P,
+                 "step pattern: step {} lists {} / {} ranks, not {}", t, ph.queries[t].size(),
+                 ph.keys[t].size(), P);
+        for (int r = 0; r < P; ++r)
+          for (const auto* list : {&ph.queries[t][size_t(r)], &ph.keys[t][size_t(r)]})
+            for (int x : *list)
+              WF_CHECK(x >= 0 && x < P, "step pattern: rank {} outside 0..{}", x, P - 1);
+      }
+    }
+  }
+
+  int64_t at(const std::vector<int64_t>& w, const StepPattern& ph, size_t t, int r) const {
+    int64_t sum = 0;
+    for (int q : ph.queries[t][size_t(r)])
+      for (int k : ph.keys[t][size_t(r)]) sum += w[size_t(q) * size_t(P) + size_t(k)];
+    return sum;
+  }
+
+  double cost(const std::vector<int64_t>& w) const {
+    double total = 0;
+    for (const StepPattern& ph : phases) {
+      int64_t steps = 0;
+      for (size_t t = 0; t < ph.queries.size(); ++t) {
+        int64_t top = 0;
+        for (int r = 0; r < P; ++r) top = std::max(top, at(w, ph, t, r));
+        steps += top;
+      }
+      total += ph.weight * double(steps);
+    }
+    return total;
+  }
+
+  std::vector<int64_t> work(const std::vector<int64_t>& w, const StepPattern& ph) const {
+    std::vector<int64_t> out(size_t(P), 0);
+    for (size_t t = 0; t < ph.queries.size(); ++t)
+      for (int r = 0; r < P; ++r) out[size_t(r)] += at(w, ph, t, r);
+    return out;
+  }
+};
+
+std::vector<int64_t> flat_pair_work(const DocLayout& layout, const DocBounds& docs, bool causal) {
+  std::vector<int64_t> w;
+  for (const auto& row : layout_pair_work(layout, docs, causal))
+    w.insert(w.end(), row.begin(), row.end());
+  return w;
+}
+
+}  // namespace
+
+double step_cost(const DocLayout& layout, const DocBounds& docs, bool causal,
+                 const std::vector<StepPattern>& phases) {
+  const StepCounter count{phases, layout.ranks()};
+  count.check();
+  return count.cost(flat_pair_work(layout, docs, causal));
+}
+
+std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, bool causal,
+                                const StepPattern& phase) {
+  const std::vector<StepPattern> one = {phase};
+  const StepCounter count{one, layout.ranks()};
+  count.check();
+  return count.work(flat_pair_work(layout, docs, causal), phase);
+}
+
 DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
-                            const std::vector<std::vector<int>>& query_ranks,
-                            const std::vector<std::vector<int>>& key_ranks, int chunks_per_rank) {
+                            const std::vector<StepPattern>& phases, int chunks_per_rank,
+                            double max_imbalance) {
   const int P = start.ranks();
   const int64_t K = int64_t(P) * chunks_per_rank, size = docs.seq() / K;
-  WF_CHECK(
-      size > 0 && docs.seq() % K == 0 && int(query_ranks.size()) == P && int(key_ranks.size()) == P,
-      "refine_doc_layout: {} positions, {} ranks, {} chunks each", docs.seq(), P, chunks_per_rank);
+  WF_CHECK(size > 0 && docs.seq() % K == 0 && !phases.empty(),
+           "refine_doc_layout: {} positions, {} ranks, {} chunks each, {} phases", docs.seq(), P,
+           chunks_per_rank, phases.size());
+  const StepCounter count{phases, P};
+  count.check();
+  if (P == 1) return start;
   std::vector<std::vector<int64_t>> owned(P);
   for (int r = 0; r < P; ++r)
     for (const PosRun& run : start.runs[r]) {
@@ -148,40 +228,72 @@ DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool 
     for (int64_t k = 0; k < K; ++k)
       pairs[size_t(q * K + k)] =
           kernels::kept_pairs(docs, {q * size, (q + 1) * size}, {k * size, (k + 1) * size}, causal);
-  std::vector<int64_t> work(P);
-  // (largest work, sum of squared works) of the current ownership: lower is better.
-  auto score = [&] {
-    int64_t top = 0;
-    double squares = 0;
-    for (int r = 0; r < P; ++r) {
-      int64_t w = 0;
-      for (int qr : query_ranks[r])
-        for (int kr : key_ranks[r])
-          for (int64_t q : owned[qr])
-            for (int64_t k : owned[kr]) w += pairs[size_t(q * K + k)];
-      work[r] = w;
-      top = std::max(top, w);
-      squares += double(w) * double(w);
-    }
-    return std::make_pair(top, squares);
-  };
-  for (int64_t iter = 0; iter < 4 * K; ++iter) {
-    auto best = score();
-    const int hi = int(std::max_element(work.begin(), work.end()) - work.begin());
-    int best_r = -1;
-    size_t best_a = 0, best_b = 0;
-    for (size_t a = 0; a < owned[hi].size(); ++a)
-      for (int r = 0; r < P; ++r) {
-        if (r == hi) continue;
-        for (size_t b = 0; b < owned[r].size(); ++b) {
-          std::swap(owned[hi][a], owned[r][b]);
-          const auto s = score();
-          std::swap(owned[hi][a], owned[r][b]);
-          if (s < best) best = s, best_r = r, best_a = a, best_b = b;
-        }
+  const size_t Pz = size_t(P);
+  auto pair = [&](int64_t q, int64_t k) { return pairs[size_t(q * K + k)]; };
+  // by_keys[c * P + x]: chunk c's queries against rank x's keys; by_queries[c * P + x]: rank x's
+  // queries against chunk c's keys; w[a * P + b]: rank a's queries against rank b's keys.
+  std::vector<int64_t> by_keys(size_t(K) * Pz, 0), by_queries(size_t(K) * Pz, 0), w(Pz * Pz, 0);
+  for (int64_t c = 0; c < K; ++c)
+    for (int x = 0; x < P; ++x)
+      for (int64_t o : owned[x]) {
+        by_keys[size_t(c) * Pz + size_t(x)] += pair(c, o);
+        by_queries[size_t(c) * Pz + size_t(x)] += pair(o, c);
       }
-    if (best_r < 0) break;
-    std::swap(owned[hi][best_a], owned[best_r][best_b]);
+  for (int a = 0; a < P; ++a)
+    for (int64_t c : owned[a])
+      for (int b = 0; b < P; ++b)
+        w[size_t(a) * Pz + size_t(b)] += by_keys[size_t(c) * Pz + size_t(b)];
+  auto fwd_imbalance = [&](const std::vector<int64_t>& cells) {
+    const auto work = count.work(cells, phases.front());
+    const double total = std::accumulate(work.begin(), work.end(), 0.0);
+    return total > 0 ? double(*std::max_element(work.begin(), work.end())) / (total / P) : 1.0;
+  };
+  // Lower is better: the first phase's imbalance above the cap, then the steps' cost.
+  auto excess = [&](const std::vector<int64_t>& cells) {
+    return std::max(0.0, fwd_imbalance(cells) - max_imbalance);
+  };
+  double over = excess(w), cost = count.cost(w);
+  std::vector<int64_t> trial;
+  Rng rng(0x5EED1A70u);
+  const int64_t proposals = std::min<int64_t>(200 * K, 20000);
+  for (int64_t proposal = 0; proposal < proposals; ++proposal) {
+    const int i = int(rng.next_u64() % uint64_t(P));
+    const int j = int((uint64_t(i) + 1 + rng.next_u64() % uint64_t(P - 1)) % uint64_t(P));
+    const size_t a = rng.next_u64() % owned[i].size(), b = rng.next_u64() % owned[j].size();
+    const int64_t ca = owned[i][a], cb = owned[j][b];
+    // Rank i gives chunk ca for cb, rank j the other way: the rows and columns of i and j change.
+    trial = w;
+    for (int x = 0; x < P; ++x) {
+      if (x == i || x == j) continue;
+      const size_t xa = size_t(ca) * Pz + size_t(x), xb = size_t(cb) * Pz + size_t(x);
+      trial[size_t(i) * Pz + size_t(x)] += by_keys[xb] - by_keys[xa];
+      trial[size_t(j) * Pz + size_t(x)] += by_keys[xa] - by_keys[xb];
+      trial[size_t(x) * Pz + size_t(i)] += by_queries[xb] - by_queries[xa];
+      trial[size_t(x) * Pz + size_t(j)] += by_queries[xa] - by_queries[xb];
+    }
+    std::swap(owned[i][a], owned[j][b]);
+    for (int u : {i, j})
+      for (int v : {i, j}) {
+        int64_t sum = 0;
+        for (int64_t q : owned[u])
+          for (int64_t k : owned[v]) sum += pair(q, k);
+        trial[size_t(u) * Pz + size_t(v)] = sum;
+      }
+    const double o = excess(trial), c = count.cost(trial);
+    if (o < over || (o == over && c <= cost)) {
+      over = o;
+      cost = c;
+      w.swap(trial);
+      for (int64_t x = 0; x < K; ++x) {
+        const int64_t dk = pair(x, cb) - pair(x, ca), dq = pair(cb, x) - pair(ca, x);
+        by_keys[size_t(x) * Pz + size_t(i)] += dk;
+        by_keys[size_t(x) * Pz + size_t(j)] -= dk;
+        by_queries[size_t(x) * Pz + size_t(i)] += dq;
+        by_queries[size_t(x) * Pz + size_t(j)] -= dq;
+      }
+    } else {
+      std::swap(owned[i][a], owned[j][b]);
+    }
   }
   return chunk_layout(owned, size);
 }

@@ -44,16 +44,36 @@ DocLayout zigzag_layout(int64_t seq, int ranks);
 DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal,
                               int chunks_per_rank = 8);
 
-// A layout for strategies in which rank r computes the queries of the ranks query_ranks[r] against
-// the keys of the ranks key_ranks[r] (WallFacer-C: its team's rows against the teams of its
-// sub-ring), starting from `start` (of chunks of seq / (ranks * chunks_per_rank) positions, as
-// balanced_doc_layout gives): swaps of chunks between the most loaded rank and another while they
-// lower the largest work (ties: the sum of squared works). Every rank keeps its number of
-// positions.
+// The work of a schedule step by step, for refine_doc_layout: at step t, rank r computes the
+// queries of the ranks queries[t][r] against the keys of the ranks keys[t][r] (every pair of the
+// two lists). The ranks meet at every step (a block moves on), so a phase costs about the sum over
+// its steps of the busiest rank's kept pairs there, times `weight` (a backward pair costs about
+// 2.5 forward ones).
+struct StepPattern {
+  double weight = 1.0;
+  std::vector<std::vector<std::vector<int>>> queries, keys;  // [step][rank]: ranks
+};
+
+// The cost of a layout under the phases: sum over the phases of weight x the sum over the steps
+// of the largest rank's kept pairs at that step.
+double step_cost(const DocLayout& layout, const DocBounds& docs, bool causal,
+                 const std::vector<StepPattern>& phases);
+
+// Each rank's kept pairs over all steps of one phase (the work whose max / mean is the imbalance).
+std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, bool causal,
+                                const StepPattern& phase);
+
+// The layout refined for a schedule's steps, starting from `start` (of chunks of
+// seq / (ranks * chunks_per_rank) positions, as balanced_doc_layout gives): swaps of two chunks of
+// two ranks, proposed in a fixed pseudo-random order (every rank computes the same layout), are
+// kept when they lower the imbalance of the first phase's work (the forward's) while it is above
+// max_imbalance, or keep it at most max_imbalance (or where it was) and do not raise step_cost.
+// Balancing each rank's total alone
+// leaves a step in which one rank holds the queries of a long document and its neighbour's keys
+// while the others wait; this balances the steps. Every rank keeps its number of positions.
 DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
-                            const std::vector<std::vector<int>>& query_ranks,
-                            const std::vector<std::vector<int>>& key_ranks,
-                            int chunks_per_rank = 8);
+                            const std::vector<StepPattern>& phases, int chunks_per_rank = 8,
+                            double max_imbalance = 1.08);
 
 // Kept (query, key) pairs between rank r's runs (queries) and rank s's runs (keys): work[r][s].
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
