@@ -82,12 +82,14 @@ expect_error() {
 imbalances() { grep -o '"work_imbalance":[^,}]*' "$1/metrics.jsonl" | cut -d: -f2; }
 
 # imbalance_below BALANCED STRATEGY STEPS [strict]: every step's work_imbalance of run BALANCED
-# (parallel.layout = "balanced") is >= 1 and at most that of run STRATEGY (the strategy's layout,
-# same data), over STEPS steps; with `strict` also below it in the sum over the steps.
+# (parallel.layout = "balanced") is >= 1 and at most the larger of that of run STRATEGY (the
+# strategy's layout, same data) and the target 1.10 (the balanced layout may give up to 8 % of
+# the forward's balance to balance the ring's steps), over STEPS steps; with `strict` also below
+# it in the sum over the steps.
 imbalance_below() {
   paste <(imbalances "$work/$1") <(imbalances "$work/$2") | awk -v r="$1" -v want="$3" -v strict="${4:-}" '
-    { n++; b += $1; s += $2; if ($1 < 1 || $1 > $2 + 1e-9) bad++ }
-    END { if (n != want || bad || (strict != "" && b >= s)) { printf "FAIL: %s: work_imbalance balanced %.4f strategy %.4f (sums of %d steps), %d steps out of [1, strategy]\n", r, b, s, n, bad; exit 1 }
+    { n++; b += $1; s += $2; if ($1 < 1 || ($1 > $2 + 1e-9 && $1 > 1.10)) bad++ }
+    END { if (n != want || bad || (strict != "" && b >= s)) { printf "FAIL: %s: work_imbalance balanced %.4f strategy %.4f (sums of %d steps), %d steps out of [1, max(strategy, 1.10)]\n", r, b, s, n, bad; exit 1 }
           printf "ok: %s work_imbalance per step, balanced %.4f strategy %.4f (mean of %d)\n", r, b / n, s / n, n }' ||
     fail=1
 }

@@ -109,35 +109,41 @@ TEST(SeqparDocs, ComputeOpsCountTheMaskedPairs) {
 }
 
 // The layout a ring schedule uses with Layout::Balanced, counted position by position: every
-// position once, seq / P on each rank, the forward imbalance within the target, and the steps
-// balanced: the sum over the ring's steps of the busiest rank's kept pairs (forward: rank x's
-// queries against the keys of rank x - t; backward the same or, when the query packages travel,
-// rank x - t's queries against x's keys, at 2.5 times the weight) at most that of the
-// chunk-balanced start (balanced_doc_layout), and well under it on a long-tailed mix.
+// position once, seq / P on each rank, in runs of whole chunks (seq / 8P), the forward imbalance
+// (kept pairs) within the target, and the steps balanced: the sum over the ring's steps of the
+// busiest rank's work (forward: rank x's queries against the keys of rank x - t; backward the
+// same or, when the query packages travel, rank x - t's queries against x's keys, at 2.5 times
+// the weight) at most that of the chunk-balanced start (balanced_doc_layout), and well under it
+// on a long-tailed mix. The work is the kernels': the chunks here (32 positions) are smaller than
+// a tile, so a pair of chunks costs 32 x 32 when the mask keeps any pair of it, else nothing.
 TEST(SeqparDocs, BalancedLayoutBalancesTheRingSteps) {
-  const int64_t S = 2048;
+  const int64_t S = 2048, chunk = S / 64;
   const int P = 8;
   const auto docs = random_doc_lengths(S, 5, 256.0);
   const auto ids = doc_ids(docs);
   for (bool causal : {false, true}) {
     AttnConfig c = config({Strategy::Zigzag, P, 1, 1}, S, causal, docs, Layout::Balanced);
     const bool moves_kv = backward_moves_kv(c, P);
-    // The ring's cost and forward work of ranks holding pos[r], pair by pair.
-    auto count = [&](const std::vector<std::vector<int64_t>>& pos, double* imbalance) {
-      std::vector<std::vector<int64_t>> w(P, std::vector<int64_t>(P, 0));
+    // The ranks' chunks (first positions) -> the ring's cost and the forward imbalance.
+    auto count = [&](const std::vector<std::vector<int64_t>>& chunks, double* imbalance) {
+      std::vector<std::vector<int64_t>> tiles(P, std::vector<int64_t>(P, 0)), kept = tiles;
       for (int a = 0; a < P; ++a)
         for (int b = 0; b < P; ++b)
-          for (int64_t i : pos[size_t(a)])
-            for (int64_t j : pos[size_t(b)]) w[a][b] += brute_pairs(ids, i, 1, j, 1, causal);
+          for (int64_t i : chunks[size_t(a)])
+            for (int64_t j : chunks[size_t(b)]) {
+              const int64_t n = brute_pairs(ids, i, chunk, j, chunk, causal);
+              kept[a][b] += n;
+              tiles[a][b] += n > 0 ? chunk * chunk : 0;
+            }
       double cost = 0;
       std::vector<double> fwd(P, 0);
       for (int t = 0; t < P; ++t) {
         int64_t f = 0, g = 0;
         for (int x = 0; x < P; ++x) {
           const int o = (x - t + P) % P;
-          f = std::max(f, w[x][o]);
-          g = std::max(g, moves_kv ? w[x][o] : w[o][x]);
-          fwd[size_t(x)] += double(w[x][o]);
+          f = std::max(f, tiles[x][o]);
+          g = std::max(g, moves_kv ? tiles[x][o] : tiles[o][x]);
+          fwd[size_t(x)] += double(kept[x][o]);
         }
         cost += double(f) + 2.5 * double(g);
       }
@@ -147,15 +153,22 @@ TEST(SeqparDocs, BalancedLayoutBalancesTheRingSteps) {
     std::vector<std::vector<int64_t>> got(P), start(P);
     std::vector<int> seen(size_t(S), 0);
     for (int r = 0; r < P; ++r) {
-      got[size_t(r)] = local_positions(c, P, r);
-      EXPECT_EQ(int64_t(got[size_t(r)].size()), S / P) << "rank " << r;
-      for (int64_t p : got[size_t(r)]) ++seen[size_t(p)];
+      int64_t rows = 0;
+      for (const auto& run : local_runs(c, P, r)) {
+        EXPECT_EQ(run.rows, chunk) << "rank " << r << ": a run of " << run.rows;
+        EXPECT_EQ(run.pos0 % chunk, 0) << "rank " << r;
+        EXPECT_EQ(run.row0, rows) << "rank " << r;
+        rows += run.rows;
+        got[size_t(r)].push_back(run.pos0);
+        for (int64_t p = run.pos0; p < run.pos0 + run.rows; ++p) ++seen[size_t(p)];
+      }
+      EXPECT_EQ(rows, S / P) << "rank " << r;
     }
     EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), S);
     const DocLayout l = balanced_doc_layout(kernels::doc_bounds_from_lengths(docs, S), P, causal);
     for (int r = 0; r < P; ++r)
       for (const auto& run : l.runs[size_t(r)])
-        for (int64_t p = run.begin; p < run.end; ++p) start[size_t(r)].push_back(p);
+        for (int64_t p = run.begin; p < run.end; p += chunk) start[size_t(r)].push_back(p);
     double imb_got = 0, imb_start = 0;
     const double cost_got = count(got, &imb_got), cost_start = count(start, &imb_start);
     const std::string what = causal ? "causal" : "full";

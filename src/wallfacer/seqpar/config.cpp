@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/kernels/attention.h"
 #include "wallfacer/seqpar/doc_layout.h"
 #include "wallfacer/seqpar/schedule.h"
 
@@ -124,8 +125,15 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   if (latest.seq != cfg.seq || latest.P != P || latest.causal != cfg.causal || latest.teams != C ||
       latest.bwd_kv != bwd_kv || latest.lengths != cfg.doc_lengths) {
     const kernels::DocBounds docs = doc_bounds(cfg);
+    // Counted in the kernels' tiles: a tile the mask keeps a few pairs of costs a whole one.
+    kernels::AttnDims dims;
+    dims.seq_q = dims.seq_k = int(std::min<int64_t>(cfg.seq / P, INT_MAX));
+    dims.heads = cfg.heads;
+    dims.kv_heads = cfg.kv_heads;
+    dims.head_dim = cfg.head_dim;
+    const kernels::AttnTiling t = kernels::attn_fwd_tiling(dims);
     latest.layout = refine_doc_layout(balanced_doc_layout(docs, P, cfg.causal), docs, cfg.causal,
-                                      ring_steps(P, C, bwd_kv));
+                                      ring_steps(P, C, bwd_kv), {t.block_q, t.block_k});
     latest.lengths = cfg.doc_lengths;
     latest.seq = cfg.seq;
     latest.P = P;

@@ -6,6 +6,7 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
+#include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::seqpar {
 namespace {
@@ -33,13 +34,20 @@ std::vector<PosRun> merged(std::vector<PosRun> runs) {
 }
 
 // The layout in which rank r holds the chunks owned[r] of `size` positions (chunk c: positions
-// [c size, (c + 1) size)), adjacent ones merged.
-DocLayout chunk_layout(const std::vector<std::vector<int64_t>>& owned, int64_t size) {
+// [c size, (c + 1) size)), sorted, adjacent ones merged when `merge`.
+DocLayout chunk_layout(const std::vector<std::vector<int64_t>>& owned, int64_t size,
+                       bool merge = true) {
   DocLayout l;
   for (const auto& chunks : owned) {
     std::vector<PosRun> runs;
     for (int64_t c : chunks) runs.push_back({c * size, (c + 1) * size});
-    l.runs.push_back(merged(std::move(runs)));
+    if (merge) {
+      l.runs.push_back(merged(std::move(runs)));
+    } else {
+      std::sort(runs.begin(), runs.end(),
+                [](const PosRun& a, const PosRun& b) { return a.begin < b.begin; });
+      l.runs.push_back(std::move(runs));
+    }
   }
   return l;
 }
@@ -179,20 +187,96 @@ struct StepCounter {
   }
 };
 
-std::vector<int64_t> flat_pair_work(const DocLayout& layout, const DocBounds& docs, bool causal) {
-  std::vector<int64_t> w;
-  for (const auto& row : layout_pair_work(layout, docs, causal))
-    w.insert(w.end(), row.begin(), row.end());
+// w[a * P + b]: rank a's queries against rank b's keys, in kept pairs, or with tiles in the pairs
+// of the tiles a kernel computes for each pair of runs (attention_tile_pairs).
+std::vector<int64_t> flat_pair_work(const DocLayout& layout, const DocBounds& docs, bool causal,
+                                    TileSize tiles) {
+  if (tiles.q <= 0 || tiles.k <= 0) {
+    std::vector<int64_t> w;
+    for (const auto& row : layout_pair_work(layout, docs, causal))
+      w.insert(w.end(), row.begin(), row.end());
+    return w;
+  }
+  const int P = layout.ranks();
+  std::vector<int64_t> w(size_t(P) * size_t(P), 0);
+  for (int a = 0; a < P; ++a)
+    for (int b = 0; b < P; ++b)
+      for (const PosRun& q : layout.runs[size_t(a)])
+        for (const PosRun& k : layout.runs[size_t(b)])
+          w[size_t(a) * size_t(P) + size_t(b)] += attention_tile_pairs(
+              docs, q.begin, q.size(), k.begin, k.size(), causal, tiles.q, tiles.k);
   return w;
 }
+
+// A matrix over chunks (m[q * K + k]: chunk q's queries against chunk k's keys) summed over the
+// chunks the ranks own: w[a * P + b] for ranks a, b, kept up to date as ranks swap chunks.
+// by_keys[c * P + x]: chunk c against rank x's chunks (as keys); by_queries[c * P + x]: rank x's
+// chunks (as queries) against chunk c.
+struct RankSums {
+  const std::vector<int64_t>& m;
+  int64_t K;
+  int P;
+  std::vector<int64_t> by_keys, by_queries, w;
+
+  int64_t at(int64_t q, int64_t k) const { return m[size_t(q * K + k)]; }
+  size_t cell(int64_t c, int x) const { return size_t(c) * size_t(P) + size_t(x); }
+
+  void init(const std::vector<std::vector<int64_t>>& owned) {
+    by_keys.assign(size_t(K) * size_t(P), 0);
+    by_queries.assign(size_t(K) * size_t(P), 0);
+    w.assign(size_t(P) * size_t(P), 0);
+    for (int64_t c = 0; c < K; ++c)
+      for (int x = 0; x < P; ++x)
+        for (int64_t o : owned[size_t(x)]) {
+          by_keys[cell(c, x)] += at(c, o);
+          by_queries[cell(c, x)] += at(o, c);
+        }
+    for (int a = 0; a < P; ++a)
+      for (int64_t c : owned[size_t(a)])
+        for (int b = 0; b < P; ++b) w[cell(a, b)] += by_keys[cell(c, b)];
+  }
+
+  // w after rank i gave chunk ca for rank j's chunk cb (`owned` already swapped): the rows and
+  // columns of i and j change.
+  void trial(const std::vector<std::vector<int64_t>>& owned, int i, int j, int64_t ca, int64_t cb,
+             std::vector<int64_t>& out) const {
+    out = w;
+    for (int x = 0; x < P; ++x) {
+      if (x == i || x == j) continue;
+      const size_t xa = cell(ca, x), xb = cell(cb, x);
+      out[cell(i, x)] += by_keys[xb] - by_keys[xa];
+      out[cell(j, x)] += by_keys[xa] - by_keys[xb];
+      out[cell(x, i)] += by_queries[xb] - by_queries[xa];
+      out[cell(x, j)] += by_queries[xa] - by_queries[xb];
+    }
+    for (int u : {i, j})
+      for (int v : {i, j}) {
+        int64_t sum = 0;
+        for (int64_t q : owned[size_t(u)])
+          for (int64_t k : owned[size_t(v)]) sum += at(q, k);
+        out[cell(u, v)] = sum;
+      }
+  }
+
+  void accept(int i, int j, int64_t ca, int64_t cb, std::vector<int64_t>& out) {
+    w.swap(out);
+    for (int64_t x = 0; x < K; ++x) {
+      const int64_t dk = at(x, cb) - at(x, ca), dq = at(cb, x) - at(ca, x);
+      by_keys[cell(x, i)] += dk;
+      by_keys[cell(x, j)] -= dk;
+      by_queries[cell(x, i)] += dq;
+      by_queries[cell(x, j)] -= dq;
+    }
+  }
+};
 
 }  // namespace
 
 double step_cost(const DocLayout& layout, const DocBounds& docs, bool causal,
-                 const std::vector<StepPattern>& phases) {
+                 const std::vector<StepPattern>& phases, TileSize tiles) {
   const StepCounter count{phases, layout.ranks()};
   count.check();
-  return count.cost(flat_pair_work(layout, docs, causal));
+  return count.cost(flat_pair_work(layout, docs, causal, tiles));
 }
 
 std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, bool causal,
@@ -200,12 +284,12 @@ std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, 
   const std::vector<StepPattern> one = {phase};
   const StepCounter count{one, layout.ranks()};
   count.check();
-  return count.work(flat_pair_work(layout, docs, causal), phase);
+  return count.work(flat_pair_work(layout, docs, causal, {}), phase);
 }
 
 DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
-                            const std::vector<StepPattern>& phases, int chunks_per_rank,
-                            double max_imbalance) {
+                            const std::vector<StepPattern>& phases, TileSize tiles,
+                            int chunks_per_rank, double max_imbalance) {
   const int P = start.ranks();
   const int64_t K = int64_t(P) * chunks_per_rank, size = docs.seq() / K;
   WF_CHECK(size > 0 && docs.seq() % K == 0 && !phases.empty(),
@@ -222,80 +306,56 @@ DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool 
                size);
       for (int64_t c = run.begin / size; c < run.end / size; ++c) owned[r].push_back(c);
     }
-  // Kept pairs between chunk q (queries) and chunk k (keys).
-  std::vector<int64_t> pairs(size_t(K * K));
+  // Between chunk q (queries) and chunk k (keys): the kept pairs, and what the steps' cost
+  // counts (the pairs of the computed tiles, from each chunk's first row, or the kept pairs).
+  const bool tiled = tiles.q > 0 && tiles.k > 0;
+  std::vector<int64_t> pairs(size_t(K * K)), work(tiled ? size_t(K * K) : 0);
   for (int64_t q = 0; q < K; ++q)
-    for (int64_t k = 0; k < K; ++k)
+    for (int64_t k = 0; k < K; ++k) {
       pairs[size_t(q * K + k)] =
           kernels::kept_pairs(docs, {q * size, (q + 1) * size}, {k * size, (k + 1) * size}, causal);
-  const size_t Pz = size_t(P);
-  auto pair = [&](int64_t q, int64_t k) { return pairs[size_t(q * K + k)]; };
-  // by_keys[c * P + x]: chunk c's queries against rank x's keys; by_queries[c * P + x]: rank x's
-  // queries against chunk c's keys; w[a * P + b]: rank a's queries against rank b's keys.
-  std::vector<int64_t> by_keys(size_t(K) * Pz, 0), by_queries(size_t(K) * Pz, 0), w(Pz * Pz, 0);
-  for (int64_t c = 0; c < K; ++c)
-    for (int x = 0; x < P; ++x)
-      for (int64_t o : owned[x]) {
-        by_keys[size_t(c) * Pz + size_t(x)] += pair(c, o);
-        by_queries[size_t(c) * Pz + size_t(x)] += pair(o, c);
-      }
-  for (int a = 0; a < P; ++a)
-    for (int64_t c : owned[a])
-      for (int b = 0; b < P; ++b)
-        w[size_t(a) * Pz + size_t(b)] += by_keys[size_t(c) * Pz + size_t(b)];
+      if (tiled)  // a chunk no larger than a tile is one tile: whole, or skipped
+        work[size_t(q * K + k)] = size <= tiles.q && size <= tiles.k
+                                      ? (pairs[size_t(q * K + k)] > 0 ? size * size : 0)
+                                      : attention_tile_pairs(docs, q * size, size, k * size, size,
+                                                             causal, tiles.q, tiles.k);
+    }
+  RankSums kept{pairs, K, P, {}, {}, {}}, timed{tiled ? work : pairs, K, P, {}, {}, {}};
+  kept.init(owned);
+  if (tiled) timed.init(owned);
+  RankSums& costed = tiled ? timed : kept;
   auto fwd_imbalance = [&](const std::vector<int64_t>& cells) {
-    const auto work = count.work(cells, phases.front());
-    const double total = std::accumulate(work.begin(), work.end(), 0.0);
-    return total > 0 ? double(*std::max_element(work.begin(), work.end())) / (total / P) : 1.0;
+    const auto w = count.work(cells, phases.front());
+    const double total = std::accumulate(w.begin(), w.end(), 0.0);
+    return total > 0 ? double(*std::max_element(w.begin(), w.end())) / (total / P) : 1.0;
   };
-  // Lower is better: the first phase's imbalance above the cap, then the steps' cost.
+  // Lower is better: the first phase's imbalance (kept pairs) above the cap, then the cost.
   auto excess = [&](const std::vector<int64_t>& cells) {
     return std::max(0.0, fwd_imbalance(cells) - max_imbalance);
   };
-  double over = excess(w), cost = count.cost(w);
-  std::vector<int64_t> trial;
+  double over = excess(kept.w), cost = count.cost(costed.w);
+  std::vector<int64_t> trial_kept, trial_cost;
   Rng rng(0x5EED1A70u);
-  const int64_t proposals = std::min<int64_t>(200 * K, 20000);
+  const int64_t proposals = std::min<int64_t>(40 * K, 20000);
   for (int64_t proposal = 0; proposal < proposals; ++proposal) {
     const int i = int(rng.next_u64() % uint64_t(P));
     const int j = int((uint64_t(i) + 1 + rng.next_u64() % uint64_t(P - 1)) % uint64_t(P));
     const size_t a = rng.next_u64() % owned[i].size(), b = rng.next_u64() % owned[j].size();
     const int64_t ca = owned[i][a], cb = owned[j][b];
-    // Rank i gives chunk ca for cb, rank j the other way: the rows and columns of i and j change.
-    trial = w;
-    for (int x = 0; x < P; ++x) {
-      if (x == i || x == j) continue;
-      const size_t xa = size_t(ca) * Pz + size_t(x), xb = size_t(cb) * Pz + size_t(x);
-      trial[size_t(i) * Pz + size_t(x)] += by_keys[xb] - by_keys[xa];
-      trial[size_t(j) * Pz + size_t(x)] += by_keys[xa] - by_keys[xb];
-      trial[size_t(x) * Pz + size_t(i)] += by_queries[xb] - by_queries[xa];
-      trial[size_t(x) * Pz + size_t(j)] += by_queries[xa] - by_queries[xb];
-    }
     std::swap(owned[i][a], owned[j][b]);
-    for (int u : {i, j})
-      for (int v : {i, j}) {
-        int64_t sum = 0;
-        for (int64_t q : owned[u])
-          for (int64_t k : owned[v]) sum += pair(q, k);
-        trial[size_t(u) * Pz + size_t(v)] = sum;
-      }
-    const double o = excess(trial), c = count.cost(trial);
+    kept.trial(owned, i, j, ca, cb, trial_kept);
+    if (tiled) timed.trial(owned, i, j, ca, cb, trial_cost);
+    const double o = excess(trial_kept), c = count.cost(tiled ? trial_cost : trial_kept);
     if (o < over || (o == over && c <= cost)) {
       over = o;
       cost = c;
-      w.swap(trial);
-      for (int64_t x = 0; x < K; ++x) {
-        const int64_t dk = pair(x, cb) - pair(x, ca), dq = pair(cb, x) - pair(ca, x);
-        by_keys[size_t(x) * Pz + size_t(i)] += dk;
-        by_keys[size_t(x) * Pz + size_t(j)] -= dk;
-        by_queries[size_t(x) * Pz + size_t(i)] += dq;
-        by_queries[size_t(x) * Pz + size_t(j)] -= dq;
-      }
+      kept.accept(i, j, ca, cb, trial_kept);
+      if (tiled) timed.accept(i, j, ca, cb, trial_cost);
     } else {
       std::swap(owned[i][a], owned[j][b]);
     }
   }
-  return chunk_layout(owned, size);
+  return chunk_layout(owned, size, /*merge=*/false);
 }
 
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,

@@ -23,7 +23,9 @@ namespace wallfacer::seqpar {
 using kernels::DocBounds;
 using kernels::PosRun;
 
-// The runs of positions each rank holds, sorted and with adjacent runs merged.
+// The runs of positions each rank holds, sorted; adjacent runs are merged, except in
+// refine_doc_layout's layouts (one run per chunk: a kernel call each, so that the tiles it
+// computes are those the refinement counted).
 struct DocLayout {
   std::vector<std::vector<PosRun>> runs;  // runs[r]: rank r's positions
   int ranks() const { return static_cast<int>(runs.size()); }
@@ -54,10 +56,18 @@ struct StepPattern {
   std::vector<std::vector<std::vector<int>>> queries, keys;  // [step][rank]: ranks
 };
 
+// The tiles of the attention kernels (query rows x key rows), to count the work the way they do
+// it: every tile the mask does not cut away entirely is computed whole (attention_tile_pairs).
+// 0 x 0: count the kept pairs.
+struct TileSize {
+  int q = 0, k = 0;
+};
+
 // The cost of a layout under the phases: sum over the phases of weight x the sum over the steps
-// of the largest rank's kept pairs at that step.
+// of the largest rank's work at that step: the kept pairs, or with tiles the pairs of the tiles
+// computed for each pair of runs (tiles from the first row of each run, as the kernels do).
 double step_cost(const DocLayout& layout, const DocBounds& docs, bool causal,
-                 const std::vector<StepPattern>& phases);
+                 const std::vector<StepPattern>& phases, TileSize tiles = {});
 
 // Each rank's kept pairs over all steps of one phase (the work whose max / mean is the imbalance).
 std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, bool causal,
@@ -71,9 +81,11 @@ std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, 
 // Balancing each rank's total alone
 // leaves a step in which one rank holds the queries of a long document and its neighbour's keys
 // while the others wait; this balances the steps. Every rank keeps its number of positions.
+// With tiles, the cost counts the tiles of each pair of chunks (from each chunk's first row); the
+// layout keeps every chunk a run of its own, so that step_cost of the result counts the same.
 DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
-                            const std::vector<StepPattern>& phases, int chunks_per_rank = 8,
-                            double max_imbalance = 1.08);
+                            const std::vector<StepPattern>& phases, TileSize tiles = {},
+                            int chunks_per_rank = 8, double max_imbalance = 1.08);
 
 // Kept (query, key) pairs between rank r's runs (queries) and rank s's runs (keys): work[r][s].
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
