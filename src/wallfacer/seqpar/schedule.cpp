@@ -787,7 +787,11 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   // Bytes per team row of one hop of the travelling block and of its gradient accumulator.
   const int64_t kv_hop = 2 * K * D * e, kv_grad = 2 * K * D * 4;
   const int64_t q_hop = H * (2 * D * e + 2 * 4), q_grad = H * D * 4;
-  if (!cfg.causal) return (G - 1) * kv_hop + G * kv_grad < (G - 1) * q_hop + G * q_grad;
+  // Without a mask every hop is made: the closed forms. So too for the balanced layout without a
+  // window: that layout is refined for the side the backward moves, so the choice cannot count
+  // the hops the layout skips.
+  if (!cfg.causal || (cfg.layout == Layout::Balanced && cfg.window == 0))
+    return (G - 1) * kv_hop + G * kv_grad < (G - 1) * q_hop + G * q_grad;
   // A causal mask (with or without a window) may skip hops: rank x sends, at step t, the block it
   // holds on when t < h (the block's hops) and its gradient accumulator when t <= h and h > 0.
   // The side whose busiest rank sends fewer bytes travels (on a tie, the one with fewer bytes over
@@ -936,10 +940,10 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
       (C - 1) * B * n * ((2 * H * D + kv_gather) * e + 2 * H * f + (H * D + 2 * K * D) * f);
   if (cfg.strategy == Strategy::Ring && cfg.layout == Layout::Strategy && cfg.causal &&
       cfg.doc_lengths.empty()) {
-    // A contiguous causal ring (docs/documents.md, "Skipping"; with a window W, "Sliding windows:
-    // bytes"): the keys of rank o are seen by the queries of the d ranks after it (no rank before
-    // it), d = P - 1 without a window and d = ceil((W-1)/n) with one, so its K,V block makes
-    // h(o) = min(d, P-1-o) hops: rank x sends the blocks of ranks x-d+1..x that go on,
+    // A contiguous causal ring (docs/documents.md, "The causal mask alone: bytes"; with a window
+    // W, "Sliding windows: bytes"): the keys of rank o are seen by the queries of the d ranks after
+    // it (no rank before it), d = P - 1 without a window and d = ceil((W-1)/n) with one, so its K,V
+    // block makes h(o) = min(d, P-1-o) hops: rank x sends the blocks of ranks x-d+1..x that go on,
     // min(x+1, d) of them (none from rank P-1). Each message in a round of its own.
     const int64_t d = cfg.window > 0 ? (cfg.window - 1 + n - 1) / n : P - 1, x = rank;
     const int64_t hops = x < P - 1 ? std::min(x + 1, d) : 0;
