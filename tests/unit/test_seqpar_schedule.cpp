@@ -373,9 +373,10 @@ TEST(SeqparSchedule, WindowedRingBytesEqualTheirClosedForm) {
   EXPECT_LT(4 * (win.p2p_bytes_fwd + win.p2p_bytes_bwd), full.p2p_bytes_fwd + full.p2p_bytes_bwd);
 }
 
-// A contiguous causal ring without a window (docs/documents.md, "Skipping"): the keys of rank o are
-// seen only by the queries of ranks o..P-1, so its K,V block makes P-1-o hops. Per rank x, with
-// kv, dkv, qpack, dq the bytes of one rank's K,V block, its dK,dV, its query package and its dQ:
+// A contiguous causal ring without a window (docs/documents.md, "The causal mask alone: bytes"):
+// the keys of rank o are seen only by the queries of ranks o..P-1, so its K,V block makes P-1-o
+// hops. Per rank x, with kv, dkv, qpack, dq the bytes of one rank's K,V block, its dK,dV, its query
+// package and its dQ:
 //   forward: x+1 blocks for x < P-1, none from rank P-1;
 //   backward, K,V travel: (x+1)(kv + dkv) for x < P-1, and rank P-1 sends the P-1 dK,dV home;
 //   backward, query packages travel (rank o's needs the keys of ranks 0..o, the last of them at
