@@ -135,7 +135,8 @@ TEST(PlanPlanner, ProgramVolumesEqualTheScheduleFormulas) {
   }
 }
 
-// With a sliding window and documents the schedules skip hops and send gradients straight home;
+// Under the causal mask alone (the contiguous ring, both travelling sides of the backward), with a
+// sliding window and with documents the schedules skip hops and send gradients straight home;
 // the simulator replays them to the end (every message paired) and counts each rank's bytes as
 // the schedule does, and for the contiguous ring as the closed form does.
 TEST(PlanPlanner, ProgramVolumesWithSkippedHops) {
@@ -145,7 +146,9 @@ TEST(PlanPlanner, ProgramVolumesWithSkippedHops) {
     int64_t window;
     bool docs;
   };
-  for (Case k : {Case{seqpar::Strategy::Ring, 1, 8, 1, 40, false},
+  for (Case k : {Case{seqpar::Strategy::Ring, 1, 8, 1, 0, false},
+                 Case{seqpar::Strategy::Ring, 1, 8, 4, 0, false},
+                 Case{seqpar::Strategy::Ring, 1, 8, 1, 40, false},
                  Case{seqpar::Strategy::Ring, 1, 8, 4, 100, false},
                  Case{seqpar::Strategy::Ring, 1, 2, 4, 40, false},
                  Case{seqpar::Strategy::Ring, 1, 8, 1, 0, true},
@@ -296,12 +299,19 @@ TEST(PlanPlanner, NodeBytesFollowTheHopsThatLeaveANode) {
   const std::vector<int> two_nodes{0, 0, 0, 0, 1, 1, 1, 1};
   const double n = double(cfg.seq) / P, kv_block = 2 * n * cfg.kv_heads * cfg.head_dim * 4;
 
-  cfg.strategy = seqpar::Strategy::Ring;
+  // Zigzag forward: P-1 hops of one K,V block (every rank's queries see every block); ranks 3 and
+  // 7 send across.
+  cfg.strategy = seqpar::Strategy::Zigzag;
   NodeBytes ring = node_bytes(cfg, P, two_nodes);
-  // Forward: P-1 hops of one K,V block; ranks 3 and 7 send across.
   EXPECT_DOUBLE_EQ(ring.fwd[0], (P - 1) * kv_block);
   EXPECT_DOUBLE_EQ(ring.fwd[1], (P - 1) * kv_block);
   EXPECT_DOUBLE_EQ(ring.total_fwd, 2 * (P - 1) * kv_block);
+  // The contiguous causal ring: the blocks of ranks 0..3 are seen by ranks 4..7, so rank 3 passes
+  // all four across; those of ranks 4..7 by no rank of node 0, so rank 7 sends nothing.
+  cfg.strategy = seqpar::Strategy::Ring;
+  const NodeBytes contiguous = node_bytes(cfg, P, two_nodes);
+  EXPECT_DOUBLE_EQ(contiguous.fwd[0], P / 2 * kv_block);
+  EXPECT_DOUBLE_EQ(contiguous.fwd[1], 0);
 
   cfg.strategy = seqpar::Strategy::WallFacer;
   cfg.teams = 2;

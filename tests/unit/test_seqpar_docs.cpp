@@ -223,8 +223,9 @@ TEST(SeqparDocs, TilePairsSkipTilesWithoutKeptPairs) {
 
 // Skipped hops in every strategy, with documents and windows: the ranks' point-to-point messages
 // pair up (each rank's sends to a peer under a tag, in order, are the peer's receives from it, of
-// the same sizes), no rank sends more than it would without skipping (the same config with one
-// document and no window: every hop), and the backward's bytes fall with a window of a rank's rows.
+// the same sizes), no rank sends more than under the causal mask alone (the same config with one
+// document and no window, which skips only what causal skips), and the backward's bytes fall with a
+// window of a rank's rows.
 TEST(SeqparDocs, SkippedHopsStillPairUp) {
   for (const auto& docs : doc_sets())
     for (const Case& k : cases())

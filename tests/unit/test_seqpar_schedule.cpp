@@ -162,19 +162,25 @@ TEST(SeqparSchedule, HybridValidate) {
 }
 
 // A hybrid's schedule sends what its closed form (Ulysses in the team plus the ring over the teams)
-// says, and computes every kept (query, key) pair of its rows once, on heads/u heads.
+// says, and computes every kept (query, key) pair of its rows once, on heads/u heads (the backward
+// on the ranks that hold the keys when the query packages travel: summed over the ranks). The
+// contiguous causal ring's last team holds keys no other team sees: it sends no K,V forward.
 TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
   for (auto [P, u] : std::vector<std::pair<int, int>>{{4, 2}, {8, 2}, {8, 4}, {16, 4}, {6, 3}}) {
-    for (bool causal : {false, true}) {
+    for (auto [strategy, causal] :
+         {std::pair{Strategy::Ring, false}, std::pair{Strategy::Ring, true},
+          std::pair{Strategy::Zigzag, true}}) {
       for (int K : {12, 4}) {
         if (K % u) continue;
-        auto c = hybrid(causal ? Strategy::Zigzag : Strategy::Ring, 48 * P, 12, K, u, causal, 2);
+        auto c = hybrid(strategy, 48 * P, 12, K, u, causal, 2);
         for (Dtype d : {Dtype::fp32, Dtype::bf16}) {
           c.dtype = d;
+          double fwd_sum = 0, bwd_sum = 0;
           for (int r = 0; r < P; ++r) {
             const Schedule s = make_schedule(c, P, r);
             auto got = schedule_totals(s);
-            EXPECT_GT(got.p2p_bytes_fwd, 0);
+            const bool last_team = strategy == Strategy::Ring && causal && r / u == P / u - 1;
+            EXPECT_EQ(got.p2p_bytes_fwd > 0, !last_team);
             EXPECT_GT(got.coll_bytes_bwd, 0);
             // Forward FLOPs: 4 per kept pair, head and head dim, of this rank's team rows against
             // the whole sequence, on heads/u heads.
@@ -183,12 +189,18 @@ TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
               for (int64_t q : local_positions(c, P, r / u * u + b))
                 pairs += causal ? q + 1 : c.seq;
             EXPECT_EQ(got.flops_fwd, 4.0 * double(pairs) * c.batch * (c.heads / u) * c.head_dim);
-            EXPECT_EQ(got.flops_bwd, 2.5 * got.flops_fwd);
+            if (s.bwd_moves_kv || !causal || strategy == Strategy::Zigzag) {
+              EXPECT_EQ(got.flops_bwd, 2.5 * got.flops_fwd);
+            }
+            fwd_sum += got.flops_fwd;
+            bwd_sum += got.flops_bwd;
             got.flops_fwd = got.flops_bwd = 0;
             EXPECT_EQ(got, formula_totals(c, P, r))
-                << "P=" << P << " u=" << u << " rank " << r << " " << dtype_name(d);
+                << strategy_name(strategy) << " P=" << P << " u=" << u << " causal=" << causal
+                << " rank " << r << " " << dtype_name(d);
             EXPECT_EQ(s.team_ranks, u);
           }
+          EXPECT_EQ(bwd_sum, 2.5 * fwd_sum);
         }
       }
     }
@@ -359,6 +371,77 @@ TEST(SeqparSchedule, WindowedRingBytesEqualTheirClosedForm) {
   EXPECT_TRUE(backward_moves_kv(c, 8));
   const auto win = summarize_schedules(c, 8).worst;
   EXPECT_LT(4 * (win.p2p_bytes_fwd + win.p2p_bytes_bwd), full.p2p_bytes_fwd + full.p2p_bytes_bwd);
+}
+
+// A contiguous causal ring without a window (docs/documents.md, "The causal mask alone: bytes"):
+// the keys of rank o are seen only by the queries of ranks o..P-1, so its K,V block makes P-1-o
+// hops. Per rank x, with kv, dkv, qpack, dq the bytes of one rank's K,V block, its dK,dV, its query
+// package and its dQ:
+//   forward: x+1 blocks for x < P-1, none from rank P-1;
+//   backward, K,V travel: (x+1)(kv + dkv) for x < P-1, and rank P-1 sends the P-1 dK,dV home;
+//   backward, query packages travel (rank o's needs the keys of ranks 0..o, the last of them at
+//   the last hop: all P-1 hops, rank 0's none): (P-2) qpack + (P-1) dq, rank P-1 (P-1)(qpack+dq).
+// The busiest rank and the total over the ranks against the closed forms summed by hand, for both
+// travelling sides (H = K: the query packages; grouped-query heads: K,V), against the same ring
+// without a mask (every hop), and each rank against formula_totals.
+TEST(SeqparSchedule, CausalRingBytesEqualTheirClosedForm) {
+  for (int P : {2, 4, 8}) {
+    const int64_t n = 16, S = n * P, p = P;
+    for (auto [H, K] : {std::pair{4, 4}, std::pair{4, 1}}) {
+      for (Dtype d : {Dtype::fp32, Dtype::bf16}) {
+        auto c = config(Strategy::Ring, S, H, K, 8, true, 1, 2);
+        c.dtype = d;
+        const int64_t e = dtype_bytes(d), rows = int64_t(c.batch) * n, D = c.head_dim;
+        const int64_t kv = rows * 2 * K * D * e, dkv = rows * 2 * K * D * 4;
+        const int64_t qpack = rows * H * (2 * D * e + 8), dq = rows * H * D * 4;
+        const std::string what = fmt::format("P={} H={} K={} {}", P, H, K, dtype_name(d));
+        // The closed forms: busiest rank and total over the ranks.
+        const int64_t fwd_max = (p - 1) * kv, fwd_sum = p * (p - 1) / 2 * kv;
+        const int64_t kv_max = (p - 1) * (kv + dkv),
+                      kv_sum = p * (p - 1) / 2 * (kv + dkv) + (p - 1) * dkv;
+        const int64_t q_max = (p - 1) * (qpack + dq),
+                      q_sum = (p - 1) * (p - 1) * qpack + p * (p - 1) * dq;
+        const bool moves_kv = kv_max != q_max ? kv_max < q_max : kv_sum < q_sum;
+        EXPECT_EQ(moves_kv, H != K) << what;  // both sides are tested
+        EXPECT_EQ(backward_moves_kv(c, P), moves_kv) << what;
+        ScheduleTotals most, sum;
+        for (int r = 0; r < P; ++r) {
+          auto got = schedule_totals(make_schedule(c, P, r));
+          got.flops_fwd = got.flops_bwd = 0;
+          EXPECT_EQ(got, formula_totals(c, P, r)) << what << " rank " << r;
+          most.p2p_bytes_fwd = std::max(most.p2p_bytes_fwd, got.p2p_bytes_fwd);
+          most.p2p_bytes_bwd = std::max(most.p2p_bytes_bwd, got.p2p_bytes_bwd);
+          sum.p2p_bytes_fwd += got.p2p_bytes_fwd;
+          sum.p2p_bytes_bwd += got.p2p_bytes_bwd;
+          const int64_t x = r;
+          EXPECT_EQ(got.p2p_bytes_fwd, x < p - 1 ? (x + 1) * kv : 0) << what << " rank " << r;
+          const int64_t bwd =
+              moves_kv ? (x < p - 1 ? (x + 1) * (kv + dkv) : (p - 1) * dkv)
+                       : (x < p - 1 ? (p - 2) * qpack + (p - 1) * dq : (p - 1) * (qpack + dq));
+          EXPECT_EQ(got.p2p_bytes_bwd, bwd) << what << " rank " << r;
+        }
+        EXPECT_EQ(most.p2p_bytes_fwd, fwd_max) << what;
+        EXPECT_EQ(sum.p2p_bytes_fwd, fwd_sum) << what;
+        EXPECT_EQ(most.p2p_bytes_bwd, moves_kv ? kv_max : q_max) << what;
+        EXPECT_EQ(sum.p2p_bytes_bwd, moves_kv ? kv_sum : q_sum) << what;
+        // Without a mask every rank sends every hop: the busiest rank's forward is the same, the
+        // total twice as large; the backward's busiest rank sends one gradient more.
+        auto full = c;
+        full.causal = false;
+        const auto all = formula_totals(full, P, 0);
+        EXPECT_EQ(all.p2p_bytes_fwd, fwd_max) << what;
+        EXPECT_EQ(p * all.p2p_bytes_fwd, 2 * fwd_sum) << what;
+        // The balanced layout without a window chooses the side by the closed forms (its layout
+        // is refined for that choice).
+        auto balanced = c;
+        balanced.layout = Layout::Balanced;
+        EXPECT_EQ(backward_moves_kv(balanced, P), backward_moves_kv(full, P)) << what;
+        if (backward_moves_kv(full, P) == moves_kv) {
+          EXPECT_EQ(all.p2p_bytes_bwd, moves_kv ? kv_max + dkv : q_max + dq) << what;
+        }
+      }
+    }
+  }
 }
 
 TEST(SeqparSchedule, ValidateRejectsWhatCannotRun) {
@@ -558,12 +641,17 @@ TEST(SeqparSchedule, Bf16BytesByHand) {
 }
 
 // Ring bytes from the architecture doc's table: 2 B N H (P-1)/P elements forward (H counting
-// hidden size = heads * head_dim); WallFacer-C: 2 B N H (P - C^2)/(C P) plus one placement hop.
+// hidden size = heads * head_dim) on the busiest rank (causal: rank P-2, which passes on the blocks
+// of ranks 0..P-2; without a mask every rank); WallFacer-C: 2 B N H (P - C^2)/(C P) plus one
+// placement hop.
 TEST(SeqparSchedule, WallFacerCutsRingVolumeByC) {
   const int P = 16, H = 8, D = 16;
   const int64_t S = 1024, n = S / P;
   for (bool causal : {false, true}) {
-    auto ring = schedule_totals(make_schedule(config(Strategy::Ring, S, H, H, D, causal), P, 5));
+    const auto ring = summarize_schedules(config(Strategy::Ring, S, H, H, D, causal), P).worst;
+    EXPECT_EQ(schedule_totals(make_schedule(config(Strategy::Ring, S, H, H, D, causal), P, P - 2))
+                  .p2p_bytes_fwd,
+              ring.p2p_bytes_fwd);
     EXPECT_EQ(ring.p2p_bytes_fwd, 2 * (P - 1) * n * H * D * 4);
     EXPECT_EQ(ring.p2p_steps_fwd, P - 1);
     auto wf_steps = [&](int C) {

@@ -230,10 +230,10 @@ bool pairs_at(const Schedule& s, const RingGeometry& L, int x, int step, Travel 
 }
 
 // The hops that the travelling block of `origin` (the block it holds at step 0) makes: up to the
-// last rank of the sub-ring that has kept pairs with it (0: it stays home). Without documents or a
-// window every block makes all G - 1 hops, as the closed forms count them.
+// last rank of the sub-ring that has kept pairs with it (0: it stays home). Without a mask
+// (neither documents nor causal) every block makes all G - 1 hops.
 int travel_hops(const Schedule& s, const RingGeometry& L, int origin, Travel travel) {
-  if (s.docs.starts.empty() && s.cfg.window == 0) return L.G - 1;
+  if (s.docs.starts.empty() && !s.cfg.causal) return L.G - 1;
   int last = 0, x = origin;
   for (int t = 1; t < L.G; ++t) {
     x = L.next(x);
@@ -787,10 +787,15 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   // Bytes per team row of one hop of the travelling block and of its gradient accumulator.
   const int64_t kv_hop = 2 * K * D * e, kv_grad = 2 * K * D * 4;
   const int64_t q_hop = H * (2 * D * e + 2 * 4), q_grad = H * D * 4;
-  if (cfg.window == 0) return (G - 1) * kv_hop + G * kv_grad < (G - 1) * q_hop + G * q_grad;
-  // A window skips hops: rank x sends, at step t, the block it holds on when t < h (the block's
-  // hops) and its gradient accumulator when t <= h and h > 0. The side whose busiest rank sends
-  // fewer bytes travels (on a tie, the one with fewer bytes over all ranks).
+  // Without a mask every hop is made: the closed forms. So too for the balanced layout without a
+  // window: that layout is refined for the side the backward moves, so the choice cannot count
+  // the hops the layout skips.
+  if (!cfg.causal || (cfg.layout == Layout::Balanced && cfg.window == 0))
+    return (G - 1) * kv_hop + G * kv_grad < (G - 1) * q_hop + G * q_grad;
+  // A causal mask (with or without a window) may skip hops: rank x sends, at step t, the block it
+  // holds on when t < h (the block's hops) and its gradient accumulator when t <= h and h > 0.
+  // The side whose busiest rank sends fewer bytes travels (on a tie, the one with fewer bytes over
+  // all ranks).
   std::vector<int> hk(static_cast<size_t>(P)), hq(static_cast<size_t>(P));
   for (int o = 0; o < P; ++o) {
     hk[size_t(o)] = travel_hops(s, L, o, Travel::KV);
@@ -934,12 +939,13 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   t.coll_bytes_bwd =
       (C - 1) * B * n * ((2 * H * D + kv_gather) * e + 2 * H * f + (H * D + 2 * K * D) * f);
   if (cfg.strategy == Strategy::Ring && cfg.layout == Layout::Strategy && cfg.causal &&
-      cfg.window > 0 && cfg.doc_lengths.empty()) {
-    // A contiguous ring with a window W (docs/documents.md, "Sliding windows: bytes"): the keys of
-    // rank o are seen by the queries of the d = ceil((W-1)/n) ranks after it (no rank before it),
-    // so its K,V block makes h(o) = min(d, P-1-o) hops: rank x sends the blocks of ranks x-d+1..x
-    // that go on, min(x+1, d) of them (none from rank P-1). Each message in a round of its own.
-    const int64_t d = (cfg.window - 1 + n - 1) / n, x = rank;
+      cfg.doc_lengths.empty()) {
+    // A contiguous causal ring (docs/documents.md, "The causal mask alone: bytes"; with a window
+    // W, "Sliding windows: bytes"): the keys of rank o are seen by the queries of the d ranks after
+    // it (no rank before it), d = P - 1 without a window and d = ceil((W-1)/n) with one, so its K,V
+    // block makes h(o) = min(d, P-1-o) hops: rank x sends the blocks of ranks x-d+1..x that go on,
+    // min(x+1, d) of them (none from rank P-1). Each message in a round of its own.
+    const int64_t d = cfg.window > 0 ? (cfg.window - 1 + n - 1) / n : P - 1, x = rank;
     const int64_t hops = x < P - 1 ? std::min(x + 1, d) : 0;
     t.p2p_bytes_fwd = hops * kv * e;
     t.p2p_steps_fwd = t.p2p_sends_fwd = hops;
@@ -953,8 +959,8 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
       t.p2p_sends_bwd = 2 * hops + homes;
     } else {
       // The query packages (small P, no grouped-query heads): the package of rank o >= 1 needs
-      // the keys of ranks o-d..o-1, the last of them reached at the last hop, so it makes all
-      // P-1 hops (rank 0's none, d = 0: none at all); rank x passes on P-2 of them (x = P-1:
+      // the keys of ranks max(0, o-d)..o-1, the last of them reached at the last hop, so it makes
+      // all P-1 hops (rank 0's none, d = 0: none at all); rank x passes on P-2 of them (x = P-1:
       // P-1) and sends the P-1 dQ accumulators of the packages it holds, in P-1 rounds.
       const int64_t on = d == 0 ? 0 : P - 2 + (x == P - 1 ? 1 : 0), grads = d == 0 ? 0 : P - 1;
       t.p2p_bytes_bwd = on * B * n * H * (2 * D * e + 2 * f) + grads * B * n * H * D * f;
