@@ -53,6 +53,7 @@ table=$(python3 "$src/bench/documents_count_table.py" "$out") || err "table fail
 # The causal ring without documents: 1.749634... and 3 blocks of 512 x 4 x 16 x 4 x 2 bytes
 grep -q '^| causal | ring | 1.750 | [0-9.]* | [0-9.]* | 0.8 / [0-9.]* | 0.8 |$' <<<"$table" ||
   err "causal ring row: $(grep '^| causal | ring ' <<<"$table")"
+# shellcheck disable=SC2016  # the backticks are text
 grep -q '(`--docs-random 6 --seed 1`)' <<<"$table" || err "the documents line: $table"
 
 # Made-up lines: the last line of a case wins, a missing case is "-".
@@ -81,6 +82,7 @@ table=$(python3 "$src/bench/documents_count_table.py" "$work/m.jsonl") || err "t
 want='| causal | wallfacer C=2 | 1.000 | 1.688 | - | 134.2 / 134.2 | - |
 | full | ulysses 2 x ring | - | - | 1.042 | - / - | 134.2 |'
 [[ $(grep '^| causal \|^| full ' <<<"$table") == "$want" ]] || err "made-up rows: $table"
+# shellcheck disable=SC2016
 last='P = 8, S = 65,536, 8 heads of 64 (fp32); 16 documents (`--docs-random 16 --seed 1`), the longest 34,135 positions, keeping 32.1 % of the mask'"'"'s pairs (causal and full). Commits abc, def.'
 [[ $(tail -1 <<<"$table") == "$last" ]] || err "made-up last line: $(tail -1 <<<"$table")"
 
