@@ -111,7 +111,7 @@ for round in $(seq 1 "$rounds"); do
         "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" "${cpu:-0}" \
         "${WALLFACER_CPU_PERIOD_US:-10000}" "${WALLFACER_WAIT_POLL_US:-50}" \
         "$emulate" "$out/cards.json" \
-        "${WALLFACER_CPU_PERIOD_US:+WALLFACER_CPU_PERIOD_US=$WALLFACER_CPU_PERIOD_US }${launch[*]} ${nranks[*]} ${args[*]}" <<'PY'
+        "${WALLFACER_CPU_PERIOD_US:+WALLFACER_CPU_PERIOD_US=$WALLFACER_CPU_PERIOD_US }${WALLFACER_WAIT_POLL_US:+WALLFACER_WAIT_POLL_US=$WALLFACER_WAIT_POLL_US }${launch[*]} ${nranks[*]} ${args[*]}" <<'PY'
 import json, os, sys
 (metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1, cpu,
  period, poll, emulate, cards, command) = sys.argv[1:]

@@ -64,6 +64,9 @@ for c in configs:
 r0 = rows[0]
 cap = (f", each rank capped at {r0['cpu_per_rank']:g} of a core (--cpu-per-rank)"
        if r0.get("cpu_per_rank") else "")
+if "wait_poll_us" in r0:
+    cap += (f", waiting ranks test their transfers every {r0['wait_poll_us']} us and sleep"
+            if r0["wait_poll_us"] else ", waiting ranks spin (WALLFACER_WAIT_POLL_US=0)")
 if r0.get("cluster"):
     nodes, rate = r0["cluster"].split(":")
     cap += f", on {nodes} emulated nodes with cards of {rate}"
