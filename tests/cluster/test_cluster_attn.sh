@@ -7,9 +7,12 @@
 # ring, fewer than zigzag; nothing is left behind, also when the program fails.
 set -u
 source "$(dirname "$0")/common.sh"
-# The card counters also carry MPI's start-up, barriers and TCP/IP headers: the measured bytes
-# may exceed the count by this fraction, and may not fall short of it by more than 1%.
-tolerance=0.03
+# The card counters also carry MPI's start-up, barriers and TCP/IP headers, and the segments TCP
+# sends again when an acknowledgement comes late (on a loaded machine: they arrive twice): the
+# measured bytes may exceed the count by this fraction (0.4 to 2.4 % on a quiet machine, up to
+# 4.0 % in a full test run), and may not fall short of it by more than 1%. The strategies compared
+# below differ by far more (the causal ring 0.63 of zigzag's bytes, WallFacer-2 0.74).
+tolerance=0.06
 shape=(--seq 2048 --heads 4 --head-dim 32 --causal)
 
 configs=("ring" "zigzag" "wallfacer --teams 2 --placement team-intra"
