@@ -19,10 +19,16 @@ void check_ranks(int64_t seq, int ranks, int64_t multiple_of, const char* layout
                  layout, seq, multiple_of, ranks);
 }
 
-// Sorts a rank's runs and merges those that touch.
-std::vector<PosRun> merged(std::vector<PosRun> runs) {
+// A rank's runs in order of position.
+std::vector<PosRun> sorted(std::vector<PosRun> runs) {
   std::sort(runs.begin(), runs.end(),
             [](const PosRun& a, const PosRun& b) { return a.begin < b.begin; });
+  return runs;
+}
+
+// Sorts a rank's runs and merges those that touch.
+std::vector<PosRun> merged(std::vector<PosRun> runs) {
+  runs = sorted(std::move(runs));
   std::vector<PosRun> out;
   for (const PosRun& r : runs) {
     if (!out.empty() && out.back().end == r.begin)
@@ -41,13 +47,7 @@ DocLayout chunk_layout(const std::vector<std::vector<int64_t>>& owned, int64_t s
   for (const auto& chunks : owned) {
     std::vector<PosRun> runs;
     for (int64_t c : chunks) runs.push_back({c * size, (c + 1) * size});
-    if (merge) {
-      l.runs.push_back(merged(std::move(runs)));
-    } else {
-      std::sort(runs.begin(), runs.end(),
-                [](const PosRun& a, const PosRun& b) { return a.begin < b.begin; });
-      l.runs.push_back(std::move(runs));
-    }
+    l.runs.push_back(merge ? merged(std::move(runs)) : sorted(std::move(runs)));
   }
   return l;
 }
@@ -136,8 +136,8 @@ DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int
 
 namespace {
 
-// Kept pairs between the ranks' positions (w[a * P + b]: rank a's queries, rank b's keys) and the
-// cost and forward work the phases give them.
+// The phases' cost and per-rank work, from the work between the ranks' positions (w[a * P + b]:
+// rank a's queries against rank b's keys, in kept pairs or tile pairs).
 struct StepCounter {
   const std::vector<StepPattern>& phases;
   int P;
@@ -307,31 +307,21 @@ DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool 
       for (int64_t c = run.begin / size; c < run.end / size; ++c) owned[r].push_back(c);
     }
   // Between chunk q (queries) and chunk k (keys): the kept pairs, and what the steps' cost
-  // counts (the pairs of the computed tiles, from each chunk's first row, or the kept pairs).
-  const bool tiled = tiles.q > 0 && tiles.k > 0;
-  std::vector<int64_t> pairs(size_t(K * K)), work(tiled ? size_t(K * K) : 0);
+  // counts (the pairs of the tiles computed from each chunk's first row, or the kept pairs).
+  std::vector<int64_t> pairs(size_t(K * K)), costs(size_t(K * K));
   for (int64_t q = 0; q < K; ++q)
     for (int64_t k = 0; k < K; ++k) {
-      pairs[size_t(q * K + k)] =
-          kernels::kept_pairs(docs, {q * size, (q + 1) * size}, {k * size, (k + 1) * size}, causal);
-      if (tiled)  // a chunk no larger than a tile is one tile: whole, or skipped
-        work[size_t(q * K + k)] = size <= tiles.q && size <= tiles.k
-                                      ? (pairs[size_t(q * K + k)] > 0 ? size * size : 0)
-                                      : attention_tile_pairs(docs, q * size, size, k * size, size,
-                                                             causal, tiles.q, tiles.k);
+      const PosRun qr{q * size, (q + 1) * size}, kr{k * size, (k + 1) * size};
+      pairs[size_t(q * K + k)] = kernels::kept_pairs(docs, qr, kr, causal);
+      costs[size_t(q * K + k)] =
+          attention_tile_pairs(docs, qr.begin, size, kr.begin, size, causal, tiles.q, tiles.k);
     }
-  RankSums kept{pairs, K, P, {}, {}, {}}, timed{tiled ? work : pairs, K, P, {}, {}, {}};
+  RankSums kept{pairs, K, P, {}, {}, {}}, costed{costs, K, P, {}, {}, {}};
   kept.init(owned);
-  if (tiled) timed.init(owned);
-  RankSums& costed = tiled ? timed : kept;
-  auto fwd_imbalance = [&](const std::vector<int64_t>& cells) {
-    const auto w = count.work(cells, phases.front());
-    const double total = std::accumulate(w.begin(), w.end(), 0.0);
-    return total > 0 ? double(*std::max_element(w.begin(), w.end())) / (total / P) : 1.0;
-  };
+  costed.init(owned);
   // Lower is better: the first phase's imbalance (kept pairs) above the cap, then the cost.
   auto excess = [&](const std::vector<int64_t>& cells) {
-    return std::max(0.0, fwd_imbalance(cells) - max_imbalance);
+    return std::max(0.0, imbalance(count.work(cells, phases.front())) - max_imbalance);
   };
   double over = excess(kept.w), cost = count.cost(costed.w);
   std::vector<int64_t> trial_kept, trial_cost;
@@ -344,13 +334,13 @@ DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool 
     const int64_t ca = owned[i][a], cb = owned[j][b];
     std::swap(owned[i][a], owned[j][b]);
     kept.trial(owned, i, j, ca, cb, trial_kept);
-    if (tiled) timed.trial(owned, i, j, ca, cb, trial_cost);
-    const double o = excess(trial_kept), c = count.cost(tiled ? trial_cost : trial_kept);
+    costed.trial(owned, i, j, ca, cb, trial_cost);
+    const double o = excess(trial_kept), c = count.cost(trial_cost);
     if (o < over || (o == over && c <= cost)) {
       over = o;
       cost = c;
       kept.accept(i, j, ca, cb, trial_kept);
-      if (tiled) timed.accept(i, j, ca, cb, trial_cost);
+      costed.accept(i, j, ca, cb, trial_cost);
     } else {
       std::swap(owned[i][a], owned[j][b]);
     }

@@ -49,8 +49,8 @@ DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal,
 // The work of a schedule step by step, for refine_doc_layout: at step t, rank r computes the
 // queries of the ranks queries[t][r] against the keys of the ranks keys[t][r] (every pair of the
 // two lists). The ranks meet at every step (a block moves on), so a phase costs about the sum over
-// its steps of the busiest rank's kept pairs there, times `weight` (a backward pair costs about
-// 2.5 forward ones).
+// its steps of the busiest rank's work there, times `weight` (a backward pair costs about 2.5
+// forward ones).
 struct StepPattern {
   double weight = 1.0;
   std::vector<std::vector<std::vector<int>>> queries, keys;  // [step][rank]: ranks
@@ -78,11 +78,11 @@ std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, 
 // two ranks, proposed in a fixed pseudo-random order (every rank computes the same layout), are
 // kept when they lower the imbalance of the first phase's work (the forward's) while it is above
 // max_imbalance, or keep it at most max_imbalance (or where it was) and do not raise step_cost.
-// Balancing each rank's total alone
-// leaves a step in which one rank holds the queries of a long document and its neighbour's keys
-// while the others wait; this balances the steps. Every rank keeps its number of positions.
-// With tiles, the cost counts the tiles of each pair of chunks (from each chunk's first row); the
-// layout keeps every chunk a run of its own, so that step_cost of the result counts the same.
+// Balancing each rank's total alone leaves a step in which one rank holds the queries of a long
+// document and its neighbour's keys while the others wait; this balances the steps. Every rank
+// keeps its number of positions. With tiles, the cost counts the tiles of each pair of chunks
+// (from each chunk's first row); the layout keeps every chunk a run of its own, so that step_cost
+// of the result counts the same.
 DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
                             const std::vector<StepPattern>& phases, TileSize tiles = {},
                             int chunks_per_rank = 8, double max_imbalance = 1.08);
