@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <deque>
 #include <numeric>
 
 #include "wallfacer/core/error.h"
@@ -109,39 +110,40 @@ std::vector<StepPattern> ring_steps(int P, int C, bool bwd_kv) {
 
 // The balanced layout of cfg's documents on P ranks, refined for the steps of its ring
 // (WallFacer-C: a team's rows against the teams of its sub-ring). A schedule asks for it once per
-// rank and step: the latest one is kept per thread.
+// rank and step, and a windowed one also for its config without documents (backward_moves_kv):
+// the latest few are kept per thread.
 const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig& cfg, int P) {
-  struct Latest {
+  struct Key {
     std::vector<int64_t> lengths;
     int64_t seq = -1;
     int P = 0, teams = 0;
     bool causal = false, bwd_kv = false;
+    bool operator==(const Key&) const = default;
+  };
+  struct Entry {
+    Key key;
     DocLayout layout;
   };
-  thread_local Latest latest;
+  thread_local std::deque<Entry> recent;  // newest first
   const int C = cfg.ulysses <= 1 ? team_size(cfg) : 1;
   // Which side the backward moves (a window leaves it to the schedule: counted as K,V).
   const bool bwd_kv = cfg.window > 0 || backward_moves_kv(cfg, P);
-  if (latest.seq != cfg.seq || latest.P != P || latest.causal != cfg.causal || latest.teams != C ||
-      latest.bwd_kv != bwd_kv || latest.lengths != cfg.doc_lengths) {
-    const kernels::DocBounds docs = doc_bounds(cfg);
-    // Counted in the kernels' tiles: a tile the mask keeps a few pairs of costs a whole one.
-    kernels::AttnDims dims;
-    dims.seq_q = dims.seq_k = int(std::min<int64_t>(cfg.seq / P, INT_MAX));
-    dims.heads = cfg.heads;
-    dims.kv_heads = cfg.kv_heads;
-    dims.head_dim = cfg.head_dim;
-    const kernels::AttnTiling t = kernels::attn_fwd_tiling(dims);
-    latest.layout = refine_doc_layout(balanced_doc_layout(docs, P, cfg.causal), docs, cfg.causal,
-                                      ring_steps(P, C, bwd_kv), {t.block_q, t.block_k});
-    latest.lengths = cfg.doc_lengths;
-    latest.seq = cfg.seq;
-    latest.P = P;
-    latest.teams = C;
-    latest.causal = cfg.causal;
-    latest.bwd_kv = bwd_kv;
-  }
-  return latest.layout.runs;
+  Key key{cfg.doc_lengths, cfg.seq, P, C, cfg.causal, bwd_kv};
+  for (const Entry& e : recent)
+    if (e.key == key) return e.layout.runs;
+  const kernels::DocBounds docs = doc_bounds(cfg);
+  // Counted in the kernels' tiles: a tile the mask keeps a few pairs of costs a whole one.
+  kernels::AttnDims dims;
+  dims.seq_q = dims.seq_k = int(std::min<int64_t>(cfg.seq / P, INT_MAX));
+  dims.heads = cfg.heads;
+  dims.kv_heads = cfg.kv_heads;
+  dims.head_dim = cfg.head_dim;
+  const kernels::AttnTiling t = kernels::attn_fwd_tiling(dims);
+  DocLayout layout = refine_doc_layout(balanced_doc_layout(docs, P, cfg.causal), docs, cfg.causal,
+                                       ring_steps(P, C, bwd_kv), {t.block_q, t.block_k});
+  if (recent.size() == 4) recent.pop_back();
+  recent.push_front({std::move(key), std::move(layout)});
+  return recent.front().layout.runs;
 }
 
 }  // namespace
