@@ -4,11 +4,17 @@
 #   bench/documents_train.sh [--ranks 8] [--seq 8192] [--steps 3] [--rounds 2]
 #                            [--strategies "zigzag ring wallfacer2"] [--layers 2] [--dim 128]
 #                            [--heads 2] [--dtype auto] [--cpu-per-rank F] [--emulate NxR:RATE]
-#                            [--out runs/documents-train]
+#                            [--mix few-long|lognormal] [--out runs/documents-train]
 #
-# The corpus is long-tailed: a few files as long as the sequence and many short ones (lengths
-# log-uniform in 16..1024 bytes), shuffled with a fixed seed and tokenized by `wallfacer prepare`
-# (one document per file, end-of-text after each). Every configuration trains the same GPT on the
+# The corpus is long-tailed, 600 short files and a few as long as the sequence, shuffled with a
+# fixed seed and tokenized by `wallfacer prepare` (one document per file, end-of-text after each):
+#   --mix few-long (default): 6 files of seq + 1 bytes and 600 of 16..1024 bytes (log-uniform); a
+#     quarter of the tokens are in documents of half the sequence or more;
+#   --mix lognormal: 600 files of log-normal lengths, median seq / 32 bytes and sigma 2 (the
+#     distribution of `wallfacer attn --docs-random`), cut to 16..seq + 1 bytes: about 4 % of them
+#     as long as the sequence, three quarters under 1024 bytes, and half of the tokens in documents
+#     of half the sequence or more, as in corpora where most documents are short and most tokens
+#     are in long ones. Every configuration trains the same GPT on the
 # same windows with train.packing = "documents" on --ranks ranks (sp = ranks, batch 1), once with
 # parallel.layout = "balanced" and once with "strategy", the two alternating inside each round.
 # Appends one JSON line per run to OUT/results.jsonl: the command, the commit, the load average
@@ -28,7 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ranks=8 seq=8192 steps=3 rounds=2 strategies="zigzag ring wallfacer2" layers=2 dim=128 heads=2
-dtype=auto out=runs/documents-train cpu="" emulate=""
+dtype=auto out=runs/documents-train cpu="" emulate="" mix=few-long
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -42,11 +48,14 @@ while [[ $# -gt 0 ]]; do
     --dtype) dtype=$2; shift 2 ;;
     --cpu-per-rank) cpu=$2; shift 2 ;;
     --emulate) emulate=$2; shift 2 ;;
+    --mix) mix=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "documents_train.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ $mix == few-long || $mix == lognormal ]] ||
+  { echo "documents_train.sh: --mix '$mix' must be few-long or lognormal" >&2; exit 2; }
 wf=${WALLFACER:-build/wallfacer}
 [[ -x $wf ]] || { echo "documents_train.sh: $wf not found: run make build" >&2; exit 2; }
 launch=(scripts/wallfacer-mpirun)
@@ -65,12 +74,17 @@ nranks=("$ranks")
 mkdir -p "$out/files"
 results=$out/results.jsonl
 
-# The corpus: 6 files of seq + 1 bytes, 600 of 16..1024 bytes (log-uniform), in a seeded order.
-python3 - "$out/files" "$seq" <<'PY'
+# The corpus (--mix), in a seeded order.
+rm -f "$out"/files/*.txt
+python3 - "$out/files" "$seq" "$mix" <<'PY'
 import math, os, random, sys
-d, seq = sys.argv[1], int(sys.argv[2])
+d, seq, mix = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rng = random.Random(1)
-lengths = [seq + 1] * 6 + [int(16 * math.exp(rng.random() * math.log(1024 / 16))) for _ in range(600)]
+if mix == "few-long":
+    lengths = [seq + 1] * 6 + [int(16 * math.exp(rng.random() * math.log(1024 / 16)))
+                               for _ in range(600)]
+else:
+    lengths = [max(16, min(seq + 1, int(seq / 32 * math.exp(rng.gauss(0, 2))))) for _ in range(600)]
 rng.shuffle(lengths)
 for i, n in enumerate(lengths):
     with open(os.path.join(d, f"{i:04d}.txt"), "w") as f:
@@ -108,18 +122,18 @@ for round in $(seq 1 "$rounds"); do
       load1=$(cut -d' ' -f1-3 /proc/loadavg)
       echo "== round $round $s $layout: $(tail -1 "$out/$name.log")" >&2
       python3 - "$out/$name/metrics.jsonl" "$results" "$round" "$s" "$strategy" "$teams" \
-        "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" "${cpu:-0}" \
+        "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" "${cpu:-0}" "$mix" \
         "${WALLFACER_CPU_PERIOD_US:-10000}" "${WALLFACER_WAIT_POLL_US:-50}" \
         "$emulate" "$out/cards.json" \
         "${WALLFACER_CPU_PERIOD_US:+WALLFACER_CPU_PERIOD_US=$WALLFACER_CPU_PERIOD_US }${WALLFACER_WAIT_POLL_US:+WALLFACER_WAIT_POLL_US=$WALLFACER_WAIT_POLL_US }${launch[*]} ${nranks[*]} ${args[*]}" <<'PY'
 import json, os, sys
 (metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1, cpu,
- period, poll, emulate, cards, command) = sys.argv[1:]
+ mix, period, poll, emulate, cards, command) = sys.argv[1:]
 lines = [json.loads(l) for l in open(metrics)]
 timed = lines[1:] if len(lines) > 1 else lines
 row = {"command": command, "commit": commit, "round": int(rnd), "config": config,
        "strategy": strategy, "teams": int(teams), "layout": layout, "ranks": int(ranks),
-       "seq": int(seq), "steps": len(lines),
+       "seq": int(seq), "mix": mix, "steps": len(lines),
        "tokens_per_s": len(timed) * int(seq) / sum(l["step_s"] for l in timed),
        "step_s": [l["step_s"] for l in lines],
        "work_imbalance": [l["work_imbalance"] for l in lines],

@@ -70,7 +70,11 @@ if "wait_poll_us" in r0:
 if r0.get("cluster"):
     nodes, rate = r0["cluster"].split(":")
     cap += f", on {nodes} emulated nodes with cards of {rate}"
-print(f"\n{r0['ranks']} ranks, seq {r0['seq']}, {r0['steps']} steps per run, {len(rounds)} rounds, "
+mix = {"few-long": "corpus mix few-long (6 documents of the sequence, 600 of 16 to 1024 bytes)",
+       "lognormal": "corpus mix lognormal (600 documents, median seq / 32, sigma 2)"}[
+           r0.get("mix", "few-long")]
+print(f"\n{r0['ranks']} ranks, seq {r0['seq']}, {mix}, {r0['steps']} steps per run, "
+      f"{len(rounds)} rounds, "
       f"{r0['cpus']} CPUs{cap}; load average (1 minute) per round:")
 for k in rounds:
     loads = [float(r[x].split()[0]) for r in rows if r["round"] == k

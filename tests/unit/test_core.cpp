@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <utility>
 
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/core/dtype.h"
@@ -123,6 +127,41 @@ TEST(Core, ThreadsFollowEnvironment) {
   unsetenv("OMP_NUM_THREADS");
   EXPECT_GE(num_threads(), 1);
   if (old) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+}
+
+// Without OMP_NUM_THREADS the cores are shared by the job's ranks on the machine.
+TEST(Core, ThreadsShareTheCoresAmongLocalRanks) {
+  auto saved = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::pair<std::string, bool>(v ? v : "", v != nullptr);
+  };
+  const auto omp = saved("OMP_NUM_THREADS"), ompi = saved("OMPI_COMM_WORLD_LOCAL_SIZE"),
+             mpich = saved("MPI_LOCALNRANKS");
+  unsetenv("OMP_NUM_THREADS");
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  unsetenv("MPI_LOCALNRANKS");
+  EXPECT_EQ(local_ranks(), 1);
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  EXPECT_EQ(num_threads(), cpus);
+  setenv("MPI_LOCALNRANKS", "2", 1);
+  EXPECT_EQ(local_ranks(), 2);
+  EXPECT_EQ(num_threads(), std::max(1, cpus / 2));
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1000", 1);  // Open MPI's name first
+  EXPECT_EQ(local_ranks(), 1000);
+  EXPECT_EQ(num_threads(), 1);
+  setenv("OMP_NUM_THREADS", "3", 1);  // the user's setting wins
+  EXPECT_EQ(num_threads(), 3);
+  auto restore = [](const char* name, const std::pair<std::string, bool>& v) {
+    if (v.second)
+      setenv(name, v.first.c_str(), 1);
+    else
+      unsetenv(name);
+  };
+  restore("OMP_NUM_THREADS", omp);
+  restore("OMPI_COMM_WORLD_LOCAL_SIZE", ompi);
+  restore("MPI_LOCALNRANKS", mpich);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "wallfacer/comm/mpi_comm.h"
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/threads.h"
 
 namespace wallfacer::comm {
 namespace {
@@ -232,9 +233,10 @@ void start_mpi(int* argc, char*** argv) {
   // More ranks on this machine than cores (mpirun --oversubscribe): a rank that waits for a message
   // gives its core away instead of spinning on it, so that the rank it waits for can run. OpenMPI
   // reads the setting in MPI_Init; one given by the user is kept.
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local_size && std::atol(local_size) > long(std::thread::hardware_concurrency()))
+  if (local_ranks() > int(std::thread::hardware_concurrency()))
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  // The machine's cores shared by its ranks: OpenMP and OpenBLAS threads per rank (unless set).
+  apply_thread_defaults();
   int provided = 0;
   const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   if (rc != MPI_SUCCESS) fail(rc, "MPI_Init_thread", -1, kNoPeer);

@@ -2,10 +2,8 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstdlib>
-
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/threads.h"
 
 namespace wallfacer {
 
@@ -19,9 +17,7 @@ double& limit_override() {
 double memory_limit_bytes() {
   if (limit_override() > 0) return limit_override();
   const double total = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  long local = 1;
-  if (const char* s = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1L, std::atol(s));
-  return total / double(local);
+  return total / double(local_ranks());
 }
 
 void set_memory_limit(double bytes) { limit_override() = bytes; }
