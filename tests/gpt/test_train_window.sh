@@ -6,7 +6,9 @@
 # layer 0 only differs from the window on every layer and from no window; a window of train.seq or
 # more is the full causal mask (bit-identical, and the startup line says so); bf16 on P = 4
 # against P = 1; checkpoints record the keys, and a resumed windowed run gives the same losses bit
-# for bit.
+# for bit. The balanced layout counts the window of every layer, or with global and windowed layers
+# one window for all of them (a layout that differed between layers would move the rows: the
+# losses would not be the one-rank run's).
 set -u
 source "$(dirname "$0")/common.sh"
 
@@ -46,6 +48,15 @@ grep -q "window 12 on layers 0" "$work/p1_docs.log" ||
   err "p1_docs does not name its windowed layers: $(cat "$work/p1_docs.log")"
 # The key has an effect: layer 0 only, every layer and no window are three computations.
 run p1_docs_all 1 "${w[@]}" "${d[@]}"
+# The balanced layout counting the window (every layer windowed), and one counted window shared
+# by the global layer too (3 layers, 2 of them windowed: the windowed ones hold more pairs, so the
+# layout counts their window and the global layer's attention lays its rows out the same).
+run p4_zigzag_docs_all 4 "${w[@]}" "${d[@]}" parallel.sp=4 parallel.strategy=zigzag
+within p1_docs_all p4_zigzag_docs_all 1e-6 5
+w3=(model.layers=3 model.window=40 "model.window_layers=[0,1]" "${d[@]}")
+run p1_docs_w3 1 "${w3[@]}"
+run p4_ring_docs_w3 4 "${w3[@]}" parallel.sp=4 parallel.strategy=ring
+within p1_docs_w3 p4_ring_docs_w3 1e-6 5
 run p1_docs_none 1 "${d[@]}"
 step1_differs p1_docs_all p1_docs
 step1_differs p1_docs_none p1_docs

@@ -7,9 +7,11 @@
 // mask. The random documents are set on a DistAttention built without them
 // (DistAttention::set_documents; in the balanced layout the rows then move to local_positions()).
 // Sliding windows (AttnConfig::window) run the same way: of one token, of a rank's rows, across
-// rank and tile borders and longer than several ranks' rows, with the documents, and every rank's
-// byte counters against its schedule's sums; then the bytes of a contiguous ring with windows of
-// up to several ranks' rows against their closed form. Usage: mpirun -np P test_docs_mpi
+// rank and tile borders and longer than several ranks' rows, with the documents (the random ones
+// too, set later: the balanced layout counts the window, so the rows move where it puts them),
+// and every rank's byte counters against its schedule's sums; then the bytes of a contiguous ring
+// with windows of up to several ranks' rows against their closed form. Usage: mpirun -np P
+// test_docs_mpi
 
 #include <fmt/format.h>
 
@@ -98,7 +100,7 @@ int main(int argc, char** argv) {
       random_doc_lengths_count(S, 16, 11)};  // long-tailed lengths
   const AttnTolerance tol = attn_tolerance(Dtype::fp32);
   const AttnTolerance tol2{2 * tol.out, 2 * tol.lse, 2 * tol.grad};
-  // The masks: full, causal, and causal with sliding windows (on the first two document sets).
+  // The masks: full, causal, and causal with sliding windows.
   struct Mask {
     bool causal = false;
     int64_t window = 0;
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
     if (set == 0)
       for (int64_t w : {int64_t(1), S / 8, int64_t(300)}) masks.push_back({true, w});
     if (set == 1) masks.push_back({true, 100});
+    if (set == 2) masks.push_back({true, 40});
     for (const Mask& mask : masks) {
       const bool causal = mask.causal;
       AttnConfig base;

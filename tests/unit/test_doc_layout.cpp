@@ -22,11 +22,14 @@ namespace {
 using kernels::DocBounds;
 using kernels::PosRun;
 
-// Pairs (i, j), i in q, j in k, with the same document id (and i >= j when causal), one by one.
-int64_t brute_force_pairs(const std::vector<int32_t>& ids, PosRun q, PosRun k, bool causal) {
+// Pairs (i, j), i in q, j in k, with the same document id (and i >= j when causal; with a window
+// W > 0 also i - j < W), one by one.
+int64_t brute_force_pairs(const std::vector<int32_t>& ids, PosRun q, PosRun k, bool causal,
+                          int64_t window = 0) {
   int64_t n = 0;
   for (int64_t i = q.begin; i < q.end; ++i)
-    for (int64_t j = k.begin; j < k.end; ++j) n += ids[i] == ids[j] && (!causal || i >= j);
+    for (int64_t j = k.begin; j < k.end; ++j)
+      n += ids[i] == ids[j] && (!causal || (i >= j && (window == 0 || i - j < window)));
   return n;
 }
 
@@ -137,16 +140,10 @@ TEST(DocLayout, WorkMatchesBruteForce) {
     }
 }
 
-// step_cost and phase_work against a brute-force count: teams of two ranks whose rows meet the
-// keys of one team per step (as WallFacer-2 on 4 ranks), weights 1 and 2.5. refine_doc_layout
-// keeps every rank's position count, does not raise the cost of a start within its imbalance
-// cap, and lowers the forward imbalance of a start above it.
-TEST(DocLayout, StepCostAndRefineAgainstBruteForce) {
-  const int64_t seq = 512;
+// The steps of teams of two ranks on 4 ranks whose rows meet the keys of one team per step (as
+// WallFacer-2): the forward (weight 1) and a backward in which the query packages travel (2.5).
+std::vector<seqpar::StepPattern> two_team_phases() {
   const int P = 4;
-  const std::vector<int64_t> lengths = seqpar::random_doc_lengths(seq, 7, 60.0);
-  const DocBounds docs = kernels::doc_bounds_from_lengths(lengths, seq);
-  const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
   seqpar::StepPattern fwd, bwd;
   bwd.weight = 2.5;
   for (int t = 0; t < 2; ++t) {
@@ -160,7 +157,40 @@ TEST(DocLayout, StepCostAndRefineAgainstBruteForce) {
       bwd.keys.back().push_back({x});
     }
   }
-  const std::vector<seqpar::StepPattern> phases = {fwd, bwd};
+  return {fwd, bwd};
+}
+
+// The cost of the phases step by step (sum over the steps of weight x the busiest rank's work)
+// from the work between ranks, pairs(a, b): rank a's queries against rank b's keys.
+template <typename Pairs>
+double brute_step_cost(const std::vector<seqpar::StepPattern>& phases, int P, Pairs pairs) {
+  double cost = 0;
+  for (const auto& ph : phases)
+    for (size_t t = 0; t < ph.queries.size(); ++t) {
+      int64_t top = 0;
+      for (int x = 0; x < P; ++x) {
+        int64_t w = 0;
+        for (int a : ph.queries[t][size_t(x)])
+          for (int b : ph.keys[t][size_t(x)]) w += pairs(a, b);
+        top = std::max(top, w);
+      }
+      cost += ph.weight * double(top);
+    }
+  return cost;
+}
+
+// step_cost and phase_work against a brute-force count: teams of two ranks whose rows meet the
+// keys of one team per step (as WallFacer-2 on 4 ranks), weights 1 and 2.5. refine_doc_layout
+// keeps every rank's position count, does not raise the cost of a start within its imbalance
+// cap, and lowers the forward imbalance of a start above it.
+TEST(DocLayout, StepCostAndRefineAgainstBruteForce) {
+  const int64_t seq = 512;
+  const int P = 4;
+  const std::vector<int64_t> lengths = seqpar::random_doc_lengths(seq, 7, 60.0);
+  const DocBounds docs = kernels::doc_bounds_from_lengths(lengths, seq);
+  const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
+  const std::vector<seqpar::StepPattern> phases = two_team_phases();
+  const seqpar::StepPattern& fwd = phases[0];
   for (bool causal : {false, true}) {
     const seqpar::DocLayout start = seqpar::contiguous_layout(seq, P);
     auto pairs = [&](const seqpar::DocLayout& l, int a, int b) {
@@ -170,19 +200,7 @@ TEST(DocLayout, StepCostAndRefineAgainstBruteForce) {
       return n;
     };
     auto brute_cost = [&](const seqpar::DocLayout& l) {
-      double cost = 0;
-      for (const auto& ph : phases)
-        for (size_t t = 0; t < ph.queries.size(); ++t) {
-          int64_t top = 0;
-          for (int x = 0; x < P; ++x) {
-            int64_t w = 0;
-            for (int a : ph.queries[t][size_t(x)])
-              for (int b : ph.keys[t][size_t(x)]) w += pairs(l, a, b);
-            top = std::max(top, w);
-          }
-          cost += ph.weight * double(top);
-        }
-      return cost;
+      return brute_step_cost(phases, P, [&](int a, int b) { return pairs(l, a, b); });
     };
     EXPECT_DOUBLE_EQ(seqpar::step_cost(start, docs, causal, phases), brute_cost(start));
     const auto work = seqpar::phase_work(start, docs, causal, fwd);
@@ -214,6 +232,103 @@ TEST(DocLayout, StepCostAndRefineAgainstBruteForce) {
   bad = fwd;
   bad.queries.pop_back();
   EXPECT_THROW(seqpar::step_cost(seqpar::contiguous_layout(seq, P), docs, true, {bad}), Error);
+}
+
+// The counting functions with a sliding window against a pair-by-pair count of the windowed mask:
+// layout_pair_work and layout_work, step_cost (kept pairs, and the kernels' tiles against a
+// tile-by-tile count) and phase_work, on the contiguous layout and on the balanced layout counted
+// for the window; window 0 is no window (the default's numbers and layouts); a window of the
+// whole sequence counts what no window does; the refinement for the window holds the windowed
+// forward imbalance at the cap.
+TEST(DocLayout, WindowedCountsAgainstBruteForce) {
+  const int64_t seq = 512;
+  const int P = 4;
+  const std::vector<seqpar::StepPattern> phases = two_team_phases();
+  const seqpar::StepPattern& fwd = phases[0];
+  const seqpar::TileSize tiles{16, 32};
+  for (double median : {60.0, 400.0}) {
+    const std::vector<int64_t> lengths = seqpar::random_doc_lengths(seq, 7, median);
+    const DocBounds docs = kernels::doc_bounds_from_lengths(lengths, seq);
+    const std::vector<int32_t> ids = kernels::doc_of_pos(docs);
+    for (int64_t window : {int64_t(1), int64_t(20), int64_t(100), seq}) {
+      const std::string what = fmt::format("median {} window {}", median, window);
+      // Rank a's queries against rank b's keys, in kept pairs and in the pairs of the tiles a
+      // kernel computes (tiles from the first row of each run, a tile counted whole when the
+      // mask keeps any pair of it).
+      auto pairs = [&](const seqpar::DocLayout& l, int a, int b, bool in_tiles) {
+        int64_t n = 0;
+        for (const PosRun& q : l.runs[size_t(a)])
+          for (const PosRun& k : l.runs[size_t(b)]) {
+            if (!in_tiles) {
+              n += brute_force_pairs(ids, q, k, true, window);
+              continue;
+            }
+            for (int64_t i = q.begin; i < q.end; i += tiles.q)
+              for (int64_t j = k.begin; j < k.end; j += tiles.k) {
+                const PosRun tq{i, std::min(i + tiles.q, q.end)},
+                    tk{j, std::min(j + tiles.k, k.end)};
+                if (brute_force_pairs(ids, tq, tk, true, window) > 0) n += tq.size() * tk.size();
+              }
+          }
+        return n;
+      };
+      auto brute_cost = [&](const seqpar::DocLayout& l, bool in_tiles) {
+        return brute_step_cost(phases, P, [&](int a, int b) { return pairs(l, a, b, in_tiles); });
+      };
+      const seqpar::DocLayout bal = seqpar::balanced_doc_layout(docs, P, true, 8, window);
+      for (const seqpar::DocLayout& l : {seqpar::contiguous_layout(seq, P), bal}) {
+        const auto pw = seqpar::layout_pair_work(l, docs, true, window);
+        const auto work = seqpar::layout_work(l, docs, true, window);
+        for (int a = 0; a < P; ++a) {
+          int64_t row = 0;
+          for (int b = 0; b < P; ++b) {
+            EXPECT_EQ(pw[size_t(a)][size_t(b)], pairs(l, a, b, false)) << what;
+            row += pairs(l, a, b, false);
+          }
+          EXPECT_EQ(work[size_t(a)], row) << what;
+        }
+        EXPECT_DOUBLE_EQ(seqpar::step_cost(l, docs, true, phases, {}, window), brute_cost(l, false))
+            << what;
+        EXPECT_DOUBLE_EQ(seqpar::step_cost(l, docs, true, phases, tiles, window),
+                         brute_cost(l, true))
+            << what;
+        const auto fw = seqpar::phase_work(l, docs, true, fwd, window);
+        for (int x = 0; x < P; ++x) {
+          int64_t want = 0;
+          for (int a : fwd.queries[0][size_t(x)])
+            for (int b = 0; b < P; ++b) want += pairs(l, a, b, false);
+          EXPECT_EQ(fw[size_t(x)], want) << what;
+        }
+      }
+      // The refinement for the window: every position once, and the windowed forward imbalance
+      // within its cap (or where the start had it).
+      const seqpar::DocLayout once =
+          seqpar::refine_doc_layout(bal, docs, true, phases, tiles, 8, 1.08, window);
+      seqpar::check_doc_layout(once, seq);
+      const double imb0 = seqpar::imbalance(seqpar::phase_work(bal, docs, true, fwd, window));
+      const double imb1 = seqpar::imbalance(seqpar::phase_work(once, docs, true, fwd, window));
+      EXPECT_LE(imb1, std::max(1.08, imb0)) << what;
+      // The window of the whole sequence keeps every causal pair: the same numbers and layouts as
+      // no window.
+      if (window == seq) {
+        EXPECT_EQ(bal.runs, seqpar::balanced_doc_layout(docs, P, true).runs) << what;
+        EXPECT_EQ(once.runs, seqpar::refine_doc_layout(bal, docs, true, phases, tiles).runs)
+            << what;
+      }
+    }
+    // Window 0 is no window.
+    const seqpar::DocLayout start = seqpar::contiguous_layout(seq, P);
+    for (bool causal : {false, true}) {
+      EXPECT_EQ(seqpar::balanced_doc_layout(docs, P, causal, 8, 0).runs,
+                seqpar::balanced_doc_layout(docs, P, causal).runs);
+      EXPECT_EQ(seqpar::layout_work(start, docs, causal, 0),
+                seqpar::layout_work(start, docs, causal));
+      EXPECT_EQ(seqpar::step_cost(start, docs, causal, phases, tiles, 0),
+                seqpar::step_cost(start, docs, causal, phases, tiles));
+      EXPECT_EQ(seqpar::refine_doc_layout(start, docs, causal, phases, tiles, 8, 1.08, 0).runs,
+                seqpar::refine_doc_layout(start, docs, causal, phases, tiles).runs);
+    }
+  }
 }
 
 TEST(DocLayout, ChecksItsArguments) {

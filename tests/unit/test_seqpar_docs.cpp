@@ -179,6 +179,59 @@ TEST(SeqparDocs, BalancedLayoutBalancesTheRingSteps) {
   }
 }
 
+// The balanced layout counts the sliding window (the example of docs/documents.md, "Sliding
+// windows": attn --seq 8192 --causal --window 512 --docs-random 60 --layout balanced --strategy
+// zigzag on 8 ranks): the forward work of each rank counted pair by pair from its positions under
+// the windowed mask is within the target and is the schedules' work_imbalance; the layout counted
+// without the window (layout_window 0) is not within it. layout_window lays a windowed and a
+// global attention out alike: either way, as the config whose window it names.
+TEST(SeqparDocs, BalancedLayoutCountsTheWindow) {
+  const int64_t S = 8192, W = 512;
+  const int P = 8;
+  const auto docs = random_doc_lengths_count(S, 60, 1);
+  const auto ids = doc_ids(docs);
+  AttnConfig c = config({Strategy::Zigzag, P, 1, 1}, S, true, docs, Layout::Balanced);
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.window = W;
+  // Rank r's queries against every key under the windowed mask, one by one.
+  auto imbalance_of = [&](const AttnConfig& cfg) {
+    std::vector<double> work;
+    for (int r = 0; r < P; ++r) {
+      int64_t n = 0;
+      for (const int64_t i : local_positions(cfg, P, r))
+        for (int64_t j = std::max<int64_t>(0, i - W + 1); j <= i; ++j)
+          n += ids[size_t(i)] == ids[size_t(j)];
+      work.push_back(double(n));
+    }
+    return work_imbalance(work);
+  };
+  const double counted = imbalance_of(c);
+  EXPECT_LE(counted, 1.10);
+  EXPECT_NEAR(counted, summarize_schedules(c, P).work_imbalance, 1e-12);
+  AttnConfig uncounted = c;
+  uncounted.layout_window = 0;
+  const double before = imbalance_of(uncounted);
+  EXPECT_GT(before, 1.15);
+  EXPECT_NEAR(before, summarize_schedules(uncounted, P).work_imbalance, 1e-12);
+  std::printf("forward work imbalance under the window: layout counting it %.4f, not %.4f\n",
+              counted, before);
+  AttnConfig global = c;
+  global.window = 0;
+  global.layout_window = W;
+  AttnConfig plain = c;
+  plain.window = 0;
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(local_positions(global, P, r), local_positions(c, P, r)) << "rank " << r;
+    EXPECT_EQ(local_positions(uncounted, P, r), local_positions(plain, P, r)) << "rank " << r;
+  }
+  // A negative layout window other than -1 (the attention's window) is refused.
+  AttnConfig bad = c;
+  bad.layout_window = -2;
+  EXPECT_THROW(validate(bad, P), UsageError);
+}
+
 // The length mix of docs/documents.md at S = 65536: the schedules' work imbalance with the
 // balanced layout meets the target, zigzag's does not.
 TEST(SeqparDocs, BalancedScheduleMeetsTheTarget) {

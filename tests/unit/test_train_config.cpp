@@ -103,6 +103,29 @@ TEST(TrainConfig, WindowKeys) {
             std::string::npos);
 }
 
+// The balanced layout counts one window for every layer: that of the layers with the most
+// attention work (pairs of one causal document of train.seq tokens times their layers), global
+// ones on a tie; none without a window; the DiT's counts its attention's (none).
+TEST(TrainConfig, LayoutCountsTheWindowOfMostWork) {
+  TrainConfig c = TrainConfig::from_toml(
+      "[model]\nlayers = 3\nwindow = 16\n[train]\nseq = 64\npacking = \"documents\"\n", "t");
+  EXPECT_EQ(c.attn_config(2).layout_window, 16);  // every layer windowed
+  EXPECT_EQ(c.attn_config(2).window, 0);          // the trainer sets each layer's own
+  c.set("model.window_layers=[0, 2]");            // 2 x 904 pairs against 1 x 2080
+  EXPECT_EQ(c.attn_config(2).layout_window, 0);
+  c.set("model.window=40");  // 2 x 1780 against 2080
+  EXPECT_EQ(c.attn_config(2).layout_window, 40);
+  c.set("model.window=64");  // the whole sequence: no window
+  EXPECT_EQ(c.attn_config(2).layout_window, 0);
+  c.set("model.window=0");
+  EXPECT_EQ(c.attn_config(2).layout_window, 0);
+  c.set("model.window=40");
+  c.set("parallel.sp=2");
+  EXPECT_NO_THROW(c.validate(2));  // the layout's window passes seqpar::validate
+  const TrainConfig d = TrainConfig::from_toml("[model]\nkind = \"dit\"\n", "t");
+  EXPECT_EQ(seqpar::counted_layout_window(d.attn_config(1)), 0);
+}
+
 TEST(TrainConfig, SetStringsMustBeUtf8) {
   TrainConfig c;
   c.set("data.dir=runs/d\xc3\xa9j\xc3\xa0");  // "déjà" in UTF-8

@@ -108,14 +108,14 @@ std::vector<StepPattern> ring_steps(int P, int C, bool bwd_kv) {
   return {fwd, bwd};
 }
 
-// The balanced layout of cfg's documents on P ranks, refined for the steps of its ring
-// (WallFacer-C: a team's rows against the teams of its sub-ring). A schedule asks for it once per
-// rank and step, and a windowed one also for its config without documents (backward_moves_kv):
-// the latest few are kept per thread.
+// The balanced layout of cfg's documents on P ranks under its mask (the window it counts:
+// counted_layout_window), refined for the steps of its ring (WallFacer-C: a team's rows against
+// the teams of its sub-ring). A schedule asks for it once per rank and step, and a windowed one
+// also for its config without documents (backward_moves_kv): the latest few are kept per thread.
 const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig& cfg, int P) {
   struct Key {
     std::vector<int64_t> lengths;
-    int64_t seq = -1;
+    int64_t seq = -1, window = 0;
     int P = 0, teams = 0;
     bool causal = false, bwd_kv = false;
     bool operator==(const Key&) const = default;
@@ -126,9 +126,15 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   };
   thread_local std::deque<Entry> recent;  // newest first
   const int C = cfg.ulysses <= 1 ? team_size(cfg) : 1;
-  // Which side the backward moves (a window leaves it to the schedule: counted as K,V).
-  const bool bwd_kv = cfg.window > 0 || backward_moves_kv(cfg, P);
-  Key key{cfg.doc_lengths, cfg.seq, P, C, cfg.causal, bwd_kv};
+  // The window counted (none without a causal mask: it keeps every pair). Which side the
+  // backward moves: a window leaves it to the schedule (counted as K,V); without one the closed
+  // forms choose (backward_moves_kv).
+  const int64_t window = cfg.causal ? counted_layout_window(cfg) : 0;
+  AttnConfig unwindowed = cfg;
+  unwindowed.window = 0;
+  unwindowed.layout_window = -1;
+  const bool bwd_kv = window > 0 || backward_moves_kv(unwindowed, P);
+  Key key{cfg.doc_lengths, cfg.seq, window, P, C, cfg.causal, bwd_kv};
   for (const Entry& e : recent)
     if (e.key == key) return e.layout.runs;
   const kernels::DocBounds docs = doc_bounds(cfg);
@@ -139,8 +145,9 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   dims.kv_heads = cfg.kv_heads;
   dims.head_dim = cfg.head_dim;
   const kernels::AttnTiling t = kernels::attn_fwd_tiling(dims);
-  DocLayout layout = refine_doc_layout(balanced_doc_layout(docs, P, cfg.causal), docs, cfg.causal,
-                                       ring_steps(P, C, bwd_kv), {t.block_q, t.block_k});
+  DocLayout layout = refine_doc_layout(
+      balanced_doc_layout(docs, P, cfg.causal, kChunksPerRank, window), docs, cfg.causal,
+      ring_steps(P, C, bwd_kv), {t.block_q, t.block_k}, kChunksPerRank, kMaxImbalance, window);
   if (recent.size() == 4) recent.pop_back();
   recent.push_front({std::move(key), std::move(layout)});
   return recent.front().layout.runs;
@@ -176,6 +183,17 @@ void validate_window(const AttnConfig& cfg) {
                  "--window {} needs --causal: a token attends to the {} tokens up to its own; add "
                  "--causal or drop --window",
                  cfg.window, cfg.window);
+  WF_USAGE_CHECK(cfg.layout_window >= -1,
+                 "the balanced layout's window is {}; it must be >= 0, or -1 for the attention's "
+                 "window",
+                 cfg.layout_window);
+  WF_USAGE_CHECK(cfg.layout_window <= 0 || cfg.causal,
+                 "the balanced layout's window {} needs a causal mask; give 0 or -1",
+                 cfg.layout_window);
+}
+
+int64_t counted_layout_window(const AttnConfig& cfg) {
+  return cfg.layout_window < 0 ? cfg.window : cfg.layout_window;
 }
 
 void validate(const AttnConfig& cfg, int P) {
@@ -209,7 +227,7 @@ void validate(const AttnConfig& cfg, int P) {
                    cfg.teams, name);
   }
   if (cfg.layout == Layout::Balanced) {
-    const int64_t ring = P / std::max(cfg.ulysses, 1), parts = 8 * ring;
+    const int64_t ring = P / std::max(cfg.ulysses, 1), parts = kChunksPerRank * ring;
     WF_USAGE_CHECK(cfg.seq % parts == 0 && cfg.seq % P == 0,
                    "--seq {} must be divisible by {} for the balanced layout on {} ranks (8 runs "
                    "per rank{}); pad the sequence or use --layout strategy",

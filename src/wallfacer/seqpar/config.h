@@ -86,6 +86,11 @@ struct AttnConfig {
   // with i - W < j <= i only (and only in its own document); needs causal. 0: no window. A window
   // of at least seq is the causal mask.
   int64_t window = 0;
+  // The sliding window the balanced layout counts (Layout::Balanced; docs/documents.md, "Sliding
+  // windows"): -1 (the default) the window above. A model whose layers use several windows gives
+  // the attentions of all its layers the same one, so that they lay the rows out alike; the
+  // attention's own mask is `window` whatever this says. Otherwise as `window` (0: none).
+  int64_t layout_window = -1;
 };
 // The config's WallFacer team size C: team_size(strategy, teams).
 inline int team_size(const AttnConfig& cfg) { return team_size(cfg.strategy, cfg.teams); }
@@ -108,8 +113,12 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P);
 // Throws UsageError with a one-line message when cfg cannot run on P ranks.
 void validate(const AttnConfig& cfg, int P);
 
-// The window's part of validate: >= 0, and > 0 only with causal (UsageError).
+// The window's part of validate: >= 0, and > 0 only with causal (UsageError); layout_window
+// -1 or as the window.
 void validate_window(const AttnConfig& cfg);
+
+// The window the balanced layout of cfg counts: layout_window, or window when it is -1.
+int64_t counted_layout_window(const AttnConfig& cfg);
 
 // Global token positions (0 .. seq-1) of the rows rank `rank` (0 .. P-1, its rank in the group
 // the DistAttention runs on) holds, in local row order: seq / P of them. Row i of the rank's

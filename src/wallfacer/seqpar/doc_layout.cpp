@@ -79,7 +79,8 @@ DocLayout zigzag_layout(int64_t seq, int ranks) {
   return l;
 }
 
-DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int chunks_per_rank) {
+DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int chunks_per_rank,
+                              int64_t window) {
   WF_USAGE_CHECK(chunks_per_rank >= 1, "balanced layout: chunks_per_rank must be >= 1, got {}",
                  chunks_per_rank);
   const int64_t seq = docs.seq();
@@ -89,7 +90,7 @@ DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal, int
   const PosRun all{0, seq};
   std::vector<int64_t> work(chunks);
   for (int64_t c = 0; c < chunks; ++c)
-    work[c] = kernels::kept_pairs(docs, {c * size, (c + 1) * size}, all, causal);
+    work[c] = kernels::kept_pairs(docs, {c * size, (c + 1) * size}, all, causal, window);
 
   // Longest processing time first, at most chunks_per_rank chunks per rank.
   std::vector<int64_t> order(chunks);
@@ -190,10 +191,10 @@ struct StepCounter {
 // w[a * P + b]: rank a's queries against rank b's keys, in kept pairs, or with tiles in the pairs
 // of the tiles a kernel computes for each pair of runs (attention_tile_pairs).
 std::vector<int64_t> flat_pair_work(const DocLayout& layout, const DocBounds& docs, bool causal,
-                                    TileSize tiles) {
+                                    TileSize tiles, int64_t window) {
   if (tiles.q <= 0 || tiles.k <= 0) {
     std::vector<int64_t> w;
-    for (const auto& row : layout_pair_work(layout, docs, causal))
+    for (const auto& row : layout_pair_work(layout, docs, causal, window))
       w.insert(w.end(), row.begin(), row.end());
     return w;
   }
@@ -204,7 +205,7 @@ std::vector<int64_t> flat_pair_work(const DocLayout& layout, const DocBounds& do
       for (const PosRun& q : layout.runs[size_t(a)])
         for (const PosRun& k : layout.runs[size_t(b)])
           w[size_t(a) * size_t(P) + size_t(b)] += attention_tile_pairs(
-              docs, q.begin, q.size(), k.begin, k.size(), causal, tiles.q, tiles.k);
+              docs, q.begin, q.size(), k.begin, k.size(), causal, tiles.q, tiles.k, window);
   return w;
 }
 
@@ -273,23 +274,23 @@ struct RankSums {
 }  // namespace
 
 double step_cost(const DocLayout& layout, const DocBounds& docs, bool causal,
-                 const std::vector<StepPattern>& phases, TileSize tiles) {
+                 const std::vector<StepPattern>& phases, TileSize tiles, int64_t window) {
   const StepCounter count{phases, layout.ranks()};
   count.check();
-  return count.cost(flat_pair_work(layout, docs, causal, tiles));
+  return count.cost(flat_pair_work(layout, docs, causal, tiles, window));
 }
 
 std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, bool causal,
-                                const StepPattern& phase) {
+                                const StepPattern& phase, int64_t window) {
   const std::vector<StepPattern> one = {phase};
   const StepCounter count{one, layout.ranks()};
   count.check();
-  return count.work(flat_pair_work(layout, docs, causal, {}), phase);
+  return count.work(flat_pair_work(layout, docs, causal, {}, window), phase);
 }
 
 DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
                             const std::vector<StepPattern>& phases, TileSize tiles,
-                            int chunks_per_rank, double max_imbalance) {
+                            int chunks_per_rank, double max_imbalance, int64_t window) {
   const int P = start.ranks();
   const int64_t K = int64_t(P) * chunks_per_rank, size = docs.seq() / K;
   WF_CHECK(size > 0 && docs.seq() % K == 0 && !phases.empty(),
@@ -312,9 +313,9 @@ DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool 
   for (int64_t q = 0; q < K; ++q)
     for (int64_t k = 0; k < K; ++k) {
       const PosRun qr{q * size, (q + 1) * size}, kr{k * size, (k + 1) * size};
-      pairs[size_t(q * K + k)] = kernels::kept_pairs(docs, qr, kr, causal);
-      costs[size_t(q * K + k)] =
-          attention_tile_pairs(docs, qr.begin, size, kr.begin, size, causal, tiles.q, tiles.k);
+      pairs[size_t(q * K + k)] = kernels::kept_pairs(docs, qr, kr, causal, window);
+      costs[size_t(q * K + k)] = attention_tile_pairs(docs, qr.begin, size, kr.begin, size, causal,
+                                                      tiles.q, tiles.k, window);
     }
   RankSums kept{pairs, K, P, {}, {}, {}}, costed{costs, K, P, {}, {}, {}};
   kept.init(owned);
@@ -349,18 +350,20 @@ DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool 
 }
 
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
-                                                   bool causal) {
+                                                   bool causal, int64_t window) {
   const int p = layout.ranks();
   std::vector<std::vector<int64_t>> w(p, std::vector<int64_t>(p, 0));
   for (int r = 0; r < p; ++r)
     for (int s = 0; s < p; ++s)
       for (const PosRun& q : layout.runs[r])
-        for (const PosRun& k : layout.runs[s]) w[r][s] += kernels::kept_pairs(docs, q, k, causal);
+        for (const PosRun& k : layout.runs[s])
+          w[r][s] += kernels::kept_pairs(docs, q, k, causal, window);
   return w;
 }
 
-std::vector<int64_t> layout_work(const DocLayout& layout, const DocBounds& docs, bool causal) {
-  const auto pair = layout_pair_work(layout, docs, causal);
+std::vector<int64_t> layout_work(const DocLayout& layout, const DocBounds& docs, bool causal,
+                                 int64_t window) {
+  const auto pair = layout_pair_work(layout, docs, causal, window);
   std::vector<int64_t> w;
   for (const auto& row : pair) w.push_back(std::accumulate(row.begin(), row.end(), int64_t(0)));
   return w;

@@ -6,7 +6,10 @@
 // Work. Rank r computes the attention of its query positions against every key position; the work
 // of a pair of ranks (r, s) is the number of (query, key) pairs the mask keeps between r's runs and
 // s's runs (kernels::kept_pairs), and rank r's work is its row of that matrix summed over s.
-// Imbalance = max / mean of the ranks' work (1.0: perfect).
+// Imbalance = max / mean of the ranks' work (1.0: perfect). Every function that counts the work
+// takes the sliding window of the mask last (`window`, causal only: a query keeps the keys less
+// than `window` positions back; 0, the default: none), so that a windowed attention is balanced
+// for the pairs its kernels compute.
 //
 // Layouts. contiguous_layout: rank r holds [r seq / P, (r + 1) seq / P). zigzag_layout: the
 // sequence cut into 2P equal chunks, rank r holding chunks r and 2P - 1 - r (balanced for one
@@ -32,6 +35,11 @@ struct DocLayout {
   int64_t positions(int rank) const;
 };
 
+// The defaults of balanced_doc_layout and refine_doc_layout: chunks per rank, and the forward
+// imbalance the refinement holds.
+inline constexpr int kChunksPerRank = 8;
+inline constexpr double kMaxImbalance = 1.08;
+
 DocLayout contiguous_layout(int64_t seq, int ranks);
 DocLayout zigzag_layout(int64_t seq, int ranks);
 
@@ -44,7 +52,7 @@ DocLayout zigzag_layout(int64_t seq, int ranks);
 // most chunks_per_rank runs. seq must be a multiple of ranks * chunks_per_rank (UsageError
 // otherwise).
 DocLayout balanced_doc_layout(const DocBounds& docs, int ranks, bool causal,
-                              int chunks_per_rank = 8);
+                              int chunks_per_rank = kChunksPerRank, int64_t window = 0);
 
 // The work of a schedule step by step, for refine_doc_layout: at step t, rank r computes the
 // queries of the ranks queries[t][r] against the keys of the ranks keys[t][r] (every pair of the
@@ -67,11 +75,11 @@ struct TileSize {
 // of the largest rank's work at that step: the kept pairs, or with tiles the pairs of the tiles
 // computed for each pair of runs (tiles from the first row of each run, as the kernels do).
 double step_cost(const DocLayout& layout, const DocBounds& docs, bool causal,
-                 const std::vector<StepPattern>& phases, TileSize tiles = {});
+                 const std::vector<StepPattern>& phases, TileSize tiles = {}, int64_t window = 0);
 
 // Each rank's kept pairs over all steps of one phase (the work whose max / mean is the imbalance).
 std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, bool causal,
-                                const StepPattern& phase);
+                                const StepPattern& phase, int64_t window = 0);
 
 // The layout refined for a schedule's steps, starting from `start` (of chunks of
 // seq / (ranks * chunks_per_rank) positions, as balanced_doc_layout gives): swaps of two chunks of
@@ -85,14 +93,16 @@ std::vector<int64_t> phase_work(const DocLayout& layout, const DocBounds& docs, 
 // of the result counts the same.
 DocLayout refine_doc_layout(const DocLayout& start, const DocBounds& docs, bool causal,
                             const std::vector<StepPattern>& phases, TileSize tiles = {},
-                            int chunks_per_rank = 8, double max_imbalance = 1.08);
+                            int chunks_per_rank = kChunksPerRank,
+                            double max_imbalance = kMaxImbalance, int64_t window = 0);
 
 // Kept (query, key) pairs between rank r's runs (queries) and rank s's runs (keys): work[r][s].
 std::vector<std::vector<int64_t>> layout_pair_work(const DocLayout& layout, const DocBounds& docs,
-                                                   bool causal);
+                                                   bool causal, int64_t window = 0);
 
 // Each rank's work: its row of layout_pair_work summed.
-std::vector<int64_t> layout_work(const DocLayout& layout, const DocBounds& docs, bool causal);
+std::vector<int64_t> layout_work(const DocLayout& layout, const DocBounds& docs, bool causal,
+                                 int64_t window = 0);
 
 // max / mean of the work (1.0 when all are zero).
 double imbalance(const std::vector<int64_t>& work);

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <variant>
@@ -11,6 +12,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/toml_reader.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/doc_mask.h"
 
 namespace wallfacer::train {
 
@@ -410,6 +412,21 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   a.dtype = run_dtype();
   // On one rank of sp every layout holds the whole sequence in order.
   a.layout = sp > 1 ? run_layout() : seqpar::Layout::Strategy;
+  // The attentions of all layers lay the rows out alike, so the balanced layout counts one window
+  // for all (AttnConfig::window is set per layer): the window of the layers that hold the most
+  // attention work, their number times the pairs of one causal document of seq tokens under their
+  // window (the global layers on a tie). A model without windows counts none.
+  if (kind == ModelKind::Gpt) {
+    const model::GptConfig m = run_model();
+    std::map<int64_t, int> layers;
+    for (int l = 0; l < m.layers; ++l) ++layers[m.layer_window(l)];
+    const kernels::PosRun all{0, seq};
+    double most = -1;
+    for (const auto& [window, count] : layers) {
+      const double work = double(count) * double(kernels::kept_pairs(all, all, true, window));
+      if (work > most) most = work, a.layout_window = window;
+    }
+  }
   return a;
 }
 

@@ -111,7 +111,8 @@ class DistAttentionOp : public model::AttentionOp {
   // With Layout::Balanced the rows of sequence b follow its documents.
   std::vector<int64_t> row_positions(int b) const override {
     if (!balanced_) return {};
-    // Every window's attention lays the documents out alike (the layout counts causal pairs).
+    // Every window's attention lays the documents out alike (the layout counts the window of
+    // AttnConfig::layout_window, the same in all: TrainConfig::attn_config).
     WF_CHECK(b >= 0 && size_t(b) < sets_[0].size(), "row_positions: sequence {} of {}", b,
              sets_[0].size());
     return sets_[0][size_t(b)]->local_positions();
