@@ -2,10 +2,12 @@
 # Every strategy on emulated two-tier clusters (scripts/emulate-cluster), measured and predicted.
 #
 #   bench/two-tier.sh [--clusters "2x4 4x2 2x2"] [--rate 50mbit] [--seq 8192] [--heads 4]
-#                     [--head-dim 64] [--iters 2] [--full] [--out DIR]
+#                     [--head-dim 64] [--iters 2] [--full] [--configs "CFG;CFG;..."]
+#                     [--calibrated DIR] [--out DIR]
 #
-# For each cluster NxR (N nodes of R ranks): `tune --calibrate` on it writes DIR/cluster-NxR.toml;
-# then ring, zigzag, Ulysses (where the heads allow), the Ulysses x zigzag hybrids and WallFacer-C
+# For each cluster NxR (N nodes of R ranks): `tune --calibrate` on it writes DIR/cluster-NxR.toml
+# (with --calibrated CALDIR: CALDIR/cluster-NxR.toml is used as it is, no calibration, so that
+# runs added later are predicted by the same frozen cluster files); then ring, zigzag, Ulysses (where the heads allow), the Ulysses x zigzag hybrids and WallFacer-C
 # for every C with C^2 | P (with and without --keep-kv), hybrids and WallFacer in both placements,
 # each run as
 # `attn --iters K --json --cluster DIR/cluster-NxR.toml` (causal unless --full). Each row: forward
@@ -13,12 +15,15 @@
 # from the veths, per iteration) beside the schedule's count of inter-node bytes, and the
 # planner's prediction; and the planner's best configuration (`wallfacer plan`, DIR/plan-NxR.json)
 # beside the fastest measured. Writes DIR/results.jsonl (one JSON object per run, with its command,
-# the commit and the load average before it) and DIR/table.md.
+# the commit and the load average before it) and DIR/table.md. --configs runs only these
+# (`attn --strategy` arguments separated by ';', e.g. "ring;zigzag"): to measure again what a change
+# of the code changed, appended to the full run's lines (bench/two_tier_table.py shows the last run
+# of each configuration of a cluster).
 # Needs root (network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clusters="2x4 4x2 2x2" rate=50mbit seq=8192 heads=4 head_dim=64 iters=2 mask=--causal
-out=runs/two-tier
+out=runs/two-tier configs_arg="" caldir=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --clusters) clusters=$2; shift 2 ;;
@@ -28,6 +33,8 @@ while [[ $# -gt 0 ]]; do
     --head-dim) head_dim=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --full) mask=""; shift ;;
+    --configs) configs_arg=$2; shift 2 ;;
+    --calibrated) caldir=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "two-tier.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -44,9 +51,15 @@ ring=ring
 for nr in $clusters; do
   n=${nr%x*} r=${nr#*x} p=$((${nr%x*} * ${nr#*x}))
   cl=$out/cluster-$nr.toml
-  echo "== $n nodes x $r ranks, cards $rate: calibrating" >&2
-  $emu --nodes "$n" --ranks-per-node "$r" --rate "$rate" -- tune --calibrate --out "$cl" |
-    grep -E "between nodes|inside a node|card of" >&2
+  if [[ -n "$caldir" ]]; then
+    cl=$caldir/cluster-$nr.toml
+    [[ -f $cl ]] || { echo "two-tier.sh: --calibrated: $cl not found" >&2; exit 2; }
+    echo "== $n nodes x $r ranks, cards $rate: cluster file $cl" >&2
+  else
+    echo "== $n nodes x $r ranks, cards $rate: calibrating" >&2
+    $emu --nodes "$n" --ranks-per-node "$r" --rate "$rate" -- tune --calibrate --out "$cl" |
+      grep -E "between nodes|inside a node|card of" >&2
+  fi
   configs=("ring")
   [[ -n "$mask" ]] && configs+=("zigzag")
   ((heads % p == 0)) && configs+=("ulysses")
@@ -62,6 +75,7 @@ for nr in $clusters; do
                 "wallfacer --teams $c --placement ring-intra --keep-kv")
     fi
   done
+  [[ -z "$configs_arg" ]] || IFS=';' read -r -a configs <<<"$configs_arg"
   # The planner's ranking for the same attention shape (a one-layer causal GPT of it).
   printf '[model]\nname = "two-tier"\nlayers = 1\ndim = %d\nheads = %d\nkv_heads = %d\ncausal = %s\n' \
     $((heads * head_dim)) "$heads" "$heads" "$([[ -n "$mask" ]] && echo true || echo false)" \

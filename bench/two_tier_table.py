@@ -6,7 +6,7 @@ DIR: where plan-NxR.json (the planner's ranking) lies; PLANS.jsonl: the same as 
 the fastest measured."""
 import os
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+runs = [json.loads(l) for l in open(sys.argv[1])]
 def label(r):
     s = r["strategy"]
     if r["ulysses"] > 1:
@@ -14,6 +14,16 @@ def label(r):
     elif s == "wallfacer":
         s = f"wallfacer C={r['C']}{' keep-kv' if r.get('keep_kv') else ''} {r['placement']}"
     return s
+# The last run of each configuration of a cluster (bench/two-tier.sh --configs measures some again),
+# in the order of their first runs; the commit of the full run is the first line's.
+first_commit = runs[0]["commit"]
+rows = []
+for r in runs:
+    same = [i for i, x in enumerate(rows) if x["cluster"] == r["cluster"] and label(x) == label(r)]
+    if same:
+        rows[same[0]] = r
+    else:
+        rows.append(r)
 plans = {}
 if len(sys.argv) > 2 and sys.argv[2].endswith(".jsonl"):
     plans = {p["cluster"]: p["plan"] for p in map(json.loads, open(sys.argv[2]))}
@@ -41,7 +51,8 @@ for c in clusters:
         t = r["time_ms"]["fwd"] + r["time_ms"]["bwd"]
         p = r["predicted_ms"]["fwd"] + r["predicted_ms"]["bwd"]
         sched = r["inter_node_bytes"]["fwd"] + r["inter_node_bytes"]["bwd"]
-        print(f"| {label(r)} | {r['time_ms']['fwd']:.0f} | {r['time_ms']['bwd']:.0f} | "
+        again = "" if r["commit"] == first_commit else f" (commit {r['commit']})"
+        print(f"| {label(r)}{again} | {r['time_ms']['fwd']:.0f} | {r['time_ms']['bwd']:.0f} | "
               f"{r['exposed_comm_ms']['fwd']:.0f} / {r['exposed_comm_ms']['bwd']:.0f} | "
               f"{btot / t:.2f}x | {r['card_bytes_per_iter'] / 1e6:.2f} / {sched / 1e6:.2f} | "
               f"{p:.0f} | {t:.0f} | {100 * (p / t - 1):+.0f}% |")

@@ -16,9 +16,19 @@ out=$(run 4 "$wf" attn --strategy wallfacer --teams 2 --seq 256 --heads 4 --kv-h
 for key in '"strategy":"wallfacer"' '"P":4' '"C":2' '"seq":256' '"heads":4' '"kv_heads":1' \
   '"head_dim":8' '"causal":true' '"max_err":{' '"out":' '"lse":' '"dq":' '"dk":' '"dv":' \
   '"bytes":{' '"p2p_fwd":' '"p2p_bwd":' '"coll_fwd":' '"coll_bwd":' '"coll_fwd_formula":' '"coll_bwd_formula":' '"steps":{' '"time_ms":{' \
-  '"fwd":' '"bwd":' '"exposed_comm_ms":{' '"work_imbalance":' '"check":"pass"'; do
+  '"fwd":' '"bwd":' '"exposed_comm_ms":{' '"iteration_ms":' '"work_imbalance":' '"check":"pass"'; do
   echo "$out" | grep -qF "$key" || err "json lacks $key: $out"
 done
+
+# iteration_ms: the slowest rank's forward + backward. With one iteration no rank's sum exceeds the
+# slowest forward plus the slowest backward, and the slowest rank's sum is at least either alone.
+out=$(run 4 "$wf" attn --strategy ring --seq 512 --heads 2 --head-dim 8 --causal --json --iters 1 2>&1)
+echo "$out" | python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read().strip().splitlines()[-1])
+f, b, it = j["time_ms"]["fwd"], j["time_ms"]["bwd"], j["iteration_ms"]
+assert 0 < it <= f + b + 1e-6 and it >= max(f, b) - 1e-6, (f, b, it)
+' || err "iteration_ms not between the slowest phase and the sum of both: $out"
 
 # --dtype bf16: passes its check, says so in the JSON and sends half of fp32's forward bytes.
 p2p_fwd() { echo "$1" | grep -o '"p2p_fwd":[0-9]*' | head -1 | cut -d: -f2; }

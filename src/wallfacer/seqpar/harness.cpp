@@ -243,10 +243,11 @@ RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>
   WF_CHECK(!iterations.empty(), "no iterations to summarize");
   const int P = group.size(), me = group.rank();
   const AttnStats& last = iterations.back();
-  std::vector<double> fwd, bwd, efwd, ebwd;
+  std::vector<double> fwd, bwd, efwd, ebwd, both;
   for (const auto& it : iterations) {
     fwd.push_back(it.fwd_ms);
     bwd.push_back(it.bwd_ms);
+    both.push_back(it.fwd_ms + it.bwd_ms);
     efwd.push_back(it.exposed_comm_fwd_ms);
     ebwd.push_back(it.exposed_comm_bwd_ms);
   }
@@ -263,7 +264,8 @@ RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>
                                     median(ebwd),
                                     last.attn_flops,
                                     double(last.coll_formula_bytes_fwd),
-                                    double(last.coll_formula_bytes_bwd)};
+                                    double(last.coll_formula_bytes_bwd),
+                                    median(both)};
   const size_t F = mine.size();
   std::vector<double> all(F * size_t(P), 0.0);
   for (size_t f = 0; f < F; ++f) all[f * size_t(P) + size_t(me)] = mine[f];
@@ -288,6 +290,7 @@ RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>
   s.bwd_ms = mx(7);
   s.exposed_fwd_ms = mx(8);
   s.exposed_bwd_ms = mx(9);
+  s.iteration_ms = mx(13);
   const auto flops = row(10);
   s.work_imbalance = work_imbalance(flops);
   for (double f : flops) s.flops_fwd += f;

@@ -95,6 +95,10 @@ struct RunSummary {
   int64_t coll_formula_bytes_fwd = 0, coll_formula_bytes_bwd = 0;
   int64_t p2p_steps_fwd = 0, p2p_steps_bwd = 0;
   double fwd_ms = 0, bwd_ms = 0, exposed_fwd_ms = 0, exposed_bwd_ms = 0;
+  // The slowest rank's forward + backward (median over the iterations): the iteration's time.
+  // fwd_ms + bwd_ms can exceed it: no barrier separates the phases, so a rank whose forward ends
+  // early starts its backward early and waits there for the others (a causal contiguous ring).
+  double iteration_ms = 0;
   double work_imbalance = 1.0, flops_fwd = 0;
 };
 RunSummary summarize_run(comm::Communicator& group, const std::vector<AttnStats>& iterations);
