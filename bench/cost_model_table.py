@@ -22,7 +22,7 @@ def main():
     for r in sorted(rows, key=lambda r: (r["P"], r["round"])):
         for c in r["configs"]:
             pred = c["predicted_ms"]["fwd"] + c["predicted_ms"]["bwd"]
-            meas = c["measured_ms"]["fwd"] + c["measured_ms"]["bwd"]
+            meas = c.get("measured_iteration_ms") or c["measured_ms"]["fwd"] + c["measured_ms"]["bwd"]
             cells.setdefault((r["P"], r["model"], c["label"]), {})[r["round"]] = (pred, meas)
     print("| P | model | configuration | " + " | ".join(f"round {x}" for x in rounds) + " |")
     print("|---|---|---|" + "---|" * len(rounds))

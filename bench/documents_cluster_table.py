@@ -10,13 +10,15 @@ cards sent (all nodes), with their ratio to the run without documents or window.
 import json
 import sys
 
+from attn_times import measured_ms
+
 rows = [json.loads(line) for line in open(sys.argv[1])]
 labels = {"none": "causal", "docs": "causal, documents, strategy layout",
           "docs-balanced": "causal, documents, balanced layout", "window": "causal, window"}
 
 
 def ms(r):
-    return r["time_ms"]["fwd"] + r["time_ms"]["bwd"]
+    return measured_ms(r)
 
 
 def cards(r):

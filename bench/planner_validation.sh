@@ -42,7 +42,7 @@ band = float(sys.argv[4])
 worst = 0
 for c in j["configs"]:
     pred = c["predicted_ms"]["fwd"] + c["predicted_ms"]["bwd"]
-    meas = c["measured_ms"]["fwd"] + c["measured_ms"]["bwd"]
+    meas = c.get("measured_iteration_ms") or c["measured_ms"]["fwd"] + c["measured_ms"]["bwd"]
     print(f"P={sys.argv[2]} attempt {sys.argv[3]}: {j['model']:<12} {c['label']:<30} predicted "
           f"{pred:8.2f} ms measured {meas:8.2f} ms  error {100 * (pred / meas - 1):+6.1f}%")
     worst = max(worst, max(pred / meas, meas / pred))

@@ -8,7 +8,8 @@
     rails_table.py --counts RESULTS.jsonl                    the schedules' busiest card, in K,V blocks
 
 One table per cluster (N nodes x R ranks) and card count K: each configuration's measured time
-(forward + backward, median of the iterations) and its speed against zigzag, the frozen planner's
+(the iteration: the slowest rank's forward + backward, median of the iterations; runs recorded
+before attn printed it: the slowest forward plus the slowest backward) and its speed against zigzag, the frozen planner's
 prediction and its speed against zigzag's prediction, the prediction's error, and the busiest
 card's bytes per iteration, sent and received, measured on the veths beside the schedule's count.
 CALIBRATED_DIR (default docs/data/rails): where plan-NxR-kK.json lies; the planner's best is set
@@ -16,6 +17,7 @@ beside the fastest measured."""
 import json
 import os
 import sys
+from attn_times import measured_ms
 
 
 def label(r):
@@ -65,16 +67,16 @@ def summary(path, caldir):
         base = next((r for r in rs if r["config"] == "zigzag"), None)
         if not base:
             continue
-        bt, bp = total(base["time_ms"]), total(base["predicted_ms"])
+        bt, bp = measured_ms(base), total(base["predicted_ms"])
 
         def best_of(pred):
             c = [r for r in rs if pred(r)]
-            return min(c, key=lambda r: total(r["time_ms"])) if c else None
+            return min(c, key=measured_ms) if c else None
 
         def cell(r):
             if not r:
                 return "-"
-            return (f"{bt / total(r['time_ms']):.2f}x / {bp / total(r['predicted_ms']):.2f}x "
+            return (f"{bt / measured_ms(r):.2f}x / {bp / total(r['predicted_ms']):.2f}x "
                     f"({r['placement']})")
 
         def card(r):
@@ -84,7 +86,7 @@ def summary(path, caldir):
         w4 = best_of(lambda r: r["strategy"] == "wallfacer" and r["C"] == 4 and r.get("keep_kv"))
         hy = best_of(lambda r: r["ulysses"] > 1)
         hyc = "-" if not hy else f"{cell(hy).split(' (')[0]} (u{hy['ulysses']} {hy['placement']})"
-        fastest = min(rs, key=lambda r: total(r["time_ms"]))
+        fastest = min(rs, key=measured_ms)
         print(f"| {key[0]} | {key[1]} | {bt:.0f} | {cell(w2)} | {cell(w4)} | {hyc} | "
               f"{card(base)} / {card(w2)} / {card(hy)} | {label(fastest)} | "
               f"{plan_best(caldir, key) or '-'} |")
@@ -93,7 +95,7 @@ def summary(path, caldir):
 
 def errors(path):
     """One line: how far the frozen planner's times are from the measured ones, over every run."""
-    errs = [100 * (total(r["predicted_ms"]) / total(r["time_ms"]) - 1)
+    errs = [100 * (total(r["predicted_ms"]) / measured_ms(r) - 1)
             for rs in load(path).values() for r in rs]
     within = sum(abs(e) <= 25 for e in errs)
     print(f"\nPredicted against measured over all {len(errs)} runs: {within} within ±25%, "
@@ -185,8 +187,8 @@ def main():
               "| busiest card MB sent / received per iter: measured | schedule | check |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
         for r in rs:
-            t, p = total(r["time_ms"]), total(r["predicted_ms"])
-            vs = f"{total(base['time_ms']) / t:.2f}x" if base else "-"
+            t, p = measured_ms(r), total(r["predicted_ms"])
+            vs = f"{measured_ms(base) / t:.2f}x" if base else "-"
             pvs = f"{total(base['predicted_ms']) / p:.2f}x" if base else "-"
             m = r["measured_card_bytes"]
             s = r["card_bytes"]
@@ -194,7 +196,7 @@ def main():
                   f"{busiest(m['sent']) / 1e6:.1f} / {busiest(m['received']) / 1e6:.1f} | "
                   f"{busiest(s['sent']) / 1e6:.1f} / {busiest(s['received']) / 1e6:.1f} | "
                   f"{r.get('check') or '-'} |")
-        fastest = min(rs, key=lambda r: total(r["time_ms"]))
+        fastest = min(rs, key=measured_ms)
         predicted = min(rs, key=lambda r: total(r["predicted_ms"]))
         line = (f"\nFastest measured: {label(fastest)}; fastest predicted among these: "
                 f"{label(predicted)}.")

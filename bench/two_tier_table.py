@@ -6,6 +6,7 @@ DIR: where plan-NxR.json (the planner's ranking) lies; PLANS.jsonl: the same as 
 the fastest measured."""
 import os
 import json, sys
+from attn_times import measured_ms
 runs = [json.loads(l) for l in open(sys.argv[1])]
 def label(r):
     s = r["strategy"]
@@ -40,7 +41,7 @@ for c in clusters:
     rs = [r for r in rows if r["cluster"] == c]
     n, k = c.split("x")
     base = next((r for r in rs if r["strategy"] == "zigzag" and r["ulysses"] == 1), rs[0])
-    btot = base["time_ms"]["fwd"] + base["time_ms"]["bwd"]
+    btot = measured_ms(base)
     print(f"\n**{n} nodes x {k} ranks** (P = {rs[0]['P']}, cards {rs[0]['rate']}; "
           f"seq {rs[0]['seq']}, {rs[0]['heads']} heads of {rs[0]['head_dim']}"
           f"{', causal' if rs[0]['causal'] else ''}):\n")
@@ -48,7 +49,7 @@ for c in clusters:
           " | MB across nodes: cards / schedule | predicted ms | measured ms | error |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rs:
-        t = r["time_ms"]["fwd"] + r["time_ms"]["bwd"]
+        t = measured_ms(r)
         p = r["predicted_ms"]["fwd"] + r["predicted_ms"]["bwd"]
         sched = r["inter_node_bytes"]["fwd"] + r["inter_node_bytes"]["bwd"]
         again = "" if r["commit"] == first_commit else f" (commit {r['commit']})"
@@ -56,7 +57,7 @@ for c in clusters:
               f"{r['exposed_comm_ms']['fwd']:.0f} / {r['exposed_comm_ms']['bwd']:.0f} | "
               f"{btot / t:.2f}x | {r['card_bytes_per_iter'] / 1e6:.2f} / {sched / 1e6:.2f} | "
               f"{p:.0f} | {t:.0f} | {100 * (p / t - 1):+.0f}% |")
-    fastest = min(rs, key=lambda r: r["time_ms"]["fwd"] + r["time_ms"]["bwd"])
+    fastest = min(rs, key=measured_ms)
     line = f"\nFastest measured: {label(fastest)}."
     if c in plans:
         plan = plans[c]
@@ -71,7 +72,7 @@ for c in clusters:
     print(line)
 errors = []
 for r in rows:
-    t = r["time_ms"]["fwd"] + r["time_ms"]["bwd"]
+    t = measured_ms(r)
     errors.append(100 * ((r["predicted_ms"]["fwd"] + r["predicted_ms"]["bwd"]) / t - 1))
 inside = [e for e in errors if abs(e) <= 25]
 print(f"\nPredicted against measured: {len(inside)} of {len(errors)} configurations within ±25% "

@@ -129,6 +129,7 @@ int run_tune(const TuneOptions& o, comm::Communicator& world) {
     nlohmann::json c = plan::prediction_json(r.pred);
     c["predicted_ms"] = {{"fwd", r.attn.fwd_s * 1e3}, {"bwd", r.attn.bwd_s * 1e3}};
     c["measured_ms"] = {{"fwd", r.fwd_ms}, {"bwd", r.bwd_ms}};
+    c["measured_iteration_ms"] = r.iteration_ms;
     c["measured_exposed_comm_ms"] = {{"fwd", r.exposed_fwd_ms}, {"bwd", r.exposed_bwd_ms}};
     c["predicted_exposed_comm_ms"] = {{"fwd", r.attn.exposed_fwd_s * 1e3},
                                       {"bwd", r.attn.exposed_bwd_s * 1e3}};

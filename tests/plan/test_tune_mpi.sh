@@ -45,6 +45,11 @@ for c in j["configs"]:
     for k in ["predicted_ms", "measured_ms", "error", "tokens_per_s", "placement"]:
         assert k in c, k
     assert c["measured_ms"]["fwd"] > 0 and c["predicted_ms"]["bwd"] > 0
+    # The error is against the iteration: the slowest rank's forward + backward.
+    it = c["measured_iteration_ms"]
+    assert 0 < it <= c["measured_ms"]["fwd"] + c["measured_ms"]["bwd"] + 1e-6, c
+    pred = c["predicted_ms"]["fwd"] + c["predicted_ms"]["bwd"]
+    assert abs(c["error"] - (pred / it - 1)) < 1e-9, c
 assert j["winner"] in labels
 PY
 grep -q '^strategy = "' "$tmp/tuned.toml" || err "no snippet: $(cat "$tmp/tuned.toml")"

@@ -78,9 +78,12 @@ struct Measured {
   Prediction pred;
   AttentionPrediction attn;
   double fwd_ms = 0, bwd_ms = 0, exposed_fwd_ms = 0, exposed_bwd_ms = 0;
+  // The slowest rank's forward + backward: the iteration (fwd_ms + bwd_ms, each the slowest
+  // rank's, overstate it when ranks end the forward at different times).
+  double iteration_ms = 0;
   double step_ms = 0;  // measured training step (0: not run)
   double predicted_ms() const { return (attn.fwd_s + attn.bwd_s) * 1e3; }
-  double measured_ms() const { return fwd_ms + bwd_ms; }
+  double measured_ms() const { return iteration_ms; }
 };
 
 // Training steps are run for causal GPT models (what `wallfacer train` trains with a text corpus).
