@@ -1,5 +1,6 @@
 #include "wallfacer/train/config.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -12,7 +13,6 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/toml_reader.h"
 #include "wallfacer/kernels/attention_bf16.h"
-#include "wallfacer/kernels/doc_mask.h"
 
 namespace wallfacer::train {
 
@@ -420,10 +420,16 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
     const model::GptConfig m = run_model();
     std::map<int64_t, int> layers;
     for (int l = 0; l < m.layers; ++l) ++layers[m.layer_window(l)];
-    const kernels::PosRun all{0, seq};
+    // Causal pairs of seq tokens under window W (0: none): query i keeps min(i + 1, W) keys. In
+    // double: seq is not yet checked here, and its square may not fit in 64 bits.
+    const double S = double(seq);
+    auto pairs = [&](int64_t window) {
+      const double W = window <= 0 ? S : std::min(S, double(window));
+      return W * (W + 1) / 2 + (S - W) * W;
+    };
     double most = -1;
     for (const auto& [window, count] : layers) {
-      const double work = double(count) * double(kernels::kept_pairs(all, all, true, window));
+      const double work = double(count) * pairs(window);
       if (work > most) most = work, a.layout_window = window;
     }
   }
