@@ -12,7 +12,6 @@
 #include <random>
 
 #include "wallfacer/core/error.h"
-#include "wallfacer/core/stats.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/core/timer.h"
 #include "wallfacer/kernels/attention.h"
@@ -20,6 +19,7 @@
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/plan/calibrate.h"
 #include "wallfacer/seqpar/attention.h"
+#include "wallfacer/seqpar/harness.h"
 #include "wallfacer/train/data.h"
 #include "wallfacer/train/trainer.h"
 
@@ -315,25 +315,21 @@ Measured measure(const Prediction& p, const Cluster& cl, const ModelSpec& m, int
   for (auto* t : {&q, &k, &v, &dout})
     for (auto& x : *t) x = u(rng);
   seqpar::DistAttention attn(cfg, group);
-  std::vector<double> f, b, ef, eb, fb;
+  std::vector<seqpar::AttnStats> stats;
   for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up
     group.barrier();
     attn.forward(q.data(), k.data(), v.data(), o.data(), lse.data());
     attn.backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
                   dk.data(), dv.data());
-    if (it == 0) continue;
-    const auto& st = attn.stats();
-    f.push_back(st.fwd_ms);
-    b.push_back(st.bwd_ms);
-    fb.push_back(st.fwd_ms + st.bwd_ms);
-    ef.push_back(st.exposed_comm_fwd_ms);
-    eb.push_back(st.exposed_comm_bwd_ms);
+    if (it > 0) stats.push_back(attn.stats());
   }
-  r.fwd_ms = max_over(world, median(f));
-  r.bwd_ms = max_over(world, median(b));
-  r.exposed_fwd_ms = max_over(world, median(ef));
-  r.exposed_bwd_ms = max_over(world, median(eb));
-  r.iteration_ms = max_over(world, median(fb));
+  // The slowest rank's medians, as `attn` reports them.
+  const seqpar::RunSummary sum = seqpar::summarize_run(group, stats);
+  r.fwd_ms = sum.fwd_ms;
+  r.bwd_ms = sum.bwd_ms;
+  r.exposed_fwd_ms = sum.exposed_fwd_ms;
+  r.exposed_bwd_ms = sum.exposed_bwd_ms;
+  r.iteration_ms = sum.iteration_ms;
   return r;
 }
 
