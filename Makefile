@@ -7,7 +7,7 @@ PRESET ?= release
 # reached the program is retried, by tests/mpirun.sh.
 CTEST = ctest --output-on-failure -j $(JOBS)
 
-.PHONY: all deps build build-asan build-fuzz test test-asan fuzz sweep demo bench validate-planner results format clean
+.PHONY: all deps build build-asan build-fuzz test test-stages test-asan fuzz sweep demo bench validate-planner results format clean
 
 all: build
 
@@ -28,12 +28,21 @@ build-fuzz: deps
 	@cmake --build build-fuzz -j $(JOBS)
 
 # All tests of the release build, then the unit tests again under ASan+UBSan, then every fuzz
-# target for 15 s from its committed corpus (never repeated: a crash fails at once).
-test: build build-asan build-fuzz
-	cd build && $(CTEST)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  $(CTEST) -L unit
-	cd build-fuzz && ctest --output-on-failure -j $(JOBS) -L fuzz
+# target for 15 s from its committed corpus (never repeated: a crash fails at once). Each stage
+# prints its time (scripts/timed), and the whole run its total: CI's budget is 45 minutes cold on
+# 2 cores.
+TIMED = scripts/timed
+test:
+	@$(TIMED) "test: all stages" $(MAKE) test-stages
+
+test-stages:
+	@$(TIMED) "build (release)" $(MAKE) build
+	@$(TIMED) "build (asan)" $(MAKE) build-asan
+	@$(TIMED) "build (fuzz)" $(MAKE) build-fuzz
+	@cd build && ../$(TIMED) "tests (release)" $(CTEST)
+	@cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ../$(TIMED) "unit tests (asan)" $(CTEST) -L unit
+	@cd build-fuzz && ../$(TIMED) "fuzz (15 s a target)" ctest --output-on-failure -j $(JOBS) -L fuzz
 
 # Longer fuzzing: each target (or those in FUZZ_TARGETS) for FUZZ_SECONDS, one after another.
 # New inputs are kept in FUZZ_DIR/NAME/corpus (outside the repository) for the next run; a

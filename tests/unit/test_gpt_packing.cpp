@@ -259,9 +259,24 @@ TEST(GptPacking, SetPositionsRotatesEachRowByItsPosition) {
     worst = std::max(worst, std::abs(got.grads[i] - want));
   }
   EXPECT_LE(worst, 1e-5f * scale);
-  // Without set_positions the rows would rotate by 0..T-1: another result.
+  // Without set_positions the rows would rotate by 0..T-1: another result. The loss barely
+  // depends on the positions at this initialisation (attention is nearly uniform: its change is
+  // within a few ulps of the summed loss on some CPUs), the gradient of the q and k rows does, by
+  // far more than the bound the equal results above are held to.
   const StepResult unset = run(2, iota_positions(0, T), nullptr, 0);
-  EXPECT_GT(std::abs(unset.loss - got.loss), 1e-6 * std::abs(got.loss));
+  const auto qk_grad_change = [&](const StepResult& x) {
+    const int64_t qk = int64_t(cfg.heads + cfg.kv_heads) * cfg.head_dim() * cfg.dim;
+    float change = 0, size = 0;
+    for (const auto& t : model::gpt_param_tensors(cfg)) {
+      if (!t.name.ends_with("qkv_w")) continue;  // rows: q heads, k heads, then v heads
+      for (int64_t i = t.offset; i < t.offset + qk; ++i) {
+        size = std::max(size, std::abs(got.grads[size_t(i)]));
+        change = std::max(change, std::abs(x.grads[size_t(i)] - got.grads[size_t(i)]));
+      }
+    }
+    return change / size;
+  };
+  EXPECT_GT(qk_grad_change(unset), 1e-2f);  // about 1.5
   // The same positions for every sequence: bit-identical to the model built with them.
   std::vector<int64_t> twice = p0;
   twice.insert(twice.end(), p0.begin(), p0.end());
