@@ -311,6 +311,95 @@ def write_fixture(out_dir, name, class_name, overrides, seed, docs=None):
           f"fp32 vs fp64 logits {_rel(logits.double(), logits64):.2e}, grads {grad_err:.2e}")
 
 
+def rope_inv_freq(cfg):
+    """inv_freq by the formulas tests/golden/hf/README.md states (float64)."""
+    d = cfg["head_dim"]
+    inv = [1.0 / cfg["rope_theta"] ** (2 * i / d) for i in range(d // 2)]
+    sc = cfg.get("rope_scaling") or {"rope_type": "default"}
+    kind = sc.get("rope_type", sc.get("type"))
+    if kind == "linear":
+        inv = [f / sc["factor"] for f in inv]
+    elif kind == "llama3":
+        old, lo, hi, fac = (sc["original_max_position_embeddings"], sc["low_freq_factor"],
+                            sc["high_freq_factor"], sc["factor"])
+        out = []
+        for f in inv:
+            wl = 2 * math.pi / f
+            if wl < old / hi:
+                out.append(f)
+            elif wl > old / lo:
+                out.append(f / fac)
+            else:
+                s = (old / wl - lo) / (hi - lo)
+                out.append((1 - s) * f / fac + s * f)
+        inv = out
+    return inv
+
+
+def independent_logits(folder, docs=None):
+    """The model of folder, written out from the README's facts, in float64, with the rotary pairs
+    interleaved ((2i, 2i + 1)) after permuting the q/k rows within each head, documents masked in
+    one pass at global positions. Returns the largest difference from logits.npy over its largest."""
+    torch = _setup_torch()
+    import numpy as np
+    import safetensors.torch
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    w = {k: v.double() for k, v in safetensors.torch.load_file(os.path.join(folder, "model.safetensors")).items()}
+    tokens = torch.from_numpy(np.load(os.path.join(folder, "tokens.npy")))[:, :-1]
+    ref = torch.from_numpy(np.load(os.path.join(folder, "logits.npy"))).double()
+    B, S = tokens.shape
+    H, HKV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    perm = [h * D + (i // 2 if i % 2 == 0 else D // 2 + i // 2) for h in range(H) for i in range(D)]
+    perm_kv = perm[:HKV * D]  # row h*D + i of the interleaved layout is row perm[...] of HF's
+    inv = torch.tensor(rope_inv_freq(cfg), dtype=torch.float64)
+    ang = torch.arange(S, dtype=torch.float64)[:, None] * inv[None, :]  # (S, D/2)
+    cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+
+    def rope(x):  # x (B, S, h, D), pairs (2i, 2i + 1)
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).reshape(x.shape)
+
+    def rms(x, g):
+        return g * x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg["rms_norm_eps"])
+
+    i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
+    doc = torch.zeros(B, S, dtype=torch.int64)
+    if docs is not None:
+        for b, lengths in enumerate(docs):
+            doc[b] = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    same_doc = doc[:, :, None] == doc[:, None, :]  # (B, S, S)
+    x = w["model.embed_tokens.weight"][tokens]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        types = cfg.get("layer_types") or ["full_attention"] * cfg["num_hidden_layers"]
+        window = cfg.get("sliding_window")
+        if cfg["model_type"] == "qwen2" and types[l] != "sliding_attention":
+            window = None
+        keep = (j <= i) & ((j > i - window) if window else True)
+        keep = keep[None] & same_doc
+        h = rms(x, w[p + "input_layernorm.weight"])
+
+        def proj(name, rows):
+            y = h @ w[p + f"self_attn.{name}_proj.weight"][rows].T
+            b = w.get(p + f"self_attn.{name}_proj.bias")
+            return y if b is None else y + b[rows]
+        q = rope(proj("q", perm).reshape(B, S, H, D))
+        k = rope(proj("k", perm_kv).reshape(B, S, HKV, D))
+        v = proj("v", list(range(HKV * D))).reshape(B, S, HKV, D)
+        k, v = k.repeat_interleave(H // HKV, 2), v.repeat_interleave(H // HKV, 2)
+        # The rows of q were permuted, not its heads: o_proj's input layout is v's, unchanged.
+        att = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(D)
+        att = att.masked_fill(~keep[:, None], float("-inf")).softmax(-1)
+        o = torch.einsum("bhij,bjhd->bihd", att, v).reshape(B, S, H * D)
+        x = x + o @ w[p + "self_attn.o_proj.weight"].T
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        g = h @ w[p + "mlp.gate_proj.weight"].T
+        x = x + (torch.nn.functional.silu(g) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+    x = rms(x, w["model.norm.weight"])
+    logits = x @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
+    return float((logits - ref).abs().max() / ref.abs().max())
+
+
 def window_rule(overrides, seed):
     """The keys a query sees in transformers' sliding window, measured: a one-layer Mistral, one
     token changed at position p; the outputs that change are those of the queries that see p."""
@@ -336,6 +425,11 @@ def generate(out_dir):
         write_fixture(out_dir, name, class_name, overrides, seed)
     class_name, overrides, _ = FIXTURES["llama3"]
     write_fixture(out_dir, "llama-docs", class_name, overrides, 106, docs=DOCS)
+    for name in list(FIXTURES) + ["llama-docs"]:
+        err = independent_logits(os.path.join(out_dir, name), DOCS if name == "llama-docs" else None)
+        print(f"{name}: the README's formulas (float64, interleaved rotary pairs after permuting "
+              f"q/k rows) against logits.npy: {err:.2e} of the largest logit")
+        assert err < 1e-5, name
     window, seen_by, p = window_rule(FIXTURES["mistral"][1], FIXTURES["mistral"][2])
     print(f"sliding window {window}: key {p} is seen by queries {seen_by} "
           f"(query i keeps keys j with i - {window} < j <= i)")
