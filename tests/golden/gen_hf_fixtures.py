@@ -400,6 +400,24 @@ def independent_logits(folder, docs=None):
     return float((logits - ref).abs().max() / ref.abs().max())
 
 
+def adamw_formula_error(folder):
+    """The README's AdamW update from model.safetensors and grads.safetensors, in float64, against
+    adamw_weights.safetensors: the largest difference."""
+    import safetensors.torch
+    w0 = safetensors.torch.load_file(os.path.join(folder, "model.safetensors"))
+    g = safetensors.torch.load_file(os.path.join(folder, "grads.safetensors"))
+    w1 = safetensors.torch.load_file(os.path.join(folder, "adamw_weights.safetensors"))
+    lr, (b1, b2), eps = ADAMW["lr"], ADAMW["betas"], ADAMW["eps"]
+    err = 0.0
+    for n, after in w1.items():
+        p, gr = w0[n].double(), g[n].double()
+        wd = ADAMW["weight_decay"] if p.dim() >= 2 else 0.0
+        m, v = (1 - b1) * gr, (1 - b2) * gr * gr  # step 1 from zero state
+        new = p * (1 - lr * wd) - lr / (1 - b1) * m / (v.sqrt() / math.sqrt(1 - b2) + eps)
+        err = max(err, float((new - after.double()).abs().max()))
+    return err
+
+
 def window_rule(overrides, seed):
     """The keys a query sees in transformers' sliding window, measured: a one-layer Mistral, one
     token changed at position p; the outputs that change are those of the queries that see p."""
@@ -430,6 +448,9 @@ def generate(out_dir):
         print(f"{name}: the README's formulas (float64, interleaved rotary pairs after permuting "
               f"q/k rows) against logits.npy: {err:.2e} of the largest logit")
         assert err < 1e-5, name
+        err = adamw_formula_error(os.path.join(out_dir, name))
+        print(f"{name}: the README's AdamW update against torch's: {err:.1e} at most")
+        assert err < 1e-6, name
     window, seen_by, p = window_rule(FIXTURES["mistral"][1], FIXTURES["mistral"][2])
     print(f"sliding window {window}: key {p} is seen by queries {seen_by} "
           f"(query i keeps keys j with i - {window} < j <= i)")
