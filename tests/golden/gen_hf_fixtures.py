@@ -11,7 +11,7 @@ one folder per configuration under --out (tests/golden/hf/README.md says what ea
   loss_after_adamw.json   the loss after one torch.optim.AdamW step, with its settings
   adamw_weights.safetensors  a few parameters after that step
 
-Not run by the build or the tests: it needs torch and transformers from PyPI in a virtual
+Generating is no part of the build or the tests: it needs torch and transformers from PyPI in a virtual
 environment, which this script can make (CPU only; see make_venv):
   python3 tests/golden/gen_hf_fixtures.py --make-venv /work/.venv-hf
   /work/.venv-hf/bin/python tests/golden/gen_hf_fixtures.py --out tests/golden/hf
