@@ -14,10 +14,38 @@ message on every rank, before any communication.
 import collections
 import os
 import re
+import sys
 
-import numpy as np
+from . import _build_info
 
-from . import _wallfacer
+
+def _this_python():
+    return f"{sys.executable} (Python {sys.version_info[0]}.{sys.version_info[1]})"
+
+
+try:
+    import numpy as np
+except ImportError as e:
+    if os.path.realpath(sys.executable) == os.path.realpath(_build_info.PYTHON):
+        fix = ("install NumPy for it: apt-get install python3-numpy (scripts/install-deps "
+               "installs it with the module's other packages)")
+    else:
+        apt = ("; apt-get install python3-numpy gives it NumPy"
+               if _build_info.PYTHON.startswith("/usr/bin/") else "")
+        fix = (f"run the interpreter the build found, {_build_info.PYTHON} (Python "
+               f"{_build_info.VERSION}{apt}), or install NumPy for this one: {sys.executable} -m "
+               "pip install numpy")
+    raise ModuleNotFoundError(
+        f"wallfacer needs NumPy, which this interpreter, {_this_python()}, cannot import "
+        f"({type(e).__name__}: {e}): {fix}", name="numpy") from e
+
+try:
+    from . import _wallfacer
+except ImportError as e:
+    raise ImportError(
+        f"wallfacer's extension does not load in {_this_python()} ({e}); the build made it for "
+        f"{_build_info.PYTHON} (Python {_build_info.VERSION}): run that one, or build for this "
+        f"one with cmake -DPython3_EXECUTABLE={sys.executable}") from e
 
 # Under tests/mpirun.sh: this rank reached the program, so a failing job is never launched again.
 _launch_error = _wallfacer.mark_launched()
