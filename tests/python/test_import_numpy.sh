@@ -25,20 +25,24 @@ run() {
   echo "$out" | tail -n 1
 }
 
-line=$(run "the build's interpreter" "$pkg")
-echo "$line"
-for want in "ModuleNotFoundError: wallfacer needs NumPy" "this interpreter, $exe" \
-  "apt-get install python3-numpy"; do
-  case $line in *"$want"*) ;; *) err "the build's interpreter: no '$want' in: $line" ;; esac
-done
+# expect LABEL PYTHONPATH WANT...: the error's last line holds every WANT.
+expect() {
+  local label=$1 path=$2 line want
+  shift 2
+  line=$(run "$label" "$path")
+  echo "$line"
+  for want in "$@"; do
+    case $line in *"$want"*) ;; *) err "$label: no '$want' in: $line" ;; esac
+  done
+}
+
+expect "the build's interpreter" "$pkg" "ModuleNotFoundError: wallfacer needs NumPy" \
+  "this interpreter, $exe" "apt-get install python3-numpy"
 
 cp -r "$pkg/wallfacer" "$tmp/other/"
 printf 'PYTHON = "/opt/elsewhere/bin/python3"\nVERSION = "3.99"\n' >"$tmp/other/wallfacer/_build_info.py"
-line=$(run "another interpreter" "$tmp/other")
-echo "$line"
-for want in "this interpreter, $exe" "run the interpreter the build found, /opt/elsewhere/bin/python3 (Python 3.99" \
-  "$exe -m pip install numpy"; do
-  case $line in *"$want"*) ;; *) err "another interpreter: no '$want' in: $line" ;; esac
-done
+expect "another interpreter" "$tmp/other" "this interpreter, $exe" \
+  "run the interpreter the build found, /opt/elsewhere/bin/python3 (Python 3.99" \
+  "$exe -m pip install numpy"
 [ $fail -eq 0 ] && echo "import without numpy: ok"
 exit $fail
