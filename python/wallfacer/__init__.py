@@ -2,8 +2,8 @@
 
     import wallfacer
     wallfacer.plan("configs/clusters/local.toml", "configs/models/gpt-7b.toml", 131072)
-    wallfacer.local_positions(seq, world, rank, strategy="zigzag")
     attn = wallfacer.Attention(strategy="wallfacer", teams=2, causal=True)   # MPI.COMM_WORLD
+    pos = attn.local_positions(seq)   # this rank's rows (or wallfacer.local_positions, same args)
     o = attn.forward(q, k, v); dq, dk, dv = attn.backward(dout)
 
 `wallfacer.torch.attention` is the differentiable PyTorch function. docs/python.md describes the
@@ -319,6 +319,8 @@ class Attention:
     kv_heads, head_dim), C-contiguous float32 (dtype="fp32") or bfloat16 bits as uint16
     (dtype="bf16"), and returns o like q; `lse` (batch, heads, local_seq, float32) holds the
     forward's log-sum-exp. backward(dout) returns (dq, dk, dv) of the latest forward.
+    local_positions(seq) gives this rank's positions in the attention's layout; forward raises
+    ValueError when the latest wallfacer.local_positions for the sequence and ranks gave another.
     """
 
     def __init__(self, comm=None, strategy="wallfacer", teams=1, ulysses=1, causal=False,
