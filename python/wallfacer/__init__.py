@@ -23,21 +23,29 @@ def _this_python():
     return f"{sys.executable} (Python {sys.version_info[0]}.{sys.version_info[1]})"
 
 
-try:
-    import numpy as np
-except ImportError as e:
-    if os.path.realpath(sys.executable) == os.path.realpath(_build_info.PYTHON):
-        fix = ("install NumPy for it: apt-get install python3-numpy (scripts/install-deps "
-               "installs it with the module's other packages)")
-    else:
-        apt = ("; apt-get install python3-numpy gives it NumPy"
-               if _build_info.PYTHON.startswith("/usr/bin/") else "")
-        fix = (f"run the interpreter the build found, {_build_info.PYTHON} (Python "
-               f"{_build_info.VERSION}{apt}), or install NumPy for this one: {sys.executable} -m "
-               "pip install numpy")
-    raise ModuleNotFoundError(
-        f"wallfacer needs NumPy, which this interpreter, {_this_python()}, cannot import "
-        f"({type(e).__name__}: {e}): {fix}", name="numpy") from e
+def _need(module, name, debian_package, pip_package):
+    """`import module`, or a ModuleNotFoundError that names this interpreter, the one the build
+    found, and what to install where (a python3 ahead on PATH may lack Debian's packages)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        if os.path.realpath(sys.executable) == os.path.realpath(_build_info.PYTHON):
+            fix = (f"install {name} for it: apt-get install {debian_package} (scripts/install-deps "
+                   "installs it with the module's other packages)")
+        else:
+            apt = (f"; apt-get install {debian_package} gives it {name}"
+                   if _build_info.PYTHON.startswith("/usr/bin/") else "")
+            fix = (f"run the interpreter the build found, {_build_info.PYTHON} (Python "
+                   f"{_build_info.VERSION}{apt}), or install {name} for this one: "
+                   f"{sys.executable} -m pip install {pip_package}")
+        raise ModuleNotFoundError(
+            f"wallfacer needs {name}, which this interpreter, {_this_python()}, cannot import "
+            f"({type(e).__name__}: {e}): {fix}", name=module) from e
+
+
+np = _need("numpy", "NumPy", "python3-numpy", "numpy")
 
 try:
     from . import _wallfacer
@@ -331,9 +339,7 @@ class Attention:
                                     _int("ulysses", ulysses), bool(causal), _docs(docs), dtype,
                                     _str("layout", layout))
         if comm is None:
-            from mpi4py import MPI
-
-            comm = MPI.COMM_WORLD
+            comm = _need("mpi4py.MPI", "mpi4py", "python3-mpi4py", "mpi4py").COMM_WORLD
         if not hasattr(comm, "py2f"):
             raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
         impl.connect(comm.py2f())

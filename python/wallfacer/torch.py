@@ -13,10 +13,11 @@ wallfacer.Attention per communicator and configuration is kept and reused (docs/
 """
 
 import numpy as np
-import torch
 
-from . import Attention, _docs, _int, _str
+from . import Attention, _docs, _int, _need, _str
 from . import local_positions as _local_positions
+
+torch = _need("torch", "PyTorch", "python3-torch", "torch")
 
 __all__ = ["attention", "local_positions"]
 
@@ -41,9 +42,7 @@ def _tensor(a, dtype):
 
 def _world(comm):
     if comm is None:
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
+        comm = _need("mpi4py.MPI", "mpi4py", "python3-mpi4py", "mpi4py").COMM_WORLD
     return comm
 
 
