@@ -23,7 +23,8 @@ WORST = re.compile(r"^worst balanced imbalance ([\d.]+) \(target ([\d.]+)\)$")
 
 def main():
     if len(sys.argv) != 2:
-        sys.exit("usage: documents_imbalance.py UNIT_TEST_BINARY (build/tests/wallfacer_unit_tests)")
+        sys.exit("usage: documents_imbalance.py UNIT_TEST_BINARY "
+                 "(build/tests/wallfacer_unit_tests)")
     run = subprocess.run([sys.argv[1], f"--gtest_filter={TEST}"], capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"documents_imbalance.py: {TEST} failed:\n{run.stdout}{run.stderr}")

@@ -107,7 +107,8 @@ def error_stats(path):
 
 def errors(path, first_pass=None):
     """How far the planner's times are from the measured ones, over every run; with FIRST_PASS (the
-    runs of an earlier pass on the same cluster files), that pass's errors and what changed since."""
+    runs of an earlier pass on the same cluster files), that pass's errors and what changed
+    since."""
     n, within, lo, hi, med, commits = error_stats(path)
     print(f"\nPredicted against measured over all {n} runs: {within} within ±25%, "
           f"errors from {lo:+.0f}% to {hi:+.0f}% (median {med:+.0f}%).", end="")
