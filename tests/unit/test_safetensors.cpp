@@ -221,6 +221,9 @@ TEST(Safetensors, RefusesBadHeaders) {
                  "'t' has the unknown dtype 'Q4'");
   EXPECT_REFUSED(file_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", four),
                  "needs 8 bytes");
+  // A name with a control character: the message stays on one line (usage_error checks it).
+  EXPECT_REFUSED(file_bytes(R"({"a\nb":{"dtype":"Q4","shape":[1],"data_offsets":[0,4]}})", four),
+                 "tensor 'a\\x0ab' has the unknown dtype");
   EXPECT_REFUSED(file_bytes(R"({"t":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", four),
                  "negative dimension -1");
   EXPECT_REFUSED(file_bytes(R"({"t":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", four),
