@@ -47,10 +47,10 @@ newest() {
 steps_of() { sed -E 's/.*"step":([0-9]+).*/\1/' "$1/metrics.jsonl" | tr '\n' ' '; }
 
 # lose NAME AT ARGS...: the launcher (with ARGS) trains into $tmp/NAME; once a checkpoint of step
-# AT or later exists, node 2 is lost ($fault). Sets rc, t_kill (the fault's time), t_exit (the
-# launcher's exit) and ckpt_at_kill.
+# AT or later exists, the nodes numbered in $lost (default 2) are lost ($fault). Sets rc, t_kill
+# (the fault's time), t_exit (the launcher's exit) and ckpt_at_kill.
 lose() {
-  local name=$1 at=$2 id="" job
+  local name=$1 at=$2 id="" job n
   shift 2
   emu "${cluster[@]}" --launcher -- "$elastic" --hostfile "{hostfile}" --probe-timeout $probe "$@" -- "${train[@]}" \
     --out "$tmp/$name" >"$tmp/$name.out" 2>"$tmp/$name.err" &
@@ -60,11 +60,13 @@ lose() {
   id=$(grep -o 'namespaces wfc[0-9]*' "$tmp/$name.err" | tail -1 | awk '{print $2}')
   [ "$ckpt_at_kill" -ge "$at" ] && [ -n "$id" ] || err "$name: no checkpoint at step $at (or no id)"
   t_kill=$(now)
-  "$src/scripts/emulate-cluster" "--$fault-node" "$id-n2" || err "$name: --$fault-node failed"
+  for n in ${lost:-2}; do
+    "$src/scripts/emulate-cluster" "--$fault-node" "$id-n$n" || err "$name: --$fault-node $id-n$n failed"
+  done
   wait "$job"
   rc=$?
   t_exit=$(now)
-  echo "$name: node $id-n2 lost ($fault) after the checkpoint of step $ckpt_at_kill; the launcher" \
+  echo "$name: node(s) ${lost:-2} of $id lost ($fault) after the checkpoint of step $ckpt_at_kill; the launcher" \
     "exited $rc $(echo "$t_exit - $t_kill" | bc) s later"
 }
 
@@ -161,10 +163,18 @@ loads() {
     err "$name: not resumed from the newest checkpoint $k: $(cat "$tmp/$name.copy.log")"
 }
 
-# 2. and 3. The launcher stops: one line, exit 1, nothing of --out changed by it.
-for c in "minnodes --min-nodes 4" "maxrestarts --max-restarts 0"; do
+# 2. and 3. The launcher stops: one line, exit 1, nothing of --out changed by it. 4. (freeze) Every
+# node frozen: no rank reports an error; the launcher ends the job after train.timeout without
+# output, no host answers, fewer than --min-nodes 1.
+cases=("minnodes --min-nodes 4" "maxrestarts --max-restarts 0")
+[[ $fault == kill ]] || cases+=("allfrozen --min-nodes 1")
+for c in "${cases[@]}"; do
   read -r name flag value <<<"$c"
+  lost=2
+  [[ $name != allfrozen ]] || lost="0 1 2 3"
   lose "$name" 10 "$flag" "$value"
+  [[ $name != allfrozen ]] || grep -q "error (no output and no metrics line for 20 s)" "$tmp/$name.err" ||
+    err "$name: the launcher did not end the job for want of output: $(cat "$tmp/$name.err")"
   line=$(grep "^wallfacer-elastic: error:" "$tmp/$name.err")
   echo "$name: $line"
   [ "$rc" -eq 1 ] || err "$name: exit $rc, expected 1"
