@@ -11,7 +11,9 @@
 # restarts.jsonl names the lost node and both layouts. With --min-nodes 4, and with
 # --max-restarts 0, the lost node ends the launcher with one line and exit 1, and the checkpoints
 # it leaves load. A frozen node: the launcher ends the job itself (restarts.jsonl says so, with the
-# first fatal error) and exits within 240 s of the freeze (LIMIT).
+# first fatal error) and exits within 240 s of the freeze (LIMIT); with every node frozen it ends
+# the job for want of output and exits 1; with node 0 frozen it removes the lock on --out that the
+# stalled rank 0 holds and the run ends on the 3 other nodes.
 set -u
 source "$(dirname "$0")/common.sh"
 fault=${3:-kill}
@@ -186,6 +188,22 @@ for c in "${cases[@]}"; do
   [ "$(steps_of "$tmp/$name")" == "$(seq 1 "$n" | tr '\n' ' ')" ] || err "$name: metrics.jsonl damaged"
   loads "$name"
 done
+
+# 5. (freeze) Node 0 frozen: rank 0 stalls holding --out/train.lock; the launcher removes the lock
+# file (it names a lost host) and the run ends on the 3 other nodes.
+if [[ $fault == freeze ]]; then
+  lost=0
+  lose frozen0 10 --max-restarts 1
+  grep "^wallfacer-elastic:" "$tmp/frozen0.err"
+  [ "$rc" -eq 0 ] || err "frozen0: exit $rc: $(tail -8 "$tmp/frozen0.err")"
+  [ "$(echo "$t_exit - $t_kill <= $LIMIT" | bc)" -eq 1 ] || err "frozen0: the launcher exited after $LIMIT s"
+  grep -q "^wallfacer-elastic: removed .*/train.lock: its holder, pid [0-9]* on the lost host .*-n0," \
+    "$tmp/frozen0.err" || err "frozen0: the frozen rank 0's train.lock was not removed"
+  [ "$(steps_of "$tmp/frozen0")" == "$want" ] ||
+    err "frozen0: metrics.jsonl does not hold steps 1..$steps once each: $(steps_of "$tmp/frozen0")"
+  grep -q '"lost_hosts": \["[^"]*-n0"\]' "$tmp/frozen0/restarts.jsonl" ||
+    err "frozen0: restarts.jsonl does not name node 0 alone: $(cat "$tmp/frozen0/restarts.jsonl")"
+fi
 
 check_namespaces_gone
 [[ $fail -eq 0 ]] && echo "cluster_elastic: all checks passed"
