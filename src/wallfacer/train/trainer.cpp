@@ -528,7 +528,7 @@ class Training {
     progress_.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
         "batch {}{}{}, checkpointing {}, {} threads/rank",
-        kind_name(cfg_.kind), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
+        cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
         cfg_.ulysses, cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
         packing_ ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg_.layout))
                  : "",
