@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "ops_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/llama_ops.h"
 #include "wallfacer/kernels/ops.h"
@@ -15,22 +16,9 @@ namespace {
 
 using ref::Vec;
 
-std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-Vec to_d(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
-template <class T>
-void expect_close(const std::vector<T>& got, const Vec& want, double atol, double rtol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = double(got[i]);
-    ASSERT_NEAR(g, want[i], atol + rtol * std::abs(want[i])) << "at " << i;
-  }
-}
+using testing::expect_close;
+using testing::randn;
+using testing::to_d;
 
 TEST(LlamaOps, RmsNormForwardBackward) {
   const int64_t N = 13;
