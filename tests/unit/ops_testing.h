@@ -31,4 +31,19 @@ inline void expect_close(const std::vector<float>& got, const ref::Vec& want, do
   }
 }
 
+// d/dx[i] of sum(dy * f(x)) (f: Vec -> Vec) by central differences of step 1e-6.
+template <class F>
+double central_difference(const F& f, const std::vector<float>& dy, const ref::Vec& x, size_t i) {
+  auto obj = [&](const ref::Vec& xx) {
+    const ref::Vec out = f(xx);
+    double s = 0;
+    for (size_t k = 0; k < out.size(); ++k) s += out[k] * dy[k];
+    return s;
+  };
+  ref::Vec xp = x, xm = x;
+  xp[i] += 1e-6;
+  xm[i] -= 1e-6;
+  return (obj(xp) - obj(xm)) / 2e-6;
+}
+
 }  // namespace wallfacer::kernels::testing
