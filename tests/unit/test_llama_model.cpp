@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -307,6 +308,8 @@ TEST(LlamaModel, MatchesAnFp64ModelInTransformersLayout) {
       scale = std::max(scale, std::abs(want_logits[i]));
     }
     EXPECT_LE(worst, 1e-5 * scale) << "logits: " << worst << " of " << scale;
+    std::printf("checkpointing %s: loss %.9g against %.9g, largest logit error %.2e of %.2e\n",
+                std::string(checkpointing_name(ck)).c_str(), got, want, worst, scale);
     model.zero_grads();
     model.backward(1.0f);
     const Vec g = export_all(cfg, f, model.grads());
@@ -338,6 +341,8 @@ TEST(LlamaModel, MatchesAnFp64ModelInTransformersLayout) {
     }
     EXPECT_GT(checked, 150);
     EXPECT_LE(err, 1e-4 * gmax) << "gradient error " << err << " of " << gmax;
+    std::printf("%d gradients against central differences: largest error %.2e of %.2e\n", checked,
+                err, gmax);
   }
 }
 
@@ -369,6 +374,8 @@ TEST(LlamaModel, Bf16WithinBoundsOfFp32) {
     err = std::max(err, double(std::abs(m32.grads()[i] - m16.grads()[i])));
   }
   EXPECT_LE(err, 0.1 * gmax) << err << " of " << gmax;
+  std::printf("bf16: loss %.6g against %.6g, largest gradient error %.2e of %.2e\n", l16, l32, err,
+              gmax);
 }
 
 TEST(LlamaModel, ConfigErrorsAreUsageErrors) {
