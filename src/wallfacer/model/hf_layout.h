@@ -9,7 +9,7 @@
 // our rotation compute exactly transformers' attention scores: q . k is a sum over the pairs, and
 // each pair is rotated by the same angle in both.
 //
-// config.json onto the model's keys (model.arch = "llama"):
+// config.json onto the model's keys (model.arch = "llama"; train/hf_config.h reads them):
 //   vocab_size -> model.vocab, hidden_size -> model.dim, num_hidden_layers -> model.layers,
 //   num_attention_heads -> model.heads, num_key_value_heads -> model.kv_heads (absent: heads),
 //   intermediate_size -> model.intermediate, rms_norm_eps -> model.norm_eps,
