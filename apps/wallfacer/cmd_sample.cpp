@@ -10,13 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string_view>
 
 #include "command.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/file.h"
+#include "wallfacer/core/npy.h"
 #include "wallfacer/core/rng.h"
 #include "wallfacer/model/dit_sampler.h"
 #include "wallfacer/model/sampler.h"
@@ -39,23 +39,13 @@ struct SampleArgs {
   std::string prompt_ids;
   bool ids = false;
   int64_t eos = -1;
+  std::string logits;  // FILE.npy of the logits each token is drawn from
   // DiT
   std::string out;
   int steps = 50;
   int label = 0;
   int scale = 2;
 };
-
-// DIR may be a checkpoint (step-N), a checkpoint folder (ckpt/) or a training output folder.
-std::string resolve_checkpoint(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (fs::exists(dir + "/manifest.json")) return dir;
-  std::string c = train::latest_checkpoint(dir + "/ckpt");
-  if (c.empty()) c = train::latest_checkpoint(dir);
-  WF_USAGE_CHECK(!c.empty(), "no complete checkpoint in '{}' (train with train.ckpt_every > 0)",
-                 dir);
-  return c;
-}
 
 int sample_dit(const SampleArgs& a, const train::TrainConfig& cfg, const std::string& dir) {
   WF_USAGE_CHECK(!a.out.empty(), "--out FILE.gif is required for a DiT checkpoint");
@@ -100,7 +90,7 @@ int run_sample(const SampleArgs& a) {
                  kMaxTokens);
   WF_USAGE_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
                  "--temperature is {}; give a finite number >= 0 (0: greedy)", a.temperature);
-  const std::string dir = resolve_checkpoint(a.ckpt);
+  const std::string dir = train::resolve_checkpoint(a.ckpt);
   const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
   if (cfg.kind == train::ModelKind::Dit) return sample_dit(a, cfg, dir);
   WF_USAGE_CHECK(a.out.empty(),
@@ -135,12 +125,16 @@ int run_sample(const SampleArgs& a) {
   const float* logits = nullptr;
   for (int32_t t : prompt) logits = dec.step(t);
   std::vector<int32_t> out;
+  std::vector<float> kept;
   for (int i = 0; i < a.tokens; ++i) {
+    if (!a.logits.empty()) kept.insert(kept.end(), logits, logits + vocab);
     const int32_t t = model::sample_token(logits, vocab, a.temperature, rng.uniform());
     if (t == eos) break;
     out.push_back(t);
     if (i + 1 < a.tokens) logits = dec.step(t);
   }
+  if (!a.logits.empty())
+    write_npy(a.logits, kept.data(), {int64_t(kept.size()) / vocab, int64_t(vocab)});
   if (ids) {
     prompt.insert(prompt.end(), out.begin(), out.end());
     fmt::print("{}\n", fmt::join(prompt, " "));
@@ -166,6 +160,8 @@ Action setup(CLI::App& root) {
   cmd->add_option("--prompt-ids", args->prompt_ids,
                   "GPT: the prompt as token ids (1,2,3), printed with the generated ids; needed "
                   "when the vocabulary is not byte-level");
+  cmd->add_option("--logits", args->logits,
+                  "GPT: write the logits each token is drawn from, (tokens, V) fp32, to FILE.npy");
   cmd->add_flag("--ids", args->ids, "GPT: print token ids instead of text");
   cmd->add_option("--eos", args->eos,
                   "GPT: stop at this token id (default: end-of-text 256 for byte-level text)");

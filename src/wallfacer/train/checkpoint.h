@@ -79,6 +79,9 @@ void save_checkpoint(comm::Communicator& world, const std::string& ckpt_dir,
 std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
 // The newest complete checkpoint directory under ckpt_dir ("" when there is none).
 std::string latest_checkpoint(const std::string& ckpt_dir);
+// The checkpoint a tool reads from DIR: a checkpoint (step-N), the newest complete one of a
+// checkpoint folder (ckpt/) or of a training output folder; UsageError when there is none.
+std::string resolve_checkpoint(const std::string& dir);
 
 // Reads the manifest and the shards this rank needs, verifies them (names, sizes, headers, step,
 // checksums) and returns the state; throws Error naming the bad file and key otherwise. The caller
