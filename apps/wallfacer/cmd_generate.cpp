@@ -1,0 +1,258 @@
+// wallfacer generate: text (token ids) from a GPT or Llama checkpoint with the prompt's prefill
+// and its KV cache spread over the ranks by position (model/generate.h, docs/generate.md):
+//   mpirun -np P wallfacer generate --ckpt DIR (--prompt TEXT | --prompt-tokens FILE.npy)
+//       --max-new N [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//       [--strategy S --teams C --ulysses U] [--json]
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "command.h"
+#include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
+#include "wallfacer/core/npy.h"
+#include "wallfacer/core/rng.h"
+#include "wallfacer/model/generate.h"
+#include "wallfacer/model/sampler.h"
+#include "wallfacer/train/checkpoint.h"
+#include "wallfacer/train/config.h"
+#include "wallfacer/train/data.h"
+
+namespace wallfacer::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string ckpt, prompt, prompt_tokens;
+  bool has_prompt = false;
+  int64_t max_new = 0;
+  double temperature = 0.8;
+  int top_k = 0;
+  double top_p = 1.0;
+  int64_t seed = 1;
+  int64_t eos = -1;
+  std::string strategy = "ring";
+  int teams = 1, ulysses = 1;
+  bool json = false;
+  std::string logits;
+};
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::vector<int32_t> read_prompt(const GenerateArgs& a, int vocab) {
+  WF_USAGE_CHECK(a.has_prompt != !a.prompt_tokens.empty(),
+                 "give the prompt as --prompt TEXT or --prompt-tokens FILE.npy (one of them)");
+  std::vector<int32_t> prompt;
+  if (a.has_prompt) {
+    WF_USAGE_CHECK(vocab == train::kByteVocab,
+                   "--prompt is byte-level text, but the checkpoint's vocabulary has {} ids (not "
+                   "{}): give --prompt-tokens FILE.npy (scripts/tokenize makes it)",
+                   vocab, train::kByteVocab);
+    for (uint16_t t : train::tokenize_bytes(a.prompt)) prompt.push_back(t);
+    prompt.pop_back();  // no end-of-text after the prompt
+    WF_USAGE_CHECK(!prompt.empty(), "--prompt must not be empty");
+    return prompt;
+  }
+  std::vector<int64_t> shape;
+  const std::vector<int64_t> ids = read_npy_ints(a.prompt_tokens, shape);
+  WF_USAGE_CHECK(shape.size() == 1, "--prompt-tokens {}: a 1-D array of token ids is needed",
+                 a.prompt_tokens);
+  WF_USAGE_CHECK(!ids.empty(), "--prompt-tokens {} holds no token", a.prompt_tokens);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    WF_USAGE_CHECK(ids[i] >= 0 && ids[i] < vocab,
+                   "--prompt-tokens {}: id {} at index {} is outside the vocabulary 0..{}",
+                   a.prompt_tokens, ids[i], i, vocab - 1);
+    prompt.push_back(int32_t(ids[i]));
+  }
+  return prompt;
+}
+
+// The fewest ranks (more than P, up to 1024) on which the estimate with the ring layout fits the
+// limit (it falls as ranks are added); 0 when 1024 do not.
+int ranks_that_fit(const model::GptConfig& m, int P, int64_t prompt, int64_t max_new) {
+  auto fits = [&](int q) {
+    const int64_t padded = (prompt + q - 1) / q * q;
+    const int64_t rows = (prompt + max_new + q - 1) / q + 1;
+    // Ring attention's scratch is the same on every rank.
+    const double scratch = model::prefill_scratch_bytes(m, seqpar::AttnConfig{}, q, padded, false);
+    return model::generate_memory_bytes(m, q, padded, rows, scratch) <= memory_limit_bytes();
+  };
+  int lo = P, hi = 1024;  // fits(lo) is false; the answer is in (lo, hi] when fits(hi)
+  if (!fits(hi)) return 0;
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+int run_generate(const GenerateArgs& a) {
+  int argc = 0;
+  char** argv = nullptr;
+  comm::MpiSession mpi(&argc, &argv);
+  auto world = comm::Communicator::world();
+  const int P = world.size(), rank = world.rank();
+  WF_USAGE_CHECK(!a.ckpt.empty(), "--ckpt DIR is required");
+  WF_USAGE_CHECK(a.max_new >= 1 && a.max_new <= (1 << 24), "--max-new is {}; give 1..{}", a.max_new,
+                 1 << 24);
+  WF_USAGE_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
+                 "--temperature is {}; give a finite number >= 0 (0: greedy)", a.temperature);
+  WF_USAGE_CHECK(a.top_k >= 0, "--top-k is {}; give 0 (all tokens) or more", a.top_k);
+  WF_USAGE_CHECK(a.top_p > 0 && a.top_p <= 1, "--top-p is {}; give a number in (0, 1]", a.top_p);
+  if (timeout_option()) comm::set_timeout(*timeout_option());
+  const std::string dir = train::resolve_checkpoint(a.ckpt);
+  const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
+  WF_USAGE_CHECK(cfg.kind != train::ModelKind::Dit,
+                 "'{}' is a DiT checkpoint; generate runs GPT and Llama checkpoints", dir);
+  const model::GptConfig m = cfg.model;
+  WF_USAGE_CHECK(a.eos >= -1 && a.eos < m.vocab,
+                 "--eos {} must be a token id in 0..{} (the checkpoint's vocabulary)", a.eos,
+                 m.vocab - 1);
+  const std::vector<int32_t> prompt = read_prompt(a, m.vocab);
+  seqpar::AttnConfig attn;
+  attn.strategy = seqpar::parse_strategy(a.strategy);
+  attn.teams = a.teams;
+  attn.ulysses = a.ulysses;
+  const int64_t L = int64_t(prompt.size());
+  const model::PromptSplit split = model::split_prompt(m, attn, P, L);
+  // Capacity: the prompt's positions and every new token but the last (never fed back).
+  const std::vector<int64_t> final_sizes = model::shard_sizes(split.held, a.max_new - 1);
+  const int64_t most = *std::max_element(final_sizes.begin(), final_sizes.end());
+  const double need = model::generate_memory_bytes(
+      m, P, split.padded, most, model::prefill_scratch_bytes(m, attn, P, split.padded));
+  if (need > memory_limit_bytes()) {
+    const int fit = ranks_that_fit(m, P, L, a.max_new);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    throw UsageError(fmt::format(
+        "a prompt of {} tokens and {} new ones needs about {:.3g} GiB per rank on {} ranks (its "
+        "KV cache shard {:.3g} GiB); the limit is {:.3g} GiB (--max-memory, or this machine's "
+        "memory shared by its ranks): {}",
+        L, a.max_new, need / gib, P, double(model::cache_bytes(m, most)) / gib,
+        memory_limit_bytes() / gib,
+        fit > 0 ? fmt::format("it fits on {} ranks", fit)
+                : std::string("1024 ranks would not hold it")));
+  }
+  const auto st = train::load_checkpoint(dir, 0, 0, model::gpt_num_params(m));
+  model::ShardedKvCache cache(m, world, split, final_sizes[size_t(rank)]);
+  const model::Sampling sampling{a.temperature, a.top_k, a.top_p};
+  Rng rng(uint64_t(a.seed));
+  std::vector<float> kept_logits;
+  // Rank 0 draws each token and every rank takes it (one id; the logits agree on every rank).
+  auto pick = [&](const float* logits) {
+    if (!a.logits.empty() && rank == 0)
+      kept_logits.insert(kept_logits.end(), logits, logits + m.vocab);
+    uint64_t t =
+        rank == 0 ? uint64_t(model::sample_token(logits, m.vocab, sampling, rng.uniform())) : 0;
+    world.all_reduce_max(&t, 1);
+    return int32_t(t);
+  };
+
+  world.barrier();
+  const auto t0 = Clock::now();
+  const std::vector<float> first =
+      model::sharded_prefill(m, st.params.data(), prompt, attn, world, cache);
+  std::vector<int32_t> out{pick(first.data())};
+  const double ttft_ms = ms_since(t0);
+  model::GptDecoder dec(m, st.params.data(), cache, L);
+  int64_t merge_bytes = 0;
+  const auto t1 = Clock::now();
+  while (int64_t(out.size()) < a.max_new && out.back() != a.eos) {
+    const float* logits = dec.step(out.back());
+    merge_bytes = cache.merge_bytes_last();
+    out.push_back(pick(logits));
+  }
+  const double decode_ms = ms_since(t1);
+  if (!out.empty() && out.back() == a.eos) out.pop_back();
+  const double decode_tps =
+      out.size() > 1 && decode_ms > 0 ? double(out.size() - 1) / (decode_ms / 1e3) : 0.0;
+
+  // Every rank's shard: the positions it holds and the bytes it allocated.
+  std::vector<double> mine(size_t(2 * P), 0.0);
+  mine[size_t(rank)] = double(cache.rows());
+  mine[size_t(P + rank)] = double(cache.bytes());
+  world.all_reduce_sum(mine.data(), int64_t(mine.size()));
+  if (rank != 0) return 0;
+  if (!a.logits.empty())
+    write_npy(a.logits, kept_logits.data(),
+              {int64_t(kept_logits.size()) / m.vocab, int64_t(m.vocab)});
+  std::vector<int64_t> positions, bytes;
+  for (int r = 0; r < P; ++r) {
+    positions.push_back(int64_t(mine[size_t(r)]));
+    bytes.push_back(int64_t(mine[size_t(P + r)]));
+  }
+  const int64_t most_bytes = *std::max_element(bytes.begin(), bytes.end());
+  if (a.json) {
+    fmt::print(
+        "{{\"tokens\": [{}], \"prompt_tokens\": {}, \"padded_tokens\": {}, \"ranks\": {}, "
+        "\"strategy\": \"{}\", \"teams\": {}, \"ulysses\": {}, \"ttft_ms\": {:.3f}, "
+        "\"decode_ms\": {:.3f}, \"decode_tokens_per_s\": {:.3f}, \"cache_bytes_per_rank\": {}, "
+        "\"cache_bytes_by_rank\": [{}], \"cache_positions_by_rank\": [{}], "
+        "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}}}\n",
+        fmt::join(out, ", "), L, split.padded, P, a.strategy, a.teams, a.ulysses, ttft_ms,
+        decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "), fmt::join(positions, ", "),
+        model::cache_bytes(m, L + a.max_new - 1), merge_bytes);
+  } else {
+    fmt::print("{}\n", fmt::join(out, " "));
+    fmt::print(stderr,
+               "prompt {} tokens (padded to {} for {} on {} ranks), ttft {:.1f} ms, decode {:.1f} "
+               "tokens/s, KV cache {} bytes on the fullest rank\n",
+               L, split.padded, a.strategy, P, ttft_ms, decode_tps, most_bytes);
+  }
+  WF_CHECK(std::fflush(stdout) == 0 && !std::ferror(stdout), "cannot write to standard output: {}",
+           std::strerror(errno));
+  return 0;
+}
+
+Action setup(CLI::App& root) {
+  auto args = std::make_shared<GenerateArgs>();
+  auto* cmd = root.add_subcommand(
+      "generate",
+      "Generate token ids from a GPT or Llama checkpoint with the prompt's prefill and KV cache "
+      "spread over the ranks: mpirun -np P wallfacer generate --ckpt DIR --prompt TEXT "
+      "--max-new N");
+  cmd->add_option("--ckpt", args->ckpt,
+                  "Checkpoint dir: step-N, ckpt/ or a training --out dir (required)");
+  cmd->add_option("--prompt", args->prompt, "Byte-level text to continue")
+      ->each([args](const std::string&) { args->has_prompt = true; });
+  cmd->add_option("--prompt-tokens", args->prompt_tokens,
+                  "The prompt as a 1-D .npy of token ids (scripts/tokenize makes them)");
+  cmd->add_option("--max-new", args->max_new, "Tokens to generate (required, >= 1)")->required();
+  cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "Sample among the K most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", args->top_p,
+                  "Sample among the most likely tokens holding this much probability, (0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--eos", args->eos, "Stop at this token id (default: never)");
+  cmd->add_option("--strategy", args->strategy,
+                  "Prefill attention: ring | zigzag | ulysses | wallfacer")
+      ->capture_default_str();
+  cmd->add_option("--teams", args->teams, "WallFacer team size C")->capture_default_str();
+  cmd->add_option("--ulysses", args->ulysses, "Ulysses degree of a hybrid (ring, zigzag)")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json,
+                "Print one JSON object: tokens, ttft_ms, decode_tokens_per_s, "
+                "cache_bytes_per_rank, ...");
+  cmd->add_option("--logits", args->logits,
+                  "Write every step's logits (steps, V) as fp32 FILE.npy (rank 0)");
+  return [args]() { return run_generate(*args); };
+}
+
+WALLFACER_COMMAND(45, "generate", setup);
+
+}  // namespace
+}  // namespace wallfacer::cli

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# wallfacer generate (docs/generate.md): greedy tokens and every step's logits of a GPT (MHA) and
+# a Llama-family model (GQA 4/2, q/k/v biases, llama3 rope scaling, untied head) on P = 1..4
+# ranks, every strategy (ring, zigzag, ulysses, wallfacer C = 2, a ring x Ulysses hybrid), against
+# one process's decoder (`wallfacer sample`: the prompt fed token by token, the whole cache in one
+# place): the same tokens, logits within 1e-5; prompts whose length no layout divides (padded);
+# per-rank cache bytes of about a P-th; --max-memory refusing before allocating; bad input.
+set -u
+source "$(dirname "$0")/common.sh"
+py=${4:-python3}
+
+for arch in gpt llama; do
+  if [ $arch = gpt ]; then
+    extra=$'kv_heads = 4'
+  else
+    extra=$'arch = "llama"\nkv_heads = 2\nintermediate = 48\ntie_embeddings = false\nqkv_bias = true\nrope_scaling = { type = "llama3", factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, original_max_position_embeddings = 16 }'
+  fi
+  grep -v '^kv_heads' "$work/tiny.toml" | sed -e 's/^steps = .*/steps = 60/' |
+    awk -v x="$extra" '{print} /^\[model\]/{print x}' >"$work/$arch.toml"
+  "$wf" train --config "$work/$arch.toml" --out "$work/run_$arch" --progress none \
+    --set train.ckpt_every=60 >/dev/null 2>&1 || err "$arch: training failed"
+done
+
+# compare REF.npy GOT.npy REF_IDS GOT_JSON: the same tokens (the reference may stop at
+# end-of-text), every step's logits within 1e-5.
+compare() {
+  "$py" - "$@" <<'PY'
+import json, struct, sys
+def npy(path):
+    b = open(path, 'rb').read()
+    n = struct.unpack('<H', b[8:10])[0]
+    head = b[10:10 + n].decode()
+    shape = eval(head[head.index("'shape'") + 8:].split(')')[0].strip(' :(') + ',')
+    rows, cols = int(shape[0]), int(shape[1])
+    vals = struct.unpack('<%df' % (rows * cols), b[10 + n:10 + n + 4 * rows * cols])
+    return [vals[i * cols:(i + 1) * cols] for i in range(rows)]
+ref, got = npy(sys.argv[1]), npy(sys.argv[2])
+ref_ids = [int(t) for t in sys.argv[3].split()]
+got_ids = json.load(open(sys.argv[4]))['tokens']
+n = len(ref_ids)
+ok = got_ids[:n] == ref_ids and (len(got_ids) == n or got_ids[n] == 256)
+err = max(abs(a - b) for r, g in zip(ref[:n], got[:n]) for a, b in zip(r, g))
+print('tokens %s, max |logit error| %.3g over %d steps' % ('equal' if ok else 'DIFFER', err, n))
+sys.exit(0 if ok and err <= 1e-5 else 1)
+PY
+}
+
+new=10
+for arch in gpt llama; do
+  ck=$work/run_$arch
+  for prompt in "Verse 12: and the 5 lamps" \
+      "Verse 301: and the 3 lamps were lit, and the 4 doors were opened. Verse 302: and the 1 lamps were lit, and the"; do
+    len=$(printf '%s' "$prompt" | wc -c)
+    ids=$("$wf" sample --ckpt "$ck" --prompt "$prompt" --tokens $new --temperature 0 --ids \
+      --logits "$work/ref.npy" 2>/dev/null | tr ' ' '\n' | tail -n +$((len + 1)) | tr '\n' ' ')
+    runs=("1 ring" "2 ring" "3 ring" "4 ring" "2 zigzag" "4 zigzag" "2 ulysses" "4 wallfacer --teams 2"
+          "4 ring --ulysses 2")
+    [ $arch = gpt ] && runs+=("4 ulysses")
+    for r in "${runs[@]}"; do
+      read -r np strat rest <<<"$r"
+      # shellcheck disable=SC2086
+      mpi "$np" generate --ckpt "$ck" --prompt "$prompt" --max-new $new --temperature 0 \
+        --strategy "$strat" $rest --json --logits "$work/got.npy" >"$work/got.json" 2>"$work/err" ||
+        { err "$arch P=$np $strat $rest: generate failed: $(cat "$work/err")"; continue; }
+      res=$(compare "$work/ref.npy" "$work/got.npy" "$ids" "$work/got.json") ||
+        err "$arch $len-token prompt, P=$np $strat $rest: $res"
+      echo "$arch $len-token prompt, P=$np $strat $rest: $res; $(grep -o '"padded_tokens": [0-9]*\|"cache_bytes_by_rank": \[[^]]*\]' "$work/got.json" | tr '\n' ' ')"
+    done
+  done
+done
+
+# Per-rank cache bytes: the one-process total over P, plus at most one position.
+ck=$work/run_gpt
+prompt="Verse 7: and the 1 lamps were lit, and the 2 doors were opened, and the 3 lamps were lit"
+for np in 1 2 4; do
+  mpi $np generate --ckpt "$ck" --prompt "$prompt" --max-new 8 --temperature 0 --json \
+    >"$work/mem$np.json" || err "generate on $np ranks failed"
+  "$py" - "$work/mem$np.json" $np <<'PY' || err "P=$np: cache bytes per rank"
+import json, sys
+j = json.load(open(sys.argv[1])); P = int(sys.argv[2])
+total, most = j['cache_bytes_one_process'], j['cache_bytes_per_rank']
+row = total // (j['prompt_tokens'] + 7)
+print('P=%d: cache bytes per rank %d, one process %d, total/P + one position %.0f' %
+      (P, most, total, total / P + row))
+sys.exit(0 if most <= total / P + row and sum(j['cache_bytes_by_rank']) == total else 1)
+PY
+done
+
+# --max-memory: refused before allocating, naming the ranks that would hold it.
+long=$(printf 'and the lamps were lit %.0s' $(seq 1 400))
+expect_error 2 "--max-memory too small" "fits on [0-9]* ranks" \
+  mpi 2 generate --ckpt "$ck" --prompt "$long" --max-memory 0.002 --max-new 4
+# Bad input: one line, exit 2.
+"$py" -c "
+import struct, sys
+def save(path, ids):
+    h = \"{'descr': '<i8', 'fortran_order': False, 'shape': (%d,), }\" % len(ids)
+    h += ' ' * (63 - len(h) % 64) + '\n'
+    open(path, 'wb').write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(h)) + h.encode() +
+                           struct.pack('<%dq' % len(ids), *ids))
+save(sys.argv[1], [1, 2, 300])
+save(sys.argv[2], [])
+" "$work/bad_ids.npy" "$work/empty.npy"
+g=(generate --ckpt "$ck" --prompt "In the")
+expect_error 2 "empty prompt" "--prompt must not be empty" mpi 2 generate --ckpt "$ck" --prompt "" --max-new 3
+expect_error 2 "empty token file" "holds no token" \
+  mpi 2 generate --ckpt "$ck" --prompt-tokens "$work/empty.npy" --max-new 3
+expect_error 2 "id outside the vocabulary" "id 300 at index 2 is outside the vocabulary 0..256" \
+  mpi 2 generate --ckpt "$ck" --prompt-tokens "$work/bad_ids.npy" --max-new 3
+expect_error 2 "--max-new 0" "--max-new is 0" mpi 2 "${g[@]}" --max-new 0
+expect_error 2 "--max-new -2" "--max-new is -2" mpi 2 "${g[@]}" --max-new -2
+expect_error 2 "--temperature -1" "--temperature is -1" mpi 2 "${g[@]}" --max-new 3 --temperature -1
+expect_error 2 "--top-p 0" "--top-p is 0" mpi 2 "${g[@]}" --max-new 3 --top-p 0
+expect_error 2 "--top-p 1.5" "--top-p is 1.5" mpi 2 "${g[@]}" --max-new 3 --top-p 1.5
+expect_error 2 "--top-k -1" "--top-k is -1" mpi 2 "${g[@]}" --max-new 3 --top-k -1
+expect_error 2 "both prompts" "one of them" \
+  mpi 2 "${g[@]}" --prompt-tokens "$work/bad_ids.npy" --max-new 3
+
+# Sampling: the same seed draws the same tokens on 1 and 3 ranks.
+s1=$("$wf" generate --ckpt "$ck" --prompt "Verse 9" --max-new 12 --temperature 0.9 --top-k 20 \
+  --top-p 0.9 --seed 5 2>/dev/null)
+s3=$(mpi 3 generate --ckpt "$ck" --prompt "Verse 9" --max-new 12 --temperature 0.9 --top-k 20 \
+  --top-p 0.9 --seed 5 2>/dev/null)
+[ -n "$s1" ] && [ "$s1" = "$s3" ] || err "sampled tokens differ: P=1 '$s1', P=3 '$s3'"
+echo "sampled on 1 and 3 ranks: $s1"
+
+[ $fail -eq 0 ] && echo "generate: all checks passed"
+exit $fail
