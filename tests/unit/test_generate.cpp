@@ -1,0 +1,79 @@
+// The rules of generation across ranks (model/generate.h) and the draw of a token (sampler.h).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "wallfacer/core/error.h"
+#include "wallfacer/model/generate.h"
+#include "wallfacer/model/sampler.h"
+
+namespace wallfacer::model {
+namespace {
+
+GptConfig tiny() {
+  GptConfig c;
+  c.layers = 2;
+  c.dim = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  return c;
+}
+
+// Every prompt length on every strategy: the padded sequence is the next multiple the layout
+// splits, and the ranks hold each prompt position once.
+TEST(Generate, SplitPadsToTheLayoutAndHoldsThePromptOnce) {
+  for (const auto s : {seqpar::Strategy::Ring, seqpar::Strategy::Zigzag}) {
+    for (int P : {1, 2, 3, 4, 8}) {
+      for (int64_t L : {1, 2, 7, 8, 9, 31, 100}) {
+        seqpar::AttnConfig a;
+        a.strategy = s;
+        const PromptSplit sp = split_prompt(tiny(), a, P, L);
+        const int64_t unit = s == seqpar::Strategy::Zigzag ? 2 * P : P;
+        EXPECT_EQ(sp.padded % unit, 0);
+        EXPECT_GE(sp.padded, L);
+        EXPECT_LT(sp.padded - L, unit);
+        EXPECT_EQ(std::accumulate(sp.held.begin(), sp.held.end(), int64_t(0)), L)
+            << "P " << P << " L " << L;
+      }
+    }
+  }
+}
+
+TEST(Generate, NewTokensGoToTheSmallestShard) {
+  EXPECT_EQ(next_owner({5, 3, 3, 4}), 1);
+  const std::vector<int64_t> after = shard_sizes({5, 3, 3, 4}, 6);
+  EXPECT_EQ(after, (std::vector<int64_t>{6, 5, 5, 5}));
+  const std::vector<int64_t> many = shard_sizes({0, 0, 0}, 100);
+  EXPECT_EQ(
+      *std::max_element(many.begin(), many.end()) - *std::min_element(many.begin(), many.end()), 1);
+}
+
+TEST(Generate, RefusesAnEmptyPromptAndWindows) {
+  EXPECT_THROW(split_prompt(tiny(), seqpar::AttnConfig{}, 2, 0), UsageError);
+  GptConfig w = tiny();
+  w.window = 8;
+  EXPECT_THROW(split_prompt(w, seqpar::AttnConfig{}, 2, 10), UsageError);
+}
+
+TEST(Sampler, TopKAndTopPKeepTheMostLikelyTokens) {
+  const std::vector<float> logits{0.0f, 3.0f, 1.0f, 2.9f, -1.0f};
+  const int V = int(logits.size());
+  // Greedy, and top-k 1, pick the largest logit whatever the draw.
+  for (double u : {0.0, 0.5, 0.999}) {
+    EXPECT_EQ(sample_token(logits.data(), V, Sampling{0.0, 0, 1.0}, u), 1);
+    EXPECT_EQ(sample_token(logits.data(), V, Sampling{1.0, 1, 1.0}, u), 1);
+    // top-k 2: ids 1 and 3 only.
+    const int32_t t = sample_token(logits.data(), V, Sampling{1.0, 2, 1.0}, u);
+    EXPECT_TRUE(t == 1 || t == 3) << t;
+    // A tiny top-p keeps the most likely token only.
+    EXPECT_EQ(sample_token(logits.data(), V, Sampling{1.0, 0, 1e-6}, u), 1);
+  }
+  // Without a cut, the last draws reach the least likely token's share.
+  EXPECT_EQ(sample_token(logits.data(), V, Sampling{100.0, 0, 1.0}, 0.999), 4);
+}
+
+}  // namespace
+}  // namespace wallfacer::model
