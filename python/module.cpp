@@ -99,13 +99,13 @@ py::array_t<int64_t> local_positions(int64_t seq, int world, int rank, const std
   return out;
 }
 
-// The tokens of a shard file (`wallfacer prepare`), verified, as a NumPy uint16 array (a copy),
+// The tokens of a shard file (`wallfacer prepare`), verified, as a NumPy int32 array (a copy),
 // and its vocabulary size.
 py::tuple load_tokens(const std::string& path) {
   const train::TokenShard shard(path);
-  py::array_t<uint16_t> tokens(py::ssize_t(shard.size()));
-  uint16_t* out = tokens.mutable_data();
-  for (int64_t i = 0; i < shard.size(); ++i) out[i] = uint16_t(shard[i]);
+  py::array_t<int32_t> tokens(py::ssize_t(shard.size()));
+  int32_t* out = tokens.mutable_data();
+  for (int64_t i = 0; i < shard.size(); ++i) out[i] = shard[i];
   return py::make_tuple(tokens, shard.vocab());
 }
 

@@ -139,7 +139,7 @@ def local_positions(seq, world, rank, strategy="zigzag", teams=1, ulysses=1, doc
 
 def load_tokens(path):
     """(tokens, vocab): the tokens of a shard file written by `wallfacer prepare` (header, size and
-    checksum verified) as a NumPy uint16 array, and its vocabulary size."""
+    checksum verified) as a NumPy int32 array, and its vocabulary size."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a path, not {type(path).__name__}")
     return _wallfacer.load_tokens(os.fspath(path))

@@ -45,8 +45,10 @@ TEST(Npy, HeaderAndRoundTrip) {
 }
 
 // A version 1.0 file by hand: magic, header length, the dict, then the data bytes.
-std::string npy_bytes(const std::string& shape, const std::string& data) {
-  const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }\n";
+std::string npy_bytes(const std::string& shape, const std::string& data,
+                      const std::string& descr = "<f4", const std::string& order = "False") {
+  const std::string dict =
+      "{'descr': '" + descr + "', 'fortran_order': " + order + ", 'shape': " + shape + ", }\n";
   return std::string("\x93NUMPY\x01\x00", 8) + char(dict.size() & 0xff) + char(dict.size() >> 8) +
          dict + data;
 }
@@ -87,6 +89,58 @@ TEST(Npy, RefusesBytesThatDoNotFitTheirShape) {
   refused(npy_bytes("(2,,)", eight), "'', not a dimension");
   refused(npy_bytes("(8,)", eight).substr(0, 40), "cut off");
   refused(std::string("\x93NUMPY\x01", 7), "not a version 1 .npy file");
+}
+
+TEST(Npy, ReadsIntegersOfEveryWidth) {
+  std::vector<int64_t> shape;
+  // Little-endian bytes spelled out: 1, -2 (or its unsigned twin), and the type's largest.
+  EXPECT_EQ(parse_npy_ints(npy_bytes("(3,)", std::string("\x01\xfe\x7f", 3), "|i1"), "x", shape),
+            (std::vector<int64_t>{1, -2, 127}));
+  EXPECT_EQ(shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(parse_npy_ints(npy_bytes("(3,)", std::string("\x01\xfe\xff", 3), "|u1"), "x", shape),
+            (std::vector<int64_t>{1, 254, 255}));
+  EXPECT_EQ(
+      parse_npy_ints(npy_bytes("(2,)", std::string("\x01\x00\xfe\xff", 4), "<i2"), "x", shape),
+      (std::vector<int64_t>{1, -2}));
+  EXPECT_EQ(
+      parse_npy_ints(npy_bytes("(2,)", std::string("\x01\x00\xfe\xff", 4), "<u2"), "x", shape),
+      (std::vector<int64_t>{1, 65534}));
+  const std::string i4("\x00\xf4\x01\x00\xfe\xff\xff\xff\xff\xff\xff\x7f", 12);
+  EXPECT_EQ(parse_npy_ints(npy_bytes("(1, 3)", i4, "<i4"), "x", shape),
+            (std::vector<int64_t>{128000, -2, 2147483647}));
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(parse_npy_ints(npy_bytes("(3,)", i4, "<u4"), "x", shape),
+            (std::vector<int64_t>{128000, 4294967294, 2147483647}));
+  const std::string i8("\xfe\xff\xff\xff\xff\xff\xff\xff\x00\x00\x00\x00\x01\x00\x00\x00", 16);
+  EXPECT_EQ(parse_npy_ints(npy_bytes("(2,)", i8, "<i8"), "x", shape),
+            (std::vector<int64_t>{-2, int64_t(1) << 32}));
+  EXPECT_TRUE(parse_npy_ints(npy_bytes("(0,)", "", "<i8"), "x", shape).empty());
+  // What write_npy writes as int64 reads back.
+  const std::string path = testing::TempDir() + "wf_npy_ints.npy";
+  const std::vector<int64_t> ids = {3, 0, 1 << 30, -7};
+  write_npy(path, ids.data(), {2, 2});
+  EXPECT_EQ(read_npy_ints(path, shape), ids);
+  EXPECT_EQ(shape, (std::vector<int64_t>{2, 2}));
+  std::remove(path.c_str());
+
+  auto refused = [&](const std::string& bytes, const std::string& why) {
+    try {
+      parse_npy_ints(bytes, "t.npy", shape);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused(npy_bytes("(2,)", i8, "<f8"), "t.npy: the array is '<f8'; only little-endian integers");
+  refused(npy_bytes("(1,)", i8.substr(0, 4), "<f4"), "the array is '<f4'");
+  refused(npy_bytes("(2,)", i8, "<u8"), "the array is '<u8'");
+  refused(npy_bytes("(2,)", i8.substr(0, 8), ">i4"), "the array is '>i4'");
+  refused(npy_bytes("(1, 2)", i8.substr(0, 8), "<i4", "True"), "'<i4' in Fortran order");
+  refused(npy_bytes("(3,)", i8, "<i8"), "needs more than the 16 bytes");
+  refused(npy_bytes("(1,)", i8, "<i8"), "needs 8 bytes of data, the file holds 16");
+  // And the float reader refuses integers.
+  std::vector<int64_t> s2;
+  EXPECT_THROW(parse_npy(npy_bytes("(2,)", i8, "<i8"), "x", s2), UsageError);
 }
 
 }  // namespace
