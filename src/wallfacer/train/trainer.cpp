@@ -392,9 +392,12 @@ void check_training_memory(const TrainConfig& cfg, int P) {
   const double n = cfg.kind == ModelKind::Dit ? double(model::dit_num_params(cfg.dit_model()))
                                               : double(model::gpt_num_params(cfg.model));
   const double rows = double(cfg.batch / cfg.dp(P)) * double(cfg.seq / cfg.sp);
-  const double per_row =
-      double(cfg.model.layers) * double(cfg.model.dim) * (10.0 + 2.0 * cfg.model.mlp_ratio) +
-      (cfg.kind == ModelKind::Dit ? 0.0 : 2.0 * double(cfg.model.vocab));
+  // The MLP keeps its fc output and activation (fc_dim + mlp_hidden values a row).
+  const double mlp = cfg.kind == ModelKind::Dit
+                         ? 2.0 * cfg.model.mlp_ratio * double(cfg.model.dim)
+                         : double(cfg.model.fc_dim()) + double(cfg.model.mlp_hidden());
+  const double per_row = double(cfg.model.layers) * (10.0 * double(cfg.model.dim) + mlp) +
+                         (cfg.kind == ModelKind::Dit ? 0.0 : 2.0 * double(cfg.model.vocab));
   // As DistAttentionOp builds them: with packing one attention of batch 1 per local sequence.
   seqpar::AttnConfig one = cfg.attn_config(P);
   double sequences = 1;
