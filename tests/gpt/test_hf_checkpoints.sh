@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# import-hf and export-hf on the transformers fixtures (tests/golden/hf): import -> export ->
+# import gives the same config.toml and checkpoint bytes (Llama, Mistral, Qwen2 with a window on
+# one layer); the imported run continues under train --resume on 2 ranks with --set; bad folders
+# (another architecture or rope_scaling type, a missing, unexpected or misshapen tensor, a
+# truncated file) and a non-empty --out exit 2 with one line and write nothing.
+# Usage: test_hf_checkpoints.sh WALLFACER MPIRUN WORK SOURCE_DIR
+set -u
+source "$(dirname "$0")/common.sh"
+hf=$4/tests/golden/hf
+
+for f in llama3 mistral qwen2-window; do
+  "$wf" import-hf "$hf/$f" --out "$work/$f-a" >"$work/$f-a.log" 2>&1 || { err "import $f"; cat "$work/$f-a.log"; }
+  "$wf" export-hf "$work/$f-a" --out "$work/$f-hf" >"$work/$f-hf.log" 2>&1 || { err "export $f"; cat "$work/$f-hf.log"; }
+  "$wf" import-hf "$work/$f-hf" --out "$work/$f-b" >"$work/$f-b.log" 2>&1 || { err "import again $f"; cat "$work/$f-b.log"; }
+  for x in config.toml ckpt/step-0/state.bin; do
+    cmp -s "$work/$f-a/$x" "$work/$f-b/$x" || err "$f: $x differs after import -> export -> import"
+  done
+  grep -q "\"architectures\"" "$work/$f-hf/config.json" || err "$f: no architectures in config.json"
+  echo "ok: $f import -> export -> import identical"
+done
+# bf16 export: half the bytes of the weights.
+"$wf" export-hf "$work/llama3-a/ckpt/step-0" --out "$work/llama3-bf16" --dtype bf16 >/dev/null ||
+  err "export bf16"
+grep -q '"dtype": "bfloat16"' "$work/llama3-bf16/config.json" || err "bf16 config.json"
+
+# The imported run continues: 2 steps on 2 ranks, training settings changed with --set.
+mpi 2 train --config "$work/llama3-a/config.toml" --out "$work/llama3-a" --resume --progress none \
+  --set data.dir="$work/data" --set train.seq=64 --set train.batch=2 --set train.steps=2 \
+  --set parallel.sp=2 --set parallel.strategy=zigzag --set train.lr=1e-3 >"$work/resume.log" 2>&1 ||
+  { err "train --resume of the imported run exited $?"; cat "$work/resume.log"; }
+grep -q "resumed from .*step-0 (step 0)" "$work/resume.log" || err "no resume from step 0: $(cat "$work/resume.log")"
+[ "$(losses "$work/llama3-a" | wc -l)" -eq 2 ] || err "not 2 steps in metrics.jsonl"
+[ -d "$work/llama3-a/ckpt/step-2" ] || err "no checkpoint of step 2"
+"$wf" export-hf "$work/llama3-a" --out "$work/llama3-trained" >/dev/null || err "export after training"
+echo "ok: the imported run trained 2 steps and exported"
+
+# bad FIXTURE NAME PYTHON-EDIT PATTERN: a copy of the fixture edited by the Python statement
+# (c: its config.json as a dict; d: the folder) is refused with exit 2, one line, nothing written.
+bad() {
+  local f=$1 name=$2 edit=$3 pat=$4
+  cp -r "$hf/$f" "$work/bad-$name"
+  python3 - "$work/bad-$name" <<PY || err "$name: the edit failed"
+import json, sys
+d = sys.argv[1]
+c = json.load(open(d + "/config.json"))
+$edit
+json.dump(c, open(d + "/config.json", "w"))
+PY
+  expect_error 2 "import-hf $name" "$pat" "$wf" import-hf "$work/bad-$name" --out "$work/out-$name"
+  [ ! -e "$work/out-$name" ] || err "$name: --out was written"
+}
+bad llama3 arch 'c["architectures"] = ["GPTNeoXForCausalLM"]' "GPTNeoXForCausalLM"
+bad llama3 yarn 'c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}' "yarn"
+bad llama3 missing 'c["num_hidden_layers"] = 3' "model.layers.2.input_layernorm.weight' is missing"
+bad llama3 unexpected 'c["num_hidden_layers"] = 1' "model.layers.1.*unexpected"
+bad llama3 tied 'c["tie_word_embeddings"] = True' "lm_head.weight' is unexpected"
+bad llama3 shape 'c["intermediate_size"] = 80' "gate_proj.weight' has shape \[96, 64\], expected \[80, 64\]"
+bad qwen2 bias 'c["architectures"] = ["LlamaForCausalLM"]; c["model_type"] = "llama"' "bias' is unexpected"
+bad llama3 truncated 'import os; os.truncate(d + "/model.safetensors", 5000)' "model.safetensors"
+expect_error 2 "export-hf into a folder with files" "not an empty folder" \
+  "$wf" export-hf "$work/llama3-b" --out "$work/llama3-b"
+expect_error 2 "import-hf into a run" "already holds a run" \
+  "$wf" import-hf "$hf/llama3" --out "$work/llama3-b"
+exit $fail
