@@ -3,7 +3,8 @@
 # import gives the same config.toml and checkpoint bytes (Llama, Mistral, Qwen2 with a window on
 # one layer); the imported run continues under train --resume on 2 ranks with --set; bad folders
 # (another architecture or rope_scaling type, a missing, unexpected or misshapen tensor, a
-# truncated file) and a non-empty --out exit 2 with one line and write nothing.
+# truncated file) and a non-empty --out exit 2 with one line and write nothing. score: the
+# fixtures' losses on 1 to 4 ranks with every strategy, padded lengths, bad token files.
 # Usage: test_hf_checkpoints.sh WALLFACER MPIRUN WORK SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh"
@@ -62,4 +63,66 @@ expect_error 2 "export-hf into a folder with files" "not an empty folder" \
   "$wf" export-hf "$work/llama3-b" --out "$work/llama3-b"
 expect_error 2 "import-hf into a run" "already holds a run" \
   "$wf" import-hf "$hf/llama3" --out "$work/llama3-b"
+# score: the fixtures' loss.json on 1 to 4 ranks, every strategy, lengths the layout cannot split
+# (padded); a prefix of one row against the loss of transformers' logits over that prefix.
+python3 - "$hf" "$work" <<'PY' || err "the score inputs could not be made"
+import json, struct, sys, math
+hf, work = sys.argv[1], sys.argv[2]
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<H", raw[8:10])[0]
+    head = raw[10:10 + n].decode()
+    shape = tuple(int(x) for x in head.split("'shape': (")[1].split(")")[0].split(",") if x.strip())
+    code = head.split("'descr': '")[1].split("'")[0]
+    fmt = {"<i8": "q", "<f4": "f"}[code]
+    body = raw[10 + n:]
+    return shape, struct.unpack("<%d%s" % (len(body) // struct.calcsize(fmt), fmt), body)
+def save(path, ids):
+    head = "{'descr': '<i8', 'fortran_order': False, 'shape': (%d,), }" % len(ids)
+    head += " " * (63 - (10 + len(head)) % 64) + "\n"
+    open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head.encode() +
+                           struct.pack("<%dq" % len(ids), *ids))
+(B, L), tok = load(f"{hf}/llama3/tokens.npy")
+(_, S, V), logits = load(f"{hf}/llama3/logits.npy")
+n = 19  # positions 0..18 of row 0: 20 ids
+save(f"{work}/prefix.npy", list(tok[:n + 1]))
+total = 0.0
+for t in range(n):
+    row = logits[t * V:(t + 1) * V]
+    m = max(row)
+    total += m + math.log(sum(math.exp(x - m) for x in row)) - row[tok[t + 1]]
+print(json.dumps({"loss": total / n}), file=open(f"{work}/prefix.json", "w"))
+save(f"{work}/big-id.npy", [1, 2, 300, 4])
+PY
+# score_close NAME WANT NP ARGS...: score --json on NP ranks within 1e-5 (relative) of WANT.
+score_close() {
+  local name=$1 want=$2 np=$3
+  shift 3
+  local out
+  out=$(mpi "$np" score --json "$@" 2>&1) || { err "score $name exited $?: $out"; return; }
+  python3 -c "
+import json, sys
+j = json.loads(sys.argv[1]); want = float(sys.argv[2])
+d = abs(j['loss'] - want) / want
+print('%s: loss %.7f, transformers %.7f, %.1e, %d tokens, padded seq %d' % (sys.argv[3], j['loss'], want, d, j['tokens'], j['padded_seq']))
+sys.exit(0 if d <= 1e-5 else 1)" "$out" "$want" "$name" || err "score $name: $out"
+}
+for f in llama3 mistral qwen2-window; do
+  run=$work/$f-b/ckpt/step-0
+  want=$(python3 -c "import json; print(json.load(open('$hf/$f/loss.json'))['loss'])")
+  for layout in "1 ring" "2 zigzag" "2 ulysses" "3 ring" "3 zigzag" "4 wallfacer --teams 2" \
+    "4 wallfacer --teams 2 --placement ring-intra" "4 zigzag --ulysses 2"; do
+    set -- $layout
+    np=$1
+    shift
+    score_close "$f P=$np $*" "$want" "$np" --ckpt "$run" --tokens "$hf/$f/tokens.npy" --strategy "$@"
+  done
+done
+want=$(python3 -c "import json; print(json.load(open('$work/prefix.json'))['loss'])")
+score_close "llama3 prefix of 19 P=4 zigzag" "$want" 4 --ckpt "$work/llama3-b" \
+  --tokens "$work/prefix.npy" --strategy zigzag
+expect_error 2 "score: an id past the vocabulary" "id 300 at index 2" \
+  mpi 2 score --ckpt "$work/llama3-b" --tokens "$work/big-id.npy"
+expect_error 2 "score: a layout that does not fit" "heads" \
+  mpi 4 score --ckpt "$work/llama3-b" --tokens "$hf/llama3/tokens.npy" --strategy ulysses
 exit $fail
