@@ -36,6 +36,7 @@ std::string imported_files(const std::string& given, const std::string& dir) {
 }
 
 int run_export(const ExportArgs& a) {
+  WF_USAGE_CHECK(!a.ckpt.empty(), "give the checkpoint: export-hf RUN_DIR|CKPT_DIR --out HF_DIR");
   WF_USAGE_CHECK(!a.out.empty(), "--out HF_DIR is required");
   const Dtype dtype = parse_dtype(a.dtype);
   const std::string dir = train::resolve_checkpoint(a.ckpt);
@@ -102,8 +103,7 @@ Action setup(CLI::App& root) {
       "A Llama-family checkpoint -> a Hugging Face folder (config.json, model.safetensors) for "
       "transformers");
   cmd->add_option("CKPT", args->ckpt,
-                  "A run folder (its newest checkpoint), a ckpt/ folder or a step-N checkpoint")
-      ->required();
+                  "A run folder (its newest checkpoint), a ckpt/ folder or a step-N checkpoint");
   cmd->add_option("--out", args->out, "The Hugging Face folder to write (required; new or empty)");
   cmd->add_option("--dtype", args->dtype, "fp32 | bf16 (rounded to nearest even)")
       ->check(CLI::IsMember({"fp32", "bf16"}))

@@ -37,6 +37,7 @@ struct ImportArgs {
 };
 
 int run_import(const ImportArgs& a) {
+  WF_USAGE_CHECK(!a.hf_dir.empty(), "give the Hugging Face folder: import-hf HF_DIR --out RUN_DIR");
   WF_USAGE_CHECK(!a.out.empty(), "--out RUN_DIR is required");
   WF_USAGE_CHECK(fs::is_directory(a.hf_dir), "'{}' is not a folder (give a Hugging Face folder)",
                  a.hf_dir);
@@ -99,8 +100,7 @@ Action setup(CLI::App& root) {
       "a checkpoint at step 0) that train --resume continues");
   cmd->add_option("HF_DIR", args->hf_dir,
                   "Folder with config.json and model.safetensors (or "
-                  "model.safetensors.index.json and its shards)")
-      ->required();
+                  "model.safetensors.index.json and its shards)");
   cmd->add_option("--out", args->out, "The run folder to write (required)");
   return [args]() { return run_import(*args); };
 }
