@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "ops_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/llama_ops.h"
 #include "wallfacer/kernels/ops.h"
@@ -15,22 +16,9 @@ namespace {
 
 using ref::Vec;
 
-std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-Vec to_d(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
-template <class T>
-void expect_close(const std::vector<T>& got, const Vec& want, double atol, double rtol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = double(got[i]);
-    ASSERT_NEAR(g, want[i], atol + rtol * std::abs(want[i])) << "at " << i;
-  }
-}
+using testing::expect_close;
+using testing::randn;
+using testing::to_d;
 
 TEST(LlamaOps, RmsNormForwardBackward) {
   const int64_t N = 13;
@@ -51,19 +39,9 @@ TEST(LlamaOps, RmsNormForwardBackward) {
   expect_close(dw, rdw, 1e-4, 1e-4);
 
   // The reference backward (from the Jacobian) agrees with central differences.
-  auto obj = [&](const Vec& xx) {
-    Vec out = ref::rmsnorm(xx, to_d(w), N, C, eps);
-    double s = 0;
-    for (size_t i = 0; i < out.size(); ++i) s += out[i] * dy[i];
-    return s;
-  };
-  const Vec xd = to_d(x);
-  for (size_t i : {size_t(0), size_t(77), size_t(N * C - 1)}) {
-    Vec xp = xd, xm = xd;
-    xp[i] += 1e-6;
-    xm[i] -= 1e-6;
-    EXPECT_NEAR((obj(xp) - obj(xm)) / 2e-6, rdx[i] - 0.5, 1e-5);
-  }
+  auto f = [&](const Vec& xx) { return ref::rmsnorm(xx, to_d(w), N, C, eps); };
+  for (size_t i : {size_t(0), size_t(77), size_t(N * C - 1)})
+    EXPECT_NEAR(testing::central_difference(f, dy, to_d(x), i), rdx[i] - 0.5, 1e-5);
 }
 
 TEST(LlamaOps, SwiGluForwardBackward) {
@@ -77,19 +55,9 @@ TEST(LlamaOps, SwiGluForwardBackward) {
   const Vec rdx = ref::swiglu_bwd(to_d(x), to_d(dy), N, I);
   expect_close(dx, rdx, 1e-5, 1e-5);
 
-  auto obj = [&](const Vec& xx) {
-    Vec out = ref::swiglu(xx, N, I);
-    double s = 0;
-    for (size_t i = 0; i < out.size(); ++i) s += out[i] * dy[i];
-    return s;
-  };
-  const Vec xd = to_d(x);
-  for (size_t i : {size_t(0), size_t(I + 3), size_t(N * 2 * I - 1), size_t(5 * 2 * I + 7)}) {
-    Vec xp = xd, xm = xd;
-    xp[i] += 1e-6;
-    xm[i] -= 1e-6;
-    EXPECT_NEAR((obj(xp) - obj(xm)) / 2e-6, rdx[i], 1e-5);
-  }
+  auto f = [&](const Vec& xx) { return ref::swiglu(xx, N, I); };
+  for (size_t i : {size_t(0), size_t(I + 3), size_t(N * 2 * I - 1), size_t(5 * 2 * I + 7)})
+    EXPECT_NEAR(testing::central_difference(f, dy, to_d(x), i), rdx[i], 1e-5);
 
   // bf16: the fp32 result of the bf16 inputs, rounded once.
   std::vector<bf16> x16(x.size()), dy16(dy.size()), y16(y.size()), dx16(dx.size());

@@ -8,6 +8,22 @@
 // rows of each q and k head (q_proj, k_proj weights and biases) by rope_row_permutation makes
 // our rotation compute exactly transformers' attention scores: q . k is a sum over the pairs, and
 // each pair is rotated by the same angle in both.
+//
+// config.json onto the model's keys (model.arch = "llama"; train/hf_config.h reads them):
+//   vocab_size -> model.vocab, hidden_size -> model.dim, num_hidden_layers -> model.layers,
+//   num_attention_heads -> model.heads, num_key_value_heads -> model.kv_heads (absent: heads),
+//   intermediate_size -> model.intermediate, rms_norm_eps -> model.norm_eps,
+//   tie_word_embeddings -> model.tie_embeddings, rope_theta -> model.rope_theta,
+//   rope_scaling {rope_type (or type), factor, low_freq_factor, high_freq_factor,
+//   original_max_position_embeddings} -> model.rope_scaling.* (null: type "none"),
+//   q/k/v biases (Qwen2's; no o_proj bias) -> model.qkv_bias = true.
+// Windows: transformers' sliding window W keeps the keys j with i - W < j <= i, as model.window
+// does: Mistral's sliding_window -> model.window (null: 0) on every layer; Qwen2 with
+// use_sliding_window -> model.window = sliding_window on the layers max_window_layers..L-1
+// (model.window_layers; a config.json with layer_types: its "sliding_attention" layers).
+// Not expressible, to refuse on import: head_dim other than hidden_size / num_attention_heads,
+// hidden_act other than "silu", an o_proj bias (Llama's attention_bias = true adds one beside the
+// q/k/v biases) or mlp_bias.
 
 #include <cstdint>
 #include <string>

@@ -102,9 +102,7 @@ Choice arch_choice(TrainConfig& c) {
               c.kind = ModelKind::Gpt;
             }
           },
-          [&c] {
-            return std::string(c.kind == ModelKind::Dit ? "dit" : model::arch_name(c.model.arch));
-          }};
+          [&c] { return std::string(c.arch_name()); }};
 }
 
 std::vector<Field> fields(TrainConfig& c) {
@@ -400,6 +398,10 @@ void TrainConfig::set(const std::string& assignment) {
     store_int(f, parse_int(key, value));
   }
   derive();
+}
+
+std::string_view TrainConfig::arch_name() const {
+  return kind == ModelKind::Dit ? "dit" : model::arch_name(model.arch);
 }
 
 model::DitConfig TrainConfig::dit_model() const {

@@ -122,6 +122,8 @@ struct TrainConfig {
   static bool is_shape_key(const std::string& key);
 
   int dp(int P) const { return P / sp; }
+  // model.arch as a config writes it: "gpt", "llama" or "dit".
+  std::string_view arch_name() const;
   // Whether train.packing = "documents".
   bool packs() const { return packing == Packing::Documents; }
   // The WallFacer team size C of parallel.strategy and parallel.teams (seqpar::team_size).

@@ -55,6 +55,16 @@ std::string window_note(const TrainConfig& cfg) {
                      layers.empty() ? std::string("every layer") : "layers " + layers);
 }
 
+// The startup line's words on model.rope_scaling ("" without it).
+std::string rope_note(const TrainConfig& cfg) {
+  const kernels::RopeScaling& r = cfg.model.rope_scaling;
+  if (cfg.kind != ModelKind::Gpt || r.type == kernels::RopeScalingType::None) return "";
+  return fmt::format(", rope_scaling {} x{}{}", kernels::rope_scaling_type_name(r.type), r.factor,
+                     r.type == kernels::RopeScalingType::Llama3
+                         ? fmt::format(" (from {} positions)", r.original_max_position_embeddings)
+                         : "");
+}
+
 std::string format_duration(double s) {
   const auto t = int64_t(std::max(0.0, s));
   if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
@@ -401,12 +411,13 @@ class Training {
     if (rank_ != 0) return;
     progress_.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
-        "batch {}{}{}, checkpointing {}, {} threads/rank",
-        kind_name(cfg_.kind), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
+        "batch {}{}{}{}, checkpointing {}, {} threads/rank",
+        cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
         cfg_.ulysses, cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
         packing_ ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg_.layout))
                  : "",
-        window_note(cfg_), model::checkpointing_name(cfg_.checkpointing), num_threads()));
+        window_note(cfg_), rope_note(cfg_), model::checkpointing_name(cfg_.checkpointing),
+        num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = !opt_.cfg.dtype
                                 ? fmt::format("train.dtype = 'auto': this CPU {} AVX512-BF16",
