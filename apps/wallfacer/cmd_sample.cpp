@@ -1,15 +1,18 @@
 // wallfacer sample: generate from a training checkpoint in one process, by its model kind: text
 // from a GPT (KV cache), a video clip written as an animated GIF from a DiT (Euler steps of the
-// learned flow).
+// learned flow). A GPT whose vocabulary is not byte-level (trained on `prepare --tokens` shards)
+// takes and prints token ids (`scripts/tokenize --decode` turns them into text).
 
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <string_view>
 
 #include "command.h"
 #include "wallfacer/core/error.h"
@@ -32,6 +35,10 @@ struct SampleArgs {
   int tokens = 200;
   double temperature = 0.8;
   int64_t seed = 1;
+  // Token ids
+  std::string prompt_ids;
+  bool ids = false;
+  int64_t eos = -1;
   // DiT
   std::string out;
   int steps = 50;
@@ -55,6 +62,27 @@ int sample_dit(const SampleArgs& a, const train::TrainConfig& cfg, const std::st
   return 0;
 }
 
+// "1,2,3" (commas or spaces) as ids inside the vocabulary.
+std::vector<int32_t> parse_ids(const std::string& text, int vocab) {
+  std::vector<int32_t> ids;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t end = std::min(rest.find(','), rest.find(' '));
+    const std::string_view word = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    if (word.empty()) continue;
+    int64_t id = -1;
+    const auto [stop, ec] = std::from_chars(word.data(), word.data() + word.size(), id);
+    WF_USAGE_CHECK(ec == std::errc() && stop == word.data() + word.size() && id >= 0 && id < vocab,
+                   "--prompt-ids holds '{}', not a token id in 0..{} (the checkpoint's "
+                   "vocabulary)",
+                   word, vocab - 1);
+    ids.push_back(int32_t(id));
+  }
+  WF_USAGE_CHECK(!ids.empty(), "--prompt-ids must hold at least one token id");
+  return ids;
+}
+
 int run_sample(const SampleArgs& a) {
   WF_USAGE_CHECK(!a.ckpt.empty(), "--ckpt DIR is required");
   WF_USAGE_CHECK(a.tokens >= 0 && a.tokens <= kMaxTokens, "--tokens is {}; give 0..{}", a.tokens,
@@ -68,28 +96,46 @@ int run_sample(const SampleArgs& a) {
                  "--out is for a DiT checkpoint's GIF; '{}' is a GPT checkpoint, whose text is "
                  "printed (redirect it to a file instead)",
                  dir);
+  const int vocab = cfg.model.vocab;
+  // Byte-level text, unless the vocabulary is another tokenizer's or ids are asked for.
+  const bool byte_level = vocab == train::kByteVocab;
+  WF_USAGE_CHECK(byte_level || !a.prompt_ids.empty(),
+                 "the checkpoint's vocabulary ({}) is not byte-level text ({}): give the prompt "
+                 "as token ids, --prompt-ids 1,2,3 (scripts/tokenize makes them)",
+                 vocab, train::kByteVocab);
+  const bool ids = a.ids || !a.prompt_ids.empty() || !byte_level;
+  WF_USAGE_CHECK(a.eos >= -1 && a.eos < vocab,
+                 "--eos {} must be a token id in 0..{} (the checkpoint's vocabulary)", a.eos,
+                 vocab - 1);
+  // Generation stops at end-of-text: --eos, else byte-level text's.
+  const int64_t eos = a.eos >= 0 ? a.eos : byte_level ? train::kEndOfText : -1;
+  std::vector<int32_t> prompt;
+  if (!a.prompt_ids.empty()) {
+    prompt = parse_ids(a.prompt_ids, vocab);
+  } else {
+    for (uint16_t t : train::tokenize_bytes(a.prompt)) prompt.push_back(t);
+    prompt.pop_back();  // no end-of-text after the prompt
+    WF_USAGE_CHECK(!prompt.empty(), "--prompt must not be empty");
+  }
   const auto n = model::gpt_num_params(cfg.model);
   const auto st = train::load_checkpoint(dir, 0, 0, n);
-  std::vector<uint16_t> prompt = train::tokenize_bytes(a.prompt);
-  prompt.pop_back();  // no end-of-text after the prompt
-  WF_USAGE_CHECK(!prompt.empty(), "--prompt must not be empty");
-  for (uint16_t t : prompt) {
-    WF_USAGE_CHECK(t < cfg.model.vocab,
-                   "the prompt's byte {} is outside the checkpoint's vocabulary of {}", t,
-                   cfg.model.vocab);
-  }
   model::GptDecoder dec(cfg.model, st.params.data(), int(prompt.size()) + a.tokens);
   Rng rng(uint64_t(a.seed));
   const float* logits = nullptr;
-  for (uint16_t t : prompt) logits = dec.step(t);
+  for (int32_t t : prompt) logits = dec.step(t);
   std::vector<int32_t> out;
   for (int i = 0; i < a.tokens; ++i) {
-    const int32_t t = model::sample_token(logits, cfg.model.vocab, a.temperature, rng.uniform());
-    if (t == train::kEndOfText) break;
+    const int32_t t = model::sample_token(logits, vocab, a.temperature, rng.uniform());
+    if (t == eos) break;
     out.push_back(t);
     if (i + 1 < a.tokens) logits = dec.step(t);
   }
-  fmt::print("{}{}\n", a.prompt, train::detokenize(out));
+  if (ids) {
+    prompt.insert(prompt.end(), out.begin(), out.end());
+    fmt::print("{}\n", fmt::join(prompt, " "));
+  } else {
+    fmt::print("{}{}\n", a.prompt, train::detokenize(out));
+  }
   WF_CHECK(std::fflush(stdout) == 0 && !std::ferror(stdout),
            "cannot write the sample to standard output: {}", std::strerror(errno));
   return 0;
@@ -106,6 +152,12 @@ Action setup(CLI::App& root) {
   cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--prompt-ids", args->prompt_ids,
+                  "GPT: the prompt as token ids (1,2,3), printed with the generated ids; needed "
+                  "when the vocabulary is not byte-level");
+  cmd->add_flag("--ids", args->ids, "GPT: print token ids instead of text");
+  cmd->add_option("--eos", args->eos,
+                  "GPT: stop at this token id (default: end-of-text 256 for byte-level text)");
   cmd->add_option("--out", args->out, "DiT: output animated GIF (required for a DiT)");
   cmd->add_option("--steps", args->steps, "DiT: Euler steps from noise")->capture_default_str();
   cmd->add_option("--class", args->label,

@@ -2,7 +2,8 @@
 # prepare --tokens: token-id arrays (.npy of int32, int64 and uint32, made by NumPy) with ids
 # beyond 16 bits become int32 shards that the tiny GPT trains on (model.vocab covering the ids),
 # with packed documents ended by the --eos id, on 1 and 2 ranks alike; bad token files exit 2
-# naming the file and the index and write nothing; a model.vocab below the shards' exits 2.
+# naming the file and the index and write nothing; a model.vocab below the shards' exits 2;
+# sample takes and prints token ids from the checkpoint.
 # Usage: test_train_tokens.sh WALLFACER MPIRUN WORK PYTHON (an interpreter with NumPy).
 set -u
 py=${4:-python3}
@@ -55,11 +56,23 @@ PY
 
 # Two steps of the tiny GPT with packed documents, on 1 and 2 ranks.
 t=(data.dir="$work/tok" model.vocab=70000 train.steps=2 train.eval_every=2 train.packing=documents)
-run tok_p1 1 "${t[@]}"
+run tok_p1 1 "${t[@]}" train.ckpt_every=2
 run tok_p2 2 "${t[@]}" parallel.sp=2 parallel.strategy=zigzag
 within tok_p1 tok_p2 1e-4 2
 losses "$work/tok_p1" | awk '{ if (!($1 > 0 && $1 < 20)) bad = 1 } END { exit bad }' ||
   err "tok_p1 losses are not finite and positive: $(losses "$work/tok_p1" | tr '\n' ' ')"
+
+# sample: the prompt's ids, then at most 5 generated ids, each inside the vocabulary.
+out=$("$wf" sample --ckpt "$work/tok_p1" --prompt-ids 65536,5 --tokens 5 --temperature 0 2>&1) ||
+  err "sample --prompt-ids exited $?: $out"
+echo "sample: $out"
+echo "$out" | awk 'NR == 1 && $1 == 65536 && $2 == 5 && NF >= 2 && NF <= 7 {
+    for (i = 3; i <= NF; i++) if ($i !~ /^[0-9]+$/ || $i >= 70000) exit 1; ok = 1 }
+  END { exit !(ok && NR == 1) }' || err "sample printed '$out'"
+expect_error 2 "sample without --prompt-ids" "not byte-level text (257): give the prompt as token ids" \
+  "$wf" sample --ckpt "$work/tok_p1" --tokens 3
+expect_error 2 "sample --prompt-ids beyond the vocabulary" "'70000', not a token id in 0..69999" \
+  "$wf" sample --ckpt "$work/tok_p1" --prompt-ids 1,70000
 
 # Bad inputs: exit 2, one line naming the file and the index, nothing written.
 expect_error 2 "id beyond --vocab" "bad.npy: the id 70000 at index 2 is outside the vocabulary" \

@@ -27,6 +27,24 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
 constexpr std::string_view kMetadataKey = "__metadata__";
 
+// Runs `f`, its UsageError's message kept on one line: a control character (a tensor name or
+// key may hold any, escaped in the JSON) is shown as \xNN.
+template <class F>
+auto on_one_line(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const UsageError& e) {
+    std::string msg;
+    for (const char c : std::string_view(e.what())) {
+      if (uint8_t(c) < 0x20 || c == 0x7f)
+        msg += fmt::format("\\x{:02x}", uint8_t(c));
+      else
+        msg += c;
+    }
+    throw UsageError(msg);
+  }
+}
+
 uint64_t load_u64_le(const char* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = v << 8 | uint8_t(p[i]);
@@ -262,20 +280,28 @@ void Reader::add_file(const std::string& path, std::shared_ptr<const std::string
 }
 
 Reader Reader::open_file(const std::string& path) {
-  Reader r;
-  r.source_ = path;
-  r.add_file(path, nullptr);
-  return r;
+  return on_one_line([&] {
+    Reader r;
+    r.source_ = path;
+    r.add_file(path, nullptr);
+    return r;
+  });
 }
 
 Reader Reader::parse(std::string bytes, const std::string& name) {
-  Reader r;
-  r.source_ = name;
-  r.add_file(name, std::make_shared<const std::string>(std::move(bytes)));
-  return r;
+  return on_one_line([&] {
+    Reader r;
+    r.source_ = name;
+    r.add_file(name, std::make_shared<const std::string>(std::move(bytes)));
+    return r;
+  });
 }
 
 Reader Reader::open_dir(const std::string& dir) {
+  return on_one_line([&] { return read_dir(dir); });
+}
+
+Reader Reader::read_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   WF_USAGE_CHECK(fs::is_directory(dir, ec),
@@ -335,11 +361,16 @@ Reader Reader::open_dir(const std::string& dir) {
 
 const TensorInfo& Reader::info(const std::string& name) const {
   const auto it = index_.find(name);
-  WF_USAGE_CHECK(it != index_.end(), "{}: no tensor '{}'", source_, name);
+  if (it == index_.end())
+    on_one_line([&] { throw UsageError(fmt::format("{}: no tensor '{}'", source_, name)); });
   return tensors_[it->second];
 }
 
 std::vector<float> Reader::read_f32(const std::string& name) const {
+  return on_one_line([&] { return read_values(name); });
+}
+
+std::vector<float> Reader::read_values(const std::string& name) const {
   const TensorInfo& t = info(name);
   const int64_t elem = dtype_size(t.dtype);
   WF_USAGE_CHECK(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16",

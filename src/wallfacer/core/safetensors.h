@@ -51,7 +51,9 @@ class Reader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
+  static Reader read_dir(const std::string& dir);
   void add_file(const std::string& path, std::shared_ptr<const std::string> bytes);
+  std::vector<float> read_values(const std::string& name) const;
 
   std::string source_;  // the file or folder, for messages
   std::vector<TensorInfo> tensors_;
