@@ -121,32 +121,41 @@ int main(int argc, char** argv) {
   add_memory_option(app);
   add_number_checks(app);
 
+  // The first word that is not an option: the subcommand (the main command's options are flags).
+  std::string word;
+  for (int i = 1; i < argc && word.empty(); ++i)
+    if (argv[i][0] != '-') word = argv[i];
+  std::string names;
+  bool known = false;
+  for (const auto& [name, action] : actions) {
+    names += (names.empty() ? "" : ", ") + name;
+    known = known || name == word;
+  }
+  const auto unknown_subcommand = [&] {
+    return wallfacer::comm::end_job_with_error(
+        "wallfacer",
+        word.empty()
+            ? fmt::format("a subcommand is required: one of {} (see 'wallfacer --help')", names)
+            : fmt::format("unknown subcommand '{}': the subcommands are {} (see 'wallfacer "
+                          "--help')",
+                          word, names),
+        2);
+  };
+
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string message = fmt::format("{} (see 'wallfacer --help')", e.what());
-    if (app.get_subcommands().empty() && e.get_name() == "RequiredError") {
-      // No subcommand was recognised: name the word given instead, and list the subcommands.
-      std::string names;
-      for (const auto& [name, action] : actions) names += (names.empty() ? "" : ", ") + name;
-      std::string word;
-      for (int i = 1; i < argc && word.empty(); ++i)
-        if (argv[i][0] != '-') word = argv[i];
-      message =
-          word.empty()
-              ? fmt::format("a subcommand is required: one of {} (see 'wallfacer --help')", names)
-              : fmt::format(
-                    "unknown subcommand '{}': the subcommands are {} (see "
-                    "'wallfacer --help')",
-                    word, names);
-    }
-    return wallfacer::comm::end_job_with_error("wallfacer", message, 2);
+    const bool help = dynamic_cast<const CLI::CallForHelp*>(&e) ||
+                      dynamic_cast<const CLI::CallForAllHelp*>(&e) ||
+                      dynamic_cast<const CLI::CallForVersion*>(&e);
+    // `wallfacer NOSUCH --help` is as unknown as `wallfacer NOSUCH`.
+    if (app.get_subcommands().empty() && !word.empty() && !known) return unknown_subcommand();
+    if (help) return app.exit(e);
+    // No subcommand was recognised: name the word given instead, and list the subcommands.
+    if (app.get_subcommands().empty() && e.get_name() == "RequiredError")
+      return unknown_subcommand();
+    return wallfacer::comm::end_job_with_error(
+        "wallfacer", fmt::format("{} (see 'wallfacer --help')", e.what()), 2);
   }
   if (timeout_option()) wallfacer::comm::set_timeout(*timeout_option());
 

@@ -1,6 +1,6 @@
 """A small PyTorch GPT whose attention layers run wallfacer's exact distributed attention.
 
-Every rank holds the rows of each sequence that wallfacer.local_positions gives it (its
+Every rank holds the rows of each sequence that wallfacer.torch.local_positions gives it (its
 sequence-parallel share), runs the model on them, and the attention layers see the whole sequence
 through wallfacer.torch.attention. The gradients of all ranks are summed, so every rank takes the
 same optimizer step as one process on whole sequences would.
@@ -122,13 +122,13 @@ def main():
         def attend(q, k, v):
             return reference_attention(q, k, v)
     else:
-        # This rank's rows: checked (ValueError with the CLI's message) before any communication.
-        positions = wallfacer.local_positions(args.seq, P, rank, args.strategy, args.teams,
-                                              args.ulysses, causal=True)
+        # This rank's rows, in the layout of the attention with the same keywords: checked
+        # (ValueError with the CLI's message) before any communication.
+        layout = dict(strategy=args.strategy, teams=args.teams, ulysses=args.ulysses, causal=True)
+        positions = wallfacer.torch.local_positions(args.seq, **layout)
 
         def attend(q, k, v):
-            return wallfacer.torch.attention(q, k, v, strategy=args.strategy, teams=args.teams,
-                                             ulysses=args.ulysses, causal=True)
+            return wallfacer.torch.attention(q, k, v, **layout)
     pos = torch.from_numpy(positions)
     rng = np.random.default_rng(args.seed)  # the same windows on every rank
     tokens_per_step = args.batch * args.seq

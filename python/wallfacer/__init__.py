@@ -2,8 +2,8 @@
 
     import wallfacer
     wallfacer.plan("configs/clusters/local.toml", "configs/models/gpt-7b.toml", 131072)
-    wallfacer.local_positions(seq, world, rank, strategy="zigzag")
     attn = wallfacer.Attention(strategy="wallfacer", teams=2, causal=True)   # MPI.COMM_WORLD
+    pos = attn.local_positions(seq)   # this rank's rows (or wallfacer.local_positions, same args)
     o = attn.forward(q, k, v); dq, dk, dv = attn.backward(dout)
 
 `wallfacer.torch.attention` is the differentiable PyTorch function. docs/python.md describes the
@@ -11,12 +11,49 @@ module. Bad arguments raise ValueError (or TypeError for a wrong type) with the 
 message on every rank, before any communication.
 """
 
+import collections
 import os
 import re
+import sys
 
-import numpy as np
+from . import _build_info
 
-from . import _wallfacer
+
+def _this_python():
+    return f"{sys.executable} (Python {sys.version_info[0]}.{sys.version_info[1]})"
+
+
+def _need(module, name, debian_package, pip_package):
+    """`import module`, or a ModuleNotFoundError that names this interpreter, the one the build
+    found, and what to install where (a python3 ahead on PATH may lack Debian's packages)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        if os.path.realpath(sys.executable) == os.path.realpath(_build_info.PYTHON):
+            fix = (f"install {name} for it: apt-get install {debian_package} (scripts/install-deps "
+                   "installs it with the module's other packages)")
+        else:
+            apt = (f"; apt-get install {debian_package} gives it {name}"
+                   if _build_info.PYTHON.startswith("/usr/bin/") else "")
+            fix = (f"run the interpreter the build found, {_build_info.PYTHON} (Python "
+                   f"{_build_info.VERSION}{apt}), or install {name} for this one: "
+                   f"{sys.executable} -m pip install {pip_package}")
+        raise ModuleNotFoundError(
+            f"wallfacer needs {name}, which this interpreter, {_this_python()}, cannot import "
+            f"({type(e).__name__}: {e}): {fix}", name=module) from e
+
+
+np = _need("numpy", "NumPy", "python3-numpy", "numpy")
+
+try:
+    from . import _wallfacer
+except ImportError as e:
+    raise ImportError(
+        f"wallfacer's extension does not load in {_this_python()} ({e}); the build made it for "
+        f"{_build_info.PYTHON} (Python {_build_info.VERSION}): run that one, or build for this "
+        f"one with cmake -DPython3_EXECUTABLE={sys.executable}") from e
 
 # Under tests/mpirun.sh: this rank reached the program, so a failing job is never launched again.
 _launch_error = _wallfacer.mark_launched()
@@ -125,16 +162,110 @@ def plan(cluster, model, seq, gpus=None):
     return json.loads(text)["configs"]
 
 
+class _LayoutArgs(collections.namedtuple("_LayoutArgs",
+                                         "strategy teams ulysses causal docs layout")):
+    """The arguments that decide a layout, docs as a tuple (or None)."""
+
+    __slots__ = ()
+
+    def __new__(cls, strategy, teams, ulysses, causal, docs, layout):
+        return super().__new__(cls, strategy, int(teams), int(ulysses), bool(causal),
+                               tuple(docs) if docs else None, layout)
+
+    def positions(self, seq, world, rank):
+        return _wallfacer.local_positions(seq, world, rank, self.strategy, self.teams,
+                                          self.ulysses, list(self.docs) if self.docs else None,
+                                          self.causal, self.layout)
+
+    def name(self):
+        """The layout in words, for messages."""
+        if self.layout == "balanced":
+            docs = list(self.docs or ())
+            shown = ", ".join(map(str, docs[:6])) + (", ..." if len(docs) > 6 else "")
+            return f"the balanced layout of the documents [{shown}]"
+        ring = ("zigzag" if self.strategy == "zigzag" or (self.strategy == "wallfacer" and
+                                                          self.causal) else "contiguous")
+        if self.ulysses > 1:
+            return f"the Ulysses-{self.ulysses} x {ring} hybrid layout"
+        return f"the {ring} layout"
+
+    def keywords(self, fields=None):
+        """`strategy='wallfacer', teams=2, ...` of the given fields (default: all but defaults)."""
+        defaults = {"teams": 1, "ulysses": 1, "causal": False, "docs": None, "layout": "strategy"}
+        out = []
+        for field, value in zip(_LayoutArgs._fields, self):
+            if fields is None and field in defaults and defaults[field] == value:
+                continue
+            if fields is not None and field not in fields:
+                continue
+            out.append(f"{field}={list(value) if field == 'docs' and value else value!r}")
+        return ", ".join(out)
+
+
+# The layout that local_positions handed out last for each (seq, world) in this process. An
+# attention over `world` ranks whose own layout of `seq` tokens puts any rank's rows elsewhere
+# raises instead of computing on rows that are not where it thinks (_check_layout).
+_handed_out = {}
+_agreeing = set()  # (seq, world, handed out, attention's) whose positions were found equal
+
+
+def _runs(pos):
+    """Positions as runs of consecutive ones: "0..15, 48..63"."""
+    runs, start = [], 0
+    for i in range(1, len(pos) + 1):
+        if i == len(pos) or pos[i] != pos[i - 1] + 1:
+            runs.append(f"{pos[start]}..{pos[i - 1]}" if i - 1 > start else f"{pos[start]}")
+            start = i
+    return ", ".join(runs[:4]) + (f", ... ({len(runs)} runs)" if len(runs) > 4 else "")
+
+
+def _check_layout(seq, world, args, call):
+    """ValueError when the latest local_positions(seq, world, ...) of this process gave a layout
+    that differs from `args`, the layout of the attention `call` names. Decided from the arguments
+    alone (every rank's positions under both), so every rank that was handed the same layout
+    raises the same error before any communication."""
+    handed = _handed_out.get((seq, world))
+    if handed is None:
+        return
+    # The strategy's layout does not depend on the documents.
+    key = tuple(a._replace(docs=None) if a.layout == "strategy" else a for a in (handed, args))
+    if key[0] == key[1] or (seq, world) + key in _agreeing:
+        return
+    for r in range(world):
+        try:
+            want = args.positions(seq, world, r)
+        except ValueError:
+            return  # arguments the attention refuses itself, with its own message
+        got = handed.positions(seq, world, r)
+        if not np.array_equal(got, want):
+            differ = [f for f, a, b in zip(_LayoutArgs._fields, handed, args) if a != b and not (
+                f == "docs" and handed.layout == args.layout == "strategy")]
+            raise ValueError(
+                f"{call}({args.keywords()}) lays the {seq} tokens out over the {world} ranks in "
+                f"{args.name()}, but the latest wallfacer.local_positions({seq}, {world}, ...) "
+                f"gave {handed.name()} ({handed.keywords(differ)}, where the attention has "
+                f"{args.keywords(differ)}): rank {r} would hold positions {_runs(got)} and the "
+                f"attention takes its rows as positions {_runs(want)}, so its output would be "
+                f"wrong. Give both the same arguments, or take the positions from the attention "
+                f"(Attention.local_positions(seq), wallfacer.torch.local_positions(seq, ...) with "
+                f"the attention's keywords)")
+    _agreeing.add((seq, world) + key)
+
+
 def local_positions(seq, world, rank, strategy="zigzag", teams=1, ulysses=1, docs=None, *,
                     causal=False, layout="strategy"):
     """The global token positions (NumPy int64, in local row order) that `rank` of `world` ranks
     holds: seq // world of them, as the C++ seqpar::local_positions. `causal` matters for
     strategy "wallfacer" (zigzag layout when causal); `docs` (document lengths) for
-    layout="balanced"."""
-    return _wallfacer.local_positions(
-        _int("seq", seq), _int("world", world), _int("rank", rank), _str("strategy", strategy),
-        _int("teams", teams), _int("ulysses", ulysses), _docs(docs), bool(causal),
-        _str("layout", layout))
+    layout="balanced". Give it the arguments the attention takes: an attention of this process
+    whose layout of `seq` tokens over `world` ranks differs from the latest one handed out here
+    raises ValueError instead of computing on misplaced rows."""
+    seq, world, rank = _int("seq", seq), _int("world", world), _int("rank", rank)
+    args = _LayoutArgs(_str("strategy", strategy), _int("teams", teams), _int("ulysses", ulysses),
+                       bool(causal), _docs(docs), _str("layout", layout))
+    pos = args.positions(seq, world, rank)
+    _handed_out[(seq, world)] = args
+    return pos
 
 
 def load_tokens(path):
@@ -196,6 +327,8 @@ class Attention:
     kv_heads, head_dim), C-contiguous float32 (dtype="fp32") or bfloat16 bits as uint16
     (dtype="bf16"), and returns o like q; `lse` (batch, heads, local_seq, float32) holds the
     forward's log-sum-exp. backward(dout) returns (dq, dk, dv) of the latest forward.
+    local_positions(seq) gives this rank's positions in the attention's layout; forward raises
+    ValueError when the latest wallfacer.local_positions for the sequence and ranks gave another.
     """
 
     def __init__(self, comm=None, strategy="wallfacer", teams=1, ulysses=1, causal=False,
@@ -206,13 +339,12 @@ class Attention:
                                     _int("ulysses", ulysses), bool(causal), _docs(docs), dtype,
                                     _str("layout", layout))
         if comm is None:
-            from mpi4py import MPI
-
-            comm = MPI.COMM_WORLD
+            comm = _need("mpi4py.MPI", "mpi4py", "python3-mpi4py", "mpi4py").COMM_WORLD
         if not hasattr(comm, "py2f"):
             raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
         impl.connect(comm.py2f())
         self._impl = impl
+        self._layout = _LayoutArgs(strategy, teams, ulysses, causal, _docs(docs), layout)
         self.dtype = dtype
         self.lse = None
         self._saved = None
@@ -225,8 +357,20 @@ class Attention:
     def size(self):
         return self._impl.size
 
+    def local_positions(self, seq):
+        """The global positions of the rows this rank holds in the attention's layout of `seq`
+        tokens: the rows forward takes (as wallfacer.local_positions with its arguments)."""
+        a = self._layout
+        return local_positions(seq, self.size, self.rank, a.strategy, a.teams, a.ulysses,
+                               a.docs, causal=a.causal, layout=a.layout)
+
+    def _check_layout(self, local_seq, call="wallfacer.Attention", docs=None):
+        args = self._layout if docs is None else self._layout._replace(docs=docs or None)
+        _check_layout(local_seq * self.size, self.size, args, call)
+
     def forward(self, q, k, v):
         q, k, v = _check_qkv(q, k, v, self.dtype)
+        self._check_layout(q.shape[1])
         o, lse = self._impl.forward(q, k, v)
         self._saved = (q, k, v, o, lse)
         self.lse = lse
@@ -243,7 +387,9 @@ class Attention:
 
     def set_documents(self, docs):
         """The document lengths of the following calls (collective; None: one document)."""
-        self._impl.set_documents(_docs(docs))
+        docs = _docs(docs)
+        self._impl.set_documents(docs)
+        self._layout = _LayoutArgs(*self._layout[:4], docs, self._layout.layout)
 
     def stats(self):
         """This rank's bytes, steps and milliseconds of the latest forward and backward."""

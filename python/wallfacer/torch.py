@@ -1,21 +1,25 @@
 """wallfacer.torch.attention: exact distributed attention as a differentiable PyTorch function.
 
-    from wallfacer.torch import attention
-    o = attention(q, k, v, strategy="wallfacer", teams=2, causal=True)
+    from wallfacer.torch import attention, local_positions
+    kw = dict(strategy="wallfacer", teams=2, causal=True)
+    pos = local_positions(seq, **kw)            # this rank's rows of the sequence
+    o = attention(q, k, v, **kw)
 
 q (batch, local_seq, heads, head_dim), k and v (batch, local_seq, kv_heads, head_dim): this rank's
-rows (wallfacer.local_positions order) as CPU tensors, float32 or bfloat16. Returns this rank's
-rows of the output; gradients flow to q, k and v. Every rank of `comm` (default MPI.COMM_WORLD)
+rows (local_positions order, with the attention's keywords) as CPU tensors, float32 or bfloat16.
+Returns this rank's rows of the output; gradients flow to q, k and v. Every rank of `comm` (default MPI.COMM_WORLD)
 calls it with the same arguments, and runs the backward in the same order. One
 wallfacer.Attention per communicator and configuration is kept and reused (docs/python.md).
 """
 
 import numpy as np
-import torch
 
-from . import Attention, _docs, _int, _str
+from . import Attention, _docs, _int, _need, _str
+from . import local_positions as _local_positions
 
-__all__ = ["attention"]
+torch = _need("torch", "PyTorch", "python3-torch", "torch")
+
+__all__ = ["attention", "local_positions"]
 
 _TORCH_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 _attentions = {}
@@ -36,20 +40,35 @@ def _tensor(a, dtype):
     return torch.from_numpy(a)
 
 
-def _attention_for(comm, strategy, teams, ulysses, causal, dtype):
+def _world(comm):
     if comm is None:
-        from mpi4py import MPI
+        comm = _need("mpi4py.MPI", "mpi4py", "python3-mpi4py", "mpi4py").COMM_WORLD
+    return comm
 
-        comm = MPI.COMM_WORLD
-    key = (id(comm), strategy, teams, ulysses, causal, dtype)
+
+def _attention_for(comm, strategy, teams, ulysses, causal, dtype, docs, layout):
+    comm = _world(comm)
+    key = (id(comm), strategy, teams, ulysses, causal, dtype, layout)
     attn = _attentions.get(key)
-    if attn is None:
+    # The balanced layout's documents decide where the rows go: new documents, a new Attention
+    # (the previous one lives on in the autograd graphs that still need it).
+    if attn is None or (layout == "balanced" and attn._layout.docs != (tuple(docs) if docs
+                                                                        else None)):
         attn = Attention(comm, strategy=strategy, teams=teams, ulysses=ulysses, causal=causal,
-                         dtype=dtype)
+                         dtype=dtype, docs=docs if layout == "balanced" else None, layout=layout)
         # The communicator's id is the key only while it lives: keep it with the Attention.
         _attentions[key] = attn
         attn._comm = comm
     return attn
+
+
+def local_positions(seq, *, comm=None, strategy, teams=1, ulysses=1, causal=False, docs=None,
+                    layout="strategy"):
+    """The global positions of the rows this rank of `comm` holds of `seq` tokens in the layout of
+    attention() with the same keywords: the rows attention() takes from this rank."""
+    comm = _world(comm)
+    return _local_positions(seq, comm.Get_size(), comm.Get_rank(), strategy, teams, ulysses, docs,
+                            causal=causal, layout=layout)
 
 
 class _Function(torch.autograd.Function):
@@ -85,8 +104,11 @@ def _check(name, t, dtype):
                          "head_dim)")
 
 
-def attention(q, k, v, *, comm=None, strategy, teams=1, ulysses=1, causal=False, docs=None):
-    """This rank's rows of exact attention over the sequence held by the ranks of `comm`."""
+def attention(q, k, v, *, comm=None, strategy, teams=1, ulysses=1, causal=False, docs=None,
+              layout="strategy"):
+    """This rank's rows of exact attention over the sequence held by the ranks of `comm`: the
+    rows local_positions(seq, ...) with the same keywords gives (ValueError when this process's
+    latest wallfacer.local_positions for this sequence and ranks gave another layout)."""
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor, not {type(q).__name__}")
     if q.dtype not in _TORCH_DTYPES:
@@ -99,6 +121,9 @@ def attention(q, k, v, *, comm=None, strategy, teams=1, ulysses=1, causal=False,
     if (k.shape[0], k.shape[1], k.shape[3]) != (q.shape[0], q.shape[1], q.shape[3]):
         raise ValueError(f"q has shape {tuple(q.shape)} and k {tuple(k.shape)}; they must agree "
                          "in batch, local_seq and head_dim")
+    docs = _docs(docs)
     attn = _attention_for(comm, _str("strategy", strategy), _int("teams", teams),
-                          _int("ulysses", ulysses), bool(causal), _TORCH_DTYPES[q.dtype])
-    return _Function.apply(q, k, v, attn, _docs(docs))
+                          _int("ulysses", ulysses), bool(causal), _TORCH_DTYPES[q.dtype], docs,
+                          _str("layout", layout))
+    attn._check_layout(q.shape[1], "wallfacer.torch.attention", tuple(docs) if docs else ())
+    return _Function.apply(q, k, v, attn, docs)

@@ -8,6 +8,16 @@ err() { echo "FAIL: $*"; fail=1; }
 
 "$wf" --help >/dev/null || err "wallfacer --help exited $?"
 "$wf" >/dev/null 2>&1; [ $? -eq 2 ] || err "wallfacer without a subcommand should exit 2"
+# An unknown subcommand: the same one line and exit 2 with or without --help (or --version).
+plain=$("$wf" NOSUCH 2>&1); rc=$?
+[ $rc -eq 2 ] || err "wallfacer NOSUCH exited $rc, expected 2"
+echo "$plain" | grep -q "unknown subcommand 'NOSUCH'" || err "wallfacer NOSUCH: $plain"
+for args in "NOSUCH --help" "--help NOSUCH" "NOSUCH -h" "NOSUCH --version"; do
+  # shellcheck disable=SC2086
+  out=$("$wf" $args 2>&1); rc=$?
+  [ $rc -eq 2 ] || err "wallfacer $args exited $rc, as wallfacer NOSUCH should 2"
+  [ "$out" = "$plain" ] || err "wallfacer $args printed '$out', not wallfacer NOSUCH's '$plain'"
+done
 
 subs=$("$wf" --help | awk '/^Subcommands:/{on=1;next} on && NF{print $1}')
 [ -n "$subs" ] || err "no subcommands listed by wallfacer --help"
