@@ -10,6 +10,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/safetensors.h"
 #include "wallfacer/model/hf_layout.h"
+#include "wallfacer/train/hf_config.h"
 
 namespace wallfacer::train {
 
@@ -17,102 +18,12 @@ namespace {
 
 using nlohmann::json;
 
-// An integer key in [lo, hi]; `fallback` when absent or null (nullopt: required).
-int64_t int_key(const json& j, const std::string& name, const char* key,
-                std::optional<int64_t> fallback, int64_t lo, int64_t hi) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    WF_USAGE_CHECK(fallback.has_value(), "{}: the key '{}' is missing", name, key);
-    return *fallback;
-  }
-  WF_USAGE_CHECK(it->is_number_integer(), "{}: '{}' is {}, not an integer", name, key, it->dump());
-  const int64_t v = it->get<int64_t>();
-  WF_USAGE_CHECK(v >= lo && v <= hi, "{}: '{}' is {}; it must be in [{}, {}]", name, key, v, lo,
-                 hi);
-  return v;
-}
-
-double num_key(const json& j, const std::string& name, const char* key,
-               std::optional<double> fallback) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    WF_USAGE_CHECK(fallback.has_value(), "{}: the key '{}' is missing", name, key);
-    return *fallback;
-  }
-  WF_USAGE_CHECK(it->is_number(), "{}: '{}' is {}, not a number", name, key, it->dump());
-  const double v = it->get<double>();
-  WF_USAGE_CHECK(std::isfinite(v), "{}: '{}' is not finite", name, key);
-  return v;
-}
-
-bool bool_key(const json& j, const std::string& name, const char* key, bool fallback) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  WF_USAGE_CHECK(it->is_boolean(), "{}: '{}' is {}, not true or false", name, key, it->dump());
-  return it->get<bool>();
-}
-
-HfClass class_of(const json& j, const std::string& name) {
-  static const std::map<std::string, HfClass> classes = {{"LlamaForCausalLM", HfClass::Llama},
-                                                         {"Qwen2ForCausalLM", HfClass::Qwen2},
-                                                         {"MistralForCausalLM", HfClass::Mistral}};
-  static const std::map<std::string, HfClass> types = {
-      {"llama", HfClass::Llama}, {"qwen2", HfClass::Qwen2}, {"mistral", HfClass::Mistral}};
-  const auto a = j.find("architectures");
-  if (a != j.end() && !a->is_null()) {
-    WF_USAGE_CHECK(a->is_array() && a->size() == 1 && (*a)[0].is_string(),
-                   "{}: 'architectures' is {}; give one class name", name, a->dump());
-    const std::string c = (*a)[0].get<std::string>();
-    const auto it = classes.find(c);
-    WF_USAGE_CHECK(it != classes.end(),
-                   "{}: the architecture '{}' is not supported (LlamaForCausalLM, "
-                   "Qwen2ForCausalLM and MistralForCausalLM are)",
-                   name, c);
-    return it->second;
-  }
-  const auto t = j.find("model_type");
-  WF_USAGE_CHECK(t != j.end() && t->is_string(),
-                 "{}: neither 'architectures' nor 'model_type' names the model", name);
-  const auto it = types.find(t->get<std::string>());
-  WF_USAGE_CHECK(it != types.end(),
-                 "{}: the model_type '{}' is not supported (llama, qwen2 and mistral are)", name,
-                 t->get<std::string>());
-  return it->second;
-}
-
-kernels::RopeScaling rope_scaling_of(const json& j, const std::string& name) {
-  kernels::RopeScaling rs;
-  const auto it = j.find("rope_scaling");
-  if (it == j.end() || it->is_null()) return rs;
-  WF_USAGE_CHECK(it->is_object(), "{}: 'rope_scaling' is {}, not an object or null", name,
-                 it->dump());
-  const json& r = *it;
-  std::string type;
-  for (const char* k : {"rope_type", "type"}) {
-    const auto t = r.find(k);
-    if (t != r.end() && t->is_string()) {
-      type = t->get<std::string>();
-      break;
-    }
-  }
-  WF_USAGE_CHECK(!type.empty(), "{}: 'rope_scaling' has no 'rope_type'", name);
-  if (type == "default") return rs;
-  const std::string where = name + " rope_scaling";
-  if (type == "linear") {
-    rs.type = kernels::RopeScalingType::Linear;
-    rs.factor = num_key(r, where, "factor", std::nullopt);
-  } else if (type == "llama3") {
-    rs.type = kernels::RopeScalingType::Llama3;
-    rs.factor = num_key(r, where, "factor", std::nullopt);
-    rs.low_freq_factor = num_key(r, where, "low_freq_factor", std::nullopt);
-    rs.high_freq_factor = num_key(r, where, "high_freq_factor", std::nullopt);
-    rs.original_max_position_embeddings =
-        int_key(r, where, "original_max_position_embeddings", std::nullopt, 1, int64_t(1) << 40);
-  } else {
-    throw UsageError(fmt::format(
-        "{}: the rope_scaling type '{}' is not supported (linear and llama3 are)", name, type));
-  }
-  return rs;
+// The class of a config.json that apply_hf_config accepted.
+HfClass class_of(const json& j) {
+  const std::string a = j.at("architectures")[0].get<std::string>();
+  return a == "Qwen2ForCausalLM"     ? HfClass::Qwen2
+         : a == "MistralForCausalLM" ? HfClass::Mistral
+                                     : HfClass::Llama;
 }
 
 }  // namespace
@@ -130,72 +41,10 @@ std::string_view hf_class_name(HfClass c) {
 }
 
 model::GptConfig gpt_config_from_hf(const json& j, const std::string& name, HfClass* cls_out) {
-  WF_USAGE_CHECK(j.is_object(), "{}: not a JSON object", name);
-  const HfClass cls = class_of(j, name);
-  if (cls_out) *cls_out = cls;
-  constexpr int64_t kBig = int64_t(1) << 30;
-  model::GptConfig m;
-  m.arch = model::Arch::Llama;
-  m.vocab = int(int_key(j, name, "vocab_size", std::nullopt, 2, int64_t(1) << 31));
-  m.dim = int(int_key(j, name, "hidden_size", std::nullopt, 2, kBig));
-  m.layers = int(int_key(j, name, "num_hidden_layers", std::nullopt, 1, 100000));
-  m.heads = int(int_key(j, name, "num_attention_heads", std::nullopt, 1, kBig));
-  m.kv_heads = int(int_key(j, name, "num_key_value_heads", m.heads, 1, kBig));
-  m.intermediate = int(int_key(j, name, "intermediate_size", std::nullopt, 1, kBig));
-  const int64_t head_dim = int_key(j, name, "head_dim", m.dim / m.heads, 1, kBig);
-  WF_USAGE_CHECK(m.dim % m.heads == 0 && head_dim == m.dim / m.heads,
-                 "{}: head_dim {} differs from hidden_size / num_attention_heads = {} / {}: not "
-                 "supported",
-                 name, head_dim, m.dim, m.heads);
-  const auto act = j.find("hidden_act");
-  WF_USAGE_CHECK(act == j.end() || (act->is_string() && act->get<std::string>() == "silu"),
-                 "{}: hidden_act {} is not supported (\"silu\" is)", name,
-                 act == j.end() ? "" : act->dump());
-  m.norm_eps = num_key(j, name, "rms_norm_eps", 1e-6);
-  m.rope_theta = num_key(j, name, "rope_theta", 10000.0);
-  m.rope_scaling = rope_scaling_of(j, name);
-  m.tie_embeddings = bool_key(j, name, "tie_word_embeddings", false);
-  m.qkv_bias = cls == HfClass::Qwen2;
-  if (cls == HfClass::Llama) {
-    WF_USAGE_CHECK(!bool_key(j, name, "attention_bias", false),
-                   "{}: attention_bias = true (a bias on o_proj too) is not supported", name);
-    WF_USAGE_CHECK(!bool_key(j, name, "mlp_bias", false), "{}: mlp_bias = true is not supported",
-                   name);
-  }
-  const auto sw = j.find("sliding_window");
-  const bool has_window = sw != j.end() && !sw->is_null();
-  if (cls == HfClass::Mistral && has_window) {
-    m.window = int_key(j, name, "sliding_window", std::nullopt, 1, int64_t(1) << 40);
-  } else if (cls == HfClass::Qwen2 && has_window &&
-             bool_key(j, name, "use_sliding_window", false)) {
-    const int64_t W = int_key(j, name, "sliding_window", std::nullopt, 1, int64_t(1) << 40);
-    std::vector<int64_t> windowed;
-    const auto lt = j.find("layer_types");
-    if (lt != j.end() && !lt->is_null()) {
-      WF_USAGE_CHECK(lt->is_array() && int64_t(lt->size()) == m.layers,
-                     "{}: 'layer_types' must list the {} layers", name, m.layers);
-      for (int l = 0; l < m.layers; ++l) {
-        const json& t = (*lt)[size_t(l)];
-        WF_USAGE_CHECK(t.is_string() && (t == "full_attention" || t == "sliding_attention"),
-                       "{}: layer_types[{}] is {} (full_attention or sliding_attention)", name, l,
-                       t.dump());
-        if (t == "sliding_attention") windowed.push_back(l);
-      }
-    } else {
-      const int64_t first = int_key(j, name, "max_window_layers", m.layers, 0, m.layers);
-      for (int64_t l = first; l < m.layers; ++l) windowed.push_back(l);
-    }
-    if (!windowed.empty()) {
-      m.window = W;
-      if (int64_t(windowed.size()) < m.layers) m.window_layers = windowed;
-    }
-  }
-  try {
-    m.validate();
-  } catch (const UsageError& e) {
-    throw UsageError(fmt::format("{}: a model wallfacer cannot hold: {}", name, e.what()));
-  }
-  return m;
+  TrainConfig c;
+  apply_hf_config(j.dump(), name, c);
+  if (cls_out) *cls_out = class_of(j);
+  return c.model;
 }
 
 TrainConfig hf_train_config(const model::GptConfig& m, const json& j) {

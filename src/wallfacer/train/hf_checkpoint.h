@@ -4,18 +4,7 @@
 // and the safetensors tensors onto the parameter arena of gpt_param_tensors and back
 // (model/hf_layout.h: names, and the q/k row permutation between the two rotary layouts).
 //
-// What config.json gives, and where it goes:
-//   vocab_size, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads
-//   (default: the heads), intermediate_size -> model.vocab, dim, layers, heads, kv_heads,
-//   intermediate; rms_norm_eps (default 1e-6) -> model.norm_eps; rope_theta (default 10000);
-//   rope_scaling (null, or rope_type / type "default", "linear", "llama3") -> model.rope_scaling;
-//   tie_word_embeddings (default false) -> model.tie_embeddings; Qwen2 -> model.qkv_bias;
-//   Mistral's sliding_window -> model.window on every layer; Qwen2's use_sliding_window,
-//   sliding_window and layer_types (or, without them, the layers from max_window_layers on) ->
-//   model.window and model.window_layers, as transformers applies them.
-// Refused (UsageError naming the key): another architecture, hidden_act other than "silu", a
-// head_dim other than hidden_size / num_attention_heads, Llama's attention_bias or mlp_bias, any
-// other rope_scaling type.
+// config.json is read by apply_hf_config (train/hf_config.h), which names what it refuses.
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -28,12 +17,12 @@
 
 namespace wallfacer::train {
 
-// The Hugging Face class that a config.json names (its architectures, else its model_type).
+// The Hugging Face class that a config.json names in its architectures.
 enum class HfClass { Llama, Qwen2, Mistral };
 std::string_view hf_class_name(HfClass c);  // "LlamaForCausalLM", ...
 
-// config.json (parsed; `name` for messages) -> the model it describes; UsageError when it names
-// anything else. `cls`, when given, receives its class.
+// config.json (parsed; `name` for messages) -> the model it describes (apply_hf_config);
+// UsageError when it names anything else. `cls`, when given, receives its class.
 model::GptConfig gpt_config_from_hf(const nlohmann::json& j, const std::string& name,
                                     HfClass* cls = nullptr);
 
