@@ -93,6 +93,7 @@ for t in range(n):
     total += m + math.log(sum(math.exp(x - m) for x in row)) - row[tok[t + 1]]
 print(json.dumps({"loss": total / n}), file=open(f"{work}/prefix.json", "w"))
 save(f"{work}/big-id.npy", [1, 2, 300, 4])
+save(f"{work}/small-ids.npy", [5, 17, 200, 3, 44, 9, 120])
 PY
 # score_close NAME WANT NP ARGS...: score --json on NP ranks within 1e-5 (relative) of WANT.
 score_close() {
@@ -125,4 +126,10 @@ expect_error 2 "score: an id past the vocabulary" "id 300 at index 2" \
   mpi 2 score --ckpt "$work/llama3-b" --tokens "$work/big-id.npy"
 expect_error 2 "score: a layout that does not fit" "heads" \
   mpi 4 score --ckpt "$work/llama3-b" --tokens "$hf/llama3/tokens.npy" --strategy ulysses
+# A GPT checkpoint: score takes it, export-hf refuses it.
+run gpt 1 train.steps=1 train.ckpt_every=1 train.eval_every=0
+out=$(mpi 2 score --ckpt "$work/gpt" --tokens "$work/small-ids.npy" --json 2>&1) ||
+  err "score of a GPT checkpoint: $out"
+expect_error 2 "export-hf of a GPT checkpoint" "not a model.arch = 'llama'" \
+  "$wf" export-hf "$work/gpt" --out "$work/gpt-hf"
 exit $fail

@@ -104,8 +104,16 @@ json hf_config_json(const model::GptConfig& m, HfClass cls, const json& base, in
   j["rms_norm_eps"] = m.norm_eps;
   j["rope_theta"] = m.rope_theta;
   j["tie_word_embeddings"] = m.tie_embeddings;
-  if (!j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer())
-    j["max_position_embeddings"] = seq;
+  if (!j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer()) {
+    // llama3 scaling extends original_max_position_embeddings by its factor (transformers warns
+    // when the original is not below max_position_embeddings).
+    int64_t longest = seq;
+    if (m.rope_scaling.type == kernels::RopeScalingType::Llama3)
+      longest = std::max(
+          longest, int64_t(std::llround(double(m.rope_scaling.original_max_position_embeddings) *
+                                        m.rope_scaling.factor)));
+    j["max_position_embeddings"] = longest;
+  }
   j["dtype"] = dtype == Dtype::bf16 ? "bfloat16" : "float32";
   j["torch_dtype"] = j["dtype"];
   const auto& rs = m.rope_scaling;

@@ -37,7 +37,8 @@ TrainConfig hf_train_config(const model::GptConfig& m, const nlohmann::json& j);
 HfClass hf_class_for(const model::GptConfig& m, const HfClass* prefer);
 
 // config.json of the model: `base` (the imported config.json, or an empty object) with every key
-// the model sets replaced, for class `cls`. max_position_embeddings: base's, else `seq`.
+// the model sets replaced, for class `cls`. max_position_embeddings: base's, else `seq` (with
+// llama3 scaling at least original_max_position_embeddings x factor).
 nlohmann::json hf_config_json(const model::GptConfig& m, HfClass cls, const nlohmann::json& base,
                               int64_t seq, Dtype dtype);
 
