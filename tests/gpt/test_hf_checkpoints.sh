@@ -20,10 +20,48 @@ for f in llama3 mistral qwen2-window; do
   grep -q "\"architectures\"" "$work/$f-hf/config.json" || err "$f: no architectures in config.json"
   echo "ok: $f import -> export -> import identical"
 done
+# A sharded set (model.safetensors.index.json and two shards, written by Python's json and struct
+# from the fixture's file) imports as the single file does.
+mkdir -p "$work/sharded"
+python3 - "$hf/llama3" "$work/sharded" <<'PY' || err "the sharded set could not be made"
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+raw = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+names = [k for k in head if k != "__metadata__"]
+halves = [names[: len(names) // 2], names[len(names) // 2:]]
+weight_map = {}
+for i, part in enumerate(halves):
+    file = "model-%05d-of-00002.safetensors" % (i + 1)
+    h, body = {}, b""
+    for k in part:
+        b, e = head[k]["data_offsets"]
+        h[k] = {"dtype": head[k]["dtype"], "shape": head[k]["shape"],
+                "data_offsets": [len(body), len(body) + e - b]}
+        body += data[b:e]
+        weight_map[k] = file
+    hj = json.dumps(h).encode()
+    open(dst + "/" + file, "wb").write(struct.pack("<Q", len(hj)) + hj + body)
+json.dump({"metadata": {}, "weight_map": weight_map}, open(dst + "/model.safetensors.index.json", "w"))
+open(dst + "/config.json", "w").write(open(src + "/config.json").read())
+PY
+"$wf" import-hf "$work/sharded" --out "$work/sharded-run" >/dev/null || err "import of the sharded set"
+cmp -s "$work/sharded-run/ckpt/step-0/state.bin" "$work/llama3-b/ckpt/step-0/state.bin" ||
+  err "the sharded set imports other weights"
+echo "ok: a sharded set imports as the single file"
+
 # bf16 export: half the bytes of the weights.
 "$wf" export-hf "$work/llama3-a/ckpt/step-0" --out "$work/llama3-bf16" --dtype bf16 >/dev/null ||
   err "export bf16"
 grep -q '"dtype": "bfloat16"' "$work/llama3-bf16/config.json" || err "bf16 config.json"
+# BF16 weights import exactly: their export in bf16 is the same file again.
+"$wf" import-hf "$work/llama3-bf16" --out "$work/bf16-run" >/dev/null || err "import of bf16 weights"
+"$wf" export-hf "$work/bf16-run" --out "$work/bf16-again" --dtype bf16 >/dev/null || err "export bf16 again"
+cmp -s "$work/llama3-bf16/model.safetensors" "$work/bf16-again/model.safetensors" ||
+  err "bf16 weights changed through import and export"
+echo "ok: bf16 weights import and export unchanged"
 
 # The imported run continues: 2 steps on 2 ranks, training settings changed with --set.
 mpi 2 train --config "$work/llama3-a/config.toml" --out "$work/llama3-a" --resume --progress none \

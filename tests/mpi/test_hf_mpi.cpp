@@ -4,7 +4,8 @@
 // x zigzag; llama-docs with its packed documents in the balanced layout and the strategy's), the
 // logits gathered from the ranks and the loss within 1e-5 of transformers', every gradient
 // (all-reduced over the ranks) within 1e-4, relative to the largest value (per tensor for the
-// gradients). Layouts a rank count cannot hold are skipped and named: WallFacer C = 2 needs 4
+// gradients); one layout also in bf16, within the bf16 bounds of docs/models.md. Layouts a
+// rank count cannot hold are skipped and named: WallFacer C = 2 needs 4
 // ranks, Ulysses alone needs the 2 kv heads divisible by P. Argument: nothing (every fixture), or
 // one fixture's name.
 #include <cmath>
@@ -57,7 +58,13 @@ int main(int argc, char** argv) {
     const int64_t S = f.seq;
     const int V = f.model.vocab;
     const bool docs = !f.doc_lengths.empty();
-    for (const Layout& lay : layouts(P)) {
+    const std::vector<Layout> lays = layouts(P);
+    // fp32 in every layout; bf16 in one: the hybrid on 4 ranks, zigzag on 2, ring on 1.
+    const std::string bf16_layout = P >= 4 ? "ulysses 2 x zigzag" : P == 2 ? "zigzag" : "ring";
+    for (size_t li = 0; li < 2 * lays.size(); ++li) {
+      const Layout& lay = lays[li % lays.size()];
+      const Dtype dtype = li < lays.size() ? Dtype::fp32 : Dtype::bf16;
+      if (dtype == Dtype::bf16 && lay.name != bf16_layout) continue;
       for (const char* layout :
            docs ? std::vector<const char*>{"balanced", "strategy"} : std::vector<const char*>{""}) {
         train::TrainConfig cfg;
@@ -65,14 +72,15 @@ int main(int argc, char** argv) {
         cfg.seq = S;
         cfg.batch = B;
         cfg.sp = P;
-        cfg.dtype = Dtype::fp32;
+        cfg.dtype = dtype;
         for (const auto& s : lay.sets) cfg.set(s);
         if (docs) {
           cfg.set("train.packing=documents");
           cfg.set(std::string("parallel.layout=") + layout);
         }
         const std::string what =
-            fmt::format("{} P={} {}{}{}", name, P, lay.name, docs ? ", layout " : "", layout);
+            fmt::format("{} P={} {}{}{}{}", name, P, lay.name, docs ? ", layout " : "", layout,
+                        dtype == Dtype::bf16 ? ", bf16" : "");
         try {
           cfg.validate(P);
         } catch (const UsageError& e) {
@@ -108,9 +116,13 @@ int main(int argc, char** argv) {
         std::string worst;
         const double ge =
             testing::hf_tensors_error(f, run.model().grads(), f.dir + "/grads.safetensors", &worst);
-        testing::check(le <= 1e-5, fmt::format("{}: logits {:.3g}", what, le));
-        testing::check(lo <= 1e-5, fmt::format("{}: loss {} vs {}", what, loss, f.loss));
-        testing::check(ge <= 1e-4, fmt::format("{}: gradient of {} {:.3g}", what, worst, ge));
+        // bf16: the bounds of HfFixtureTest.Bf16WithinDocumentedBounds (docs/models.md).
+        const bool bf = dtype == Dtype::bf16;
+        testing::check(le <= (bf ? 3e-2 : 1e-5), fmt::format("{}: logits {:.3g}", what, le));
+        testing::check(lo <= (bf ? 5e-3 : 1e-5),
+                       fmt::format("{}: loss {} vs {}", what, loss, f.loss));
+        testing::check(ge <= (bf ? 4e-2 : 1e-4),
+                       fmt::format("{}: gradient of {} {:.3g}", what, worst, ge));
         if (rank == 0)
           std::printf("%s: logits %.2e, loss %.2e, gradients %.2e (%s)\n", what.c_str(), le, lo, ge,
                       worst.c_str());
