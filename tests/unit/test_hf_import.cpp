@@ -76,10 +76,14 @@ TEST_P(HfFixtureTest, LogitsLossAndGradientsMatchTransformers) {
 }
 
 // torch.optim.AdamW, one step from zero state: lr, betas, eps, weight decay of
-// loss_after_adamw.json, decay on the matrices (ParamTensor::decay) as the fixture's rule.
+// loss_after_adamw.json, decay on the matrices (ParamTensor::decay) as the fixture's rule. The
+// step takes torch's gradients (grads.safetensors; ours match them within 1e-4 above): in a first
+// step m / sqrt(v) is the sign of each gradient element, and the few elements within rounding
+// noise of 0 would take either sign (tests/golden/hf/README.md), moving by 2 lr and the loss after
+// the step by up to 1.2e-5 (llama3, measured) whatever the optimizer. With the same gradients every
+// weight is compared.
 TEST_P(HfFixtureTest, OneAdamWStepMatchesTorch) {
   const HfFixture f = load_hf_fixture(GetParam());
-  const FixtureRun r = run_fixture(f, Dtype::fp32);
   const auto& a = f.adamw;
   train::AdamWConfig oc;
   oc.beta1 = a.at("betas")[0].get<float>();
@@ -87,37 +91,37 @@ TEST_P(HfFixtureTest, OneAdamWStepMatchesTorch) {
   oc.eps = a.at("eps").get<float>();
   oc.weight_decay = a.at("weight_decay").get<float>();
   const auto tensors = model::gpt_param_tensors(f.model);
-  train::AdamW opt(tensors, int64_t(r.params.size()), oc);
-  std::vector<float> p = r.params;
-  opt.update(p.data(), r.grads.data(), a.at("lr").get<float>());
+  std::map<std::string, int64_t> offset;
+  for (const auto& t : tensors) offset[t.name] = t.offset;
+  // torch's gradients in our arena.
+  std::vector<float> grads(f.params.size(), 0.0f);
+  const auto torch_grads = safetensors::Reader::open_file(f.dir + "/grads.safetensors");
+  for (const auto& t : model::hf_tensors(f.model)) {
+    const std::vector<float> g = torch_grads.read_f32(t.hf_name);
+    model::hf_import(t, g.data(), grads.data() + offset.at(t.tensor));
+  }
+  train::AdamW opt(tensors, int64_t(f.params.size()), oc);
+  std::vector<float> p = f.params;
+  opt.update(p.data(), grads.data(), a.at("lr").get<float>());
   const FixtureRun after = run_fixture(f, Dtype::fp32, Checkpointing::None, &p);
   const double want = a.at("loss_after").get<double>();
   EXPECT_LE(std::fabs(after.loss - want) / want, 1e-5) << after.loss << " vs " << want;
-  // The weights after the step, where the gradient is well above its rounding noise (1e-3 of
-  // the tensor's largest; below it the sign of m / sqrt(v) is noise: tests/golden/hf/README.md).
   const auto ref = safetensors::Reader::open_file(f.dir + "/adamw_weights.safetensors");
-  std::map<std::string, int64_t> offset;
-  for (const auto& t : tensors) offset[t.name] = t.offset;
   int compared = 0;
+  double worst = 0;
   for (const auto& t : model::hf_tensors(f.model)) {
     if (!ref.has(t.hf_name)) continue;
     const std::vector<float> w = ref.read_f32(t.hf_name);
-    std::vector<float> ours(w.size()), g(w.size());
+    std::vector<float> ours(w.size());
     model::hf_export(t, p.data() + offset.at(t.tensor), ours.data());
-    model::hf_export(t, r.grads.data() + offset.at(t.tensor), g.data());
-    float gmax = 0, wmax = 0;
-    for (size_t i = 0; i < w.size(); ++i) {
-      gmax = std::max(gmax, std::fabs(g[i]));
-      wmax = std::max(wmax, std::fabs(w[i]));
-    }
-    double worst = 0;
-    for (size_t i = 0; i < w.size(); ++i)
-      if (std::fabs(g[i]) > 1e-3f * gmax)
-        worst = std::max(worst, std::fabs(double(ours[i]) - w[i]) / wmax);
-    EXPECT_LE(worst, 1e-6) << t.hf_name;
+    const double e = rel_error(ours.data(), w.data(), int64_t(w.size()));
+    EXPECT_LE(e, 1e-6) << t.hf_name;
+    worst = std::max(worst, e);
     ++compared;
   }
   EXPECT_GE(compared, 2);
+  std::printf("%s: one AdamW step: loss after %.8f, torch %.8f (%.2e); weights %.2e\n", GetParam(),
+              after.loss, want, std::fabs(after.loss - want) / want, worst);
 }
 
 // bf16 (products and stored activations) against transformers' fp32: the loss within 0.5% (the
