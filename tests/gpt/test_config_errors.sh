@@ -28,6 +28,13 @@ expect2 "window layer" "model.window_layers names layer 2, but the model has lay
 expect2 "window layers without window" "model.window_layers needs model.window > 0" "$wf" "${t[@]}" --set "model.window_layers=[0]"
 expect2 "window layers type" "model.window_layers expects an integer, got 'x'" "$wf" "${t[@]}" --set model.window=8 --set "model.window_layers=[x]"
 expect2 "dit window" "model.window is for the GPT" "$wf" "${t[@]}" "${dit[@]}" --set model.window=8
+expect2 "bad arch" "model.arch must be 'gpt', 'llama' or 'dit' (got 'mamba')" "$wf" "${t[@]}" --set model.arch=mamba
+expect2 "rope scaling type" "model.rope_scaling.type 'yarn' is not supported" "$wf" "${t[@]}" --set model.arch=llama --set model.rope_scaling.type=yarn
+printf '[model]\narch = "llama"\nrope_scaling = { type = "dynamic", factor = 2.0 }\n[data]\ndir = "x"\n' > "$work/rope.toml"
+expect2 "rope scaling type in file" "model.rope_scaling.type 'dynamic' is not supported" "$wf" train --config "$work/rope.toml" --out "$work/out"
+expect2 "llama3 factors" "model.rope_scaling.low_freq_factor (4) must be > 0 and below" "$wf" "${t[@]}" --set model.arch=llama --set model.rope_scaling.type=llama3 --set model.rope_scaling.low_freq_factor=4
+expect2 "norm_eps of the GPT" "model.norm_eps = 1e-06 applies to model.arch = 'llama'" "$wf" "${t[@]}" --set model.norm_eps=1e-6
+expect2 "llama dit" "model.kind = 'dit' contradicts model.arch = 'llama'" "$wf" "${t[@]}" --set model.arch=llama --set model.kind=dit
 expect2 "heads" "model.kv_heads" "$wf" "${t[@]}" --set model.kv_heads=3
 expect2 "sp does not divide P" "parallel.sp = 3" mpi 2 "${t[@]}" --set parallel.sp=3
 expect2 "seq not divisible" "train.seq = 63" mpi 2 "${t[@]}" --set parallel.sp=2 --set train.seq=63

@@ -37,6 +37,18 @@ run bf16_p4 4 train.dtype=bf16 parallel.sp=4 parallel.strategy=zigzag parallel.c
 run bf16_p1 1 train.dtype=bf16
 within bf16_p1 bf16_p4 2e-4 5
 
+# model.arch = "llama" in bf16: within the bf16 bound of its fp32 run, and P = 1 against P = 4
+# (WallFacer C = 2) within 2e-4.
+llama=(model.arch=llama model.intermediate=48 model.tie_embeddings=false model.qkv_bias=true
+  model.kv_heads=2 model.rope_scaling.type=linear model.rope_scaling.factor=2)
+run llama_fp32 1 "${llama[@]}" train.steps=30
+run llama_bf16 1 "${llama[@]}" train.steps=30 train.dtype=bf16
+within llama_fp32 llama_bf16 0.005 30
+run llama_bf16_p1 1 "${llama[@]}" train.dtype=bf16
+run llama_bf16_p4 4 "${llama[@]}" train.dtype=bf16 parallel.sp=4 parallel.strategy=wallfacer \
+  parallel.teams=2 parallel.checkpointing=attention
+within llama_bf16_p1 llama_bf16_p4 2e-4 5
+
 # Interrupted after step 3 and resumed: the same losses bit for bit.
 ckpt=(train.steps=6 train.ckpt_every=3 train.dtype=bf16 parallel.sp=2 parallel.strategy=zigzag)
 run resume 2 "${ckpt[@]}"

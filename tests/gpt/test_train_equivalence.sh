@@ -31,6 +31,28 @@ run p4_gqa_keep_kv 4 model.kv_heads=2 parallel.sp=4 parallel.strategy=wallfacer 
 close p1_gqa p4_gqa
 close p1_gqa p4_gqa_keep_kv
 
+# model.arch = "llama" (RMSNorm, SwiGLU, untied head, q/k/v biases, llama3 rope scaling, GQA, a
+# windowed layer): the same losses on 1 and 4 ranks for every strategy.
+LLAMA=(model.arch=llama model.intermediate=48 model.norm_eps=1e-6 model.tie_embeddings=false
+  model.qkv_bias=true model.rope_theta=500 model.rope_scaling.type=llama3 model.rope_scaling.factor=4
+  model.rope_scaling.original_max_position_embeddings=32 model.window=24 model.window_layers=1)
+run p1_llama 1 "${LLAMA[@]}" model.kv_heads=2 train.ckpt_every=5
+run p4_llama_ring 4 "${LLAMA[@]}" model.kv_heads=2 parallel.sp=4 parallel.strategy=ring
+run p4_llama_zigzag 4 "${LLAMA[@]}" model.kv_heads=2 parallel.sp=4 parallel.strategy=zigzag \
+  parallel.checkpointing=attention
+run p4_llama_wallfacer 4 "${LLAMA[@]}" model.kv_heads=2 parallel.sp=4 parallel.strategy=wallfacer \
+  parallel.teams=2
+run p4_llama_hybrid 4 "${LLAMA[@]}" model.kv_heads=2 parallel.sp=4 parallel.strategy=zigzag \
+  parallel.ulysses=2
+run p1_llama_mha 1 "${LLAMA[@]}"
+run p4_llama_ulysses 4 "${LLAMA[@]}" parallel.sp=4 parallel.strategy=ulysses
+for r in p4_llama_ring p4_llama_zigzag p4_llama_wallfacer p4_llama_hybrid; do close p1_llama $r; done
+close p1_llama_mha p4_llama_ulysses
+losses "$work/p1_llama" | awk 'NR==1{a=$1} NR==5{b=$1} END{exit !(b < a)}' ||
+  err "llama loss did not drop"
+grep -q 'arch = .*llama' "$work/p1_llama/ckpt/step-5/manifest.json" ||
+  err "the llama checkpoint does not record model.arch"
+
 # Training moves: the loss of step 5 is below that of step 1.
 losses "$work/p1" | awk 'NR==1{a=$1} NR==5{b=$1} END{exit !(b < a)}' || err "loss did not drop"
 grep -q '"val_loss"' "$work/p1/metrics.jsonl" || err "no val_loss in metrics"

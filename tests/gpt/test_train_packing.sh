@@ -53,6 +53,17 @@ resume_same resume 4 "${d[@]}" parallel.sp=4 parallel.strategy=zigzag
 run p1_bf16 1 "${d[@]}" train.dtype=bf16
 run p4_bf16 4 "${d[@]}" train.dtype=bf16 parallel.sp=4 parallel.strategy=zigzag
 within p1_bf16 p4_bf16 2e-4 5
+# model.arch = "llama" with documents in the balanced layout: P = 1 against P = 4 (WallFacer C = 2
+# and a Ulysses x zigzag hybrid).
+llama=(model.arch=llama model.intermediate=48 model.tie_embeddings=false model.qkv_bias=true
+  model.kv_heads=2 model.rope_scaling.type=llama3 model.rope_scaling.factor=4
+  model.rope_scaling.original_max_position_embeddings=32)
+run p1_llama 1 "${d[@]}" "${llama[@]}"
+run p4_llama_wallfacer 4 "${d[@]}" "${llama[@]}" parallel.sp=4 parallel.strategy=wallfacer \
+  parallel.teams=2
+run p4_llama_hybrid 4 "${d[@]}" "${llama[@]}" parallel.sp=4 parallel.strategy=zigzag parallel.ulysses=2
+within p1_llama p4_llama_wallfacer 1e-4 5
+within p1_llama p4_llama_hybrid 1e-4 5
 # The documents change the computation: step 1 (same parameters) differs from "none".
 paste <(losses "$work/p1_none" | head -1) <(losses "$work/p1_docs" | head -1) |
   awk '{ d = ($2 - $1) / $1; if (d < 0) d = -d; exit !(d > 1e-6) }' ||

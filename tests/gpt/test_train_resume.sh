@@ -37,4 +37,25 @@ out=$(mpi 2 train "${cfg[@]}" --out "$work/run" --resume 2>&1); rc=$?
 echo "$out" | grep -q "state.bin' is truncated" || err "no clear truncation error: $out"
 echo "$out" | grep -q "^step 4" && err "training continued from a truncated checkpoint"
 echo "ok: truncated checkpoint refused: $(echo "$out" | grep -m1 truncated)"
+
+# model.arch = "llama": the checkpoint records the architecture and its settings; resume is
+# bit-identical and sample decodes with the llama blocks.
+llama=("${cfg[@]}" --set model.arch=llama --set model.intermediate=40 --set model.norm_eps=1e-6
+       --set model.tie_embeddings=false --set model.qkv_bias=true --set model.kv_heads=2
+       --set model.rope_scaling.type=linear --set model.rope_scaling.factor=2)
+mpi 2 train "${llama[@]}" --out "$work/llama" >"$work/llama.log" 2>&1 ||
+  { err "llama training failed"; cat "$work/llama.log"; }
+grep -q 'arch = .*llama' "$work/llama/ckpt/step-3/manifest.json" ||
+  err "the llama checkpoint does not record model.arch"
+cp "$work/llama/metrics.jsonl" "$work/llama_full.jsonl"
+rm -rf "$work/llama/ckpt/step-6"
+mpi 2 train "${llama[@]}" --out "$work/llama" --resume >"$work/llama_resume.log" 2>&1 ||
+  { err "llama resume failed"; cat "$work/llama_resume.log"; }
+a=$(sed -E 's/.*"loss":([^,}]*).*/\1/' "$work/llama_full.jsonl" | tail -3 | tr '\n' ' ')
+b=$(losses "$work/llama" | tail -3 | tr '\n' ' ')
+if [ "$a" == "$b" ]; then echo "ok: llama resumed losses identical: $b"; else err "llama resumed losses differ: '$a' vs '$b'"; fi
+out=$("$wf" sample --ckpt "$work/llama" --prompt "Verse" --tokens 30 --temperature 0.5) ||
+  err "llama sample exited $?"
+[[ "$out" == Verse* ]] && [ ${#out} -gt 10 ] || err "llama sample printed '$out'"
+echo "ok: llama sample: $(echo "$out" | head -1)"
 exit $fail

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -201,13 +202,22 @@ namespace wallfacer::model {
 namespace {
 
 // The KV-cache decoder gives, token by token, the logits the full forward gives for the sequence;
-// also with a sliding window (model.window) on every layer and on layer 1 only.
+// also with a sliding window (model.window) on every layer and on layer 1 only, and for
+// model.arch = "llama" (RMSNorm, SwiGLU, untied head, q/k/v biases, llama3 rope scaling).
 TEST(GptDecoder, MatchesFullForward) {
   const GptConfig base{.vocab = 257, .layers = 2, .dim = 32, .heads = 4, .kv_heads = 2};
+  GptConfig llama = base;
+  llama.arch = Arch::Llama;
+  llama.intermediate = 40;
+  llama.norm_eps = 1e-6;
+  llama.tie_embeddings = false;
+  llama.qkv_bias = true;
+  llama.rope_scaling = {kernels::RopeScalingType::Llama3, 4.0, 1.0, 4.0, 16};
   const int T = 19;
-  for (const auto& [window, layers] :
-       std::vector<std::pair<int64_t, std::vector<int64_t>>>{{0, {}}, {5, {}}, {5, {1}}}) {
-    GptConfig cfg = base;
+  for (const auto& [arch, window, layers] :
+       std::vector<std::tuple<Arch, int64_t, std::vector<int64_t>>>{
+           {Arch::Gpt, 0, {}}, {Arch::Gpt, 5, {}}, {Arch::Gpt, 5, {1}}, {Arch::Llama, 5, {1}}}) {
+    GptConfig cfg = arch == Arch::Llama ? llama : base;
     cfg.window = window;
     cfg.window_layers = layers;
     LocalAttention attn(1, T, cfg.heads, cfg.kv_heads, cfg.head_dim());
@@ -231,8 +241,8 @@ TEST(GptDecoder, MatchesFullForward) {
       }
     }
     EXPECT_GT(scale, 0.1);
-    EXPECT_LE(worst, 1e-4 * scale)
-        << "max logit error " << worst << " of " << scale << ", window " << window;
+    EXPECT_LE(worst, 1e-4 * scale) << "max logit error " << worst << " of " << scale << ", window "
+                                   << window << ", " << arch_name(arch);
     EXPECT_EQ(dec.position(), T);
     EXPECT_THROW(dec.step(1), Error);  // cache full
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "isa_levels.h"
+#include "ops_testing.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/kernels/reference/ops_ref.h"
@@ -17,21 +18,9 @@ namespace {
 
 using ref::Vec;
 
-std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-Vec to_d(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
-
-void expect_close(const std::vector<float>& got, const Vec& want, double atol, double rtol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << "at " << i;
-  }
-}
+using testing::expect_close;
+using testing::randn;
+using testing::to_d;
 
 TEST(Ops, MatmulForwardBackward) {
   const int64_t N = 37;
@@ -83,19 +72,9 @@ TEST(Ops, LayerNormForwardBackward) {
   expect_close(db, rdb, 1e-4, 1e-4);
 
   // The hand-derived reference backward agrees with central differences of sum(dy * ln(x)).
-  auto obj = [&](const Vec& xx) {
-    Vec out = ref::layernorm(xx, to_d(w), to_d(b), N, C, kLayerNormEps);
-    double s = 0;
-    for (size_t i = 0; i < out.size(); ++i) s += out[i] * dy[i];
-    return s;
-  };
-  Vec xd = to_d(x);
-  for (size_t i : {size_t(0), size_t(77), size_t(N * C - 1)}) {
-    Vec xp = xd, xm = xd;
-    xp[i] += 1e-6;
-    xm[i] -= 1e-6;
-    EXPECT_NEAR((obj(xp) - obj(xm)) / 2e-6, rdx[i] - 0.5, 1e-5);
-  }
+  auto f = [&](const Vec& xx) { return ref::layernorm(xx, to_d(w), to_d(b), N, C, kLayerNormEps); };
+  for (size_t i : {size_t(0), size_t(77), size_t(N * C - 1)})
+    EXPECT_NEAR(testing::central_difference(f, dy, to_d(x), i), rdx[i] - 0.5, 1e-5);
 }
 
 TEST(Ops, Gelu) {

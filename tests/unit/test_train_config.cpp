@@ -290,3 +290,66 @@ TEST(TrainConfig, DitClipShapesAreBounded) {
 
 }  // namespace
 }  // namespace wallfacer::train
+
+namespace wallfacer::train {
+namespace {
+
+// model.arch: "llama" is a text model with its own keys; "dit" is model.kind = "dit"; a config
+// with model.kind only keeps its meaning; model.rope_scaling reads as a TOML table or by --set,
+// and the TOML a checkpoint records reads back to the same values.
+TEST(TrainConfig, LlamaArchAndRopeScaling) {
+  TrainConfig c = TrainConfig::from_toml(
+      "[model]\narch = \"llama\"\nintermediate = 96\nnorm_eps = 1e-6\ntie_embeddings = false\n"
+      "qkv_bias = true\nrope_theta = 500000.0\n"
+      "rope_scaling = { type = \"llama3\", factor = 8.0, low_freq_factor = 1.0, "
+      "high_freq_factor = 4.0, original_max_position_embeddings = 8192 }\n"
+      "[data]\ndir = \"d\"\n",
+      "l.toml");
+  EXPECT_EQ(c.kind, ModelKind::Gpt);
+  EXPECT_EQ(c.model.arch, model::Arch::Llama);
+  EXPECT_EQ(c.model.intermediate, 96);
+  EXPECT_EQ(c.model.norm_eps, 1e-6);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_TRUE(c.model.qkv_bias);
+  EXPECT_EQ(c.model.rope_scaling.type, kernels::RopeScalingType::Llama3);
+  EXPECT_EQ(c.model.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.model.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_NO_THROW(c.validate(1));
+  const TrainConfig back = TrainConfig::from_toml(c.to_toml(), "back.toml");
+  EXPECT_TRUE(back.changes_from(c).empty()) << c.to_toml();
+  EXPECT_EQ(back.model.arch, model::Arch::Llama);
+  EXPECT_EQ(back.model.rope_scaling.type, kernels::RopeScalingType::Llama3);
+
+  c.set("model.rope_scaling.type=linear");
+  c.set("model.rope_scaling.factor=2");
+  EXPECT_EQ(c.model.rope_scaling.type, kernels::RopeScalingType::Linear);
+  EXPECT_EQ(c.model.rope_scaling.factor, 2.0);
+  EXPECT_FALSE(TrainConfig::is_shape_key("model.rope_scaling.factor"));
+  EXPECT_TRUE(TrainConfig::is_shape_key("model.arch"));
+  EXPECT_TRUE(TrainConfig::is_shape_key("model.intermediate"));
+
+  // Any other rope scaling type: one line naming it.
+  EXPECT_NE(usage_error([&] { c.set("model.rope_scaling.type=yarn"); }).find("'yarn'"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] {
+              TrainConfig::from_toml(
+                  "[model]\narch = \"llama\"\nrope_scaling = { type = \"dynamic\" }\n", "x.toml");
+            }).find("'dynamic'"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] { c.set("model.arch=mamba"); }).find("'mamba'"), std::string::npos);
+
+  // The GPT and the DiT as before: model.kind alone, or model.arch.
+  TrainConfig g = TrainConfig::from_toml("[model]\nkind = \"gpt\"\n[data]\ndir = \"d\"\n", "g");
+  EXPECT_EQ(g.model.arch, model::Arch::Gpt);
+  TrainConfig d = TrainConfig::from_toml("[model]\narch = \"dit\"\n", "d");
+  EXPECT_EQ(d.kind, ModelKind::Dit);
+  TrainConfig d2 = TrainConfig::from_toml("[model]\nkind = \"dit\"\n", "d2");
+  EXPECT_EQ(d2.kind, ModelKind::Dit);
+  EXPECT_TRUE(TrainConfig::from_toml(d2.to_toml(), "d3").changes_from(d2).empty());
+  // model.norm_eps belongs to the RMSNorm.
+  EXPECT_NE(usage_error([&] { g.set("model.norm_eps=1e-6"), g.validate(1); }).find("norm_eps"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace wallfacer::train

@@ -17,6 +17,18 @@ namespace wallfacer::model {
 
 namespace k = wallfacer::kernels;
 
+Arch parse_arch(std::string_view name) {
+  if (name == "gpt") return Arch::Gpt;
+  if (name == "llama") return Arch::Llama;
+  throw UsageError(fmt::format("model.arch must be 'gpt', 'llama' or 'dit' (got '{}')", name));
+}
+
+std::string_view arch_name(Arch a) { return a == Arch::Llama ? "llama" : "gpt"; }
+
+std::vector<double> GptConfig::rope_inv_freq() const {
+  return k::rope_inv_freq(head_dim(), rope_theta, rope_scaling);
+}
+
 void GptConfig::validate() const {
   WF_USAGE_CHECK(layers >= 1, "model.layers must be at least 1 (got {})", layers);
   WF_USAGE_CHECK(dim >= 2 && heads >= 1 && dim % heads == 0,
@@ -28,6 +40,30 @@ void GptConfig::validate() const {
   WF_USAGE_CHECK(mlp_ratio >= 1, "model.mlp_ratio must be at least 1 (got {})", mlp_ratio);
   WF_USAGE_CHECK(vocab >= 2, "model.vocab must be at least 2 (got {})", vocab);
   WF_USAGE_CHECK(rope_theta > 0, "model.rope_theta must be > 0 (got {})", rope_theta);
+  WF_USAGE_CHECK(intermediate >= 0,
+                 "model.intermediate must be >= 0 (0: model.mlp_ratio x dim), got {}",
+                 intermediate);
+  WF_USAGE_CHECK(std::isfinite(norm_eps) && norm_eps > 0,
+                 "model.norm_eps must be a finite number > 0 (got {})", norm_eps);
+  WF_USAGE_CHECK(rmsnorm() || float(norm_eps) == k::kLayerNormEps,
+                 "model.norm_eps = {} applies to model.arch = 'llama' (RMSNorm); the GPT's "
+                 "layernorm uses 1e-5: drop model.norm_eps or set model.arch = 'llama'",
+                 norm_eps);
+  const kernels::RopeScaling& rs = rope_scaling;
+  if (rs.type != kernels::RopeScalingType::None) {
+    WF_USAGE_CHECK(std::isfinite(rs.factor) && rs.factor > 0,
+                   "model.rope_scaling.factor must be a finite number > 0 (got {})", rs.factor);
+  }
+  if (rs.type == kernels::RopeScalingType::Llama3) {
+    WF_USAGE_CHECK(std::isfinite(rs.low_freq_factor) && std::isfinite(rs.high_freq_factor) &&
+                       rs.low_freq_factor > 0 && rs.low_freq_factor < rs.high_freq_factor,
+                   "model.rope_scaling.low_freq_factor ({}) must be > 0 and below "
+                   "model.rope_scaling.high_freq_factor ({})",
+                   rs.low_freq_factor, rs.high_freq_factor);
+    WF_USAGE_CHECK(rs.original_max_position_embeddings >= 1,
+                   "model.rope_scaling.original_max_position_embeddings must be >= 1 (got {})",
+                   rs.original_max_position_embeddings);
+  }
   WF_USAGE_CHECK(window >= 0, "model.window is {}; it must be >= 0 (0: no window)", window);
   WF_USAGE_CHECK(window > 0 || window_layers.empty(),
                  "model.window_layers needs model.window > 0 (the window of those layers): set "
@@ -59,7 +95,8 @@ std::string_view checkpointing_name(Checkpointing c) {
 }
 
 std::vector<ParamTensor> gpt_param_tensors(const GptConfig& cfg) {
-  const int64_t C = cfg.dim, M = int64_t(cfg.mlp_ratio) * C, Q = cfg.qkv_dim();
+  const int64_t C = cfg.dim, M = cfg.mlp_hidden(), F = cfg.fc_dim(), Q = cfg.qkv_dim();
+  const bool ln = !cfg.rmsnorm(), llama = cfg.arch == Arch::Llama;
   std::vector<ParamTensor> t;
   int64_t off = 0;
   auto add = [&](std::string name, int64_t n, bool decay) {
@@ -70,43 +107,61 @@ std::vector<ParamTensor> gpt_param_tensors(const GptConfig& cfg) {
   for (int l = 0; l < cfg.layers; ++l) {
     const std::string p = fmt::format("h{}.", l);
     add(p + "ln1_w", C, false);
-    add(p + "ln1_b", C, false);
+    if (ln) add(p + "ln1_b", C, false);
     add(p + "qkv_w", Q * C, true);
+    if (cfg.qkv_bias) add(p + "qkv_b", Q, false);
     add(p + "proj_w", C * C, true);
     add(p + "ln2_w", C, false);
-    add(p + "ln2_b", C, false);
-    add(p + "fc_w", M * C, true);
-    add(p + "fcproj_w", C * M, true);
+    if (ln) add(p + "ln2_b", C, false);
+    add(p + (llama ? "gate_up_w" : "fc_w"), F * C, true);
+    add(p + (llama ? "down_w" : "fcproj_w"), C * M, true);
   }
   add("lnf_w", C, false);
-  add("lnf_b", C, false);
+  if (ln) add("lnf_b", C, false);
+  if (!cfg.tie_embeddings) add("lm_head_w", int64_t(cfg.vocab) * C, true);
   return t;
 }
 
 int64_t gpt_num_params(const GptConfig& cfg) {
-  const int64_t C = cfg.dim, M = int64_t(cfg.mlp_ratio) * C, Q = cfg.qkv_dim();
-  return int64_t(cfg.vocab) * C + cfg.layers * (4 * C + Q * C + C * C + 2 * M * C) + 2 * C;
+  const int64_t C = cfg.dim, M = cfg.mlp_hidden(), F = cfg.fc_dim(), Q = cfg.qkv_dim();
+  const int64_t norm = cfg.rmsnorm() ? C : 2 * C, head = cfg.tie_embeddings ? 0 : cfg.vocab * C;
+  return int64_t(cfg.vocab) * C + head +
+         cfg.layers * (2 * norm + Q * C + (cfg.qkv_bias ? Q : 0) + C * C + (F + M) * C) + norm;
 }
 
 GptParams gpt_param_view(const GptConfig& cfg, float* arena) {
-  auto t = gpt_param_tensors(cfg);
-  size_t i = 0;
-  auto next = [&]() { return arena + t[i++].offset; };
   GptParams p;
-  p.wte = next();
   p.layers.resize(size_t(cfg.layers));
-  for (auto& L : p.layers) {
-    L.ln1_w = next();
-    L.ln1_b = next();
-    L.qkv_w = next();
-    L.proj_w = next();
-    L.ln2_w = next();
-    L.ln2_b = next();
-    L.fc_w = next();
-    L.fcproj_w = next();
+  for (const ParamTensor& t : gpt_param_tensors(cfg)) {
+    float* at = arena + t.offset;
+    std::string_view name = t.name;
+    if (name.starts_with("h")) {
+      const size_t dot = name.find('.');
+      LayerParams& L = p.layers[size_t(std::stoi(std::string(name.substr(1, dot - 1))))];
+      name.remove_prefix(dot + 1);
+      float** slot = name == "ln1_w"                          ? &L.ln1_w
+                     : name == "ln1_b"                        ? &L.ln1_b
+                     : name == "qkv_w"                        ? &L.qkv_w
+                     : name == "qkv_b"                        ? &L.qkv_b
+                     : name == "proj_w"                       ? &L.proj_w
+                     : name == "ln2_w"                        ? &L.ln2_w
+                     : name == "ln2_b"                        ? &L.ln2_b
+                     : name == "fc_w" || name == "gate_up_w"  ? &L.fc_w
+                     : name == "fcproj_w" || name == "down_w" ? &L.fcproj_w
+                                                              : nullptr;
+      WF_CHECK(slot, "gpt_param_view: unknown tensor {}", t.name);
+      *slot = at;
+    } else if (name == "wte") {
+      p.wte = at;
+    } else if (name == "lnf_w") {
+      p.lnf_w = at;
+    } else if (name == "lnf_b") {
+      p.lnf_b = at;
+    } else if (name == "lm_head_w") {
+      p.lm_head = at;
+    }
   }
-  p.lnf_w = next();
-  p.lnf_b = next();
+  if (!p.lm_head) p.lm_head = p.wte;
   return p;
 }
 
@@ -115,12 +170,12 @@ void gpt_init_params(const GptConfig& cfg, float* arena, uint64_t seed) {
   const double proj_std = 0.02 / std::sqrt(2.0 * cfg.layers);
   for (const auto& t : gpt_param_tensors(cfg)) {
     float* p = arena + t.offset;
-    const bool is_w = t.name.ends_with("_w"), is_norm = t.name.find("ln") != std::string::npos;
-    if (is_norm) {
-      std::fill(p, p + t.size, is_w ? 1.0f : 0.0f);
+    const bool is_b = t.name.ends_with("_b"), is_norm = t.name.find("ln") != std::string::npos;
+    if (is_norm || is_b) {  // norm weights 1, biases 0
+      std::fill(p, p + t.size, is_b ? 0.0f : 1.0f);
       continue;
     }
-    const bool is_proj = t.name.ends_with("proj_w");
+    const bool is_proj = t.name.ends_with("proj_w") || t.name.ends_with("down_w");
     const double sd = is_proj ? proj_std : 0.02;
     for (int64_t i = 0; i < t.size; ++i) p[i] = float(sd * rng.normal());
   }
@@ -146,8 +201,8 @@ struct Gpt::BlockActs {
   Act ln2;          // (N, C)
   float* ln2_mean;  // (N)
   float* ln2_rstd;  // (N)
-  Act fch;          // (N, M)
-  Act fch_gelu;     // (N, M)
+  Act fch;          // (N, F) fc output (F = fc_dim: M, or 2 M with SwiGLU)
+  Act fch_act;      // (N, M) its GELU or SwiGLU
 };
 
 struct Gpt::Acts {
@@ -164,16 +219,17 @@ struct Gpt::Acts {
   // gradients of one block at a time
   float* dx;     // (N, C) running gradient of the residual stream
   float* dln;    // (N, C)
-  float* dfch;   // (N, M)
+  float* dfch;   // (N, F)
+  float* dact;   // (N, M) SwiGLU only (GELU: dfch)
   float* dqkv;   // (N, Q)
   float* dq;     // (N, H D)
   float* dk;     // (N, Hkv D)
   float* dv;     // (N, Hkv D)
   float* dattn;  // (N, C)
-  // bf16 only (dfch is then not allocated)
+  // bf16 only (dfch and dact are then not allocated)
   bf16* wide16;  // (N, max(V, Q, M)): dense outputs in the forward, output gradients backward
-  bf16* x16;     // (N, M): rounded inputs and input gradients
-  bf16* y16;     // (N, M)
+  bf16* x16;     // (N, max(F, C)): rounded inputs and input gradients
+  bf16* y16;     // (N, max(M, C))
   bf16* dq16;    // (N, H D) attention input gradients
   bf16* dk16;    // (N, Hkv D)
   bf16* dv16;    // (N, Hkv D)
@@ -234,13 +290,6 @@ void add_bf16(float* out, const float* a, const bf16* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + bits_to_float(bits[i]);
 }
 
-// out (N, C) = layernorm(x) in the dtype of out (bf16: computed into scratch, then rounded); the
-// statistics are fp32.
-void layernorm_fwd(const Act& out, float* scratch, float* mean, float* rstd, const float* x,
-                   const float* w, const float* b, int64_t N, int C) {
-  k::layernorm_fwd(out.b16 ? scratch : out.f32, mean, rstd, x, w, b, N, C);
-  if (out.b16) round_to_bf16(scratch, out.b16, N * int64_t(C));
-}
 // out = x + y (the residual stream, fp32).
 void add_residual(float* out, const float* x, const Act& y, int64_t n) {
   if (y.b16) {
@@ -253,13 +302,43 @@ void add_residual(float* out, const float* x, const Act& y, int64_t n) {
 }
 }  // namespace
 
-void Gpt::dense_fwd(const Act& out, const Act& in, const float* w, int C, int OC) {
-  model::dense_fwd(out, in, w, weight16(w), nullptr, N_, C, OC);
+void Gpt::dense_fwd(const Act& out, const Act& in, const float* w, int C, int OC,
+                    const float* bias) {
+  model::dense_fwd(out, in, w, weight16(w), bias, N_, C, OC);
 }
 
 void Gpt::dense_bwd(const Act& din, float* dw, const Act& dout, const Act& in, const float* w,
-                    int C, int OC) {
-  model::dense_bwd(din, dw, nullptr, dout, in, w, weight16(w), N_, C, OC);
+                    int C, int OC, float* dbias) {
+  model::dense_bwd(din, dw, dbias, dout, in, w, weight16(w), N_, C, OC);
+}
+
+// The statistics are fp32; a bf16 output is computed into scratch, then rounded.
+void Gpt::norm_fwd(const Act& out, float* scratch, float* mean, float* rstd, const float* x,
+                   const float* w, const float* b) {
+  const int C = cfg_.dim;
+  float* y = out.b16 ? scratch : out.f32;
+  if (cfg_.rmsnorm()) {
+    k::rmsnorm_fwd(y, rstd, x, w, N_, C, float(cfg_.norm_eps));
+  } else {
+    k::layernorm_fwd(y, mean, rstd, x, w, b, N_, C);
+  }
+  if (out.b16) round_to_bf16(scratch, out.b16, N_ * int64_t(C));
+}
+
+void Gpt::norm_bwd(float* dx, float* dw, float* db, const float* dout, const float* x,
+                   const float* w, const float* mean, const float* rstd) {
+  if (cfg_.rmsnorm()) {
+    k::rmsnorm_bwd(dx, dw, dout, x, w, rstd, N_, cfg_.dim);
+  } else {
+    k::layernorm_bwd(dx, dw, db, dout, x, w, mean, rstd, N_, cfg_.dim);
+  }
+}
+
+void Gpt::rope_tables(const int64_t* pos, int n) {
+  const int D = cfg_.head_dim();
+  rope_cos_.resize(size_t(n) * D / 2);
+  rope_sin_.resize(size_t(n) * D / 2);
+  k::rope_tables_freq(pos, n, D, inv_freq_.data(), rope_cos_.data(), rope_sin_.data());
 }
 
 Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkpointing ckpt,
@@ -284,13 +363,12 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   if (bf) params16_.assign(size_t(num_params_), bf16{});
 
   const int D = cfg_.head_dim();
-  rope_cos_.resize(size_t(T_) * D / 2);
-  rope_sin_.resize(size_t(T_) * D / 2);
-  k::rope_tables(positions_.data(), T_, D, cfg_.rope_theta, rope_cos_.data(), rope_sin_.data());
+  inv_freq_ = cfg_.rope_inv_freq();
+  rope_tables(positions_.data(), T_);
 
   a_ = std::make_unique<Acts>();
   auto& a = *a_;
-  const int64_t N = N_, C = cfg_.dim, M = int64_t(cfg_.mlp_ratio) * C, Q = cfg_.qkv_dim();
+  const int64_t N = N_, C = cfg_.dim, M = cfg_.mlp_hidden(), F = cfg_.fc_dim(), Q = cfg_.qkv_dim();
   const int64_t HD = int64_t(cfg_.heads) * D, KD = int64_t(cfg_.kv_heads) * D;
   const int L = cfg_.layers;
   ActPlan acts{bf, {}, {}};
@@ -307,7 +385,7 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
     plan.add(&s.res2, N * C);
     acts.add(&s.ln2, N * C);
     plan.add({{&s.ln2_mean, N}, {&s.ln2_rstd, N}});
-    acts.add({{&s.fch, N * M}, {&s.fch_gelu, N * M}});
+    acts.add({{&s.fch, N * F}, {&s.fch_act, N * M}});
   };
   const bool own = ckpt_ == Checkpointing::None;
   for (auto& b : a.blocks) {
@@ -327,13 +405,14 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
             {&a.tmp, N * C},
             {&a.dx, N * C},
             {&a.dln, N * C}});
-  if (!bf) plan.add(&a.dfch, N * M);
+  if (!bf) plan.add(&a.dfch, N * F);
+  if (!bf && cfg_.swiglu()) plan.add(&a.dact, N * M);
   plan.add(
       {{&a.dqkv, N * Q}, {&a.dq, N * HD}, {&a.dk, N * KD}, {&a.dv, N * KD}, {&a.dattn, N * HD}});
   if (bf) {
-    acts.b16.add({{&a.wide16, N * std::max({int64_t(cfg_.vocab), Q, M})},
-                  {&a.x16, N * M},
-                  {&a.y16, N * M},
+    acts.b16.add({{&a.wide16, N * std::max({int64_t(cfg_.vocab), Q, M, C})},
+                  {&a.x16, N * std::max(F, C)},
+                  {&a.y16, N * std::max(M, C)},
                   {&a.dq16, N * HD},
                   {&a.dk16, N * KD},
                   {&a.dv16, N * KD}});
@@ -364,10 +443,7 @@ const float* Gpt::losses() const { return a_->losses; }
 void Gpt::set_positions(const std::vector<int64_t>& positions) {
   WF_CHECK(int64_t(positions.size()) == N_, "set_positions: {} positions for {} rows",
            positions.size(), N_);
-  const int D = cfg_.head_dim();
-  rope_cos_.resize(size_t(N_) * D / 2);
-  rope_sin_.resize(size_t(N_) * D / 2);
-  k::rope_tables(positions.data(), int(N_), D, cfg_.rope_theta, rope_cos_.data(), rope_sin_.data());
+  rope_tables(positions.data(), int(N_));
   rope_per_row_ = true;
 }
 
@@ -427,15 +503,15 @@ void Gpt::block_forward(int l, bool run_attention) {
   const BlockActs& b = a.blocks[size_t(l)];
   const LayerParams& w = p_.layers[size_t(l)];
   const int64_t N = N_;
-  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
+  const int C = cfg_.dim, M = cfg_.mlp_hidden(), F = cfg_.fc_dim(), Q = cfg_.qkv_dim();
   const bool bf = dtype_ == Dtype::bf16;
   float* x_out = l + 1 < cfg_.layers ? a.blocks[size_t(l) + 1].x : a.x_final;
   const Act out = pick(bf, a.tmp, a.wide16);  // a dense output before its residual add
 
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
-  layernorm_fwd(b.ln1, a.tmp, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b, N, C);  // (N, C)
-  dense_fwd(pick(bf, b.qkv, a.wide16), b.ln1, w.qkv_w, C, Q);                        // (N, Q)
+  norm_fwd(b.ln1, a.tmp, b.ln1_mean, b.ln1_rstd, b.x, w.ln1_w, w.ln1_b);  // (N, C)
+  dense_fwd(pick(bf, b.qkv, a.wide16), b.ln1, w.qkv_w, C, Q, w.qkv_b);    // (N, Q)
   if (bf) widen_to_fp32(a.wide16, b.qkv, N * Q);
   split_qkv(b);
   dense.reset();
@@ -446,11 +522,15 @@ void Gpt::block_forward(int l, bool run_attention) {
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   dense_fwd(out, b.o, w.proj_w, C, C);  // (N, C)
   add_residual(b.res2, b.x, out, N * C);
-  layernorm_fwd(b.ln2, a.tmp, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b, N, C);
-  dense_fwd(b.fch, b.ln2, w.fc_w, C, M);  // (N, M)
-  gelu_fwd(b.fch_gelu, b.fch, N * M);
+  norm_fwd(b.ln2, a.tmp, b.ln2_mean, b.ln2_rstd, b.res2, w.ln2_w, w.ln2_b);
+  dense_fwd(b.fch, b.ln2, w.fc_w, C, F);  // (N, F)
+  if (cfg_.swiglu()) {
+    swiglu_fwd(b.fch_act, b.fch, N, M);
+  } else {
+    gelu_fwd(b.fch_act, b.fch, N * M);
+  }
   if (!run_attention) return;  // recompute for the backward: the block output is not needed
-  dense_fwd(out, b.fch_gelu, w.fcproj_w, M, C);  // (N, C)
+  dense_fwd(out, b.fch_act, w.fcproj_w, M, C);  // (N, C)
   add_residual(x_out, b.res2, out, N * C);
 }
 
@@ -479,8 +559,8 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets) {
     block_forward(l, true);
   }
   trace::Span head("lm head", trace::Cat::Compute);
-  layernorm_fwd(a.lnf, a.tmp, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b, N, C);
-  dense_fwd(pick(bf, a.logits, a.wide16), a.lnf, p_.wte, C, V);  // (N, V)
+  norm_fwd(a.lnf, a.tmp, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b);
+  dense_fwd(pick(bf, a.logits, a.wide16), a.lnf, p_.lm_head, C, V);  // (N, V)
   if (bf) widen_to_fp32(a.wide16, a.logits, N * V);
   k::softmax_xent_fwd(a.losses, a.logits, targets, N, V);
   double s = 0.0;
@@ -495,15 +575,16 @@ void Gpt::backward(float dloss) {
   const int C = cfg_.dim, V = cfg_.vocab;
   const bool bf = dtype_ == Dtype::bf16;
 
-  // Head: logits -> dlogits in place; tied weight gets the LM-head gradient.
+  // Head: logits -> dlogits in place; a tied wte gets the LM-head gradient here.
   std::optional<trace::Span> head(std::in_place, "lm head", trace::Cat::Compute,
                                   std::initializer_list<trace::Arg>{});
   k::softmax_xent_bwd(a.logits, a.logits, targets_, dloss, N, V);  // (N, V)
   const Act dln = pick(bf, a.dln, a.x16);
-  dense_bwd(dln, g_.wte, in_dtype(bf, a.logits, a.wide16, N * V), a.lnf, p_.wte, C, V);  // (N, C)
+  dense_bwd(dln, g_.lm_head, in_dtype(bf, a.logits, a.wide16, N * V), a.lnf, p_.lm_head, C,
+            V);  // (N, C)
   std::fill(a.dx, a.dx + N * C, 0.0f);
-  k::layernorm_bwd(a.dx, g_.lnf_w, g_.lnf_b, as_fp32(dln, a.dln, N * C), a.x_final, p_.lnf_w,
-                   a.lnf_mean, a.lnf_rstd, N, C);
+  norm_bwd(a.dx, g_.lnf_w, g_.lnf_b, as_fp32(dln, a.dln, N * C), a.x_final, p_.lnf_w, a.lnf_mean,
+           a.lnf_rstd);
   head.reset();
 
   for (int l = cfg_.layers - 1; l >= 0; --l) {
@@ -527,19 +608,26 @@ void Gpt::block_backward(int l) {
   const LayerParams& w = p_.layers[size_t(l)];
   const LayerParams& gw = g_.layers[size_t(l)];
   const int64_t N = N_;
-  const int C = cfg_.dim, M = cfg_.mlp_ratio * C, Q = cfg_.qkv_dim();
+  const int C = cfg_.dim, M = cfg_.mlp_hidden(), F = cfg_.fc_dim(), Q = cfg_.qkv_dim();
   const bool bf = dtype_ == Dtype::bf16;
   const Act dfch = pick(bf, a.dfch, a.x16), dln = pick(bf, a.dln, a.y16);
+  // The gradient of the activation's output: dfch itself for GELU (in place), its own buffer for
+  // SwiGLU (whose input is twice as wide).
+  const Act dact = cfg_.swiglu() ? pick(bf, a.dact, a.y16) : dfch;
   std::optional<trace::Span> dense(std::in_place, "dense", trace::Cat::Compute,
                                    std::initializer_list<trace::Arg>{{"layer", l}});
 
-  // MLP: x_out = res2 + fcproj(gelu(fc(ln2(res2)))); a.dx holds d x_out.
-  dense_bwd(dfch, gw.fcproj_w, in_dtype(bf, a.dx, a.wide16, N * C), b.fch_gelu, w.fcproj_w, M,
-            C);                                        // (N, M)
-  gelu_bwd(dfch, b.fch, dfch, N * M);                  // (N, M)
-  dense_bwd(dln, gw.fc_w, dfch, b.ln2, w.fc_w, C, M);  // (N, C)
-  k::layernorm_bwd(a.dx, gw.ln2_w, gw.ln2_b, as_fp32(dln, a.dln, N * C), b.res2, w.ln2_w,
-                   b.ln2_mean, b.ln2_rstd, N, C);  // a.dx: d res2
+  // MLP: x_out = res2 + fcproj(act(fc(ln2(res2)))); a.dx holds d x_out.
+  dense_bwd(dact, gw.fcproj_w, in_dtype(bf, a.dx, a.wide16, N * C), b.fch_act, w.fcproj_w, M,
+            C);  // (N, M)
+  if (cfg_.swiglu()) {
+    swiglu_bwd(dfch, b.fch, dact, N, M);  // (N, F)
+  } else {
+    gelu_bwd(dfch, b.fch, dfch, N * M);  // (N, M)
+  }
+  dense_bwd(dln, gw.fc_w, dfch, b.ln2, w.fc_w, C, F);  // (N, C)
+  norm_bwd(a.dx, gw.ln2_w, gw.ln2_b, as_fp32(dln, a.dln, N * C), b.res2, w.ln2_w, b.ln2_mean,
+           b.ln2_rstd);  // a.dx: d res2
 
   // Attention: res2 = x + proj(o).
   const Act dattn = pick(bf, a.dattn, a.y16);
@@ -550,9 +638,10 @@ void Gpt::block_backward(int l) {
                  pick(bf, a.dv, a.dv16));
   dense.emplace("dense", trace::Cat::Compute, std::initializer_list<trace::Arg>{{"layer", l}});
   merge_dqkv();
-  dense_bwd(dln, gw.qkv_w, in_dtype(bf, a.dqkv, a.wide16, N * Q), b.ln1, w.qkv_w, C, Q);  // (N, C)
-  k::layernorm_bwd(a.dx, gw.ln1_w, gw.ln1_b, as_fp32(dln, a.dln, N * C), b.x, w.ln1_w, b.ln1_mean,
-                   b.ln1_rstd, N, C);  // a.dx: d x
+  dense_bwd(dln, gw.qkv_w, in_dtype(bf, a.dqkv, a.wide16, N * Q), b.ln1, w.qkv_w, C, Q,
+            gw.qkv_b);  // (N, C)
+  norm_bwd(a.dx, gw.ln1_w, gw.ln1_b, as_fp32(dln, a.dln, N * C), b.x, w.ln1_w, b.ln1_mean,
+           b.ln1_rstd);  // a.dx: d x
 }
 
 }  // namespace wallfacer::model

@@ -4,6 +4,7 @@
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/dense_bf16.h"
+#include "wallfacer/kernels/llama_ops.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::model {
@@ -73,6 +74,22 @@ void gelu_bwd(const Act& din, const Act& in, const Act& dout, int64_t n) {
     kernels::gelu_bwd_bf16(din.b16, in.b16, dout.b16, n);
   } else {
     kernels::gelu_bwd(din.f32, in.f32, dout.f32, n);
+  }
+}
+
+void swiglu_fwd(const Act& out, const Act& in, int64_t N, int I) {
+  if (out.b16) {
+    kernels::swiglu_fwd_bf16(out.b16, in.b16, N, I);
+  } else {
+    kernels::swiglu_fwd(out.f32, in.f32, N, I);
+  }
+}
+
+void swiglu_bwd(const Act& din, const Act& in, const Act& dout, int64_t N, int I) {
+  if (din.b16) {
+    kernels::swiglu_bwd_bf16(din.b16, in.b16, dout.b16, N, I);
+  } else {
+    kernels::swiglu_bwd(din.f32, in.f32, dout.f32, N, I);
   }
 }
 

@@ -67,6 +67,9 @@ void dense_bwd(const Act& din, float* dw, float* dbias, const Act& dout, const A
                const float* w, const bf16* w16, int64_t N, int C, int OC);
 void gelu_fwd(const Act& out, const Act& in, int64_t n);
 void gelu_bwd(const Act& din, const Act& in, const Act& dout, int64_t n);
+// SwiGLU (kernels/llama_ops.h): out (N, I) = silu(in[:, :I]) * in[:, I:]; din (N, 2I).
+void swiglu_fwd(const Act& out, const Act& in, int64_t N, int I);
+void swiglu_bwd(const Act& din, const Act& in, const Act& dout, int64_t N, int I);
 
 class AttentionOp {
  public:

@@ -6,6 +6,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/kernels/attention_params.h"
+#include "wallfacer/kernels/llama_ops.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::model {
@@ -15,7 +16,8 @@ namespace k = wallfacer::kernels;
 GptDecoder::GptDecoder(const GptConfig& cfg, const float* params, int max_tokens)
     : cfg_(cfg), p_(gpt_param_view(cfg, const_cast<float*>(params))), max_tokens_(max_tokens) {
   cfg_.validate();
-  const int C = cfg.dim, D = cfg.head_dim(), M = cfg.mlp_ratio * C;
+  const int C = cfg.dim, D = cfg.head_dim(), F = cfg.fc_dim();
+  inv_freq_ = cfg.rope_inv_freq();
   const size_t kv = size_t(max_tokens) * size_t(cfg.kv_heads) * size_t(D);
   k_cache_.resize(kv * size_t(cfg.layers));
   v_cache_.resize(kv * size_t(cfg.layers));
@@ -28,10 +30,18 @@ GptDecoder::GptDecoder(const GptConfig& cfg, const float* params, int max_tokens
   o_.resize(size_t(cfg.heads) * size_t(D));
   lse_.resize(size_t(cfg.heads));
   tmp_.resize(size_t(C));
-  h_.resize(size_t(M));
+  h_.resize(size_t(F));
   logits_.resize(size_t(cfg.vocab));
   cos_.resize(size_t(D / 2));
   sin_.resize(size_t(D / 2));
+}
+
+void GptDecoder::norm(const float* w, const float* b) {
+  if (cfg_.rmsnorm()) {
+    k::rmsnorm_fwd(ln_.data(), rstd_.data(), x_.data(), w, 1, cfg_.dim, float(cfg_.norm_eps));
+  } else {
+    k::layernorm_fwd(ln_.data(), mean_.data(), rstd_.data(), x_.data(), w, b, 1, cfg_.dim);
+  }
 }
 
 // x (1, C) flows through the blocks like Gpt::forward, with keys and values of earlier positions
@@ -39,17 +49,17 @@ GptDecoder::GptDecoder(const GptConfig& cfg, const float* params, int max_tokens
 const float* GptDecoder::step(int32_t token) {
   WF_CHECK(pos_ < max_tokens_, "decoder cache full ({} tokens)", max_tokens_);
   const int C = cfg_.dim, D = cfg_.head_dim(), H = cfg_.heads, Hkv = cfg_.kv_heads;
-  const int Q = cfg_.qkv_dim(), M = cfg_.mlp_ratio * C;
+  const int Q = cfg_.qkv_dim(), M = cfg_.mlp_hidden(), F = cfg_.fc_dim();
   const int64_t pos = pos_;
-  k::rope_tables(&pos, 1, D, cfg_.rope_theta, cos_.data(), sin_.data());
+  k::rope_tables_freq(&pos, 1, D, inv_freq_.data(), cos_.data(), sin_.data());
   k::embedding_fwd(x_.data(), &token, p_.wte, 1, C, cfg_.vocab);
   const size_t layer_kv = size_t(max_tokens_) * size_t(Hkv) * size_t(D);
   for (int l = 0; l < cfg_.layers; ++l) {
     const LayerParams& w = p_.layers[size_t(l)];
     float* kc = k_cache_.data() + size_t(l) * layer_kv;
     float* vc = v_cache_.data() + size_t(l) * layer_kv;
-    k::layernorm_fwd(ln_.data(), mean_.data(), rstd_.data(), x_.data(), w.ln1_w, w.ln1_b, 1, C);
-    k::matmul_fwd(qkv_.data(), ln_.data(), w.qkv_w, nullptr, 1, C, Q);
+    norm(w.ln1_w, w.ln1_b);
+    k::matmul_fwd(qkv_.data(), ln_.data(), w.qkv_w, w.qkv_b, 1, C, Q);
     k::rope_fwd(q_.data(), qkv_.data(), Q, cos_.data(), sin_.data(), 1, 1, H, D);
     k::rope_fwd(kc + size_t(pos) * Hkv * D, qkv_.data() + H * D, Q, cos_.data(), sin_.data(), 1, 1,
                 Hkv, D);
@@ -69,14 +79,18 @@ const float* GptDecoder::step(int32_t token) {
     k::attn_fwd(k::fwd_params(a, o_.data(), lse_.data()));
     k::matmul_fwd(tmp_.data(), o_.data(), w.proj_w, nullptr, 1, C, C);
     for (int c = 0; c < C; ++c) x_[size_t(c)] += tmp_[size_t(c)];
-    k::layernorm_fwd(ln_.data(), mean_.data(), rstd_.data(), x_.data(), w.ln2_w, w.ln2_b, 1, C);
-    k::matmul_fwd(h_.data(), ln_.data(), w.fc_w, nullptr, 1, C, M);
-    k::gelu_fwd(h_.data(), h_.data(), M);
+    norm(w.ln2_w, w.ln2_b);
+    k::matmul_fwd(h_.data(), ln_.data(), w.fc_w, nullptr, 1, C, F);
+    if (cfg_.swiglu()) {
+      k::swiglu_fwd(h_.data(), h_.data(), 1, M);  // row by row: out[i] after reading in[i], in[M+i]
+    } else {
+      k::gelu_fwd(h_.data(), h_.data(), M);
+    }
     k::matmul_fwd(tmp_.data(), h_.data(), w.fcproj_w, nullptr, 1, M, C);
     for (int c = 0; c < C; ++c) x_[size_t(c)] += tmp_[size_t(c)];
   }
-  k::layernorm_fwd(ln_.data(), mean_.data(), rstd_.data(), x_.data(), p_.lnf_w, p_.lnf_b, 1, C);
-  k::matmul_fwd(logits_.data(), ln_.data(), p_.wte, nullptr, 1, C, cfg_.vocab);
+  norm(p_.lnf_w, p_.lnf_b);
+  k::matmul_fwd(logits_.data(), ln_.data(), p_.lm_head, nullptr, 1, C, cfg_.vocab);
   ++pos_;
   return logits_.data();
 }

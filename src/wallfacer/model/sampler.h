@@ -24,6 +24,9 @@ class GptDecoder {
   std::vector<float> k_cache_, v_cache_;  // per layer (max_tokens, Hkv, D)
   std::vector<float> x_, ln_, mean_, rstd_, qkv_, q_, o_, lse_, tmp_, h_, logits_;
   std::vector<float> cos_, sin_;
+  std::vector<double> inv_freq_;
+  // ln_ = norm(x_) of the architecture (layernorm or RMSNorm).
+  void norm(const float* w, const float* b);
 };
 
 // Picks a token from logits (V) at temperature T (T <= 0: the most likely token).

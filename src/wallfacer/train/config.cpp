@@ -91,16 +91,42 @@ struct Field {
       ptr;
 };
 
+// model.arch: "dit" is model.kind = "dit"; "gpt" and "llama" are text models of that architecture.
+Choice arch_choice(TrainConfig& c) {
+  return {[&c](std::string_view s) {
+            if (s == "dit") {
+              c.kind = ModelKind::Dit;
+              c.model.arch = model::Arch::Gpt;
+            } else {
+              c.model.arch = model::parse_arch(s);
+              c.kind = ModelKind::Gpt;
+            }
+          },
+          [&c] { return std::string(c.arch_name()); }};
+}
+
 std::vector<Field> fields(TrainConfig& c) {
+  kernels::RopeScaling& rs = c.model.rope_scaling;
   return {
       {"model.kind", choice(c.kind, read_kind, kind_name)},
+      {"model.arch", arch_choice(c)},
       {"model.layers", &c.model.layers},
       {"model.dim", &c.model.dim},
       {"model.heads", &c.model.heads},
       {"model.kv_heads", &c.model.kv_heads},
       {"model.mlp_ratio", &c.model.mlp_ratio},
       {"model.vocab", &c.model.vocab},
+      {"model.intermediate", &c.model.intermediate},
+      {"model.norm_eps", &c.model.norm_eps},
+      {"model.tie_embeddings", &c.model.tie_embeddings},
+      {"model.qkv_bias", &c.model.qkv_bias},
       {"model.rope_theta", &c.model.rope_theta},
+      {"model.rope_scaling.type",
+       choice(rs.type, kernels::parse_rope_scaling_type, kernels::rope_scaling_type_name)},
+      {"model.rope_scaling.factor", &rs.factor},
+      {"model.rope_scaling.low_freq_factor", &rs.low_freq_factor},
+      {"model.rope_scaling.high_freq_factor", &rs.high_freq_factor},
+      {"model.rope_scaling.original_max_position_embeddings", &rs.original_max_position_embeddings},
       {"model.window", &c.model.window},
       {"model.window_layers", &c.model.window_layers},
       {"model.patch", &c.patch},
@@ -327,6 +353,12 @@ TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& n
                    section.str());
     for (auto& [key, value] : *sub) {
       const std::string full = std::string(section.str()) + "." + std::string(key.str());
+      if (const auto* inner = value.as_table(); inner && full == "model.rope_scaling") {
+        // model.rope_scaling = { type = "llama3", factor = 8.0, ... }: its keys one by one.
+        for (auto& [k2, v2] : *inner)
+          assign(*find_field(fs, full + "." + std::string(k2.str())), v2);
+        continue;
+      }
       assign(*find_field(fs, full), value);
       if (full == "train.seq") c.seq_given = true;
     }
@@ -366,6 +398,10 @@ void TrainConfig::set(const std::string& assignment) {
     store_int(f, parse_int(key, value));
   }
   derive();
+}
+
+std::string_view TrainConfig::arch_name() const {
+  return kind == ModelKind::Dit ? "dit" : model::arch_name(model.arch);
 }
 
 model::DitConfig TrainConfig::dit_model() const {
@@ -469,6 +505,9 @@ void TrainConfig::validate_model() const {
   }
   // Upper bounds that keep every product of sizes (parameter counts, buffer sizes) inside 64 bits;
   // whether the job fits in memory is checked before allocating (check_training_memory).
+  WF_USAGE_CHECK(model.intermediate <= (1 << 24),
+                 "model.intermediate ({}) <= 16777216 is the largest size supported",
+                 model.intermediate);
   WF_USAGE_CHECK(model.layers <= 10000 && model.dim <= (1 << 20) && model.mlp_ratio <= 64 &&
                      model.vocab <= (1 << 24) && seq <= (int64_t(1) << 32) && batch <= (1 << 20),
                  "model.layers ({}) <= 10000, model.dim ({}) <= 1048576, model.mlp_ratio ({}) <= "
@@ -476,6 +515,10 @@ void TrainConfig::validate_model() const {
                  "<= 1048576 are the largest sizes supported",
                  model.layers, model.dim, model.mlp_ratio, model.vocab, seq, batch);
   if (kind == ModelKind::Dit) {
+    WF_USAGE_CHECK(model.arch == model::Arch::Gpt,
+                   "model.kind = 'dit' contradicts model.arch = '{}': set model.arch = 'dit' (or "
+                   "drop model.kind)",
+                   model::arch_name(model.arch));
     dit_model().validate();
     WF_USAGE_CHECK(classes >= 0 && classes <= kVideoShapeKinds,
                    "model.classes must be in [0, {}] (the shape kinds of the videos), got {}",
@@ -615,9 +658,11 @@ std::vector<TrainConfig::Change> TrainConfig::changes_from(const TrainConfig& be
 }
 
 bool TrainConfig::is_shape_key(const std::string& key) {
-  for (const char* k : {"model.kind", "model.layers", "model.dim", "model.heads", "model.kv_heads",
-                        "model.mlp_ratio", "model.vocab", "model.patch", "model.freq_dim",
-                        "model.classes", "data.frames", "data.size", "data.channels"}) {
+  for (const char* k :
+       {"model.kind", "model.arch", "model.intermediate", "model.tie_embeddings", "model.qkv_bias",
+        "model.layers", "model.dim", "model.heads", "model.kv_heads", "model.mlp_ratio",
+        "model.vocab", "model.patch", "model.freq_dim", "model.classes", "data.frames", "data.size",
+        "data.channels"}) {
     if (key == k) return true;
   }
   return false;
@@ -630,9 +675,17 @@ std::string TrainConfig::to_toml() const {
   for (const auto& f : fs) {
     const std::string key = f.key;
     const auto dot = key.find('.');
-    const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+    const std::string section = key.substr(0, dot);
+    std::string name = key.substr(dot + 1);
     if (!root.contains(section)) root.insert(section, toml::table{});
-    auto& t = *root[section].as_table();
+    toml::table* tp = root[section].as_table();
+    if (const auto dot2 = name.find('.'); dot2 != std::string::npos) {  // model.rope_scaling.*
+      const std::string sub = name.substr(0, dot2);
+      if (!tp->contains(sub)) tp->insert(sub, toml::table{});
+      tp = (*tp)[sub].as_table();
+      name = name.substr(dot2 + 1);
+    }
+    auto& t = *tp;
     std::visit(
         [&](const auto& field) {
           using F = std::decay_t<decltype(field)>;

@@ -31,6 +31,11 @@ std::string_view packing_name(Packing p);
 // given.
 struct TrainConfig {
   // model.kind. Both kinds share model.layers, model.dim, model.heads and model.mlp_ratio.
+  // model.arch ("gpt" | "llama" | "dit") names the architecture: "dit" is model.kind = "dit",
+  // "gpt" and "llama" are text models (model.kind = "gpt") with model.arch = model::Arch of that
+  // name (GptConfig: norm, MLP; model.intermediate, model.norm_eps, model.tie_embeddings,
+  // model.qkv_bias, model.rope_scaling.*). A config that gives only model.kind keeps its meaning
+  // (arch "gpt" or "dit"); a config writes both.
   ModelKind kind = ModelKind::Gpt;
   model::GptConfig model;
   // DiT only: model.patch, model.freq_dim, model.classes (0: unconditional, at most 4 shape kinds)
@@ -117,6 +122,8 @@ struct TrainConfig {
   static bool is_shape_key(const std::string& key);
 
   int dp(int P) const { return P / sp; }
+  // model.arch as a config writes it: "gpt", "llama" or "dit".
+  std::string_view arch_name() const;
   // Whether train.packing = "documents".
   bool packs() const { return packing == Packing::Documents; }
   // The WallFacer team size C of parallel.strategy and parallel.teams (seqpar::team_size).

@@ -164,6 +164,16 @@ std::string window_note(const TrainConfig& cfg) {
                      layers.empty() ? std::string("every layer") : "layers " + layers);
 }
 
+// The startup line's words on model.rope_scaling ("" without it).
+std::string rope_note(const TrainConfig& cfg) {
+  const kernels::RopeScaling& r = cfg.model.rope_scaling;
+  if (cfg.kind != ModelKind::Gpt || r.type == kernels::RopeScalingType::None) return "";
+  return fmt::format(", rope_scaling {} x{}{}", kernels::rope_scaling_type_name(r.type), r.factor,
+                     r.type == kernels::RopeScalingType::Llama3
+                         ? fmt::format(" (from {} positions)", r.original_max_position_embeddings)
+                         : "");
+}
+
 std::string format_duration(double s) {
   const auto t = int64_t(std::max(0.0, s));
   if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
@@ -392,9 +402,12 @@ void check_training_memory(const TrainConfig& cfg, int P) {
   const double n = cfg.kind == ModelKind::Dit ? double(model::dit_num_params(cfg.dit_model()))
                                               : double(model::gpt_num_params(cfg.model));
   const double rows = double(cfg.batch / cfg.dp(P)) * double(cfg.seq / cfg.sp);
-  const double per_row =
-      double(cfg.model.layers) * double(cfg.model.dim) * (10.0 + 2.0 * cfg.model.mlp_ratio) +
-      (cfg.kind == ModelKind::Dit ? 0.0 : 2.0 * double(cfg.model.vocab));
+  // The MLP keeps its fc output and activation (fc_dim + mlp_hidden values a row).
+  const double mlp = cfg.kind == ModelKind::Dit
+                         ? 2.0 * cfg.model.mlp_ratio * double(cfg.model.dim)
+                         : double(cfg.model.fc_dim()) + double(cfg.model.mlp_hidden());
+  const double per_row = double(cfg.model.layers) * (10.0 * double(cfg.model.dim) + mlp) +
+                         (cfg.kind == ModelKind::Dit ? 0.0 : 2.0 * double(cfg.model.vocab));
   // As DistAttentionOp builds them: with packing one attention of batch 1 per local sequence.
   seqpar::AttnConfig one = cfg.attn_config(P);
   double sequences = 1;
@@ -524,12 +537,13 @@ class Training {
     if (rank_ != 0) return;
     progress_.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
-        "batch {}{}{}, checkpointing {}, {} threads/rank",
-        kind_name(cfg_.kind), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
+        "batch {}{}{}{}, checkpointing {}, {} threads/rank",
+        cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
         cfg_.ulysses, cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
         packing_ ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg_.layout))
                  : "",
-        window_note(cfg_), model::checkpointing_name(cfg_.checkpointing), num_threads()));
+        window_note(cfg_), rope_note(cfg_), model::checkpointing_name(cfg_.checkpointing),
+        num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = !opt_.cfg.dtype
                                 ? fmt::format("train.dtype = 'auto': this CPU {} AVX512-BF16",

@@ -27,6 +27,23 @@ double gelu_grad(double x);
 Vec rope(const Vec& x, const std::vector<int64_t>& pos, int B, int T, int H, int D, double theta,
          bool inverse);
 
+// RMSNorm: out (N, C) = x w / sqrt(mean(x^2) + eps); its backward (dinp, dw overwritten).
+Vec rmsnorm(const Vec& inp, const Vec& w, int64_t N, int C, double eps);
+void rmsnorm_bwd(Vec& dinp, Vec& dw, const Vec& dout, const Vec& inp, const Vec& w, int64_t N,
+                 int C, double eps);
+
+// SwiGLU of inp (N, 2I) = [gate | up]: out (N, I); its backward dinp (N, 2I).
+Vec swiglu(const Vec& inp, int64_t N, int I);
+Vec swiglu_bwd(const Vec& inp, const Vec& dout, int64_t N, int I);
+
+// The rotary inverse frequencies with scaling: type 0 none, 1 linear, 2 llama3 (factor, low and
+// high frequency factors, original context), from the wavelength of each frequency.
+Vec rope_inv_freq(int D, double theta, int type, double factor, double low, double high,
+                  double original);
+// x (B, T, H, D) rotated by pos[t] * inv_freq[i] on the pairs (2i, 2i+1).
+Vec rope_freq(const Vec& x, const std::vector<int64_t>& pos, int B, int T, int H, int D,
+              const Vec& inv_freq);
+
 // losses (N)
 Vec softmax_xent(const Vec& logits, const std::vector<int32_t>& targets, int64_t N, int V);
 Vec softmax_xent_bwd(const Vec& logits, const std::vector<int32_t>& targets, double dloss,
