@@ -28,7 +28,9 @@ struct TrainArgs {
 // --check-ranks P: whether the config (with --set and --steps) is valid on P ranks, and its layout
 // there, as one JSON line on stdout; no MPI, no training. A config that does not parse is an error
 // (exit 2); a layout that does not fit P ranks is {"valid": false, "error": "..."} with exit 0.
-// scripts/wallfacer-elastic asks this when it picks the layout for the hosts that are left.
+// scripts/wallfacer-elastic asks this when it picks the layout for the hosts that are left, and
+// reads "timeout" (train.timeout, or --timeout when given): a job that writes nothing for that long
+// is ended.
 int check_ranks(const train::TrainConfig& cfg, int P) {
   nlohmann::json j{{"ranks", P},
                    {"valid", true},
@@ -37,7 +39,8 @@ int check_ranks(const train::TrainConfig& cfg, int P) {
                    {"strategy", seqpar::strategy_name(cfg.strategy)},
                    {"teams", cfg.teams},
                    {"ulysses", cfg.ulysses},
-                   {"batch", cfg.batch}};
+                   {"batch", cfg.batch},
+                   {"timeout", timeout_option() ? *timeout_option() : cfg.timeout}};
   try {
     cfg.validate(P);
   } catch (const UsageError& e) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -99,6 +100,18 @@ TEST(Core, FolderLockOneHolderAtATime) {
     FolderLock c(dir.string(), "x.lock", "--out");
     EXPECT_EQ(c.taken_over(), "host elsewhere pid 4194305");
     FolderLock d = std::move(c);  // the lock moves with the object
+    EXPECT_THROW(FolderLock(dir.string(), "x.lock", "--out"), UsageError);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  // A holder whose file was removed (wallfacer-elastic, its host lost) and handed to a new holder
+  // leaves the new one's file when it ends.
+  {
+    std::optional<FolderLock> stalled(std::in_place, dir.string(), "x.lock", "--out");
+    std::filesystem::remove(path);
+    FolderLock next(dir.string(), "x.lock", "--out");
+    EXPECT_EQ(next.taken_over(), "");
+    stalled.reset();
+    EXPECT_TRUE(std::filesystem::exists(path));
     EXPECT_THROW(FolderLock(dir.string(), "x.lock", "--out"), UsageError);
   }
   EXPECT_FALSE(std::filesystem::exists(path));

@@ -148,7 +148,14 @@ FolderLock::FolderLock(const std::string& dir, const std::string& name, const st
 
 void FolderLock::release() {
   if (fd_ < 0) return;
-  ::unlink(path_.c_str());  // while still holding it: a process waiting on this file retries
+  // While still holding it: a process waiting on this file retries. Only when the path still
+  // names our file: a launcher may have handed it to a new job while this one was stalled
+  // (scripts/wallfacer-elastic, a frozen node).
+  struct stat held {
+  }, now{};
+  if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &now) == 0 && held.st_dev == now.st_dev &&
+      held.st_ino == now.st_ino)
+    ::unlink(path_.c_str());
   ::close(fd_);
   fd_ = -1;
 }

@@ -21,7 +21,9 @@ void check_output_folder(const std::string& path, const std::string& what);
 // records the holder ("host HOST pid PID"). When another process holds it, the constructor throws
 // UsageError naming `what` (e.g. "--out"), the folder and the holder. The kernel releases the lock
 // of a process that ends in any way; the file a killed process leaves behind is taken over
-// (taken_over() says whose it was). The destructor removes the file and releases the lock.
+// (taken_over() says whose it was). The destructor removes the file, when the path still names the
+// file it locked (a launcher may have removed it and a new holder made another), and releases the
+// lock.
 class FolderLock {
  public:
   FolderLock() = default;
