@@ -51,13 +51,13 @@ double from_rank(Communicator& world, int a, double t) {
 // `pairs` sends kTransferCount floats at once (each rank posts all of its transfers, then waits).
 double timed_transfers(Communicator& world, const std::vector<std::pair<int, int>>& pairs) {
   const int rank = world.rank();
-  std::vector<float> buf(static_cast<size_t>(kTransferCount));
+  std::vector<float> buf(static_cast<size_t>(kTransferCount)), got(buf.size());
   world.barrier();
   Timer t;
   std::vector<Request> reqs;
   for (auto [src, dst] : pairs) {
     if (rank == src) reqs.push_back(world.isend(buf.data(), kTransferCount, dst, kTransferTag));
-    if (rank == dst) reqs.push_back(world.irecv(buf.data(), kTransferCount, src, kTransferTag));
+    if (rank == dst) reqs.push_back(world.irecv(got.data(), kTransferCount, src, kTransferTag));
   }
   for (auto& r : reqs) r.wait();
   std::vector<double> took(size_t(world.size()), 0.0);
@@ -114,6 +114,14 @@ Spread card_share(Communicator& world, const Topology& topo) {
   for (size_t i = 0; i < std::min(node0.size(), node1.size()); ++i)
     pairs.emplace_back(node0[i], node1[i]);
   return measure_spread(world, pairs);
+}
+
+Spread both_ways(Communicator& world, int a, int b) {
+  Spread s = measure_spread(world, {{a, b}, {b, a}});
+  const double bytes = 2.0 * double(kTransferCount) * sizeof(float);
+  for (int round = 0; round < 2; ++round)
+    s.together = std::min(s.together, bytes / timed_transfers(world, {{a, b}, {b, a}}));
+  return s;
 }
 
 Spread pair_cap(Communicator& world, const Topology& topo) {
