@@ -1,52 +1,47 @@
 #include "wallfacer/kernels/bf16_gemm.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <bit>
-#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "wallfacer/core/error.h"
 
 namespace wallfacer::kernels::detail {
-namespace {
-
-// Subnormals to zero with their sign: exponent bits 0 keep only the sign bit.
-inline float flush(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint32_t keep = (u & 0x7f800000u) == 0 ? 0x80000000u : 0xffffffffu;
-  return std::bit_cast<float>(u & keep);
-}
-
-// bf16 as the instruction reads it: subnormals are zero.
-inline float read(bf16 x) { return flush(to_float(x)); }
-
-}  // namespace
 
 void bf16_gemm_portable(const Bf16Gemm& g) {
-  // B read once into fp32 (pair element r of row pair t at bf[(2t + r) * n + col]), then one C
-  // row at a time with the column loop innermost, so that it vectorises while each element still
-  // takes its steps in the order t = 0, 1, ...
-  thread_local std::vector<float> bf;
-  const int64_t n = g.n;
-  bf.resize(size_t(2 * g.kp * n));
-  for (int t = 0; t < g.kp; ++t)
-    for (int64_t col = 0; col < n; ++col)
-      for (int r = 0; r < 2; ++r) bf[(2 * t + r) * n + col] = read(g.b[t * g.ldb + 2 * col + r]);
-  for (int i = 0; i < g.m; ++i) {
-    float* __restrict c = g.c + i * g.ldc;
+  if (g.m == 0 || g.n == 0) return;
+  const int64_t n = g.n, k = 2 * int64_t(g.kp);
+  if (k == 0) {  // no products: C stays, or becomes zero
     if (!g.accumulate)
-      std::fill(c, c + n, 0.0f);
-    else if (g.kp > 0)  // the first step reads C as the instruction does: subnormals as zero
-      for (int64_t col = 0; col < n; ++col) c[col] = flush(c[col]);
-    const bf16* a = g.a + i * g.lda;
-    for (int t = 0; t < g.kp; ++t) {
-      const float a0 = read(a[2 * t]), a1 = read(a[2 * t + 1]);
-      const float* __restrict b0 = bf.data() + 2 * t * n;
-      const float* __restrict b1 = b0 + n;
-      for (int64_t col = 0; col < n; ++col)
-        c[col] = flush(std::fma(a0, b0[col], flush(std::fma(a1, b1[col], c[col]))));
+      for (int i = 0; i < g.m; ++i) std::fill_n(g.c + i * g.ldc, n, 0.0f);
+    return;
+  }
+  // A widened row by row (m x k), B widened and unpaired (k x n): the 32-bit word of column col in
+  // row pair t holds row 2t in its low half and row 2t + 1 in its high half. Widening is exact.
+  thread_local std::vector<float> af, bf;
+  af.resize(size_t(g.m * k));
+  bf.resize(size_t(k * n));
+  for (int i = 0; i < g.m; ++i) {
+    const uint16_t* __restrict a = &g.a[i * g.lda].bits;
+    float* __restrict out = af.data() + i * k;
+    for (int64_t e = 0; e < k; ++e) out[e] = std::bit_cast<float>(uint32_t(a[e]) << 16);
+  }
+  for (int t = 0; t < g.kp; ++t) {
+    const bf16* b = g.b + t * g.ldb;
+    float* __restrict r0 = bf.data() + 2 * t * n;
+    float* __restrict r1 = r0 + n;
+    for (int64_t col = 0; col < n; ++col) {
+      uint32_t w;
+      std::memcpy(&w, b + 2 * col, sizeof(w));
+      r0[col] = std::bit_cast<float>(w << 16);
+      r1[col] = std::bit_cast<float>(w & 0xffff0000u);
     }
   }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.m, g.n, int(k), 1.0f, af.data(), int(k),
+              bf.data(), g.n, g.accumulate ? 1.0f : 0.0f, g.c, int(g.ldc));
 }
 
 #ifndef WALLFACER_HAVE_AVX512BF16
