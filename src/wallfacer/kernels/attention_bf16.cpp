@@ -676,12 +676,11 @@ int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq
     const int64_t dq_floats =
         (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
         detail::bwd_extra_dq_floats(dims, parts);
-    most =
-        std::max(most, 2 * BwdPacked::elements(dims) +
-                           threads * BwdTile::bytes(t.block_q, t.block_k,
-                                                    bwd_chunk(bf16_path(), t.block_q),
-                                                    HeadDims(dims.head_dim)) +
-                           4 * dq_floats);
+    most = std::max(
+        most, 2 * BwdPacked::elements(dims) +
+                  threads * BwdTile::bytes(t.block_q, t.block_k, bwd_chunk(bf16_path(), t.block_q),
+                                           HeadDims(dims.head_dim)) +
+                  4 * dq_floats);
   }
   return most;
 }
