@@ -21,9 +21,10 @@ void bf16_gemm_portable(const Bf16Gemm& g) {
   }
   // A widened row by row (m x k), B widened and unpaired (k x n): the 32-bit word of column col in
   // row pair t holds row 2t in its low half and row 2t + 1 in its high half. Widening is exact.
+  // Buffers only grow: a resize that grows would zero what the loops below overwrite.
   thread_local std::vector<float> af, bf;
-  af.resize(size_t(g.m * k));
-  bf.resize(size_t(k * n));
+  if (af.size() < size_t(g.m * k)) af.resize(size_t(g.m * k));
+  if (bf.size() < size_t(k * n)) bf.resize(size_t(k * n));
   for (int i = 0; i < g.m; ++i) {
     const uint16_t* __restrict a = &g.a[i * g.lda].bits;
     float* __restrict out = af.data() + i * k;
