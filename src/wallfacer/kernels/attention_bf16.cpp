@@ -57,8 +57,11 @@ using GemmFn = void (*)(const Bf16Gemm&);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// The portable path's products, widened with this level's vectors.
+void gemm_widened(const Bf16Gemm& g) { detail::bf16_gemm_widened(g); }
+
 GemmFn gemm_of(Bf16Path path) {
-  return path == Bf16Path::avx512 ? detail::bf16_gemm_avx512 : detail::bf16_gemm_portable;
+  return path == Bf16Path::avx512 ? detail::bf16_gemm_avx512 : gemm_widened;
 }
 
 // Query rows per chunk of the backward (kBwdChunkQ above).
