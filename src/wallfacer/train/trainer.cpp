@@ -428,7 +428,7 @@ class Training {
             ? fmt::format("dtype bf16 ({}{}): matrix products and attention in bf16 with fp32 "
                           "accumulation; fp32 master weights, AdamW, norms' statistics, residual "
                           "stream and loss",
-                          why, avx512_bf16 ? "" : "; portable bf16 path, slower than fp32")
+                          why, avx512_bf16 ? "" : "; portable bf16 path: products in fp32 by sgemm")
             : fmt::format("dtype fp32 ({}): every layer in fp32", why));
   }
 
