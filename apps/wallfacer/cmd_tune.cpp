@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -74,6 +75,14 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
           cal.share.alone / 1e6, cal.share.transfers, cal.share.together / 1e6, c.devices_per_nic,
           cal.has_intra ? cal.intra.bandwidth / cal.inter.bandwidth : 1.0);
     }
+    if (other_node < P)
+      fmt::print(
+          "  both ways: rank 0 sends {:.2f} MB/s to rank {} alone, the two send {:.2f} MB/s to "
+          "each "
+          "other at once: {}\n",
+          cal.duplex.alone / 1e6, other_node, cal.duplex.together / 1e6,
+          c.inter_shared_duplex ? "the directions share the cards (shared_duplex)"
+                                : "the cards are full duplex");
     if (cal.pair.transfers >= 2)
       fmt::print(
           "  pairs of nodes: rank 0 sends {:.2f} MB/s to node 1 alone, {:.2f} MB/s to {} nodes at "
@@ -84,10 +93,16 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
                             "card carries at least {:.2f}",
                             c.inter_pair_bandwidth / 1e6, c.inter.bandwidth / 1e6)
               : std::string("no cap below the card's"));
+    const double off = cal.allgather_error();
     fmt::print(
         "  all-gather 1 MB per rank over {} ranks: {:.3f} ms measured, {:.3f} ms "
-        "predicted\n",
-        P, cal.allgather_s * 1e3, cal.allgather_predicted_s * 1e3);
+        "predicted by the planner's model ({:+.0f}%)\n",
+        P, cal.allgather_s * 1e3, cal.allgather_predicted_s * 1e3, 100 * off);
+    if (std::abs(off) > tune::kCheckTolerance)
+      fmt::print(
+          "  warning: the all-gather is {:.0f}% off the prediction (more than {:.0f}%): the "
+          "planner's times for collectives on this machine are off as much\n",
+          100 * std::abs(off), 100 * tune::kCheckTolerance);
     tune::write_cluster_file(c, P, out);
     fmt::print("wrote {}\n", out);
   }

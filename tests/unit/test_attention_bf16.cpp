@@ -1,6 +1,7 @@
 // bf16 flash attention against the naive fp64 reference evaluated on the same bf16 inputs (widened
-// exactly), on both code paths, and the two paths against each other bit for bit; the bf16 type
-// and the tile products underneath. Tolerances: docs/numerics.md, "bf16 kernels".
+// exactly), on both code paths; the bf16 type and the tile products underneath (the AVX512-BF16
+// ones against a model of the instruction, bit for bit). Tolerances: docs/numerics.md, "bf16
+// kernels".
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -131,15 +132,44 @@ struct GemmCase {
   bool accumulate;
 };
 
+// Subnormals to zero with their sign: exponent bits 0 keep only the sign bit.
+float flush(float x) {
+  const uint32_t u = bits_of(x);
+  return std::bit_cast<float>(u & ((u & 0x7f800000u) == 0 ? 0x80000000u : 0xffffffffu));
+}
+
+// What VDPBF16PS computes (docs/numerics.md, "bf16 kernels"), lane by lane: every C element one
+// fp32 chain over t = 0, 1, ..., each step
+//   c = flush(fma(a[2t + 1], b[2t + 1], flush(c)));  c = flush(fma(a[2t], b[2t], c))
+// with subnormal inputs read as zero.
+void instruction_model(const detail::Bf16Gemm& g) {
+  const auto read = [](bf16 x) { return flush(to_float(x)); };
+  for (int i = 0; i < g.m; ++i)
+    for (int col = 0; col < g.n; ++col) {
+      float& c = g.c[i * g.ldc + col];
+      if (!g.accumulate) c = 0.0f;
+      for (int t = 0; t < g.kp; ++t) {
+        const bf16* a = g.a + i * g.lda + 2 * t;
+        const bf16* b = g.b + t * g.ldb + 2 * col;
+        c = flush(std::fma(read(a[1]), read(b[1]), flush(c)));
+        c = flush(std::fma(read(a[0]), read(b[0]), c));
+      }
+    }
+}
+
+enum class GemmPath { portable, avx512, model };
+
 // Runs one product on a path; the B and C buffers are sized for the padding bf16_gemm.h allows.
-std::vector<float> run_gemm(bool avx512, const GemmCase& gc, const std::vector<bf16>& a,
+std::vector<float> run_gemm(GemmPath path, const GemmCase& gc, const std::vector<bf16>& a,
                             const std::vector<bf16>& b, std::vector<float> c) {
   detail::Bf16Gemm g{gc.m,     gc.n,   gc.kp,    a.data(), gc.lda,
                      b.data(), gc.ldb, c.data(), gc.ldc,   gc.accumulate};
-  if (avx512)
+  if (path == GemmPath::avx512)
     detail::bf16_gemm_avx512(g);
-  else
+  else if (path == GemmPath::portable)
     detail::bf16_gemm_portable(g);
+  else
+    instruction_model(g);
   return c;
 }
 
@@ -148,14 +178,16 @@ GemmCase gemm_case(int m, int n, int kp, bool accumulate) {
   return {m, n, kp, 2 * kp + 2, 2 * n16 + 32, n + 3, accumulate};
 }
 
-// The product against fp64 sums of the same bf16 values: it multiplies what the layout says.
+// The product against fp64 sums of the same bf16 values: it multiplies what the layout says (and
+// with no steps at all, leaves C or zeroes it).
 TEST(Bf16Gemm, PortableMatchesFp64) {
-  for (const GemmCase& gc : {gemm_case(7, 37, 5, false), gemm_case(16, 64, 32, true),
-                             gemm_case(1, 1, 1, true), gemm_case(5, 130, 64, false)}) {
+  for (const GemmCase& gc :
+       {gemm_case(7, 37, 5, false), gemm_case(16, 64, 32, true), gemm_case(1, 1, 1, true),
+        gemm_case(5, 130, 64, false), gemm_case(3, 20, 0, true), gemm_case(3, 20, 0, false)}) {
     const auto a = random_bf16(size_t(gc.m) * gc.lda, 1),
                b = random_bf16(size_t(gc.kp) * gc.ldb, 2);
     const auto c0 = random_floats(size_t(gc.m) * gc.ldc, 3);
-    const auto c = run_gemm(false, gc, a, b, c0);
+    const auto c = run_gemm(GemmPath::portable, gc, a, b, c0);
     for (int i = 0; i < gc.m; ++i)
       for (int col = 0; col < gc.ldc; ++col) {
         const size_t at = size_t(i) * gc.ldc + col;
@@ -176,10 +208,10 @@ TEST(Bf16Gemm, PortableMatchesFp64) {
   }
 }
 
-// What VDPBF16PS does and the emulation does are the same, bit for bit, over a wide range of
+// What VDPBF16PS does and its model computes are the same, bit for bit, over a wide range of
 // magnitudes (products that overflow, underflow to subnormal, subnormal inputs and accumulators),
 // and with no steps at all (C untouched).
-TEST(Bf16Gemm, Avx512MatchesPortableBitForBit) {
+TEST(Bf16Gemm, Avx512MatchesTheInstructionModelBitForBit) {
   if (!bf16_avx512_available()) GTEST_SKIP() << "no AVX512-BF16 on this CPU or in this build";
   int seed = 10;
   for (int range : {0, 20, 70, 130})
@@ -194,11 +226,12 @@ TEST(Bf16Gemm, Avx512MatchesPortableBitForBit) {
       std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
       std::uniform_int_distribution<int> ex(-range - 20, range);
       for (auto& x : c0) x = std::ldexp(dist(gen), ex(gen));
-      const auto p = run_gemm(false, gc, a, b, c0), x = run_gemm(true, gc, a, b, c0);
+      const auto p = run_gemm(GemmPath::model, gc, a, b, c0),
+                 x = run_gemm(GemmPath::avx512, gc, a, b, c0);
       for (size_t i = 0; i < p.size(); ++i)
         ASSERT_EQ(bits_of(p[i]), bits_of(x[i]))
             << "range " << range << " m " << gc.m << " n " << gc.n << " kp " << gc.kp << " at " << i
-            << ": portable " << p[i] << " avx512 " << x[i];
+            << ": model " << p[i] << " avx512 " << x[i];
     }
 }
 
@@ -296,8 +329,8 @@ void expect_same_bits(const Problem& a, const Problem& b, const std::string& wha
   EXPECT_TRUE(same_bits(a.dv.values(), b.dv.values())) << what << " dV";
 }
 
-// Forward and backward on every path, each against the reference, then the paths against each
-// other; with documents of the given lengths when there are any.
+// Forward and backward on every path, each against the reference; with documents of the given
+// lengths when there are any.
 void check_case(const Case& c, bool fp32_outputs, const std::vector<int64_t>& doc_lengths = {}) {
   std::vector<Problem> runs;
   for (const char* path : paths()) {
@@ -311,7 +344,6 @@ void check_case(const Case& c, bool fp32_outputs, const std::vector<int64_t>& do
   const Reference ref(runs[0]);
   for (size_t i = 0; i < runs.size(); ++i)
     expect_within(errors(runs[i], ref), fp32_outputs, c.name + " " + paths()[i]);
-  for (size_t i = 1; i < runs.size(); ++i) expect_same_bits(runs[0], runs[i], c.name);
 }
 
 class AttnBf16VsReference : public ::testing::TestWithParam<Case> {};
@@ -446,11 +478,10 @@ TEST(AttnBf16, Fp32OutputsAreTheUnroundedResult) {
 
 // Keys in three blocks, each run with its global k_pos0: the forward merges into a running fp32
 // (O, LSE) with accumulate=true, the backward adds each block's dQ into fp32 dq; both equal the
-// whole problem within the tolerances, on each path, and the paths agree bit for bit.
+// whole problem within the tolerances, on each path.
 TEST(AttnBf16, KeySplitsAccumulateToWhole) {
   const Case c{2, 77, 300, 4, 2, 32, true, 200, 0, "split"};
   const int cuts[] = {0, 37, 64, 300};
-  std::vector<std::vector<float>> results;
   for (const char* path : paths()) {
     const ScopedEnv env("WALLFACER_BF16_PATH", path);
     Problem whole(c, true);
@@ -485,11 +516,7 @@ TEST(AttnBf16, KeySplitsAccumulateToWhole) {
     }
     const Reference ref(whole);
     expect_within(errors(whole, ref), true, std::string("split ") + path);
-    results.push_back(whole.o.f);
-    results.push_back(whole.dq.f);
-    results.push_back(whole.dk.f);
   }
-  for (size_t i = 3; i < results.size(); ++i) EXPECT_TRUE(same_bits(results[i % 3], results[i]));
 }
 
 TEST(AttnBf16, BackwardAccumulateAdds) {
@@ -553,7 +580,7 @@ TEST(AttnBf16, FullyMaskedRowsAreZeroAndFinite) {
 }
 
 // One (batch, kv head) task and 4 threads: the backward splits the keys into parts with private
-// fp32 dQ buffers. Still within tolerance, deterministic, and the same on both paths.
+// fp32 dQ buffers. Still within tolerance and deterministic, on each path.
 TEST(AttnBf16, BackwardSplitsKeysWhenFewTasks) {
   const ScopedEnv threads("OMP_NUM_THREADS", "4");
   const Case c{1, 200, 700, 4, 1, 16, true, 400, 0, "mqa_split"};
@@ -567,8 +594,10 @@ TEST(AttnBf16, BackwardSplitsKeysWhenFewTasks) {
       runs.push_back(std::move(pb));
     }
   }
-  expect_within(errors(runs[0], Reference(runs[0])), false, "mqa_split");
-  for (size_t i = 1; i < runs.size(); ++i) expect_same_bits(runs[0], runs[i], "mqa_split");
+  for (size_t i = 0; i < runs.size(); i += 2) {
+    expect_within(errors(runs[i], Reference(runs[i])), false, "mqa_split");
+    expect_same_bits(runs[i], runs[i + 1], "mqa_split");
+  }
   EXPECT_GT(attn_bwd_bf16_workspace_bytes(runs[0].d, 4, true),
             attn_bwd_bf16_workspace_bytes(runs[0].d, 1, true));
 }

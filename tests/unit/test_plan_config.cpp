@@ -86,6 +86,12 @@ TEST(PlanConfig, ClusterRoundTripsThroughToml) {
   EXPECT_EQ(c.inter_pair_bandwidth, 0);
   a.inter_pair_bandwidth = 6.25e8;
   EXPECT_DOUBLE_EQ(parse_cluster(cluster_to_toml(a), "roundtrip").inter_pair_bandwidth, 6.25e8);
+  // Directions that share the cards: false by default, kept when set (with the cap too).
+  EXPECT_FALSE(c.inter_shared_duplex);
+  a.inter_shared_duplex = true;
+  const Cluster both = parse_cluster(cluster_to_toml(a), "roundtrip");
+  EXPECT_TRUE(both.inter_shared_duplex);
+  EXPECT_DOUBLE_EQ(both.inter_pair_bandwidth, 6.25e8);
   // Every value reads back exactly: text with quotes and control characters, and numbers that
   // seven digits would round onto a bound (reserved up to memory, head dims onto each other).
   a.name = "\n\"a\\b\tc\x01";

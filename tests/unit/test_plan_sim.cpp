@@ -12,8 +12,9 @@ namespace wallfacer::plan {
 namespace {
 
 // Links: intra 10 GB/s, 2 µs; inter 1 GB/s, 20 µs. Compute 1 TFLOP/s.
-Machine machine(int P, int per_node, int per_nic) {
+Machine machine(int P, int per_node, int per_nic, bool shared_duplex = false) {
   Machine m;
+  m.shared_duplex = shared_duplex;
   m.intra = {1e10, 2e-6};
   m.inter = {1e9, 2e-5};
   m.devices_per_node = per_node;
@@ -151,17 +152,29 @@ TEST(PlanSim, RingStepsTakeMaxOfComputeAndTransfer) {
   EXPECT_NEAR(simulate(p, machine(P, 2, 2)).time, 3 * (2e-5 + 4e-4), kTol);
 }
 
-TEST(PlanSim, RingAllGatherAndAllReduce) {
+// Open MPI's all-gather below 32 ranks: recursive doubling (a power of two) or Bruck's.
+TEST(PlanSim, AllGatherByDoublingAndRingAllReduce) {
   const double m_bytes = 1e6;
   Program p(4);
   int g = p.group({0, 1, 2, 3});
   for (int r = 0; r < 4; ++r) p.ops[r] = {Op::collective(Coll::AllGather, g, m_bytes)};
-  // One node: 3 steps of (2 µs + 0.1 ms).
+  // One node: partner r^1 with 1 MB, then r^2 with 2 MB.
   auto one = simulate(p, machine(4, 4, 4));
-  EXPECT_NEAR(one.time, 3 * (2e-6 + 1e-4), kTol);
+  EXPECT_NEAR(one.time, (2e-6 + 1e-4) + (2e-6 + 2e-4), kTol);
   EXPECT_DOUBLE_EQ(one.ranks[0].coll_bytes, 3e6);  // (n-1)/n of the 4 MB result
-  // Two nodes: ring 0->1->2->3->0 crosses twice, one flow per card: 3 steps of (20 µs + 1 ms).
-  EXPECT_NEAR(simulate(p, machine(4, 2, 2)).time, 3 * (2e-5 + 1e-3), kTol);
+  // Two nodes of 2, a card per rank: the second step crosses, 0<->2 and 1<->3 both ways, each
+  // card at full rate both ways; where the directions share the card, at half rate.
+  auto two = simulate(p, machine(4, 2, 1));
+  EXPECT_NEAR(two.time, (2e-6 + 1e-4) + (2e-5 + 2e6 / 1e9), kTol);
+  EXPECT_DOUBLE_EQ(two.ranks[0].inter_bytes, 2e6);
+  EXPECT_NEAR(simulate(p, machine(4, 2, 1, true)).time, (2e-6 + 1e-4) + (2e-5 + 2 * 2e6 / 1e9),
+              kTol);
+
+  // Three ranks (Bruck): to r-1 one block, then to r-2 one block; one node.
+  Program b(3);
+  g = b.group({0, 1, 2});
+  for (int r = 0; r < 3; ++r) b.ops[r] = {Op::collective(Coll::AllGather, g, m_bytes)};
+  EXPECT_NEAR(simulate(b, machine(3, 3, 3)).time, 2 * (2e-6 + 1e-4), kTol);
 
   Program q(4);
   g = q.group({0, 1, 2, 3});
@@ -171,7 +184,25 @@ TEST(PlanSim, RingAllGatherAndAllReduce) {
   EXPECT_DOUBLE_EQ(ar.ranks[2].coll_bytes, 6e6);        // 2(n-1)/n of 4 MB
 }
 
-// Two pairs {0,2} and {1,3} across 2 nodes gather at once: both flows leave node 0's card.
+// Where the directions share the cards (shared_duplex), two ranks of different nodes sending to
+// each other at once get half their cards each way, and a card that sends to one rank and
+// receives from another carries both at its full rate; full duplex cards carry both at full rate.
+TEST(PlanSim, BothWaysBetweenTwoRanksWhereTheDirectionsShare) {
+  Program p(6);
+  p.ops[0] = {Op::send(2, 1e6, 0), Op::recv(2, 1e6, 1), Op::wait(0), Op::wait(1)};
+  p.ops[2] = {Op::send(0, 1e6, 0), Op::recv(0, 1e6, 1), Op::wait(0), Op::wait(1)};
+  EXPECT_NEAR(simulate(p, machine(6, 2, 1, true)).time, 2e-5 + 2e6 / 1e9, kTol);
+  EXPECT_NEAR(simulate(p, machine(6, 2, 1)).time, 2e-5 + 1e6 / 1e9, kTol);
+  Program q(6);
+  q.ops[0] = {Op::send(2, 1e6, 0), Op::recv(4, 1e6, 1), Op::wait(0), Op::wait(1)};
+  q.ops[2] = {Op::recv(0, 1e6, 0), Op::wait(0)};
+  q.ops[4] = {Op::send(0, 1e6, 0), Op::wait(0)};
+  EXPECT_NEAR(simulate(q, machine(6, 2, 1, true)).time, 2e-5 + 1e6 / 1e9, kTol);
+}
+
+// Two pairs {0,2} and {1,3} across 2 nodes gather at once: both flows leave node 0's card. Where
+// the directions share the cards (each gather an exchange both ways), a card also carries the
+// acknowledgements of what comes in: twice the time.
 TEST(PlanSim, ConcurrentCollectivesShareTheCard) {
   Program p(4);
   int a = p.group({0, 2}), b = p.group({1, 3});
@@ -179,10 +210,14 @@ TEST(PlanSim, ConcurrentCollectivesShareTheCard) {
   p.ops[1] = p.ops[3] = {Op::collective(Coll::AllGather, b, 1e6)};
   EXPECT_NEAR(simulate(p, machine(4, 2, 2)).time, 2e-5 + 2e6 / 1e9, kTol);
   EXPECT_NEAR(simulate(p, machine(4, 2, 1)).time, 2e-5 + 1e6 / 1e9, kTol);
+  EXPECT_NEAR(simulate(p, machine(4, 2, 2, true)).time, 2e-5 + 4e6 / 1e9, kTol);
+  EXPECT_NEAR(simulate(p, machine(4, 2, 1, true)).time, 2e-5 + 2e6 / 1e9, kTol);
 }
 
-// Pairwise all-to-all over 4 ranks on 2 nodes (one card each): shift 1 crosses once per card,
-// shift 2 twice (0->2 and 1->3 share node 0's card), shift 3 once.
+// Pairwise all-to-all over 4 ranks on 2 nodes (one card each; Open MPI's choice below 8 ranks
+// for 512 KB to 1 MB per peer): shift 1 crosses once per card, shift 2 twice (0->2 and 1->3 share
+// node 0's card; where the directions share it, 0<->2 and 1<->3 both ways make it 4), shift 3
+// once.
 TEST(PlanSim, AllToAllPairwiseSteps) {
   Program p(4);
   int g = p.group({0, 1, 2, 3});
@@ -191,6 +226,20 @@ TEST(PlanSim, AllToAllPairwiseSteps) {
   EXPECT_NEAR(r.time, (2e-5 + 1e-3) + (2e-5 + 2e-3) + (2e-5 + 1e-3), kTol);
   EXPECT_DOUBLE_EQ(r.ranks[1].coll_bytes, 3e6);
   EXPECT_DOUBLE_EQ(r.ranks[1].inter_bytes, 2e6);  // to ranks 2 and 3, not to rank 0
+  EXPECT_NEAR(simulate(p, machine(4, 2, 2, true)).time,
+              (2e-5 + 1e-3) + (2e-5 + 4e-3) + (2e-5 + 1e-3), kTol);
+}
+
+// Every message at once (Open MPI's linear all-to-all, below 8 ranks for 64 to 512 KB per peer),
+// a card per rank on 2 nodes: rank 0's card sends to 2 and 3 at once; where the directions share
+// it, it also carries the acknowledgements of what they send back: 4 shares.
+TEST(PlanSim, AllToAllAllAtOnce) {
+  Program p(4);
+  int g = p.group({0, 1, 2, 3});
+  for (int r = 0; r < 4; ++r) p.ops[r] = {Op::collective(Coll::AllToAll, g, 4e5)};
+  EXPECT_EQ(collective_steps(Coll::AllToAll, 4, 4e5).size(), 1u);
+  EXPECT_NEAR(simulate(p, machine(4, 2, 1)).time, 2e-5 + 2 * 4e5 / 1e9, kTol);
+  EXPECT_NEAR(simulate(p, machine(4, 2, 1, true)).time, 2e-5 + 4 * 4e5 / 1e9, kTol);
 }
 
 TEST(PlanSim, CollectiveStartsWhenTheLastMemberArrives) {

@@ -48,7 +48,8 @@ constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
 constexpr int kBwdBlockQ = 256, kBwdBlockK = 512, kBwdBlockKNarrow = 256;
 // The backward computes S and dP, then P and dS, for this many query rows of a block at a time
 // (even), so that S and dP (fp32) stay in the core's caches between the products and the softmax
-// rows.
+// rows. The portable path takes whole blocks: each of its products widens B to fp32 and has sgemm
+// pack it, a cost per call that chunks of 32 rows would pay 8 times per block.
 constexpr int kBwdChunkQ = 32;
 static_assert(kBwdChunkQ % 2 == 0);
 
@@ -56,8 +57,16 @@ using GemmFn = void (*)(const Bf16Gemm&);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// The portable path's products, widened with this level's vectors.
+void gemm_widened(const Bf16Gemm& g) { detail::bf16_gemm_widened(g); }
+
 GemmFn gemm_of(Bf16Path path) {
-  return path == Bf16Path::avx512 ? detail::bf16_gemm_avx512 : detail::bf16_gemm_portable;
+  return path == Bf16Path::avx512 ? detail::bf16_gemm_avx512 : gemm_widened;
+}
+
+// Query rows per chunk of the backward (kBwdChunkQ above).
+int bwd_chunk(Bf16Path path, int block_q) {
+  return path == Bf16Path::avx512 ? kBwdChunkQ : block_q;
 }
 
 // Padded head dimensions: pairs along D (the scores' products) and vectors of 16 along D (the
@@ -385,6 +394,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
 
   const int64_t nqb = (d.seq_q + bq - 1) / bq;
   const int64_t tasks = int64_t(d.batch) * d.heads * nqb;
+  BlasSingleThreaded blas_guard;  // the portable path's products are sgemm calls
 #pragma omp parallel num_threads(nthreads)
   {
     FwdTile w(bq, bk, hd);
@@ -499,33 +509,34 @@ struct BwdPacked {
 
 // Scratch of one thread.
 struct BwdTile {
-  int bq, bk;
+  int bq, bk, chunk;
   HeadDims hd;
   std::vector<bf16> kd, vd, kj;    // key tile packed: pairs of D ([d2/2][bk][2]) / of keys
   std::vector<bf16> qb, dob;       // query block rows (bq, d2)
-  std::vector<float> s, dp;        // (kBwdChunkQ, bk): scores S and dP of a chunk of rows
+  std::vector<float> s, dp;        // (chunk, bk): scores S and dP of a chunk of rows
   std::vector<bf16> pt, dst, dsr;  // P, dS in pairs of rows ([bq/2][bk][2]); dS in rows
   std::vector<float> dkt, dvt;     // (D, bk): dK^T, dV^T of the key tile
-  BwdTile(int block_q, int block_k, const HeadDims& h)
+  BwdTile(int block_q, int block_k, int chunk_q, const HeadDims& h)
       : bq(block_q),
         bk(block_k),
+        chunk(chunk_q),
         hd(h),
         kd(size_t(h.d2) * block_k),
         vd(kd.size()),
         kj(size_t(block_k) * h.d16),
         qb(size_t(block_q) * h.d2),
         dob(qb.size()),
-        s(size_t(kBwdChunkQ) * block_k),
+        s(size_t(chunk_q) * block_k),
         dp(s.size()),
         pt(size_t(block_q) * block_k),
         dst(pt.size()),
         dsr(pt.size()),
         dkt(size_t(h.d) * block_k),
         dvt(dkt.size()) {}
-  static int64_t bytes(int bq, int bk, const HeadDims& h) {
+  static int64_t bytes(int bq, int bk, int chunk, const HeadDims& h) {
     return 2 * (2 * int64_t(h.d2) * bk + int64_t(bk) * h.d16 + 2 * int64_t(bq) * h.d2 +
                 3 * int64_t(bq) * bk) +
-           4 * (2 * int64_t(kBwdChunkQ) * bk + 2 * int64_t(h.d) * bk);
+           4 * (2 * int64_t(chunk) * bk + 2 * int64_t(h.d) * bk);
   }
 };
 
@@ -575,8 +586,8 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
             }
             // S, dP, then P and dS, a chunk of rows at a time, so that S and dP are read back
             // from the cache close to the core.
-            for (int c0 = 0; c0 < nq; c0 += kBwdChunkQ) {
-              const int nc = std::min(kBwdChunkQ, nq - c0);
+            for (int c0 = 0; c0 < nq; c0 += w.chunk) {
+              const int nc = std::min(w.chunk, nq - c0);
               gemm({.m = nc,
                     .n = nk,
                     .kp = hd.d2 / 2,
@@ -668,10 +679,11 @@ int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq
     const int64_t dq_floats =
         (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
         detail::bwd_extra_dq_floats(dims, parts);
-    most =
-        std::max(most, 2 * BwdPacked::elements(dims) +
-                           threads * BwdTile::bytes(t.block_q, t.block_k, HeadDims(dims.head_dim)) +
-                           4 * dq_floats);
+    most = std::max(
+        most, 2 * BwdPacked::elements(dims) +
+                  threads * BwdTile::bytes(t.block_q, t.block_k, bwd_chunk(bf16_path(), t.block_q),
+                                           HeadDims(dims.head_dim)) +
+                  4 * dq_floats);
   }
   return most;
 }
@@ -691,7 +703,8 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   detail::check_window("attn_bwd_bf16", p.causal, p.window);
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_bwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
-  const GemmFn gemm = gemm_of(bf16_path());
+  const Bf16Path path = bf16_path();
+  const GemmFn gemm = gemm_of(path);
   const int D = d.head_dim;
   if (d.seq_q == 0 || d.seq_k == 0) {
     if (!p.accumulate) {
@@ -728,7 +741,9 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     dq_main_stride = Strides3::contiguous(d.seq_q, d.heads, D);
   }
   std::vector<BwdTile> tiles;
-  for (int t = 0; t < nthreads; ++t) tiles.emplace_back(tile.block_q, tile.block_k, hd);
+  const int chunk = bwd_chunk(path, tile.block_q);
+  for (int t = 0; t < nthreads; ++t) tiles.emplace_back(tile.block_q, tile.block_k, chunk, hd);
+  BlasSingleThreaded blas_guard;  // the portable path's products are sgemm calls
   detail::run_bwd_tasks(
       d, p.causal, p.window, p.q_pos0, p.k_pos0, tile.block_k, nthreads, dq_main, dq_main_stride,
       !p.accumulate && p.dq.fp32_data != nullptr,

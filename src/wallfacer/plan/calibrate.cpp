@@ -62,4 +62,6 @@ bool pair_capped(int transfers, double alone, double together) {
   return transfers >= 2 && together > 1.3 * alone;
 }
 
+bool shared_duplex(double alone, double together) { return together > 0 && together < 1.5 * alone; }
+
 }  // namespace wallfacer::plan

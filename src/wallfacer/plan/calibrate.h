@@ -26,4 +26,9 @@ int devices_per_nic(int transfers, double alone, double together, int per_node);
 // clearly more than it gets to one node: the traffic of each node pair is capped below the card.
 bool pair_capped(int transfers, double alone, double together);
 
+// Whether two ranks of different nodes sending to each other at once (`together`, both
+// directions summed) get clearly less than twice what one direction gets alone (`alone`): their
+// cards' rate is shared by the two directions (Cluster::inter_shared_duplex).
+bool shared_duplex(double alone, double together);
+
 }  // namespace wallfacer::plan

@@ -90,6 +90,7 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   c.inter = read_link(inter);
   c.devices_per_nic = inter.integer_or("devices_per_nic", 1, 1, c.devices_per_node);
   c.inter_pair_bandwidth = inter.number_or("pair_bandwidth", 0, 0, 1e15);
+  c.inter_shared_duplex = inter.boolean_or("shared_duplex", false);
   WF_USAGE_CHECK(c.devices_per_node % c.devices_per_nic == 0,
                  "{}: links.inter.devices_per_nic = {} must divide nodes.devices_per_node = {}",
                  source, c.devices_per_nic, c.devices_per_node);
@@ -198,9 +199,10 @@ std::string cluster_to_toml(const Cluster& c) {
       exact(c.attention_flops), attention_extra, exact(c.memory), exact(c.memory_reserved), dtype,
       exact(c.intra.bandwidth), exact(c.intra.latency), exact(c.inter.bandwidth),
       exact(c.inter.latency), c.devices_per_nic,
-      c.inter_pair_bandwidth > 0
-          ? fmt::format("pair_bandwidth = {}\n", exact(c.inter_pair_bandwidth))
-          : std::string(),
+      (c.inter_pair_bandwidth > 0
+           ? fmt::format("pair_bandwidth = {}\n", exact(c.inter_pair_bandwidth))
+           : std::string()) +
+          (c.inter_shared_duplex ? "shared_duplex = true\n" : ""),
       c.zero, c.grad_sync_overlap ? "true" : "false");
 }
 

@@ -48,6 +48,11 @@ struct Cluster {
   // could carry (bytes/s; 0: no such cap): a per-flow limit of the fabric or the transport, as
   // the emulated cluster's --flow-rate or a cloud network's per-connection limit.
   double inter_pair_bandwidth = 0;
+  // Two ranks of different nodes sending to each other at once share their cards' rate in both
+  // directions (one TCP connection carries the data both ways and each direction's
+  // acknowledgements wait behind the other's data, as on the emulated cluster's shaped cards);
+  // false: the cards are full duplex for them too. Measured by `tune --calibrate`.
+  bool inter_shared_duplex = false;
   // Software.
   int zero = 0;                    // optimizer sharding stage over the data+sequence group (0..3)
   bool grad_sync_overlap = false;  // gradient reduction overlaps the backward of earlier layers

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <set>
 #include <tuple>
 
 #include "wallfacer/core/error.h"
@@ -76,6 +77,7 @@ Machine Machine::from(const Cluster& c, std::vector<int> device_of, int head_dim
   m.devices_per_node = c.devices_per_node;
   m.devices_per_nic = c.devices_per_nic;
   m.pair_bandwidth = c.inter_pair_bandwidth;
+  m.shared_duplex = c.inter_shared_duplex;
   m.gemm_flops = c.gemm_flops;
   m.attention_fwd_flops = c.fwd_rate(head_dim);
   m.attention_bwd_flops = c.bwd_rate(head_dim);
@@ -85,35 +87,118 @@ Machine Machine::from(const Cluster& c, std::vector<int> device_of, int head_dim
 
 namespace {
 
-// Edges (src, dst) of step `step` of a collective's algorithm on group `g` (n members).
-void step_edges(Coll c, const std::vector<int>& g, int step,
-                std::vector<std::pair<int, int>>& edges) {
-  const int n = static_cast<int>(g.size());
-  edges.clear();
-  const int shift = c == Coll::AllToAll ? step : 1;
-  for (int j = 0; j < n; ++j) edges.emplace_back(g[j], g[(j + shift) % n]);
+// Open MPI 4.1's tuned all-to-all (coll_tuned_decision_fixed.c): 1 linear, 2 pairwise, 3 modified
+// Bruck, 4 linear with a bounded number of requests, 5 two processes; by group size and bytes per
+// peer. Each row: groups below `ranks`, then (bytes below, algorithm) pairs, the last for any size.
+int alltoall_algorithm(int n, double block) {
+  struct Row {
+    int ranks;
+    std::vector<std::pair<double, int>> by_bytes;
+  };
+  constexpr double kAny = std::numeric_limits<double>::infinity();
+  static const std::vector<Row> rows = {
+      {3,
+       {{2, 2},
+        {4, 5},
+        {16, 2},
+        {64, 5},
+        {256, 2},
+        {4096, 5},
+        {32768, 2},
+        {262144, 4},
+        {1048576, 5},
+        {kAny, 2}}},
+      {8, {{8192, 4}, {16384, 1}, {65536, 4}, {524288, 1}, {1048576, 2}, {kAny, 1}}},
+      {16, {{262144, 4}, {kAny, 1}}},
+      {32, {{4, 4}, {512, 3}, {8192, 4}, {32768, 1}, {262144, 4}, {524288, 1}, {kAny, 4}}},
+      {64, {{512, 3}, {524288, 1}, {kAny, 4}}},
+      {128, {{1024, 3}, {2048, 1}, {4096, 4}, {262144, 1}, {kAny, 2}}},
+      {256, {{1024, 3}, {2048, 4}, {262144, 1}, {kAny, 2}}},
+      {512, {{1024, 3}, {8192, 4}, {32768, 1}, {kAny, 2}}},
+      {1024, {{512, 3}, {8192, 4}, {16384, 1}, {131072, 4}, {262144, 1}, {kAny, 2}}},
+      {2048, {{512, 3}, {1024, 4}, {2048, 1}, {16384, 4}, {262144, 1}, {kAny, 4}}},
+      {4096, {{1024, 3}, {4096, 4}, {8192, 1}, {131072, 4}, {kAny, 1}}},
+      {std::numeric_limits<int>::max(),
+       {{2048, 3}, {8192, 4}, {16384, 1}, {32768, 4}, {65536, 1}, {kAny, 4}}},
+  };
+  for (const Row& r : rows)
+    if (n < r.ranks)
+      for (auto [below, alg] : r.by_bytes)
+        if (block < below) return alg;
+  return 1;
 }
 
-int algorithm_steps(Coll c, int n) {
-  if (n <= 1) return 0;
-  return c == Coll::AllReduce ? 2 * (n - 1) : n - 1;
+}  // namespace
+
+std::vector<std::vector<CollTransfer>> collective_steps(Coll c, int n, double bytes) {
+  std::vector<std::vector<CollTransfer>> steps;
+  if (n <= 1) return steps;
+  auto shifted = [&](int shift, double b) {  // every member sends to the one `shift` after it
+    std::vector<CollTransfer> s;
+    for (int j = 0; j < n; ++j) s.push_back({j, (j + shift) % n, b});
+    return s;
+  };
+  auto everyone = [&] {  // every member to every other at once
+    std::vector<CollTransfer> s;
+    for (int k = 1; k < n; ++k)
+      for (int j = 0; j < n; ++j) s.push_back({j, (j + k) % n, bytes});
+    return s;
+  };
+  switch (c) {
+    case Coll::AllGather:
+      if (n == 2 || n >= 32) {  // two processes: one exchange; large groups: the ring
+        for (int k = 1; k < n; ++k) steps.push_back(shifted(1, bytes));
+      } else if ((n & (n - 1)) == 0) {  // recursive doubling: partner j ^ d, d blocks
+        for (int d = 1; d < n; d *= 2) {
+          std::vector<CollTransfer> s;
+          for (int j = 0; j < n; ++j) s.push_back({j, j ^ d, d * bytes});
+          steps.push_back(s);
+        }
+      } else {  // Bruck: to j - d, min(d, n - d) blocks
+        for (int d = 1; d < n; d *= 2) steps.push_back(shifted(n - d, std::min(d, n - d) * bytes));
+      }
+      break;
+    case Coll::ReduceScatter:  // Communicator::reduce_scatter_sum: one exchange, all at once
+      steps.push_back(everyone());
+      break;
+    case Coll::AllReduce:
+      for (int k = 0; k < 2 * (n - 1); ++k) steps.push_back(shifted(1, bytes / n));
+      break;
+    case Coll::AllToAll:
+      switch (alltoall_algorithm(n, bytes)) {
+        case 1:
+        case 4:
+        case 5:
+          steps.push_back(everyone());
+          break;
+        default:  // pairwise (and the modified Bruck of tiny blocks, as pairwise)
+          for (int k = 1; k < n; ++k) steps.push_back(shifted(k, bytes));
+      }
+      break;
+  }
+  return steps;
 }
 
-double chunk_bytes(Coll c, double bytes, int n) { return c == Coll::AllReduce ? bytes / n : bytes; }
+namespace {
 
-// Ring-algorithm bytes one rank sends in this collective, and how many of them leave the node.
+// Ring-order positions of each rank of a group of n.
+int position(const std::vector<int>& g, int rank) {
+  return static_cast<int>(std::find(g.begin(), g.end(), rank) - g.begin());
+}
+
+// Bytes one rank sends in this collective as its algorithm runs, and how many of them leave the
+// node.
 std::pair<double, double> coll_sent_bytes(Coll c, const std::vector<int>& g, int rank, double bytes,
                                           const Machine& m) {
-  const int n = static_cast<int>(g.size());
-  const int steps = algorithm_steps(c, n);
-  const double chunk = chunk_bytes(c, bytes, n);
-  const int j = static_cast<int>(std::find(g.begin(), g.end(), rank) - g.begin());
-  double inter = 0;
-  for (int s = 0; s < steps; ++s) {
-    const int shift = c == Coll::AllToAll ? 1 + s : 1;
-    if (!m.same_node(rank, g[(j + shift) % n])) inter += chunk;
-  }
-  return {steps * chunk, inter};
+  const int j = position(g, rank);
+  double sent = 0, inter = 0;
+  for (const auto& step : collective_steps(c, static_cast<int>(g.size()), bytes))
+    for (const CollTransfer& t : step)
+      if (t.from == j && t.to != j) {
+        sent += t.bytes;
+        if (!m.same_node(rank, g[size_t(t.to)])) inter += t.bytes;
+      }
+  return {sent, inter};
 }
 
 constexpr int kNoPair = -1;
@@ -130,7 +215,11 @@ struct Flow {
   double rate = 0;  // bytes/s while active
   int res[2] = {0, 0};
   int pair = kNoPair;  // between nodes: the (source, destination) node pair's resource
-  int coll = -1;       // a step of this running collective (its requests are then unused)
+  // Between nodes, while data also flows back from dst to src: the connection carries both ways,
+  // and each direction's acknowledgements queue behind the other's data, so the flow also takes a
+  // share of the source card's ingress and the destination card's egress.
+  bool both_ways = false;
+  int coll = -1;  // a step of this running collective (its requests are then unused)
 };
 
 // Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress;
@@ -178,9 +267,9 @@ class Simulation {
   // share the links with everything else in flight; the members go on when the last step ends.
   struct CollRun {
     int group = 0;
-    Coll coll = Coll::AllGather;
-    double chunk = 0;
-    int steps = 0, step = 0, pending = 0;
+    std::vector<std::vector<CollTransfer>> steps;  // member positions in the group
+    size_t step = 0;
+    int pending = 0;
   };
   using Ready = std::pair<double, int>;  // (time, rank)
 
@@ -218,7 +307,6 @@ class Simulation {
   double now_ = 0;
   std::map<int, CollRun> colls_;
   int next_coll_ = 0;
-  std::vector<std::pair<int, int>> edges_;
 };
 
 void Simulation::check_program() const {
@@ -230,12 +318,22 @@ void Simulation::check_program() const {
 
 void Simulation::rerate() {
   load_.clear();
+  std::set<std::pair<int, int>> inter;  // (src, dst) of the active flows between nodes
   for (const Flow& f : flows_)
-    if (f.active) ++load_[f.res[0]], ++load_[f.res[1]], ++load_[f.pair];  // kNoPair: unused
+    if (f.active && f.pair != kNoPair && m_.shared_duplex) inter.insert({f.src, f.dst});
+  for (Flow& f : flows_) {
+    if (!f.active) continue;
+    f.both_ways = f.pair != kNoPair && inter.count({f.dst, f.src});
+    ++load_[f.res[0]], ++load_[f.res[1]], ++load_[f.pair];  // kNoPair: unused
+    if (f.both_ways) ++load_[port(m_.nic(f.src), 3)], ++load_[port(m_.nic(f.dst), 2)];
+  }
   for (Flow& f : flows_) {
     if (!f.active) continue;
     const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
-    f.rate = bw / std::max(load_[f.res[0]], load_[f.res[1]]);
+    int busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
+    if (f.both_ways)
+      busiest = std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(f.dst), 2)]});
+    f.rate = bw / busiest;
     if (f.pair != kNoPair && m_.pair_bandwidth > 0)
       f.rate = std::min(f.rate, m_.pair_bandwidth / load_[f.pair]);
   }
@@ -285,8 +383,7 @@ void Simulation::start_flow(int src, int dst, const Posted& s, const Posted& r) 
 void Simulation::collective_step(int id) {
   CollRun& c = colls_.at(id);
   const auto& g = prog_.groups[c.group];
-  const int n = static_cast<int>(g.size());
-  if (c.step == c.steps) {
+  if (c.step == c.steps.size()) {
     for (int member : g) {
       ready_.push({now_, member});
       span(member, st_[member].pc - 1, st_[member].blocked_at, now_);
@@ -294,11 +391,11 @@ void Simulation::collective_step(int id) {
     colls_.erase(id);
     return;
   }
-  step_edges(c.coll, g, 1 + c.step % (n - 1), edges_);
-  ++c.step;
   c.pending = 0;
-  for (auto [a, b] : edges_)
-    if (a != b) add_flow(a, b, c.chunk, -1, -1, id), ++c.pending;
+  for (const CollTransfer& t : c.steps[c.step])
+    if (t.from != t.to)
+      add_flow(g[size_t(t.from)], g[size_t(t.to)], t.bytes, -1, -1, id), ++c.pending;
+  ++c.step;
   if (c.pending == 0) collective_step(id);
 }
 
@@ -365,9 +462,8 @@ void Simulation::arrive_collective(int r, const Op& o) {
   ++s.pc;
   s.blocked_at = now_;
   if (++arrived == int(g.size())) {
-    const int n = static_cast<int>(g.size());
     const int id = next_coll_++;
-    colls_[id] = {o.group, o.coll, chunk_bytes(o.coll, o.bytes, n), algorithm_steps(o.coll, n)};
+    colls_[id] = {o.group, collective_steps(o.coll, int(g.size()), o.bytes)};
     collective_step(id);
   }
 }

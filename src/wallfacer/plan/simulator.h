@@ -8,12 +8,20 @@
 //   message inside a node, the sending and the receiving network card (shared by devices_per_nic
 //   devices) for one between nodes, and between nodes also the pair of nodes (pair_bandwidth
 //   divided by the transfers from the one node to the other, when the cluster caps a pair).
-//   Alone on its link, b bytes take latency + b / bandwidth;
+//   Alone on its link, b bytes take latency + b / bandwidth. Where the cluster says so
+//   (inter_shared_duplex), a message between nodes while the same two ranks also send the other way
+//   (one TCP connection carrying data both ways, the acknowledgements of each direction queued
+//   behind the other's data) also counts on the source card's ingress and the destination card's
+//   egress: measured on the emulated cluster, two ranks of different nodes exchanging at once get
+//   half the card each way, two that send to and receive from different ranks get all of it;
 // - a transfer starts when both its send and its receive are posted and proceeds independently of
 //   compute: a Wait blocks only for what is still in flight (double buffering hides the rest);
-// - collectives run by their algorithm on the group in its rank order once every member arrived:
-//   all-gather and reduce-scatter as a ring, n−1 steps of one chunk; all-reduce as a ring, 2(n−1)
-//   steps of 1/n of the buffer; all-to-all as n−1 pairwise exchange steps of one chunk. A step's
+// - collectives run by their algorithm on the group in its rank order once every member arrived
+//   (collective_steps): all-gather and all-to-all as Open MPI 4.1's tuned component picks them
+//   (all-gather: recursive doubling, or Bruck's for group sizes not a power of two, below 32
+//   ranks, the ring from 32; all-to-all: every message at once or pairwise steps, by group size
+//   and bytes per peer); reduce-scatter as Communicator::reduce_scatter_sum runs it, every block
+//   at once; all-reduce as a ring, 2(n−1) steps of 1/n of the buffer. A step's
 //   transfers are flows like the point-to-point ones, sharing ports, cards and node pairs with
 //   everything else in flight (other collectives, double-buffered hops); the next step starts
 //   when the last of them ends;
@@ -30,6 +38,15 @@ namespace wallfacer::plan {
 
 enum class Work { AttentionFwd, AttentionBwd, Gemm };
 enum class Coll { AllGather, ReduceScatter, AllReduce, AllToAll };
+
+// One message of a collective's step: from and to are positions in the group.
+struct CollTransfer {
+  int from = 0, to = 0;
+  double bytes = 0;
+};
+// The steps of collective c on a group of n (see the cost model above; `bytes` as Op::bytes): the
+// messages of one step all run at once, the next step starts when they all arrived.
+std::vector<std::vector<CollTransfer>> collective_steps(Coll c, int n, double bytes);
 
 struct Op {
   enum class Kind { Compute, Send, Recv, Wait, Collective };
@@ -70,7 +87,8 @@ struct Machine {
   Link intra, inter;
   int devices_per_node = 1;
   int devices_per_nic = 1;
-  double pair_bandwidth = 0;  // cap on the traffic between two nodes, each way (0: none)
+  double pair_bandwidth = 0;   // cap on the traffic between two nodes, each way (0: none)
+  bool shared_duplex = false;  // Cluster::inter_shared_duplex
   double gemm_flops = 1, attention_fwd_flops = 1, attention_bwd_flops = 1;
   std::vector<int> device_of;  // layout rank -> device
 
@@ -84,7 +102,7 @@ struct Machine {
 struct RankTime {
   double finish = 0;                     // s
   double compute = 0;                    // s of compute
-  double p2p_bytes = 0, coll_bytes = 0;  // bytes this rank sends (collectives: ring algorithm)
+  double p2p_bytes = 0, coll_bytes = 0;  // bytes this rank sends (collectives: their algorithm)
   double inter_bytes = 0;                // of those, the bytes that leave the node
   double inter_recv_bytes = 0;  // bytes this rank receives from other nodes (through its card)
 };

@@ -194,15 +194,6 @@ std::vector<std::string> list_checkpoints(const std::string& ckpt_dir) {
   return out;
 }
 
-std::string resolve_checkpoint(const std::string& dir) {
-  if (fs::exists(dir + "/manifest.json")) return dir;
-  std::string c = latest_checkpoint(dir + "/ckpt");
-  if (c.empty()) c = latest_checkpoint(dir);
-  WF_USAGE_CHECK(!c.empty(), "no complete checkpoint in '{}' (train with train.ckpt_every > 0)",
-                 dir);
-  return c;
-}
-
 std::string latest_checkpoint(const std::string& ckpt_dir) {
   const auto all = list_checkpoints(ckpt_dir);
   return all.empty() ? "" : all.front();
@@ -492,6 +483,15 @@ CheckpointState load_checkpoint(const std::string& dir, int rank, int world_size
     return load_v1(dir, shards, index, world, step, num_params);
   }
   return load_v2(dir, shards, world, step, num_params);
+}
+
+std::string resolve_checkpoint(const std::string& dir) {
+  if (std::filesystem::exists(dir + "/manifest.json")) return dir;
+  std::string c = latest_checkpoint(dir + "/ckpt");
+  if (c.empty()) c = latest_checkpoint(dir);
+  WF_USAGE_CHECK(!c.empty(), "no complete checkpoint in '{}' (train with train.ckpt_every > 0)",
+                 dir);
+  return c;
 }
 
 }  // namespace wallfacer::train

@@ -79,9 +79,6 @@ void save_checkpoint(comm::Communicator& world, const std::string& ckpt_dir,
 std::vector<std::string> list_checkpoints(const std::string& ckpt_dir);
 // The newest complete checkpoint directory under ckpt_dir ("" when there is none).
 std::string latest_checkpoint(const std::string& ckpt_dir);
-// The checkpoint a tool reads from DIR: a checkpoint (step-N), the newest complete one of a
-// checkpoint folder (ckpt/) or of a training output folder; UsageError when there is none.
-std::string resolve_checkpoint(const std::string& dir);
 
 // Reads the manifest and the shards this rank needs, verifies them (names, sizes, headers, step,
 // checksums) and returns the state; throws Error naming the bad file and key otherwise. The caller
@@ -90,6 +87,11 @@ std::string resolve_checkpoint(const std::string& dir);
 // the number of ranks may differ from the writer's. `origin`, when given, receives who wrote it.
 CheckpointState load_checkpoint(const std::string& dir, int rank, int world_size,
                                 int64_t num_params, CheckpointOrigin* origin = nullptr);
+
+// The checkpoint DIR names: DIR itself when it holds manifest.json (a step-N folder), else the
+// newest complete checkpoint of DIR/ckpt (a run folder) or of DIR (a ckpt folder); UsageError
+// when there is none.
+std::string resolve_checkpoint(const std::string& dir);
 
 // The manifest's config TOML (for `sample`).
 std::string checkpoint_config(const std::string& dir);

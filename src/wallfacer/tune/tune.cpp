@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
 
 #include "wallfacer/core/error.h"
@@ -18,6 +19,7 @@
 #include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/plan/calibrate.h"
+#include "wallfacer/plan/simulator.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/train/data.h"
@@ -150,6 +152,7 @@ Cluster describe_machine(const Calibration& cal) {
     c.memory_reserved = 0.1 * c.memory;
     c.devices_per_nic =
         devices_per_nic(cal.share.transfers, cal.share.alone, cal.share.together, per_node);
+    c.inter_shared_duplex = shared_duplex(cal.duplex.alone, cal.duplex.together);
     if (pair_capped(cal.pair.transfers, cal.pair.alone, cal.pair.together)) {
       // The ping-pong and the card test ran between two nodes: they saw the pair's cap. The card
       // carries at least what rank 0 sent to all nodes at once; which ranks share it cannot be
@@ -160,6 +163,24 @@ Cluster describe_machine(const Calibration& cal) {
     }
   }
   return c;
+}
+
+// The all-gather of `bytes` per rank over every rank of the job, as the planner predicts it on
+// `cluster`: the ranks are the devices of their nodes, in rank order.
+double predict_allgather(const Cluster& cluster, const comm::Topology& topo, double bytes) {
+  const int P = int(topo.node_of.size());
+  std::vector<int> device_of(static_cast<size_t>(P)),
+      used(static_cast<size_t>(std::max(1, topo.nodes())), 0);
+  for (int r = 0; r < P; ++r) {
+    const int node = topo.node_of[size_t(r)];
+    device_of[size_t(r)] = node * cluster.devices_per_node + used[size_t(node)]++;
+  }
+  Program prog(P);
+  std::vector<int> all(static_cast<size_t>(P));
+  std::iota(all.begin(), all.end(), 0);
+  const int g = prog.group(all);
+  for (auto& ops : prog.ops) ops.push_back(Op::collective(Coll::AllGather, g, bytes));
+  return simulate(prog, Machine::from(cluster, device_of)).time;
 }
 
 }  // namespace
@@ -205,6 +226,7 @@ Calibration calibrate(comm::Communicator& world) {
   // them alone and then all at once.
   if (cal.other_node < P) cal.share = comm::card_share(world, topo);
   if (topo.nodes() >= 3) cal.pair = comm::pair_cap(world, topo);
+  if (cal.other_node < P) cal.duplex = comm::both_ways(world, 0, cal.other_node);
   world.barrier();
 
   // All-gather of 1 MB per rank, to compare with what the fitted link predicts.
@@ -219,10 +241,8 @@ Calibration calibrate(comm::Communicator& world) {
     if (cal.has_intra) cal.intra = fit_link(cal.intra_samples.bytes, cal.intra_samples.seconds);
     cal.inter = cal.other_node < P ? fit_link(cal.inter_samples.bytes, cal.inter_samples.seconds)
                                    : cal.intra;
-    // The all-gather the fitted link predicts: a ring of P ranks, P-1 steps of 1 MB.
-    const Link link = cal.has_intra ? cal.intra : cal.inter;
-    cal.allgather_predicted_s = (P - 1) * link.time(double(ag) * sizeof(float));
     cal.cluster = describe_machine(cal);
+    cal.allgather_predicted_s = predict_allgather(cal.cluster, topo, double(ag) * sizeof(float));
   }
   return cal;
 }

@@ -49,13 +49,22 @@ struct Calibration {
   // rank 0, their fitted links (inter = intra on one node).
   comm::LinkSamples intra_samples, inter_samples;
   Link intra, inter;
-  comm::Spread share;  // node 0's card shared by its ranks (two nodes or more)
-  comm::Spread pair;   // rank 0 to one node and to all others at once (three nodes or more)
+  comm::Spread share;   // node 0's card shared by its ranks (two nodes or more)
+  comm::Spread pair;    // rank 0 to one node and to all others at once (three nodes or more)
+  comm::Spread duplex;  // rank 0 and other_node to each other (two nodes or more)
   int64_t allgather_floats = 1 << 18;  // 1 MB per rank
   double allgather_s = 0;              // measured, the slowest rank
-  double allgather_predicted_s = 0;    // by the fitted link (rank 0)
-  Cluster cluster;                     // this machine (rank 0)
+  // By the planner's model of collectives on `cluster` (rank 0): the simulator runs Open MPI's
+  // all-gather over the ranks as the job placed them on nodes.
+  double allgather_predicted_s = 0;
+  Cluster cluster;  // this machine (rank 0)
+
+  // The all-gather's error of the prediction: measured / predicted - 1.
+  double allgather_error() const { return allgather_s / allgather_predicted_s - 1; }
 };
+
+// Beyond this error (either way) the calibration says its all-gather check is off.
+inline constexpr double kCheckTolerance = 0.25;
 
 // Measures dense products, flash attention at head dims 32, 64 and 128 and the links between
 // ranks (two ranks or more), every rank at once; rank 0 fits the links and describes the machine
