@@ -46,17 +46,6 @@ struct SampleArgs {
   int scale = 2;
 };
 
-// DIR may be a checkpoint (step-N), a checkpoint folder (ckpt/) or a training output folder.
-std::string resolve_checkpoint(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (fs::exists(dir + "/manifest.json")) return dir;
-  std::string c = train::latest_checkpoint(dir + "/ckpt");
-  if (c.empty()) c = train::latest_checkpoint(dir);
-  WF_USAGE_CHECK(!c.empty(), "no complete checkpoint in '{}' (train with train.ckpt_every > 0)",
-                 dir);
-  return c;
-}
-
 int sample_dit(const SampleArgs& a, const train::TrainConfig& cfg, const std::string& dir) {
   WF_USAGE_CHECK(!a.out.empty(), "--out FILE.gif is required for a DiT checkpoint");
   check_output_folder(a.out, "--out");
@@ -100,7 +89,7 @@ int run_sample(const SampleArgs& a) {
                  kMaxTokens);
   WF_USAGE_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
                  "--temperature is {}; give a finite number >= 0 (0: greedy)", a.temperature);
-  const std::string dir = resolve_checkpoint(a.ckpt);
+  const std::string dir = train::resolve_checkpoint(a.ckpt);
   const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
   if (cfg.kind == train::ModelKind::Dit) return sample_dit(a, cfg, dir);
   WF_USAGE_CHECK(a.out.empty(),

@@ -485,4 +485,13 @@ CheckpointState load_checkpoint(const std::string& dir, int rank, int world_size
   return load_v2(dir, shards, world, step, num_params);
 }
 
+std::string resolve_checkpoint(const std::string& dir) {
+  if (std::filesystem::exists(dir + "/manifest.json")) return dir;
+  std::string c = latest_checkpoint(dir + "/ckpt");
+  if (c.empty()) c = latest_checkpoint(dir);
+  WF_USAGE_CHECK(!c.empty(), "no complete checkpoint in '{}' (train with train.ckpt_every > 0)",
+                 dir);
+  return c;
+}
+
 }  // namespace wallfacer::train

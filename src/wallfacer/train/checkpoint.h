@@ -88,6 +88,11 @@ std::string latest_checkpoint(const std::string& ckpt_dir);
 CheckpointState load_checkpoint(const std::string& dir, int rank, int world_size,
                                 int64_t num_params, CheckpointOrigin* origin = nullptr);
 
+// The checkpoint DIR names: DIR itself when it holds manifest.json (a step-N folder), else the
+// newest complete checkpoint of DIR/ckpt (a run folder) or of DIR (a ckpt folder); UsageError
+// when there is none.
+std::string resolve_checkpoint(const std::string& dir);
+
 // The manifest's config TOML (for `sample`).
 std::string checkpoint_config(const std::string& dir);
 

@@ -32,6 +32,7 @@
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/data.h"
+#include "wallfacer/train/dist_model.h"
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
 #include "wallfacer/train/task.h"
@@ -41,116 +42,6 @@ namespace wallfacer::train {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The model's attention: the sequence-parallel DistAttention of this rank's sp group. With
-// per_sequence (train.packing = "documents" and more than one local sequence), one DistAttention
-// of batch 1 per sequence, each masking its sequence's documents: sequence b of the tensors
-// (B, n, H, D), (B, n, Hkv, D) and (B, H, n) is a contiguous slice.
-class DistAttentionOp : public model::AttentionOp {
- public:
-  // `windows`: the sliding windows the model's layers use (set_window), distinct, in the order
-  // the sequence attentions are built (collective: the same on every rank).
-  DistAttentionOp(const seqpar::AttnConfig& cfg, comm::Communicator& group, int64_t rows,
-                  bool per_sequence, const std::vector<int64_t>& windows) {
-    seqpar::AttnConfig one = cfg;
-    if (per_sequence && cfg.batch > 1) {
-      one.batch = 1;
-      qn_ = rows * cfg.heads * cfg.head_dim;
-      kn_ = rows * cfg.kv_heads * cfg.head_dim;
-      sn_ = rows * cfg.heads;
-    }
-    for (const int64_t w : windows) {
-      one.window = w;
-      windows_.push_back(w);
-      sets_.emplace_back();
-      for (int b = 0; b < cfg.batch / one.batch; ++b)
-        sets_.back().push_back(std::make_unique<seqpar::DistAttention>(one, group));
-    }
-    balanced_ = cfg.layout == seqpar::Layout::Balanced;
-  }
-  // Selects the sequence attentions built for this window.
-  void set_window(int64_t window) override {
-    const auto at = std::find(windows_.begin(), windows_.end(), window);
-    WF_CHECK(at != windows_.end(), "set_window: no attention built for window {}", window);
-    cur_ = size_t(at - windows_.begin());
-  }
-  void forward(const model::Act& q, const model::Act& k, const model::Act& v, const model::Act& o,
-               float* lse) override {
-    model::with_element_type(
-        [&](auto x) {
-          using T = decltype(x);
-          using model::data_of;
-          run_fwd(data_of<T>(q), data_of<T>(k), data_of<T>(v), data_of<T>(o), lse);
-        },
-        q, k, v, o);
-  }
-  void backward(const model::Act& q, const model::Act& k, const model::Act& v, const model::Act& o,
-                const float* lse, const model::Act& dout, const model::Act& dq,
-                const model::Act& dk, const model::Act& dv) override {
-    model::with_element_type(
-        [&](auto x) {
-          using T = decltype(x);
-          using model::data_of;
-          run_bwd(data_of<T>(q), data_of<T>(k), data_of<T>(v), data_of<T>(o), lse, data_of<T>(dout),
-                  data_of<T>(dq), data_of<T>(dk), data_of<T>(dv));
-        },
-        q, k, v, o, dout, dq, dk, dv);
-  }
-  // A sequence of one document passes no lengths: the calls are those of train.packing = "none".
-  void set_documents(const std::vector<std::vector<int64_t>>& lengths) override {
-    for (auto& set : sets_) {
-      WF_CHECK(lengths.size() == set.size(),
-               "set_documents: {} lists of lengths for {} sequence attention(s)", lengths.size(),
-               set.size());
-      for (size_t b = 0; b < set.size(); ++b) {
-        const auto& l = lengths[b];
-        set[b]->set_documents(l.data(), l.size() > 1 ? int(l.size()) : 0);
-      }
-    }
-  }
-  // With Layout::Balanced the rows of sequence b follow its documents.
-  std::vector<int64_t> row_positions(int b) const override {
-    if (!balanced_) return {};
-    // Every window's attention lays the documents out alike (the layout counts the window of
-    // AttnConfig::layout_window, the same in all: TrainConfig::attn_config).
-    WF_CHECK(b >= 0 && size_t(b) < sets_[0].size(), "row_positions: sequence {} of {}", b,
-             sets_[0].size());
-    return sets_[0][size_t(b)]->local_positions();
-  }
-  // This rank's attention work of the latest forward of each window's attentions (in the order
-  // of `windows`): its forward FLOPs (4 H D x the kept pairs of its queries, summed over its
-  // sequences).
-  std::vector<double> work() const {
-    std::vector<double> w(sets_.size(), 0.0);
-    for (size_t i = 0; i < sets_.size(); ++i)
-      for (const auto& a : sets_[i]) w[i] += a->stats().attn_flops;
-    return w;
-  }
-
- private:
-  // Each sequence attention over its slice of the tensors (fp32 or bf16).
-  template <typename T>
-  void run_fwd(const T* q, const T* k, const T* v, T* o, float* lse) {
-    auto& set = sets_[cur_];
-    for (size_t b = 0; b < set.size(); ++b)
-      set[b]->forward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_);
-  }
-  template <typename T>
-  void run_bwd(const T* q, const T* k, const T* v, const T* o, const float* lse, const T* dout,
-               T* dq, T* dk, T* dv) {
-    auto& set = sets_[cur_];
-    for (size_t b = 0; b < set.size(); ++b)
-      set[b]->backward(q + b * qn_, k + b * kn_, v + b * kn_, o + b * qn_, lse + b * sn_,
-                       dout + b * qn_, dq + b * qn_, dk + b * kn_, dv + b * kn_);
-  }
-
-  // One sequence attention per sequence (per_sequence) or one for the batch, per window.
-  std::vector<std::vector<std::unique_ptr<seqpar::DistAttention>>> sets_;
-  std::vector<int64_t> windows_;      // the window of each set
-  size_t cur_ = 0;                    // the set of the following calls (set_window)
-  int64_t qn_ = 0, kn_ = 0, sn_ = 0;  // elements of one sequence (per_sequence)
-  bool balanced_ = false;             // the rows follow the documents (Layout::Balanced)
-};
 
 // The startup line's words on model.window ("" without one).
 std::string window_note(const TrainConfig& cfg) {
@@ -374,23 +265,6 @@ void check_same_config(comm::Communicator& world, const TrainConfig& cfg) {
         "every rank the same --config and --set options",
         fmt::join(differ, ", ")));
   });
-}
-
-// The windows of `layers` (as layer_windows gives them), in their order.
-std::vector<int64_t> windows_of(const std::vector<std::pair<int64_t, int>>& layers) {
-  std::vector<int64_t> windows;
-  for (const auto& wl : layers) windows.push_back(wl.first);
-  return windows;
-}
-
-// The distinct sliding windows of the model's layers, ascending (0: global), each with the number
-// of its layers: one set of sequence attentions each (a DiT: one global set).
-std::vector<std::pair<int64_t, int>> layer_windows(const TrainConfig& cfg) {
-  if (cfg.kind != ModelKind::Gpt) return {{0, cfg.model.layers}};
-  const model::GptConfig m = cfg.run_model();
-  std::map<int64_t, int> layers;
-  for (int l = 0; l < m.layers; ++l) ++layers[m.layer_window(l)];
-  return {layers.begin(), layers.end()};
 }
 
 // Stops before allocating when the model, its optimizer state, the activations of this rank's
