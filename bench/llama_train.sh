@@ -15,6 +15,8 @@
 # table of docs/models.md.
 # Usage: bench/llama_train.sh [LAYERS DIM HEADS KV_HEADS INTERMEDIATE VOCAB SEQ STEPS THREADS
 #          ROUNDS [OUT]]   (defaults 8 512 8 4 1536 32000 4096 2 2 1: 58M parameters; no OUT)
+# FIRST_ROUND=K numbers the rounds from K (default 1): a later invocation appending to the same OUT
+# continues the numbering, since the table pairs the runs of a round by its number.
 # transformers and torch come from PyPI into a virtual environment created once (bench/hf_venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +64,8 @@ record() {  # record RUN ROUND LOAD COMMAND JSON: appends a run to OUT when OUT 
 echo "model: $layers layers, dim $dim, $heads heads ($kv K,V), intermediate $inter, vocab $vocab," \
   "seq $seq, batch 1, $threads threads, $steps timed steps, $rounds rounds;" \
   "load average $(cut -d' ' -f1-3 /proc/loadavg)"
-for r in $(seq 1 "$rounds"); do
+first=${FIRST_ROUND:-1}
+for r in $(seq "$first" $((first + rounds - 1))); do
   for run in wallfacer_bf16 torch_bf16 wallfacer_fp32_avx2 torch_fp32_avx2; do
     dtype=bf16 envs=""
     [[ $run == *fp32* ]] && dtype=fp32
