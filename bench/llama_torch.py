@@ -11,11 +11,12 @@ state, as wallfacer's train.dtype = "bf16").
 """
 import argparse
 import json
-import time
 
 import torch
 import torch.nn.functional as F
 import transformers
+
+from gpt_torch import train_tokens_per_s
 
 
 def main():
@@ -41,20 +42,13 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {a.dtype}, "
           f"{params / 1e6:.1f}M parameters, cpu capability "
           f"{torch.backends.cpu.get_cpu_capability()}", flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    times = []
-    for s in range(a.steps + 1):  # the first step warms up
-        tok = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
-        t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            logits = model(input_ids=tok[:, :-1], use_cache=False).logits
-            loss = F.cross_entropy(logits.float().reshape(-1, a.vocab), tok[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        print(f"torch step {s} loss {loss.item():.4f} {times[-1]:.2f} s", flush=True)
-    tps = a.batch * a.seq * a.steps / sum(times[1:])
+
+    def loss_of(inputs, targets):
+        logits = model(input_ids=inputs, use_cache=False).logits
+        return F.cross_entropy(logits.float().reshape(-1, a.vocab), targets.reshape(-1))
+
+    tps = train_tokens_per_s(loss_of, model.parameters(), a.vocab, a.batch, a.seq, a.steps,
+                             a.dtype == "bf16", lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     print(f"torch tokens/s {tps:.1f}")
     if a.json:
         print(json.dumps({"tool": "torch", "torch_version": torch.__version__,
