@@ -80,6 +80,26 @@ class Gpt(torch.nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def train_tokens_per_s(loss_of, params, vocab, batch, seq, steps, bf16, **adamw):
+    """Times steps + 1 training steps (the first warms up) of loss_of(inputs, targets), a scalar
+    loss, on random tokens below vocab: forward (under bf16 autocast when bf16), backward and
+    torch.optim.AdamW(params, **adamw); prints each step and returns the tokens/s of the timed
+    steps."""
+    opt = torch.optim.AdamW(params, **adamw)
+    times = []
+    for s in range(steps + 1):
+        tok = torch.randint(0, vocab, (batch, seq + 1))
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_of(tok[:, :-1], tok[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        print(f"torch step {s} loss {loss.item():.4f} {times[-1]:.2f} s", flush=True)
+    return batch * seq * steps / sum(times[1:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     for k, v in dict(layers=4, dim=256, heads=4, kv_heads=4, seq=4096, batch=1, steps=3,
@@ -96,20 +116,9 @@ def main():
           f"{', compiled' if a.compile else ''}, cpu capability "
           f"{torch.backends.cpu.get_cpu_capability()}", flush=True)
     model = Gpt(257, a.layers, a.dim, a.heads, a.kv_heads, 4 * a.dim, a.attention == "sdpa")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     run = torch.compile(model) if a.compile else model
-    times = []
-    for s in range(a.steps + 1):  # the first step warms up
-        tok = torch.randint(0, 257, (a.batch, a.seq + 1))
-        t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            loss = run(tok[:, :-1], tok[:, 1:])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        print(f"torch step {s} loss {loss.item():.4f} {times[-1]:.2f} s", flush=True)
-    tps = a.batch * a.seq * a.steps / sum(times[1:])
+    tps = train_tokens_per_s(run, model.parameters(), 257, a.batch, a.seq, a.steps,
+                             a.dtype == "bf16", lr=1e-3)
     print(f"torch tokens/s {tps:.1f}")
     if a.json:
         print(json.dumps({"tool": "torch", "torch_version": torch.__version__,

@@ -234,13 +234,28 @@ void embedding_bwd(float* dwte, const int32_t* tokens, const float* dout, int64_
 }
 
 namespace {
-// max and log-sum-exp of one row.
+// Lanes of the partial maxima and sums of a row: independent accumulators that the compiler keeps
+// in vector registers (the loops vectorise without -ffast-math), combined in a fixed order at the
+// end, so a row's result does not depend on the thread count or the instruction set.
+constexpr int kLanes = 16;
+
+// max and log-sum-exp of one row (exp_approx: vec_math.h).
 inline float row_lse(const float* x, int V) {
-  float mx = x[0];
-  for (int i = 1; i < V; ++i) mx = std::max(mx, x[i]);
-  float s = 0.0f;
-  for (int i = 0; i < V; ++i) s += std::exp(x[i] - mx);
-  return mx + std::log(s);
+  float mx[kLanes], s[kLanes];
+  for (int j = 0; j < kLanes; ++j) mx[j] = x[0];
+  int i = 0;
+  for (; i + kLanes <= V; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) mx[j] = mx[j] > x[i + j] ? mx[j] : x[i + j];
+  for (; i < V; ++i) mx[0] = std::max(mx[0], x[i]);
+  float m = mx[0];
+  for (int j = 1; j < kLanes; ++j) m = std::max(m, mx[j]);
+  for (int j = 0; j < kLanes; ++j) s[j] = 0.0f;
+  for (i = 0; i + kLanes <= V; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) s[j] += detail::exp_approx(x[i + j] - m);
+  for (; i < V; ++i) s[0] += detail::exp_approx(x[i] - m);
+  float sum = 0.0f;
+  for (int j = 0; j < kLanes; ++j) sum += s[j];
+  return m + std::log(sum);
 }
 }  // namespace
 
@@ -260,10 +275,15 @@ void softmax_xent_bwd(float* dlogits, const float* logits, const int32_t* target
     const float* x = logits + n * V;
     float* d = dlogits + n * V;
     const float lse = row_lse(x, V);
-    const int tgt = targets[n];
-    for (int i = 0; i < V; ++i) {
-      d[i] = dloss * (std::exp(x[i] - lse) - (i == tgt ? 1.0f : 0.0f));
+    // Through a block of lanes: dlogits may be logits itself (the loops still vectorise).
+    float p[kLanes];
+    int i = 0;
+    for (; i + kLanes <= V; i += kLanes) {
+      for (int j = 0; j < kLanes; ++j) p[j] = detail::exp_approx(x[i + j] - lse);
+      for (int j = 0; j < kLanes; ++j) d[i + j] = dloss * p[j];
     }
+    for (; i < V; ++i) d[i] = dloss * detail::exp_approx(x[i] - lse);
+    d[targets[n]] -= dloss;
   }
 }
 
