@@ -182,24 +182,19 @@ std::vector<std::vector<CollTransfer>> collective_steps(Coll c, int n, double by
 
 namespace {
 
-// Ring-order positions of each rank of a group of n.
-int position(const std::vector<int>& g, int rank) {
-  return static_cast<int>(std::find(g.begin(), g.end(), rank) - g.begin());
-}
-
-// Bytes one rank sends in this collective as its algorithm runs, and how many of them leave the
-// node.
-std::pair<double, double> coll_sent_bytes(Coll c, const std::vector<int>& g, int rank, double bytes,
-                                          const Machine& m) {
-  const int j = position(g, rank);
-  double sent = 0, inter = 0;
+// Bytes each member of group g (in its order) sends in this collective as its algorithm runs, and
+// how many of them leave the node.
+std::vector<std::pair<double, double>> coll_sent_bytes(Coll c, const std::vector<int>& g,
+                                                       double bytes, const Machine& m) {
+  std::vector<std::pair<double, double>> out(g.size(), {0.0, 0.0});
   for (const auto& step : collective_steps(c, static_cast<int>(g.size()), bytes))
     for (const CollTransfer& t : step)
-      if (t.from == j && t.to != j) {
+      if (t.to != t.from) {
+        auto& [sent, inter] = out[size_t(t.from)];
         sent += t.bytes;
-        if (!m.same_node(rank, g[size_t(t.to)])) inter += t.bytes;
+        if (!m.same_node(g[size_t(t.from)], g[size_t(t.to)])) inter += t.bytes;
       }
-  return {sent, inter};
+  return out;
 }
 
 constexpr int kNoPair = -1;
@@ -321,6 +316,9 @@ class Simulation {
   SimResult res_;
   std::map<std::tuple<int, int, int>, std::deque<Posted>> sends_, recvs_;  // (src, dst, tag)
   std::map<std::pair<int, int>, int> arrivals_;  // (group, k) -> members arrived
+  // (group, collective, bytes) -> per member: bytes it sends, of them between nodes
+  std::map<std::tuple<int, int, double>, std::vector<std::pair<double, double>>> sent_;
+  std::vector<std::unordered_map<int, int>> positions_;  // per group: rank -> position
   std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready_;  // ranks ready, by time
   std::vector<Flow> flows_;  // slots: in flight when live
   std::vector<int> free_slots_;
@@ -573,7 +571,15 @@ void Simulation::arrive_collective(int r, const Op& o) {
            "rank {} runs a collective on a group it is not in", r);
   auto key = std::make_pair(o.group, s.coll_k);
   int& arrived = arrivals_[key];
-  auto [sent, inter] = coll_sent_bytes(o.coll, g, r, o.bytes, m_);
+  auto sent_key = std::make_tuple(o.group, int(o.coll), o.bytes);
+  auto it = sent_.find(sent_key);
+  if (it == sent_.end())
+    it = sent_.emplace(sent_key, coll_sent_bytes(o.coll, g, o.bytes, m_)).first;
+  if (positions_.size() <= size_t(o.group)) positions_.resize(size_t(o.group) + 1);
+  auto& pos = positions_[size_t(o.group)];
+  if (pos.empty())
+    for (size_t j = 0; j < g.size(); ++j) pos.emplace(g[j], int(j));
+  auto [sent, inter] = it->second[size_t(pos.at(r))];
   res_.ranks[r].coll_bytes += sent;
   res_.ranks[r].inter_bytes += inter;
   ++s.coll_k;
