@@ -217,6 +217,30 @@ struct RingGeometry {
 // the resident team queries, or query packages against the resident K,V block.
 enum class Travel : uint8_t { KV, Queries };
 
+// What the hops of a configuration's blocks and the side its backward moves depend on.
+struct HopsKey {
+  Strategy strategy;
+  int teams, batch;
+  int64_t seq;
+  int heads, kv_heads, head_dim;
+  bool causal;
+  int ulysses;
+  Dtype dtype;
+  std::vector<int64_t> doc_lengths;
+  Layout layout;
+  int64_t window, layout_window;
+  int P, team_ranks;
+  std::vector<int64_t> starts;
+  int travel;  // Travel, or -1 for backward_moves_kv
+  bool operator==(const HopsKey&) const = default;
+};
+HopsKey hops_key(const Schedule& s, int travel) {
+  const AttnConfig& c = s.cfg;
+  return {c.strategy, c.teams,         c.batch,   c.seq,        c.heads,       c.kv_heads,
+          c.head_dim, c.causal,        c.ulysses, c.dtype,      c.doc_lengths, c.layout,
+          c.window,   c.layout_window, s.P,       s.team_ranks, s.docs.starts, travel};
+}
+
 // The hops that the travelling block of each origin 0..P-1 (the block it holds at step 0) makes: up
 // to the last rank of the sub-ring that has kept pairs with it (0: it stays home). Without a mask
 // (neither documents nor causal) every block makes all G - 1 hops. Every rank's schedule asks for
@@ -224,30 +248,12 @@ enum class Travel : uint8_t { KV, Queries };
 // configuration (the latest few are kept per thread), with each team's segments listed once.
 std::vector<int> origin_hops(const Schedule& s, const RingGeometry& L, Travel travel) {
   const AttnConfig& c = s.cfg;
-  struct Key {
-    Strategy strategy;
-    int teams, batch;
-    int64_t seq;
-    int heads, kv_heads, head_dim;
-    bool causal;
-    int ulysses;
-    Dtype dtype;
-    std::vector<int64_t> doc_lengths;
-    Layout layout;
-    int64_t window, layout_window;
-    int P, team_ranks;
-    std::vector<int64_t> starts;
-    Travel travel;
-    bool operator==(const Key&) const = default;
-  };
   struct Entry {
-    Key key;
+    HopsKey key;
     std::vector<int> hops;
   };
   thread_local std::deque<Entry> recent;  // newest first
-  Key key{c.strategy, c.teams,         c.batch,   c.seq,        c.heads,       c.kv_heads,
-          c.head_dim, c.causal,        c.ulysses, c.dtype,      c.doc_lengths, c.layout,
-          c.window,   c.layout_window, s.P,       s.team_ranks, s.docs.starts, travel};
+  HopsKey key = hops_key(s, int(travel));
   for (const Entry& e : recent)
     if (e.key == key) return e.hops;
   std::vector<int> hops(size_t(s.P), L.G - 1);
@@ -808,11 +814,8 @@ int schedule_team_ranks(const AttnConfig& cfg) {
   return cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg);
 }
 
-}  // namespace
-
-bool backward_moves_kv(const AttnConfig& cfg, int P) {
-  if (cfg.strategy == Strategy::Ulysses) return false;
-  validate(cfg, P);
+// backward_moves_kv, counted.
+bool count_backward_moves_kv(const AttnConfig& cfg, int P) {
   // The choice ignores the documents: they change from call to call (set_documents) while the
   // buffers, which depend on the choice, stay.
   Schedule s;
@@ -852,6 +855,27 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
     q_sum += q;
   }
   return kv_max != q_max ? kv_max < q_max : kv_sum < q_sum;
+}
+
+}  // namespace
+
+// Every rank's schedule asks: counted once per configuration (the latest few kept per thread).
+bool backward_moves_kv(const AttnConfig& cfg, int P) {
+  if (cfg.strategy == Strategy::Ulysses) return false;
+  validate(cfg, P);
+  Schedule s;
+  s.cfg = cfg;
+  s.cfg.doc_lengths.clear();
+  s.P = P;
+  s.team_ranks = schedule_team_ranks(cfg);
+  thread_local std::deque<std::pair<HopsKey, bool>> recent;  // newest first
+  HopsKey key = hops_key(s, -1);
+  for (const auto& [k, moves] : recent)
+    if (k == key) return moves;
+  const bool moves = count_backward_moves_kv(cfg, P);
+  if (recent.size() == 4) recent.pop_back();
+  recent.push_front({std::move(key), moves});
+  return moves;
 }
 
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
