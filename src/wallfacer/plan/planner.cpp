@@ -329,11 +329,13 @@ std::vector<Prediction> plan_all(const PlanInput& in,
   WF_USAGE_CHECK(in.gpus >= 1 && in.gpus <= in.cluster.devices(),
                  "--gpus {} is outside 1..{} (the devices of cluster '{}')", in.gpus,
                  in.cluster.devices(), in.cluster.name);
-  WF_USAGE_CHECK(in.gpus <= kMaxPlanDevices,
-                 "planning for {} devices would take hours: the planner simulates every device's "
-                 "schedule, in a time that grows with the cube of the device count; plan a group "
-                 "of at most {} devices with --gpus N (cluster '{}' has {})",
-                 in.gpus, kMaxPlanDevices, in.cluster.name, in.cluster.devices());
+  WF_USAGE_CHECK(
+      in.gpus <= kMaxPlanDevices,
+      "planning for {} devices would take too long: the planner simulates every "
+      "device's schedule, in a time that grows with the square of the device count; plan "
+      "a group "
+      "of at most {} devices with --gpus N (cluster '{}' has {})",
+      in.gpus, kMaxPlanDevices, in.cluster.name, in.cluster.devices());
   WF_USAGE_CHECK(in.seq >= 1, "--seq must be positive, got {}", in.seq);
   std::vector<Prediction> out;
   const std::vector<Candidate> all = candidates(in);

@@ -77,9 +77,9 @@ std::vector<Candidate> candidates(const PlanInput& in);
 Prediction predict(const PlanInput& in, const Candidate& c);
 
 // The most devices plan_all simulates: it replays every rank's schedule event by event, a time
-// that grows with the cube of the device count (about a minute for all configurations of 256
-// devices on one core); larger groups are refused with a UsageError naming --gpus.
-constexpr int kMaxPlanDevices = 256;
+// that grows with the square of the device count; larger groups are refused with a UsageError
+// naming --gpus.
+constexpr int kMaxPlanDevices = 1024;
 
 // Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
 // infeasible ones (Prediction::reason says why: memory, divisibility, ...). `progress`, when

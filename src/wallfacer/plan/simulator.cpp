@@ -1,13 +1,14 @@
 #include "wallfacer/plan/simulator.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <limits>
 #include <map>
 #include <queue>
-#include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "wallfacer/core/error.h"
 
@@ -181,24 +182,19 @@ std::vector<std::vector<CollTransfer>> collective_steps(Coll c, int n, double by
 
 namespace {
 
-// Ring-order positions of each rank of a group of n.
-int position(const std::vector<int>& g, int rank) {
-  return static_cast<int>(std::find(g.begin(), g.end(), rank) - g.begin());
-}
-
-// Bytes one rank sends in this collective as its algorithm runs, and how many of them leave the
-// node.
-std::pair<double, double> coll_sent_bytes(Coll c, const std::vector<int>& g, int rank, double bytes,
-                                          const Machine& m) {
-  const int j = position(g, rank);
-  double sent = 0, inter = 0;
+// Bytes each member of group g (in its order) sends in this collective as its algorithm runs, and
+// how many of them leave the node.
+std::vector<std::pair<double, double>> coll_sent_bytes(Coll c, const std::vector<int>& g,
+                                                       double bytes, const Machine& m) {
+  std::vector<std::pair<double, double>> out(g.size(), {0.0, 0.0});
   for (const auto& step : collective_steps(c, static_cast<int>(g.size()), bytes))
     for (const CollTransfer& t : step)
-      if (t.from == j && t.to != j) {
+      if (t.to != t.from) {
+        auto& [sent, inter] = out[size_t(t.from)];
         sent += t.bytes;
-        if (!m.same_node(rank, g[size_t(t.to)])) inter += t.bytes;
+        if (!m.same_node(g[size_t(t.from)], g[size_t(t.to)])) inter += t.bytes;
       }
-  return {sent, inter};
+  return out;
 }
 
 constexpr int kNoPair = -1;
@@ -219,7 +215,19 @@ struct Flow {
   // and each direction's acknowledgements queue behind the other's data, so the flow also takes a
   // share of the source card's ingress and the destination card's egress.
   bool both_ways = false;
-  int coll = -1;  // a step of this running collective (its requests are then unused)
+  int coll = -1;      // a step of this running collective (its requests are then unused)
+  double since = 0;   // s: when `left` was last brought up to date (it streams at `rate` since)
+  uint64_t seq = 0;   // creation order: of two events at one time, the older flow's goes first
+  int version = 0;    // its events in the queue that carry another version are stale
+  bool live = false;  // the slot holds a flow in flight
+};
+
+// A flow's next event: its latency running out or, at its current rate, its bytes arriving.
+struct FlowEvent {
+  double t = 0;
+  uint64_t seq = 0;
+  int slot = 0, version = 0;
+  bool operator>(const FlowEvent& o) const { return std::tie(t, seq) > std::tie(o.t, o.seq); }
 };
 
 // Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress;
@@ -274,13 +282,20 @@ class Simulation {
   using Ready = std::pair<double, int>;  // (time, rank)
 
   void check_program() const;
-  // The next flow event (time, index into flows_; -1 and infinity when none): a latency running
-  // out or a transfer completing at its current rate.
-  std::pair<double, int> next_flow_event() const;
-  // Moves the clock to t, the active flows' bytes with it.
-  void advance_to(double t);
-  void on_flow_event(int index);
+  // Drops stale events; the next flow event, or nullptr when none.
+  const FlowEvent* next_flow_event();
+  void on_flow_event(int slot);
+  // A flow's resources while active: its ports or cards, its node pair, and while both ways the
+  // reverse direction of both cards. Each changes the load of the resource by `delta`.
+  void add_load(int slot, int resource, int delta);
+  void add_loads(int slot, int delta);
+  void set_both_ways(int slot, bool both);
+  void activate(int slot);
+  void deactivate(int slot);
+  // Rates of the active flows on the resources whose load changed since the last call; a flow
+  // whose rate changes gets its bytes up to date and a new event.
   void rerate();
+  void schedule_event(int slot);
   void span(int rank, size_t op, double t0, double t1);
   void complete(int rank, int request, double t);
   // A transfer of `bytes` from src to dst, from now: the latency of its link, then its bytes.
@@ -301,9 +316,21 @@ class Simulation {
   SimResult res_;
   std::map<std::tuple<int, int, int>, std::deque<Posted>> sends_, recvs_;  // (src, dst, tag)
   std::map<std::pair<int, int>, int> arrivals_;  // (group, k) -> members arrived
+  // (group, collective, bytes) -> per member: bytes it sends, of them between nodes
+  std::map<std::tuple<int, int, double>, std::vector<std::pair<double, double>>> sent_;
+  std::vector<std::unordered_map<int, int>> positions_;  // per group: rank -> position
   std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready_;  // ranks ready, by time
-  std::vector<Flow> flows_;                                               // in flight
-  std::map<int, int> load_;  // resource -> active flows
+  std::vector<Flow> flows_;  // slots: in flight when live
+  std::vector<int> free_slots_;
+  uint64_t next_seq_ = 0;
+  std::priority_queue<FlowEvent, std::vector<FlowEvent>, std::greater<>> events_;
+  std::unordered_map<int, int> load_;                      // resource -> active flows on it
+  std::unordered_map<int, std::vector<int>> on_;           // resource -> active flows' slots
+  std::vector<int> changed_;                               // resources whose load changed
+  std::map<std::pair<int, int>, std::vector<int>> inter_;  // (src, dst) -> active flows between
+                                                           // nodes (shared_duplex only)
+  std::vector<uint64_t> stamp_;                            // per slot: last rerate that visited it
+  uint64_t rerates_ = 0;
   double now_ = 0;
   std::map<int, CollRun> colls_;
   int next_coll_ = 0;
@@ -316,27 +343,104 @@ void Simulation::check_program() const {
     for (int r : g) WF_CHECK(r >= 0 && r < P_, "group member {} outside 0..{}", r, P_ - 1);
 }
 
+void Simulation::add_load(int slot, int resource, int delta) {
+  load_[resource] += delta;
+  auto& on = on_[resource];
+  if (delta > 0) {
+    on.push_back(slot);
+  } else {
+    on.erase(std::find(on.begin(), on.end(), slot));
+  }
+  changed_.push_back(resource);
+}
+
+void Simulation::add_loads(int slot, int delta) {
+  const Flow& f = flows_[size_t(slot)];
+  add_load(slot, f.res[0], delta);
+  add_load(slot, f.res[1], delta);
+  if (f.pair != kNoPair) add_load(slot, f.pair, delta);
+  if (f.both_ways) {
+    add_load(slot, port(m_.nic(f.src), 3), delta);
+    add_load(slot, port(m_.nic(f.dst), 2), delta);
+  }
+}
+
+void Simulation::set_both_ways(int slot, bool both) {
+  Flow& f = flows_[size_t(slot)];
+  if (f.both_ways == both) return;
+  if (f.both_ways) {
+    add_load(slot, port(m_.nic(f.src), 3), -1);
+    add_load(slot, port(m_.nic(f.dst), 2), -1);
+  }
+  f.both_ways = both;
+  if (both) {
+    add_load(slot, port(m_.nic(f.src), 3), +1);
+    add_load(slot, port(m_.nic(f.dst), 2), +1);
+  }
+}
+
+void Simulation::activate(int slot) {
+  Flow& f = flows_[size_t(slot)];
+  f.active = true;
+  f.since = now_;
+  f.rate = 0;
+  f.both_ways = false;
+  if (f.pair != kNoPair && m_.shared_duplex) {
+    auto& fwd = inter_[{f.src, f.dst}];
+    fwd.push_back(slot);
+    auto back = inter_.find({f.dst, f.src});
+    const bool reverse = back != inter_.end() && !back->second.empty();
+    flows_[size_t(slot)].both_ways = reverse;
+    if (reverse && fwd.size() == 1)
+      for (int g : back->second) set_both_ways(g, true);
+  }
+  add_loads(slot, +1);
+}
+
+void Simulation::deactivate(int slot) {
+  add_loads(slot, -1);
+  Flow& f = flows_[size_t(slot)];
+  f.active = false;
+  if (f.pair != kNoPair && m_.shared_duplex) {
+    auto& fwd = inter_[{f.src, f.dst}];
+    fwd.erase(std::find(fwd.begin(), fwd.end(), slot));
+    if (fwd.empty()) {
+      auto back = inter_.find({f.dst, f.src});
+      if (back != inter_.end())
+        for (int g : back->second) set_both_ways(g, false);
+    }
+  }
+}
+
+void Simulation::schedule_event(int slot) {
+  Flow& f = flows_[size_t(slot)];
+  ++f.version;
+  const double t = !f.active ? f.active_at : f.left <= 0 ? now_ : now_ + f.left / f.rate;
+  events_.push({t, f.seq, slot, f.version});
+}
+
 void Simulation::rerate() {
-  load_.clear();
-  std::set<std::pair<int, int>> inter;  // (src, dst) of the active flows between nodes
-  for (const Flow& f : flows_)
-    if (f.active && f.pair != kNoPair && m_.shared_duplex) inter.insert({f.src, f.dst});
-  for (Flow& f : flows_) {
-    if (!f.active) continue;
-    f.both_ways = f.pair != kNoPair && inter.count({f.dst, f.src});
-    ++load_[f.res[0]], ++load_[f.res[1]], ++load_[f.pair];  // kNoPair: unused
-    if (f.both_ways) ++load_[port(m_.nic(f.src), 3)], ++load_[port(m_.nic(f.dst), 2)];
+  ++rerates_;
+  for (int resource : changed_) {
+    for (int slot : on_[resource]) {
+      if (stamp_[size_t(slot)] == rerates_) continue;
+      stamp_[size_t(slot)] = rerates_;
+      Flow& f = flows_[size_t(slot)];
+      const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
+      int busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
+      if (f.both_ways)
+        busiest = std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(f.dst), 2)]});
+      double rate = bw / busiest;
+      if (f.pair != kNoPair && m_.pair_bandwidth > 0)
+        rate = std::min(rate, m_.pair_bandwidth / load_[f.pair]);
+      if (rate == f.rate) continue;
+      if (f.rate > 0) f.left = std::max(0.0, f.left - f.rate * (now_ - f.since));
+      f.since = now_;
+      f.rate = rate;
+      schedule_event(slot);
+    }
   }
-  for (Flow& f : flows_) {
-    if (!f.active) continue;
-    const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
-    int busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
-    if (f.both_ways)
-      busiest = std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(f.dst), 2)]});
-    f.rate = bw / busiest;
-    if (f.pair != kNoPair && m_.pair_bandwidth > 0)
-      f.rate = std::min(f.rate, m_.pair_bandwidth / load_[f.pair]);
-  }
+  changed_.clear();
 }
 
 void Simulation::span(int rank, size_t op, double t0, double t1) {
@@ -371,7 +475,19 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
     res_.ranks[size_t(dst)].inter_recv_bytes += bytes;
   }
   if (src == dst) f.left = 0;
-  flows_.push_back(f);
+  f.seq = next_seq_++;
+  f.live = true;
+  int slot = 0;
+  if (free_slots_.empty()) {
+    slot = int(flows_.size());
+    flows_.push_back(f);
+    stamp_.push_back(0);
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    flows_[size_t(slot)] = f;
+  }
+  schedule_event(slot);
 }
 
 void Simulation::start_flow(int src, int dst, const Posted& s, const Posted& r) {
@@ -455,7 +571,15 @@ void Simulation::arrive_collective(int r, const Op& o) {
            "rank {} runs a collective on a group it is not in", r);
   auto key = std::make_pair(o.group, s.coll_k);
   int& arrived = arrivals_[key];
-  auto [sent, inter] = coll_sent_bytes(o.coll, g, r, o.bytes, m_);
+  auto sent_key = std::make_tuple(o.group, int(o.coll), o.bytes);
+  auto it = sent_.find(sent_key);
+  if (it == sent_.end())
+    it = sent_.emplace(sent_key, coll_sent_bytes(o.coll, g, o.bytes, m_)).first;
+  if (positions_.size() <= size_t(o.group)) positions_.resize(size_t(o.group) + 1);
+  auto& pos = positions_[size_t(o.group)];
+  if (pos.empty())
+    for (size_t j = 0; j < g.size(); ++j) pos.emplace(g[j], int(j));
+  auto [sent, inter] = it->second[size_t(pos.at(r))];
   res_.ranks[r].coll_bytes += sent;
   res_.ranks[r].inter_bytes += inter;
   ++s.coll_k;
@@ -495,31 +619,26 @@ void Simulation::run_rank(int r) {
   res_.ranks[r].finish = now_;
 }
 
-std::pair<double, int> Simulation::next_flow_event() const {
-  double t_flow = std::numeric_limits<double>::infinity();
-  int next = -1;
-  for (size_t i = 0; i < flows_.size(); ++i) {
-    const Flow& f = flows_[i];
-    const double t = !f.active ? f.active_at : f.left <= 0 ? now_ : now_ + f.left / f.rate;
-    if (t < t_flow) t_flow = t, next = static_cast<int>(i);
+const FlowEvent* Simulation::next_flow_event() {
+  while (!events_.empty()) {
+    const FlowEvent& e = events_.top();
+    const Flow& f = flows_[size_t(e.slot)];
+    if (f.live && f.seq == e.seq && f.version == e.version) return &e;
+    events_.pop();
   }
-  return {t_flow, next};
+  return nullptr;
 }
 
-void Simulation::advance_to(double t) {
-  for (Flow& f : flows_)
-    if (f.active) f.left = std::max(0.0, f.left - f.rate * (t - now_));
-  now_ = t;
-}
-
-void Simulation::on_flow_event(int index) {
-  Flow& f = flows_[size_t(index)];
+void Simulation::on_flow_event(int slot) {
+  Flow& f = flows_[size_t(slot)];
   if (!f.active && f.left > 0) {
-    f.active = true;
+    activate(slot);
     return;
   }
-  const Flow done = f;
-  flows_.erase(flows_.begin() + index);
+  if (f.active) deactivate(slot);
+  const Flow done = flows_[size_t(slot)];
+  flows_[size_t(slot)].live = false;
+  free_slots_.push_back(slot);
   if (done.coll >= 0) {
     if (--colls_.at(done.coll).pending == 0) collective_step(done.coll);
   } else {
@@ -530,13 +649,16 @@ void Simulation::on_flow_event(int index) {
 
 void Simulation::run() {
   while (true) {
-    const auto [t_flow, next] = next_flow_event();
+    const FlowEvent* e = next_flow_event();
+    const double t_flow = e ? e->t : std::numeric_limits<double>::infinity();
     const double t_rank =
         ready_.empty() ? std::numeric_limits<double>::infinity() : ready_.top().first;
-    if (next < 0 && ready_.empty()) return;
-    advance_to(std::min(t_flow, t_rank));
-    if (next >= 0 && t_flow <= t_rank) {
-      on_flow_event(next);
+    if (!e && ready_.empty()) return;
+    now_ = std::max(now_, std::min(t_flow, t_rank));
+    if (e && t_flow <= t_rank) {
+      const int slot = e->slot;
+      events_.pop();
+      on_flow_event(slot);
       rerate();
       continue;
     }

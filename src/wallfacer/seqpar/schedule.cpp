@@ -1,6 +1,7 @@
 #include "wallfacer/seqpar/schedule.h"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 
 #include "wallfacer/core/error.h"
@@ -216,30 +217,75 @@ struct RingGeometry {
 // the resident team queries, or query packages against the resident K,V block.
 enum class Travel : uint8_t { KV, Queries };
 
-// Whether rank x, at ring step `step`, has kept pairs between its queries and its keys.
-bool pairs_at(const Schedule& s, const RingGeometry& L, int x, int step, Travel travel) {
-  const auto& c = s.cfg;
-  const int C = s.team_ranks;
-  const auto queries =
-      team_segments(c, s.P, C, travel == Travel::KV ? x / C : L.query_team(x, step));
-  const auto keys = team_segments(c, s.P, C, L.kv_team(x, travel == Travel::KV ? step : 0));
-  for (const Segment& q : queries)
-    for (const Segment& k : keys)
-      if (kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows) > 0) return true;
-  return false;
+// What the hops of a configuration's blocks and the side its backward moves depend on.
+struct HopsKey {
+  Strategy strategy;
+  int teams, batch;
+  int64_t seq;
+  int heads, kv_heads, head_dim;
+  bool causal;
+  int ulysses;
+  Dtype dtype;
+  std::vector<int64_t> doc_lengths;
+  Layout layout;
+  int64_t window, layout_window;
+  int P, team_ranks;
+  std::vector<int64_t> starts;
+  int travel;  // Travel, or -1 for backward_moves_kv
+  bool operator==(const HopsKey&) const = default;
+};
+HopsKey hops_key(const Schedule& s, int travel) {
+  const AttnConfig& c = s.cfg;
+  return {c.strategy, c.teams,         c.batch,   c.seq,        c.heads,       c.kv_heads,
+          c.head_dim, c.causal,        c.ulysses, c.dtype,      c.doc_lengths, c.layout,
+          c.window,   c.layout_window, s.P,       s.team_ranks, s.docs.starts, travel};
 }
 
-// The hops that the travelling block of `origin` (the block it holds at step 0) makes: up to the
-// last rank of the sub-ring that has kept pairs with it (0: it stays home). Without a mask
-// (neither documents nor causal) every block makes all G - 1 hops.
-int travel_hops(const Schedule& s, const RingGeometry& L, int origin, Travel travel) {
-  if (s.docs.starts.empty() && !s.cfg.causal) return L.G - 1;
-  int last = 0, x = origin;
-  for (int t = 1; t < L.G; ++t) {
-    x = L.next(x);
-    if (pairs_at(s, L, x, t, travel)) last = t;
+// The hops that the travelling block of each origin 0..P-1 (the block it holds at step 0) makes: up
+// to the last rank of the sub-ring that has kept pairs with it (0: it stays home). Without a mask
+// (neither documents nor causal) every block makes all G - 1 hops. Every rank's schedule asks for
+// the blocks it holds at each step and backward_moves_kv for all of them: computed once per
+// configuration (the latest few are kept per thread), with each team's segments listed once.
+std::vector<int> origin_hops(const Schedule& s, const RingGeometry& L, Travel travel) {
+  const AttnConfig& c = s.cfg;
+  struct Entry {
+    HopsKey key;
+    std::vector<int> hops;
+  };
+  thread_local std::deque<Entry> recent;  // newest first
+  HopsKey key = hops_key(s, int(travel));
+  for (const Entry& e : recent)
+    if (e.key == key) return e.hops;
+  std::vector<int> hops(size_t(s.P), L.G - 1);
+  if (!s.docs.starts.empty() || c.causal) {
+    const int C = s.team_ranks;
+    std::vector<std::vector<Segment>> teams(size_t(s.P / C));
+    std::vector<bool> listed(teams.size(), false);
+    auto team = [&](int t) -> const std::vector<Segment>& {
+      if (!listed[size_t(t)])
+        teams[size_t(t)] = team_segments(c, s.P, C, t), listed[size_t(t)] = true;
+      return teams[size_t(t)];
+    };
+    auto pairs = [&](int x, int step) {  // whether rank x has kept pairs at this step
+      const auto& queries = team(travel == Travel::KV ? x / C : L.query_team(x, step));
+      const auto& keys = team(L.kv_team(x, travel == Travel::KV ? step : 0));
+      for (const Segment& q : queries)
+        for (const Segment& k : keys)
+          if (kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows) > 0) return true;
+      return false;
+    };
+    for (int origin = 0; origin < s.P; ++origin) {
+      int last = 0, x = origin;
+      for (int t = 1; t < L.G; ++t) {
+        x = L.next(x);
+        if (pairs(x, t)) last = t;
+      }
+      hops[size_t(origin)] = last;
+    }
   }
-  return last;
+  if (recent.size() == 4) recent.pop_back();
+  recent.push_front({std::move(key), hops});
+  return hops;
 }
 
 // The rank whose block rank r holds at ring step `step` (its holder at step 0).
@@ -252,8 +298,8 @@ int origin_at(const RingGeometry& L, int r, int step) {
 // passes it on when step < hops.
 std::vector<int> hops_per_step(const Schedule& s, const RingGeometry& L, int r, Travel travel) {
   std::vector<int> hops(size_t(L.G));
-  for (int step = 0; step < L.G; ++step)
-    hops[size_t(step)] = travel_hops(s, L, origin_at(L, r, step), travel);
+  const std::vector<int> all = origin_hops(s, L, travel);
+  for (int step = 0, o = r; step < L.G; ++step, o = L.prev(o)) hops[size_t(step)] = all[size_t(o)];
   return hops;
 }
 
@@ -768,11 +814,8 @@ int schedule_team_ranks(const AttnConfig& cfg) {
   return cfg.ulysses > 1 ? cfg.ulysses : team_size(cfg);
 }
 
-}  // namespace
-
-bool backward_moves_kv(const AttnConfig& cfg, int P) {
-  if (cfg.strategy == Strategy::Ulysses) return false;
-  validate(cfg, P);
+// backward_moves_kv, counted.
+bool count_backward_moves_kv(const AttnConfig& cfg, int P) {
   // The choice ignores the documents: they change from call to call (set_documents) while the
   // buffers, which depend on the choice, stay.
   Schedule s;
@@ -796,11 +839,8 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   // holds on when t < h (the block's hops) and its gradient accumulator when t <= h and h > 0.
   // The side whose busiest rank sends fewer bytes travels (on a tie, the one with fewer bytes over
   // all ranks).
-  std::vector<int> hk(static_cast<size_t>(P)), hq(static_cast<size_t>(P));
-  for (int o = 0; o < P; ++o) {
-    hk[size_t(o)] = travel_hops(s, L, o, Travel::KV);
-    hq[size_t(o)] = travel_hops(s, L, o, Travel::Queries);
-  }
+  const std::vector<int> hk = origin_hops(s, L, Travel::KV),
+                         hq = origin_hops(s, L, Travel::Queries);
   int64_t kv_max = 0, q_max = 0, kv_sum = 0, q_sum = 0;
   for (int x = 0; x < P; ++x) {
     int64_t kv = 0, q = 0;
@@ -815,6 +855,27 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
     q_sum += q;
   }
   return kv_max != q_max ? kv_max < q_max : kv_sum < q_sum;
+}
+
+}  // namespace
+
+// Every rank's schedule asks: counted once per configuration (the latest few kept per thread).
+bool backward_moves_kv(const AttnConfig& cfg, int P) {
+  if (cfg.strategy == Strategy::Ulysses) return false;
+  validate(cfg, P);
+  Schedule s;
+  s.cfg = cfg;
+  s.cfg.doc_lengths.clear();
+  s.P = P;
+  s.team_ranks = schedule_team_ranks(cfg);
+  thread_local std::deque<std::pair<HopsKey, bool>> recent;  // newest first
+  HopsKey key = hops_key(s, -1);
+  for (const auto& [k, moves] : recent)
+    if (k == key) return moves;
+  const bool moves = count_backward_moves_kv(cfg, P);
+  if (recent.size() == 4) recent.pop_back();
+  recent.push_front({std::move(key), moves});
+  return moves;
 }
 
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
