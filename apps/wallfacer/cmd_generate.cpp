@@ -34,6 +34,7 @@ namespace {
 struct GenerateArgs {
   std::string ckpt, prompt, prompt_tokens;
   bool has_prompt = false;
+  bool has_max_new = false;
   int64_t max_new = 0;
   double temperature = 0.8;
   int top_k = 0;
@@ -105,6 +106,7 @@ int run_generate(const GenerateArgs& a) {
   auto world = comm::Communicator::world();
   const int P = world.size(), rank = world.rank();
   WF_USAGE_CHECK(!a.ckpt.empty(), "--ckpt DIR is required");
+  WF_USAGE_CHECK(a.has_max_new, "--max-new N is required (the number of tokens to generate)");
   WF_USAGE_CHECK(a.max_new >= 1 && a.max_new <= (1 << 24), "--max-new is {}; give 1..{}", a.max_new,
                  1 << 24);
   WF_USAGE_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
@@ -228,7 +230,9 @@ Action setup(CLI::App& root) {
       ->each([args](const std::string&) { args->has_prompt = true; });
   cmd->add_option("--prompt-tokens", args->prompt_tokens,
                   "The prompt as a 1-D .npy of token ids (scripts/tokenize makes them)");
-  cmd->add_option("--max-new", args->max_new, "Tokens to generate (required, >= 1)")->required();
+  // Checked after parsing, as --ckpt is: an unknown flag is named before a missing option.
+  cmd->add_option("--max-new", args->max_new, "Tokens to generate (required, >= 1)")
+      ->each([args](const std::string&) { args->has_max_new = true; });
   cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")
       ->capture_default_str();
   cmd->add_option("--top-k", args->top_k, "Sample among the K most likely tokens (0: all)")

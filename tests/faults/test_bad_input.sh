@@ -31,7 +31,7 @@ expect2 "plan on 4096 devices" "planning for 4096 devices would take too long.*-
   "$wf" plan --cluster "$work/big.toml" --model "$md" --seq 8K
 expect2 "plan --model DIR" "the model file '$work' is a folder" \
   "$wf" plan --cluster "$cl" --model "$work" --seq 8K
-expect2 "unknown subcommand" "unknown subcommand 'frobnicate': the subcommands are prepare, attn" \
+expect2 "unknown subcommand" "unknown subcommand 'frobnicate': the subcommands are prepare, import-hf" \
   "$wf" frobnicate
 a=(attn --strategy ring --seq 64 --heads 2 --head-dim 8 --iters 1)
 expect2 "attn --kv-heads 3" "--heads 2 must be a multiple of --kv-heads 3" "$wf" "${a[@]}" --kv-heads 3
