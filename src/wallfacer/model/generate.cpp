@@ -140,15 +140,7 @@ void ShardedKvCache::attend(int layer, int64_t pos, const float* q, const float*
   // This shard's partial result: every position it holds is before the new token (or is it).
   const k::AttnDims one{1, 1, int(rows_), H, Hkv, D};
   if (rows_ > 0) {
-    k::AttnInputs<float> a;
-    a.dims = one;
-    a.q = q;
-    a.q_stride = k::Strides3::contiguous(1, H, D);
-    a.k = kc;
-    a.v = vc;
-    a.kv_stride = k::Strides3::contiguous(capacity_, Hkv, D);
-    a.stat_stride = k::Strides2::contiguous(H, 1);
-    a.scale = 1.0f / std::sqrt(float(D));
+    const k::AttnInputs<float> a = cached_token_attention(cfg_, q, kc, vc, capacity_, rows_);
     k::attn_fwd(k::fwd_params(a, o_part_.data(), lse_part_.data()));
   } else {
     k::attn_fwd_init_output(one, o_part_.data(), k::Strides3::contiguous(1, H, D), lse_part_.data(),

@@ -27,21 +27,13 @@ class LocalCache : public DecoderCache {
   void attend(int layer, int64_t pos, const float* q, const float* k, const float* v,
               float* o) override {
     WF_CHECK(pos < max_tokens_, "decoder cache full ({} tokens)", max_tokens_);
-    const int D = cfg_.head_dim(), H = cfg_.heads, Hkv = cfg_.kv_heads;
+    const int D = cfg_.head_dim(), Hkv = cfg_.kv_heads;
     const size_t layer_kv = size_t(max_tokens_) * size_t(Hkv) * size_t(D);
     float* kc = k_.data() + size_t(layer) * layer_kv;
     float* vc = v_.data() + size_t(layer) * layer_kv;
     std::copy_n(k, Hkv * D, kc + size_t(pos) * size_t(Hkv * D));
     std::copy_n(v, Hkv * D, vc + size_t(pos) * size_t(Hkv * D));
-    k::AttnInputs<float> a;
-    a.dims = {1, 1, int(pos) + 1, H, Hkv, D};
-    a.q = q;
-    a.q_stride = k::Strides3::contiguous(1, H, D);
-    a.k = kc;
-    a.v = vc;
-    a.kv_stride = k::Strides3::contiguous(max_tokens_, Hkv, D);
-    a.stat_stride = k::Strides2::contiguous(H, 1);
-    a.scale = 1.0f / std::sqrt(float(D));
+    k::AttnInputs<float> a = cached_token_attention(cfg_, q, kc, vc, max_tokens_, pos + 1);
     a.causal = true;
     a.window = cfg_.layer_window(layer);
     a.q_pos0 = pos;
@@ -55,6 +47,22 @@ class LocalCache : public DecoderCache {
 };
 
 }  // namespace
+
+kernels::AttnInputs<float> cached_token_attention(const GptConfig& cfg, const float* q,
+                                                  const float* kc, const float* vc,
+                                                  int64_t capacity, int64_t keys) {
+  const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim();
+  kernels::AttnInputs<float> a;
+  a.dims = {1, 1, int(keys), H, Hkv, D};
+  a.q = q;
+  a.q_stride = kernels::Strides3::contiguous(1, H, D);
+  a.k = kc;
+  a.v = vc;
+  a.kv_stride = kernels::Strides3::contiguous(capacity, Hkv, D);
+  a.stat_stride = kernels::Strides2::contiguous(H, 1);
+  a.scale = 1.0f / std::sqrt(float(D));
+  return a;
+}
 
 GptDecoder::GptDecoder(const GptConfig& cfg, const float* params, int max_tokens)
     : cfg_(cfg),

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/model/gpt.h"
 
 namespace wallfacer::model {
@@ -24,6 +25,13 @@ class DecoderCache {
   virtual void attend(int layer, int64_t pos, const float* q, const float* k, const float* v,
                       float* o) = 0;
 };
+
+// The attention inputs of a new token's query q (H, D) over the first `keys` rows of cached keys
+// kc and values vc (capacity rows of (Hkv, D)), without a mask: what a DecoderCache runs, in this
+// process or on a rank's shard (the caller adds causal, window and q_pos0 where it needs them).
+kernels::AttnInputs<float> cached_token_attention(const GptConfig& cfg, const float* q,
+                                                  const float* kc, const float* vc,
+                                                  int64_t capacity, int64_t keys);
 
 class GptDecoder {
  public:
