@@ -157,7 +157,7 @@ void instruction_model(const detail::Bf16Gemm& g) {
     }
 }
 
-enum class GemmPath { portable, avx512, model };
+enum class GemmPath { avx512, model };
 
 // Runs one product on a path; the B and C buffers are sized for the padding bf16_gemm.h allows.
 std::vector<float> run_gemm(GemmPath path, const GemmCase& gc, const std::vector<bf16>& a,
@@ -166,8 +166,6 @@ std::vector<float> run_gemm(GemmPath path, const GemmCase& gc, const std::vector
                      b.data(), gc.ldb, c.data(), gc.ldc,   gc.accumulate};
   if (path == GemmPath::avx512)
     detail::bf16_gemm_avx512(g);
-  else if (path == GemmPath::portable)
-    detail::bf16_gemm_portable(g);
   else
     instruction_model(g);
   return c;
@@ -176,36 +174,6 @@ std::vector<float> run_gemm(GemmPath path, const GemmCase& gc, const std::vector
 GemmCase gemm_case(int m, int n, int kp, bool accumulate) {
   const int n16 = (n + 15) / 16 * 16;
   return {m, n, kp, 2 * kp + 2, 2 * n16 + 32, n + 3, accumulate};
-}
-
-// The product against fp64 sums of the same bf16 values: it multiplies what the layout says (and
-// with no steps at all, leaves C or zeroes it).
-TEST(Bf16Gemm, PortableMatchesFp64) {
-  for (const GemmCase& gc :
-       {gemm_case(7, 37, 5, false), gemm_case(16, 64, 32, true), gemm_case(1, 1, 1, true),
-        gemm_case(5, 130, 64, false), gemm_case(3, 20, 0, true), gemm_case(3, 20, 0, false)}) {
-    const auto a = random_bf16(size_t(gc.m) * gc.lda, 1),
-               b = random_bf16(size_t(gc.kp) * gc.ldb, 2);
-    const auto c0 = random_floats(size_t(gc.m) * gc.ldc, 3);
-    const auto c = run_gemm(GemmPath::portable, gc, a, b, c0);
-    for (int i = 0; i < gc.m; ++i)
-      for (int col = 0; col < gc.ldc; ++col) {
-        const size_t at = size_t(i) * gc.ldc + col;
-        if (col >= gc.n) {
-          ASSERT_EQ(c[at], c0[at]) << "wrote outside the columns";
-          continue;
-        }
-        double ref = gc.accumulate ? c0[at] : 0.0, mag = std::fabs(ref);
-        for (int t = 0; t < gc.kp; ++t)
-          for (int r = 0; r < 2; ++r) {
-            const double x = double(to_float(a[size_t(i) * gc.lda + 2 * t + r])) *
-                             double(to_float(b[size_t(t) * gc.ldb + 2 * col + r]));
-            ref += x;
-            mag += std::fabs(x);
-          }
-        ASSERT_NEAR(c[at], ref, 2 * 2 * gc.kp * 6e-8 * mag + 1e-30) << i << "," << col;
-      }
-  }
 }
 
 // What VDPBF16PS does and its model computes are the same, bit for bit, over a wide range of
@@ -600,6 +568,32 @@ TEST(AttnBf16, BackwardSplitsKeysWhenFewTasks) {
   }
   EXPECT_GT(attn_bwd_bf16_workspace_bytes(runs[0].d, 4, true),
             attn_bwd_bf16_workspace_bytes(runs[0].d, 1, true));
+}
+
+// The portable path widens the inputs to fp32 all at once, or, past detail::bf16_widen_budget(),
+// one batch and a group of kv heads at a time: with a budget of one byte (a kv head per call) the
+// results are those of one call, within the reference's tolerance and the forward bit for bit;
+// with bf16 and fp32 outputs, GQA and two batches.
+TEST(AttnBf16, PortablePathWidensHeadsInGroupsPastItsBudget) {
+  const ScopedEnv env("WALLFACER_BF16_PATH", "portable");
+  const Case c{2, 70, 90, 6, 3, 24, true, 20, 0, "sliced"};
+  for (bool fp32_outputs : {false, true}) {
+    std::vector<Problem> runs;
+    for (int64_t budget : {int64_t(256) << 20, int64_t(1)}) {
+      int64_t& b = detail::bf16_widen_budget();
+      const int64_t saved = b;
+      b = budget;
+      Problem pb(c, fp32_outputs);
+      pb.forward();
+      pb.backward();
+      b = saved;
+      runs.push_back(std::move(pb));
+    }
+    const Reference ref(runs[0]);
+    for (const Problem& pb : runs) expect_within(errors(pb, ref), fp32_outputs, "sliced");
+    EXPECT_TRUE(same_bits(runs[0].o.values(), runs[1].o.values()));
+    EXPECT_TRUE(same_bits(runs[0].lse, runs[1].lse));
+  }
 }
 
 // q, k, v, dout, the outputs, lse and delta in the strided layout of attn_testing::StridedLayout:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -15,13 +16,21 @@
 #include "wallfacer/kernels/isa.h"
 #include "wallfacer/kernels/vec_math.h"
 
-// Everything here except the tile products (detail::Bf16Gemm) is shared by both code paths: the
-// packing, the softmax rows, the rounding of P and dS and the write-back run the same code
-// whichever path multiplies, so the two paths agree bit for bit when their products do. Compiled
-// once per instruction-set level (kernels/isa.h); the choice of path is in bf16_path.cpp.
+// Two code paths (kernels/attention_bf16.h). The avx512 path is the tiled kernel below: bf16 tiles
+// packed in pairs for VDPBF16PS (detail::bf16_gemm_avx512), P and dS rounded to bf16 between the
+// products. The portable path (section "The portable path") widens the inputs to fp32 and runs this
+// level's fp32 kernel (kernels/attention.h). Compiled once per instruction-set level
+// (kernels/isa.h); the choice of path is in bf16_path.cpp.
 
 WALLFACER_ISA_BEGIN
 namespace wallfacer::kernels::WALLFACER_ISA {
+
+// This level's fp32 kernels (kernels/attention.cpp), which the portable path runs.
+void attn_fwd(const AttnFwdParams& p);
+void attn_bwd(const AttnBwdParams& p);
+int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads);
+int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads);
+
 namespace {
 
 using detail::Bf16Gemm;
@@ -48,26 +57,14 @@ constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
 constexpr int kBwdBlockQ = 256, kBwdBlockK = 512, kBwdBlockKNarrow = 256;
 // The backward computes S and dP, then P and dS, for this many query rows of a block at a time
 // (even), so that S and dP (fp32) stay in the core's caches between the products and the softmax
-// rows. The portable path takes whole blocks: each of its products widens B to fp32 and has sgemm
-// pack it, a cost per call that chunks of 32 rows would pay 8 times per block.
+// rows.
 constexpr int kBwdChunkQ = 32;
 static_assert(kBwdChunkQ % 2 == 0);
 
-using GemmFn = void (*)(const Bf16Gemm&);
-
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// The portable path's products, widened with this level's vectors.
-void gemm_widened(const Bf16Gemm& g) { detail::bf16_gemm_widened(g); }
-
-GemmFn gemm_of(Bf16Path path) {
-  return path == Bf16Path::avx512 ? detail::bf16_gemm_avx512 : gemm_widened;
-}
-
-// Query rows per chunk of the backward (kBwdChunkQ above).
-int bwd_chunk(Bf16Path path, int block_q) {
-  return path == Bf16Path::avx512 ? kBwdChunkQ : block_q;
-}
+// The tile products of the avx512 path.
+inline void gemm(const Bf16Gemm& g) { detail::bf16_gemm_avx512(g); }
 
 // Padded head dimensions: pairs along D (the scores' products) and vectors of 16 along D (the
 // products whose columns are D).
@@ -278,6 +275,204 @@ struct BwdRow {
   zero(std::max(most, hi), n);
 }
 
+// --- The portable path --------------------------------------------------------------------------
+//
+// Without AVX512-BF16 a bf16 call is this level's fp32 kernel on its inputs widened to fp32
+// (exactly): bf16 storage, fp32 arithmetic throughout (P and dS are not rounded), the outputs
+// rounded once at the end when they are bf16. Widening costs a pass over the inputs, O(S D) against
+// the kernel's O(S^2 D). The fp32 copies are made for a group of kv heads (with their query heads)
+// at a time, at most detail::bf16_widen_budget() bytes of them, all heads of all batches in one
+// call when they fit.
+
+// How the heads are cut into fp32 calls.
+struct WidenPlan {
+  bool whole = false;  // one call for everything
+  int kv_chunk = 1;    // kv heads per call otherwise (one batch at a time)
+};
+
+// fp32 bytes per kv head of one batch: `seq_k_tensors` tensors of Sk rows and `seq_q_tensors` of
+// Sq rows per query head.
+WidenPlan widen_plan(const AttnDims& d, int seq_k_tensors, int seq_q_tensors) {
+  const int group = d.heads / d.kv_heads;
+  const int64_t per_kv =
+      4 * int64_t(d.head_dim) *
+      (int64_t(seq_k_tensors) * d.seq_k + int64_t(seq_q_tensors) * group * d.seq_q);
+  const int64_t budget = detail::bf16_widen_budget();
+  WidenPlan w;
+  w.whole = per_kv * d.kv_heads * d.batch <= budget;
+  w.kv_chunk = int(std::clamp<int64_t>(budget / std::max<int64_t>(per_kv, 1), 1, d.kv_heads));
+  return w;
+}
+
+// One fp32 call's slice: batches [b0, b0 + nb), query heads [h0, h0 + nh), kv heads
+// [hk0, hk0 + nhk).
+struct Slice {
+  int b0, nb, h0, nh, hk0, nhk;
+};
+
+// Calls fn(slice) for every slice of the plan.
+template <class Fn>
+void for_each_slice(const AttnDims& d, const WidenPlan& w, Fn&& fn) {
+  const int group = d.heads / d.kv_heads;
+  if (w.whole) {
+    fn(Slice{0, d.batch, 0, d.heads, 0, d.kv_heads});
+    return;
+  }
+  for (int b = 0; b < d.batch; ++b)
+    for (int hk0 = 0; hk0 < d.kv_heads; hk0 += w.kv_chunk) {
+      const int nhk = std::min(w.kv_chunk, d.kv_heads - hk0);
+      fn(Slice{b, 1, hk0 * group, nhk * group, hk0, nhk});
+    }
+}
+
+// One tensor's part in a slice: heads [h0, h0 + nh) of batches [b0, b0 + nb) of a (B, S, H, D) bf16
+// tensor and its contiguous (nb, S, nh, D) fp32 copy. Empty (null) parts are skipped.
+struct Part {
+  const bf16* src = nullptr;  // widen: from here
+  bf16* dst = nullptr;        // narrow: to here
+  Strides3 stride;
+  int seq = 0, h0 = 0, nh = 0;
+  float* wide = nullptr;
+};
+
+// Widens (src set) or rounds back (dst set) every part of a slice of batches [b0, b0 + nb), in one
+// parallel region.
+void convert(std::initializer_list<Part> parts, int b0, int nb, int D) {
+#pragma omp parallel num_threads(num_threads())
+  for (const Part& pt : parts) {
+    if (!pt.src && !pt.dst) continue;
+    const int64_t rows = int64_t(nb) * pt.seq;
+#pragma omp for schedule(static) nowait
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t b = b0 + r / pt.seq, s = r % pt.seq;
+      for (int h = 0; h < pt.nh; ++h) {
+        const int64_t at = b * pt.stride.batch + s * pt.stride.seq + (pt.h0 + h) * pt.stride.head;
+        float* __restrict wide = pt.wide + (r * pt.nh + h) * D;
+        if (pt.src) {
+          const uint16_t* __restrict in = &pt.src[at].bits;
+#pragma omp simd
+          for (int e = 0; e < D; ++e) wide[e] = bits_to_float(in[e]);
+        } else {
+          uint16_t* __restrict out = &pt.dst[at].bits;
+#pragma omp simd
+          for (int e = 0; e < D; ++e) out[e] = to_bf16_bits(wide[e]);
+        }
+      }
+    }
+  }
+}
+
+// Where the fp32 call writes one output of a slice: into the caller's fp32 tensor (offset to the
+// slice), or into `scratch` (contiguous) for a bf16 one, rounded into it afterwards.
+struct SliceOut {
+  float* data;
+  Strides3 stride;
+};
+
+SliceOut slice_out(const AttnOutput& out, Strides3 st, const Slice& sl, int first_head, int seq,
+                   int nh, int D, std::vector<float>& scratch) {
+  if (out.fp32_data) return {out.fp32_data + sl.b0 * st.batch + first_head * st.head, st};
+  scratch.resize(size_t(sl.nb) * seq * nh * D);
+  return {scratch.data(), Strides3::contiguous(seq, nh, D)};
+}
+
+// A part to widen (src) or to round back into (dst).
+Part in(const bf16* src, Strides3 st, int seq, int h0, int nh, float* wide) {
+  return {.src = src, .stride = st, .seq = seq, .h0 = h0, .nh = nh, .wide = wide};
+}
+Part out(bf16* dst, Strides3 st, int seq, int h0, int nh, float* wide) {
+  return {.dst = dst, .stride = st, .seq = seq, .h0 = h0, .nh = nh, .wide = wide};
+}
+
+// q, k, v of a slice widened, and the fp32 kernel's arguments that read them (dout too for the
+// backward: widened into `dout` when `dout_src` is set).
+AttnArgs<float> widen_args(const AttnArgs<bf16>& p, const Slice& sl, std::vector<float>& q,
+                           std::vector<float>& k, std::vector<float>& v, const bf16* dout_src,
+                           Strides3 dout_stride, std::vector<float>& dout) {
+  const AttnDims& d = p.dims;
+  const int D = d.head_dim;
+  q.resize(size_t(sl.nb) * d.seq_q * sl.nh * D);
+  k.resize(size_t(sl.nb) * d.seq_k * sl.nhk * D);
+  v.resize(k.size());
+  if (dout_src) dout.resize(q.size());
+  convert({in(p.q, p.q_stride, d.seq_q, sl.h0, sl.nh, q.data()),
+           in(p.k, p.k_stride, d.seq_k, sl.hk0, sl.nhk, k.data()),
+           in(p.v, p.v_stride, d.seq_k, sl.hk0, sl.nhk, v.data()),
+           in(dout_src, dout_stride, d.seq_q, sl.h0, sl.nh, dout.data())},
+          sl.b0, sl.nb, D);
+  return {.dims = {sl.nb, d.seq_q, d.seq_k, sl.nh, sl.nhk, D},
+          .q = q.data(),
+          .q_stride = Strides3::contiguous(d.seq_q, sl.nh, D),
+          .k = k.data(),
+          .k_stride = Strides3::contiguous(d.seq_k, sl.nhk, D),
+          .v = v.data(),
+          .v_stride = Strides3::contiguous(d.seq_k, sl.nhk, D),
+          .scale = p.scale,
+          .causal = p.causal,
+          .q_pos0 = p.q_pos0,
+          .k_pos0 = p.k_pos0,
+          .doc_of_pos = p.doc_of_pos,
+          .window = p.window,
+          .accumulate = p.accumulate};
+}
+
+void portable_fwd(const AttnFwdBf16Params& p) {
+  const AttnDims& d = p.dims;
+  const int D = d.head_dim;
+  const WidenPlan plan = widen_plan(d, 2, p.o.bf16_data ? 2 : 1);
+  std::vector<float> q, k, v, unused, o;
+  for_each_slice(d, plan, [&](const Slice& sl) {
+    AttnFwdParams f;
+    static_cast<AttnArgs<float>&>(f) = widen_args(p, sl, q, k, v, nullptr, {}, unused);
+    const SliceOut so = slice_out(p.o, p.o_stride, sl, sl.h0, d.seq_q, sl.nh, D, o);
+    f.o = so.data, f.o_stride = so.stride;
+    f.lse = p.lse + sl.b0 * p.lse_stride.batch + sl.h0 * p.lse_stride.head;
+    f.lse_stride = p.lse_stride;
+    WALLFACER_ISA::attn_fwd(f);
+    convert({out(p.o.bf16_data, p.o_stride, d.seq_q, sl.h0, sl.nh, o.data())}, sl.b0, sl.nb, D);
+  });
+}
+
+void portable_bwd(const AttnBwdBf16Params& p) {
+  const AttnDims& d = p.dims;
+  const int D = d.head_dim;
+  const WidenPlan plan =
+      widen_plan(d, 2 + (p.dk.bf16_data != nullptr) + (p.dv.bf16_data != nullptr),
+                 2 + (p.dq.bf16_data != nullptr));
+  std::vector<float> q, k, v, dout, dq, dk, dv;
+  for_each_slice(d, plan, [&](const Slice& sl) {
+    AttnBwdParams f;
+    static_cast<AttnArgs<float>&>(f) = widen_args(p, sl, q, k, v, p.dout, p.dout_stride, dout);
+    f.dout = dout.data();
+    f.dout_stride = Strides3::contiguous(d.seq_q, sl.nh, D);
+    f.lse = p.lse + sl.b0 * p.lse_stride.batch + sl.h0 * p.lse_stride.head;
+    f.lse_stride = p.lse_stride;
+    f.delta = p.delta + sl.b0 * p.delta_stride.batch + sl.h0 * p.delta_stride.head;
+    f.delta_stride = p.delta_stride;
+    const SliceOut oq = slice_out(p.dq, p.dq_stride, sl, sl.h0, d.seq_q, sl.nh, D, dq);
+    const SliceOut ok = slice_out(p.dk, p.dk_stride, sl, sl.hk0, d.seq_k, sl.nhk, D, dk);
+    const SliceOut ov = slice_out(p.dv, p.dv_stride, sl, sl.hk0, d.seq_k, sl.nhk, D, dv);
+    f.dq = oq.data, f.dq_stride = oq.stride;
+    f.dk = ok.data, f.dk_stride = ok.stride;
+    f.dv = ov.data, f.dv_stride = ov.stride;
+    WALLFACER_ISA::attn_bwd(f);
+    // Outputs held in fp32 (dst null) are skipped.
+    convert({out(p.dq.bf16_data, p.dq_stride, d.seq_q, sl.h0, sl.nh, dq.data()),
+             out(p.dk.bf16_data, p.dk_stride, d.seq_k, sl.hk0, sl.nhk, dk.data()),
+             out(p.dv.bf16_data, p.dv_stride, d.seq_k, sl.hk0, sl.nhk, dv.data())},
+            sl.b0, sl.nb, D);
+  });
+}
+
+// Bytes of the largest slice's fp32 copies.
+int64_t portable_bytes(const AttnDims& d, int seq_k_tensors, int seq_q_tensors) {
+  const WidenPlan w = widen_plan(d, seq_k_tensors, seq_q_tensors);
+  const int group = d.heads / d.kv_heads;
+  const int64_t kv = w.whole ? int64_t(d.batch) * d.kv_heads : w.kv_chunk;
+  return 4 * int64_t(d.head_dim) * kv *
+         (int64_t(seq_k_tensors) * d.seq_k + int64_t(seq_q_tensors) * group * d.seq_q);
+}
+
 // --- Forward ------------------------------------------------------------------------------------
 
 // K and V of every (batch, kv head), packed once per call for the tile products:
@@ -337,6 +532,8 @@ AttnTiling bwd_tiling(const AttnDims& dims, bool narrow) {
 }  // namespace
 
 int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads) {
+  if (bf16_path() == Bf16Path::portable)  // with a bf16 O
+    return portable_bytes(dims, 2, 2) + WALLFACER_ISA::attn_fwd_workspace_bytes(dims, threads);
   const HeadDims hd(dims.head_dim);
   const AttnTiling t = WALLFACER_ISA::attn_fwd_bf16_tiling(dims);
   return 2 * FwdPacked::elements(dims, hd, t.block_k) +
@@ -354,7 +551,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
   detail::check_window("attn_fwd_bf16", p.causal, p.window);
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_fwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
-  const GemmFn gemm = gemm_of(bf16_path());
+  const Bf16Path path = bf16_path();
   if (d.seq_q == 0) return;
   if (d.seq_k == 0) {
     if (!p.accumulate) {
@@ -365,6 +562,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
     }
     return;
   }
+  if (path == Bf16Path::portable) return portable_fwd(p);
 
   const AttnTiling tile = WALLFACER_ISA::attn_fwd_bf16_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k;
@@ -394,7 +592,6 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
 
   const int64_t nqb = (d.seq_q + bq - 1) / bq;
   const int64_t tasks = int64_t(d.batch) * d.heads * nqb;
-  BlasSingleThreaded blas_guard;  // the portable path's products are sgemm calls
 #pragma omp parallel num_threads(nthreads)
   {
     FwdTile w(bq, bk, hd);
@@ -544,7 +741,7 @@ using detail::BwdTask;
 
 // Backward of one kv head over key rows [j_begin, j_end), all query heads of its group: adds into
 // task.dq and writes (or adds into) the rows of dk, dv it owns.
-void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, const BwdTask& task,
+void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, const BwdTask& task,
                   BwdTile& w) {
   const AttnDims& d = p.dims;
   const HeadDims& hd = w.hd;
@@ -672,6 +869,9 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, GemmFn gemm, 
 }  // namespace
 
 int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16) {
+  if (bf16_path() == Bf16Path::portable)  // with bf16 dK, dV
+    return portable_bytes(dims, 4, 2 + int(dq_is_bf16)) +
+           WALLFACER_ISA::attn_bwd_workspace_bytes(dims, threads);
   int64_t most = 0;  // the larger of the two tilings
   for (bool narrow : {false, true}) {
     const AttnTiling t = bwd_tiling(dims, narrow);
@@ -679,11 +879,10 @@ int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq
     const int64_t dq_floats =
         (dq_is_bf16 ? int64_t(dims.batch) * dims.seq_q * dims.heads * dims.head_dim : 0) +
         detail::bwd_extra_dq_floats(dims, parts);
-    most = std::max(
-        most, 2 * BwdPacked::elements(dims) +
-                  threads * BwdTile::bytes(t.block_q, t.block_k, bwd_chunk(bf16_path(), t.block_q),
-                                           HeadDims(dims.head_dim)) +
-                  4 * dq_floats);
+    most = std::max(most, 2 * BwdPacked::elements(dims) +
+                              threads * BwdTile::bytes(t.block_q, t.block_k, kBwdChunkQ,
+                                                       HeadDims(dims.head_dim)) +
+                              4 * dq_floats);
   }
   return most;
 }
@@ -704,7 +903,6 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   if (p.doc_of_pos)
     detail::check_doc_of_pos("attn_bwd_bf16", p.doc_of_pos, p.q_pos0, d.seq_q, p.k_pos0, d.seq_k);
   const Bf16Path path = bf16_path();
-  const GemmFn gemm = gemm_of(path);
   const int D = d.head_dim;
   if (d.seq_q == 0 || d.seq_k == 0) {
     if (!p.accumulate) {
@@ -714,6 +912,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     }
     return;
   }
+  if (path == Bf16Path::portable) return portable_bwd(p);
   const AttnTiling tile = bwd_tiling(d, p.causal || p.doc_of_pos != nullptr);
   const HeadDims hd(D);
   const int nthreads = num_threads();
@@ -741,13 +940,11 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     dq_main_stride = Strides3::contiguous(d.seq_q, d.heads, D);
   }
   std::vector<BwdTile> tiles;
-  const int chunk = bwd_chunk(path, tile.block_q);
-  for (int t = 0; t < nthreads; ++t) tiles.emplace_back(tile.block_q, tile.block_k, chunk, hd);
-  BlasSingleThreaded blas_guard;  // the portable path's products are sgemm calls
+  for (int t = 0; t < nthreads; ++t) tiles.emplace_back(tile.block_q, tile.block_k, kBwdChunkQ, hd);
   detail::run_bwd_tasks(
       d, p.causal, p.window, p.q_pos0, p.k_pos0, tile.block_k, nthreads, dq_main, dq_main_stride,
       !p.accumulate && p.dq.fp32_data != nullptr,
-      [&](const BwdTask& task, int thread) { bwd_kv_range(p, pk, gemm, task, tiles[thread]); });
+      [&](const BwdTask& task, int thread) { bwd_kv_range(p, pk, task, tiles[thread]); });
   if (!p.dq.bf16_data) return;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
   for (int64_t r = 0; r < int64_t(d.batch) * d.heads * d.seq_q; ++r) {

@@ -12,16 +12,20 @@
 //                                 rounded per block; round it with fp32_to_bf16 when done
 //   lse, delta                    fp32 (B, H, Sq)
 //   inside                        every product accumulates in fp32; the running max, LSE, row
-//                                 sums, online-softmax rescaling and delta are fp32; the P tile
-//                                 (forward, backward) and the dS tile (backward) are rounded to
-//                                 bf16 before they enter the next product.
-// docs/numerics.md gives the exact order of operations and the measured errors.
+//                                 sums, online-softmax rescaling and delta are fp32.
 //
-// Two code paths compute the tile products: AVX512-BF16 instructions (VDPBF16PS), used when the
-// CPU reports avx512_bf16, and portable C++ that reproduces that instruction's arithmetic bit for
-// bit. Both give identical results. WALLFACER_BF16_PATH=portable forces the portable path,
-// WALLFACER_BF16_PATH=avx512 requires the other (an error where the CPU lacks it); unset or
-// `auto` chooses by the CPU. It is read at every call.
+// Two code paths:
+//   avx512    where the CPU reports avx512_bf16: tiled kernels whose tile products are AVX512-BF16
+//             instructions (VDPBF16PS); the P tile (forward, backward) and the dS tile (backward)
+//             are rounded to bf16 before they enter the next product.
+//   portable  any x86-64 CPU: the inputs widened to fp32 (exactly) and the fp32 kernels of
+//             attention.h run on them, so P and dS stay fp32; the widened copies are made for all
+//             heads at once, or a batch and a group of kv heads at a time past
+//             detail::bf16_widen_budget() bytes.
+// Their results agree within the tolerances of docs/numerics.md, not bit for bit; each is
+// deterministic. WALLFACER_BF16_PATH=portable forces the portable path, WALLFACER_BF16_PATH=avx512
+// requires the other (an error where the CPU lacks it); unset or `auto` chooses by the CPU. It is
+// read at every call. docs/numerics.md gives the exact order of operations and the measured errors.
 
 #include <cstdint>
 
@@ -60,11 +64,19 @@ const char* bf16_path_name(Bf16Path path);
 AttnTiling attn_fwd_bf16_tiling(const AttnDims& dims);
 AttnTiling attn_bwd_bf16_tiling(const AttnDims& dims);
 
-// Bytes of scratch memory the calls allocate with `threads` threads. Unlike the fp32 kernels these
-// grow with the sequence: the forward packs K and V (as large as k and v), the backward packs Q and
-// dO (as large as q and dout) and, when dq is bf16, accumulates dQ in fp32 (as large as dq in
-// fp32).
+// Bytes of scratch memory the calls allocate with `threads` threads, on the path a call made now
+// would take. Unlike the fp32 kernels these grow with the sequence: on the avx512 path the forward
+// packs K and V (as large as k and v), the backward packs Q and dO (as large as q and dout) and,
+// when dq is bf16, accumulates dQ in fp32 (as large as dq in fp32); the portable path holds fp32
+// copies of the inputs and of the bf16 outputs (up to detail::bf16_widen_budget() bytes) besides
+// the fp32 kernels' scratch.
 int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads);
 int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16);
+
+namespace detail {
+// The most bytes of fp32 copies the portable path holds at a time (default 256 MiB): beyond it, it
+// widens one batch and a group of kv heads at a time. Settable for tests.
+int64_t& bf16_widen_budget();
+}  // namespace detail
 
 }  // namespace wallfacer::kernels

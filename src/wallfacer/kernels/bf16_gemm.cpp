@@ -4,8 +4,6 @@
 
 namespace wallfacer::kernels::detail {
 
-void bf16_gemm_portable(const Bf16Gemm& g) { bf16_gemm_widened(g); }
-
 #ifndef WALLFACER_HAVE_AVX512BF16
 // The compiler could not build bf16_gemm_avx512.cpp.
 bool bf16_gemm_avx512_built() { return false; }

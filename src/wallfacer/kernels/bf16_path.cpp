@@ -40,4 +40,11 @@ Bf16Path bf16_path() {
   return Bf16Path::avx512;
 }
 
+namespace detail {
+int64_t& bf16_widen_budget() {
+  static int64_t bytes = int64_t(256) << 20;
+  return bytes;
+}
+}  // namespace detail
+
 }  // namespace wallfacer::kernels

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_bf16.h"
 
 namespace wallfacer::kernels {
@@ -140,18 +141,132 @@ void column_sums(float* dbias, const bf16* dout, int64_t N, int OC) {
   }
 }
 
-// ---- portable path: widen to fp32 in blocks of rows, then sgemm ----
+// ---- portable path: OpenMP threads, each widening its own tiles and calling sgemm ----
 //
-// The products are cblas_sgemm calls of their own, with no OpenMP region between them: OpenBLAS's
-// threads would share the cores with OpenMP threads still spinning after such a region (a bias
-// added by the fp32 kernel before each block's product made the forward 4-8x slower than fp32).
+// Like the attention kernels, the portable path runs its own OpenMP threads and OpenBLAS with one
+// thread (BlasSingleThreaded): each thread widens the bf16 tiles it multiplies, calls sgemm on
+// them and rounds its own outputs, so the conversions run on every core, next to the products
+// that use them, and no OpenBLAS thread waits on an OpenMP one. The weight (or dout's columns, for
+// dweight) is widened once per block, shared by the threads:
+//   forward, dinp: the weight in blocks of OC rows of at most kWideBytes of fp32 (one block unless
+//                  the layer is very large), then tiles of token rows;
+//   dweight:       inp in blocks of token rows of at most kWideBytes of fp32, then tiles of OC.
 
-constexpr int64_t kPortableRows = 256;
+constexpr int64_t kWideBytes = int64_t(64) << 20;
 
-std::vector<float> widened(const bf16* x, int64_t n) {
-  std::vector<float> wide(static_cast<size_t>(n));
-  bf16_to_fp32(x, wide.data(), n);
-  return wide;
+// Rows per tile when `n` rows are shared by `threads` threads: at most 256, at least 16, about
+// two tiles per thread.
+int64_t tile_rows(int64_t n, int threads) {
+  return std::clamp<int64_t>((n + 2 * threads - 1) / (2 * threads), 16, 256);
+}
+
+// Rows [r0, r0 + rows) of a (*, cols) bf16 matrix, columns [c0, c0 + nc), widened into a
+// contiguous (rows, nc) fp32 one.
+void widen_rows(const bf16* x, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t nc,
+                float* out) {
+  for (int64_t r = 0; r < rows; ++r) bf16_to_fp32(x + (r0 + r) * cols + c0, out + r * nc, nc);
+}
+
+// Widens rows [r0, r0 + rows) of a (*, cols) bf16 matrix into `out` with the threads of the
+// enclosing parallel region (a barrier at the end).
+void widen_shared(const bf16* x, int64_t cols, int64_t r0, int64_t rows, float* out) {
+#pragma omp for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) bf16_to_fp32(x + (r0 + r) * cols, out + r * cols, cols);
+}
+
+void portable_fwd(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int64_t N,
+                  int C, int OC) {
+  const int threads = num_threads();
+  const int ob_max = int(std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, OC));
+  const int64_t tile = tile_rows(N, threads);
+  std::vector<float> w(size_t(ob_max) * C);
+  BlasSingleThreaded blas_guard;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> x, y;
+    for (int o0 = 0; o0 < OC; o0 += ob_max) {
+      const int ob = std::min(ob_max, OC - o0);
+      widen_shared(weight, C, o0, ob, w.data());
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t n0 = 0; n0 < N; n0 += tile) {
+        const int64_t rows = std::min(tile, N - n0);
+        x.resize(size_t(rows * C));
+        y.resize(size_t(rows * ob));
+        bf16_to_fp32(inp + n0 * C, x.data(), rows * C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), ob, C, 1.0f, x.data(), C,
+                    w.data(), C, 0.0f, y.data(), ob);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* __restrict row = y.data() + r * ob;
+          if (bias)
+            for (int o = 0; o < ob; ++o) row[o] += bias[o0 + o];
+          fp32_to_bf16(row, out + (n0 + r) * OC + o0, ob);
+        }
+      }  // the barrier before the next block's weight
+    }
+  }
+}
+
+// dinp = bf16(dout weight [+ dinp]): tiles of token rows, each summing over the weight's blocks in
+// fp32 (in dx, the size of dinp in fp32, when there are several blocks).
+void portable_dinp(bf16* dinp, const bf16* dout, const bf16* weight, int64_t N, int C, int OC,
+                   bool accumulate) {
+  const int threads = num_threads();
+  const int ob_max = int(std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, OC));
+  const bool one_block = ob_max == OC;
+  const int64_t tile = tile_rows(N, threads);
+  std::vector<float> w(size_t(ob_max) * C), dx(one_block ? 0 : size_t(N * C));
+  BlasSingleThreaded blas_guard;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> dy, own;
+    for (int o0 = 0; o0 < OC; o0 += ob_max) {
+      const int ob = std::min(ob_max, OC - o0);
+      const bool first = o0 == 0, last = o0 + ob == OC;
+      widen_shared(weight, C, o0, ob, w.data());
+#pragma omp for schedule(static)
+      for (int64_t n0 = 0; n0 < N; n0 += tile) {
+        const int64_t rows = std::min(tile, N - n0);
+        float* acc = one_block ? (own.resize(size_t(rows * C)), own.data()) : dx.data() + n0 * C;
+        if (first) {
+          if (accumulate)
+            bf16_to_fp32(dinp + n0 * C, acc, rows * C);
+          else
+            std::fill_n(acc, rows * C, 0.0f);
+        }
+        dy.resize(size_t(rows * ob));
+        widen_rows(dout, OC, n0, rows, o0, ob, dy.data());
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), C, ob, 1.0f, dy.data(),
+                    ob, w.data(), C, 1.0f, acc, C);
+        if (last) fp32_to_bf16(acc, dinp + n0 * C, rows * C);
+      }
+    }
+  }
+}
+
+// dweight += dout^T inp: tiles of OC rows of dweight (each thread its own), each summing over the
+// blocks of token rows.
+void portable_dweight(float* dweight, const bf16* dout, const bf16* inp, int64_t N, int C, int OC) {
+  const int threads = num_threads();
+  const int64_t nb_max = std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, N);
+  const int64_t tile = tile_rows(OC, threads);
+  std::vector<float> x(size_t(nb_max * C));
+  BlasSingleThreaded blas_guard;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> dy;
+    for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
+      const int64_t rows = std::min(nb_max, N - n0);
+      widen_shared(inp, C, n0, rows, x.data());
+#pragma omp for schedule(static)
+      for (int64_t o0 = 0; o0 < OC; o0 += tile) {
+        const int64_t ob = std::min<int64_t>(tile, OC - o0);
+        dy.resize(size_t(rows * ob));
+        widen_rows(dout, OC, n0, rows, o0, ob, dy.data());
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(ob), C, int(rows), 1.0f, dy.data(),
+                    int(ob), x.data(), C, 1.0f, dweight + o0 * C, C);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -180,22 +295,7 @@ void matmul_fwd_bf16(bf16* out, const bf16* inp, const bf16* weight, const float
     run_checked("matmul_fwd_bf16", p, inp, weight, bias, out);
     return;
   }
-  const std::vector<float> w = widened(weight, int64_t(OC) * C);
-  std::vector<float> x, y;
-  for (int64_t n0 = 0; n0 < N; n0 += kPortableRows) {
-    const int64_t rows = std::min(kPortableRows, N - n0);
-    x.resize(size_t(rows * C));
-    y.resize(size_t(rows * OC));
-    bf16_to_fp32(inp + n0 * C, x.data(), rows * C);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), OC, C, 1.0f, x.data(), C,
-                w.data(), C, 0.0f, y.data(), OC);
-    if (bias)
-      for (int64_t r = 0; r < rows; ++r) {
-        float* __restrict row = y.data() + r * OC;
-        for (int o = 0; o < OC; ++o) row[o] += bias[o];
-      }
-    fp32_to_bf16(y.data(), out + n0 * OC, rows * OC);
-  }
+  portable_fwd(out, inp, weight, bias, N, C, OC);
 }
 
 void matmul_bwd_bf16(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp,
@@ -226,30 +326,8 @@ void matmul_bwd_bf16(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
     if (dbias) column_sums(dbias, dout, N, OC);
     return;
   }
-  std::vector<float> w;
-  if (dinp) w = widened(weight, int64_t(OC) * C);
-  std::vector<float> dy, x, dx;
-  for (int64_t n0 = 0; n0 < N; n0 += kPortableRows) {
-    const int64_t rows = std::min(kPortableRows, N - n0);
-    dy.resize(size_t(rows * OC));
-    bf16_to_fp32(dout + n0 * OC, dy.data(), rows * OC);
-    if (dweight) {
-      x.resize(size_t(rows * C));
-      bf16_to_fp32(inp + n0 * C, x.data(), rows * C);
-    }
-    if (dinp) {
-      dx.resize(size_t(rows * C));
-      if (accumulate_dinp) bf16_to_fp32(dinp + n0 * C, dx.data(), rows * C);
-    }
-    if (dinp) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), C, OC, 1.0f, dy.data(), OC,
-                  w.data(), C, accumulate_dinp ? 1.0f : 0.0f, dx.data(), C);
-      fp32_to_bf16(dx.data(), dinp + n0 * C, rows * C);
-    }
-    if (dweight)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, int(rows), 1.0f, dy.data(), OC,
-                  x.data(), C, 1.0f, dweight, C);
-  }
+  if (dinp) portable_dinp(dinp, dout, weight, N, C, OC, accumulate_dinp);
+  if (dweight) portable_dweight(dweight, dout, inp, N, C, OC);
   if (dbias) column_sums(dbias, dout, N, OC);
 }
 
