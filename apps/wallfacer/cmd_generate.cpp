@@ -3,6 +3,7 @@
 //   mpirun -np P wallfacer generate --ckpt DIR (--prompt TEXT | --prompt-tokens FILE.npy)
 //       --max-new N [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //       [--strategy S --teams C --ulysses U] [--json]
+//       [--continue FILE.npy ... [--continue-way auto|pass-kv|pass-q]]
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -45,11 +46,36 @@ struct GenerateArgs {
   int teams = 1, ulysses = 1;
   bool json = false;
   std::string logits;
+  std::vector<std::string> continues;  // further turns, in order
+  std::string continue_way = "auto";
+};
+
+// One continuation's figures (rank 0 prints them).
+struct Turn {
+  std::vector<int32_t> tokens;
+  model::ContinuePlan plan;
+  double ttft_ms = 0, decode_ms = 0, sent_bytes = 0;
 };
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// A 1-D .npy of token ids given to `flag`, each inside the vocabulary.
+std::vector<int32_t> read_token_file(const char* flag, const std::string& path, int vocab) {
+  std::vector<int64_t> shape;
+  const std::vector<int64_t> ids = read_npy_ints(path, shape);
+  WF_USAGE_CHECK(shape.size() == 1, "{} {}: a 1-D array of token ids is needed", flag, path);
+  WF_USAGE_CHECK(!ids.empty(), "{} {} holds no token", flag, path);
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    WF_USAGE_CHECK(ids[i] >= 0 && ids[i] < vocab,
+                   "{} {}: id {} at index {} is outside the vocabulary 0..{}", flag, path, ids[i],
+                   i, vocab - 1);
+    out.push_back(int32_t(ids[i]));
+  }
+  return out;
 }
 
 std::vector<int32_t> read_prompt(const GenerateArgs& a, int vocab) {
@@ -66,18 +92,7 @@ std::vector<int32_t> read_prompt(const GenerateArgs& a, int vocab) {
     WF_USAGE_CHECK(!prompt.empty(), "--prompt must not be empty");
     return prompt;
   }
-  std::vector<int64_t> shape;
-  const std::vector<int64_t> ids = read_npy_ints(a.prompt_tokens, shape);
-  WF_USAGE_CHECK(shape.size() == 1, "--prompt-tokens {}: a 1-D array of token ids is needed",
-                 a.prompt_tokens);
-  WF_USAGE_CHECK(!ids.empty(), "--prompt-tokens {} holds no token", a.prompt_tokens);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    WF_USAGE_CHECK(ids[i] >= 0 && ids[i] < vocab,
-                   "--prompt-tokens {}: id {} at index {} is outside the vocabulary 0..{}",
-                   a.prompt_tokens, ids[i], i, vocab - 1);
-    prompt.push_back(int32_t(ids[i]));
-  }
-  return prompt;
+  return read_token_file("--prompt-tokens", a.prompt_tokens, vocab);
 }
 
 // The fewest ranks (more than P, up to 1024) on which the estimate with the ring layout fits the
@@ -123,6 +138,16 @@ int run_generate(const GenerateArgs& a) {
                  "--eos {} must be a token id in 0..{} (the checkpoint's vocabulary)", a.eos,
                  m.vocab - 1);
   const std::vector<int32_t> prompt = read_prompt(a, m.vocab);
+  const model::ContinueWay way = model::parse_continue_way(a.continue_way);
+  std::vector<std::vector<int32_t>> turns;
+  int64_t added = a.max_new - 1, longest = 0;  // positions the cache gains after the prompt
+  for (const std::string& f : a.continues) {
+    turns.push_back(read_token_file("--continue", f, m.vocab));
+    // The previous turn's last token (never fed back) and this turn's, then its answer.
+    const int64_t n = 1 + int64_t(turns.back().size());
+    added += n + a.max_new - 1;
+    longest = std::max(longest, n);
+  }
   seqpar::AttnConfig attn;
   attn.strategy = seqpar::parse_strategy(a.strategy);
   attn.teams = a.teams;
@@ -130,10 +155,12 @@ int run_generate(const GenerateArgs& a) {
   const int64_t L = int64_t(prompt.size());
   const model::PromptSplit split = model::split_prompt(m, attn, P, L);
   // Capacity: the prompt's positions and every new token but the last (never fed back).
-  const std::vector<int64_t> final_sizes = model::shard_sizes(split.held, a.max_new - 1);
+  // and the continuations (the balance rule fills the shards alike however the positions come).
+  const std::vector<int64_t> final_sizes = model::shard_sizes(split.held, added);
   const int64_t most = *std::max_element(final_sizes.begin(), final_sizes.end());
   const double need = model::generate_memory_bytes(
-      m, P, split.padded, most, model::prefill_scratch_bytes(m, attn, P, split.padded));
+      m, P, std::max(split.padded, (longest + P - 1) / P * P), most,
+      model::prefill_scratch_bytes(m, attn, P, split.padded));
   if (need > memory_limit_bytes()) {
     const int fit = ranks_that_fit(m, P, L, a.max_new);
     const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -167,18 +194,44 @@ int run_generate(const GenerateArgs& a) {
       model::sharded_prefill(m, st.params.data(), prompt, attn, world, cache);
   std::vector<int32_t> out{pick(first.data())};
   const double ttft_ms = ms_since(t0);
-  model::GptDecoder dec(m, st.params.data(), cache, L);
   int64_t merge_bytes = 0;
-  const auto t1 = Clock::now();
-  while (int64_t(out.size()) < a.max_new && out.back() != a.eos) {
-    const float* logits = dec.step(out.back());
-    merge_bytes = cache.merge_bytes_last();
-    out.push_back(pick(logits));
-  }
-  const double decode_ms = ms_since(t1);
-  if (!out.empty() && out.back() == a.eos) out.pop_back();
+  // The tokens after the first one of a turn; returns the decode's milliseconds.
+  auto decode = [&](std::vector<int32_t>& toks) {
+    model::GptDecoder dec(m, st.params.data(), cache, cache.positions());
+    const auto t1 = Clock::now();
+    while (int64_t(toks.size()) < a.max_new && toks.back() != a.eos) {
+      const float* logits = dec.step(toks.back());
+      merge_bytes = cache.merge_bytes_last();
+      toks.push_back(pick(logits));
+    }
+    return ms_since(t1);
+  };
+  const double decode_ms = decode(out);
+  int32_t last = out.back();  // drawn, not yet in the cache
+  if (out.back() == a.eos) out.pop_back();
   const double decode_tps =
       out.size() > 1 && decode_ms > 0 ? double(out.size() - 1) / (decode_ms / 1e3) : 0.0;
+  // Further turns: the last drawn token and the turn's tokens prefilled against the shards.
+  std::vector<Turn> done;
+  for (const std::vector<int32_t>& t : turns) {
+    std::vector<int32_t> feed{last};
+    feed.insert(feed.end(), t.begin(), t.end());
+    Turn turn;
+    turn.plan = model::plan_continue(m, cache.held(), int64_t(feed.size()), way);
+    world.barrier();
+    const auto t2 = Clock::now();
+    int64_t sent = 0;
+    const std::vector<float> first_logits =
+        model::continue_prefill(m, st.params.data(), feed, turn.plan, world, cache, &sent);
+    turn.tokens.push_back(pick(first_logits.data()));
+    turn.ttft_ms = ms_since(t2);
+    turn.decode_ms = decode(turn.tokens);
+    last = turn.tokens.back();
+    if (turn.tokens.back() == a.eos) turn.tokens.pop_back();
+    turn.sent_bytes = double(sent);
+    world.all_reduce_sum(&turn.sent_bytes, 1);
+    done.push_back(std::move(turn));
+  }
 
   // Every rank's shard: the positions it holds and the bytes it allocated.
   std::vector<double> mine(size_t(2 * P), 0.0);
@@ -195,22 +248,39 @@ int run_generate(const GenerateArgs& a) {
     bytes.push_back(int64_t(mine[size_t(P + r)]));
   }
   const int64_t most_bytes = *std::max_element(bytes.begin(), bytes.end());
+  std::vector<std::string> conts;
+  for (const Turn& t : done)
+    conts.push_back(fmt::format(
+        "{{\"tokens\": [{}], \"new_tokens\": {}, \"cached_tokens\": {}, \"way\": \"{}\", "
+        "\"pass_kv_bytes\": {}, \"pass_q_bytes\": {}, \"sent_bytes\": {}, \"ttft_ms\": {:.3f}, "
+        "\"decode_ms\": {:.3f}, \"new_tokens_by_rank\": [{}]}}",
+        fmt::join(t.tokens, ", "), t.plan.added, t.plan.cached,
+        model::continue_way_name(t.plan.way), t.plan.pass_kv_bytes, t.plan.pass_q_bytes,
+        int64_t(t.sent_bytes), t.ttft_ms, t.decode_ms, fmt::join(t.plan.rows, ", ")));
   if (a.json) {
     fmt::print(
         "{{\"tokens\": [{}], \"prompt_tokens\": {}, \"padded_tokens\": {}, \"ranks\": {}, "
         "\"strategy\": \"{}\", \"teams\": {}, \"ulysses\": {}, \"ttft_ms\": {:.3f}, "
         "\"decode_ms\": {:.3f}, \"decode_tokens_per_s\": {:.3f}, \"cache_bytes_per_rank\": {}, "
         "\"cache_bytes_by_rank\": [{}], \"cache_positions_by_rank\": [{}], "
-        "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}}}\n",
+        "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}, \"continuations\": [{}]}}\n",
         fmt::join(out, ", "), L, split.padded, P, a.strategy, a.teams, a.ulysses, ttft_ms,
         decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "), fmt::join(positions, ", "),
-        model::cache_bytes(m, L + a.max_new - 1), merge_bytes);
+        model::cache_bytes(m, L + added), merge_bytes, fmt::join(conts, ", "));
   } else {
     fmt::print("{}\n", fmt::join(out, " "));
     fmt::print(stderr,
                "prompt {} tokens (padded to {} for {} on {} ranks), ttft {:.1f} ms, decode {:.1f} "
                "tokens/s, KV cache {} bytes on the fullest rank\n",
                L, split.padded, a.strategy, P, ttft_ms, decode_tps, most_bytes);
+    for (const Turn& t : done) {
+      fmt::print("{}\n", fmt::join(t.tokens, " "));
+      fmt::print(stderr,
+                 "continuation: {} new tokens after {} cached, {} (pass-KV would send {} bytes, "
+                 "pass-Q {}), time to first token {:.1f} ms\n",
+                 t.plan.added, t.plan.cached, model::continue_way_name(t.plan.way),
+                 t.plan.pass_kv_bytes, t.plan.pass_q_bytes, t.ttft_ms);
+    }
   }
   WF_CHECK(std::fflush(stdout) == 0 && !std::ferror(stdout), "cannot write to standard output: {}",
            std::strerror(errno));
@@ -253,6 +323,12 @@ Action setup(CLI::App& root) {
                 "cache_bytes_per_rank, ...");
   cmd->add_option("--logits", args->logits,
                   "Write every step's logits (steps, V) as fp32 FILE.npy (rank 0)");
+  cmd->add_option("--continue", args->continues,
+                  "A further turn (repeatable): a 1-D .npy of token ids appended after the "
+                  "previous answer and prefilled against the sharded cache, then --max-new more");
+  cmd->add_option("--continue-way", args->continue_way,
+                  "How a turn meets the cached shards: auto (the fewer bytes) | pass-kv | pass-q")
+      ->capture_default_str();
   return [args]() { return run_generate(*args); };
 }
 

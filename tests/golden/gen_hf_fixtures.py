@@ -10,6 +10,8 @@ one folder per configuration under --out (tests/golden/hf/README.md says what ea
   grads.safetensors       the gradient of that loss for every parameter, under the HF names
   loss_after_adamw.json   the loss after one torch.optim.AdamW step, with its settings
   adamw_weights.safetensors  a few parameters after that step
+  greedy.json             (llama3, qwen2, mistral) transformers' greedy generate: GREEDY_NEW new
+                          ids after the first GREEDY_PROMPT ids of tokens.npy's first row
 
 Generating is no part of the build or the tests: it needs torch and transformers from PyPI in a virtual
 environment, which this script can make (CPU only; see make_venv):
@@ -18,6 +20,8 @@ environment, which this script can make (CPU only; see make_venv):
 Verify mode, standard library only (the test golden_hf_fixture_files): every committed file whole
 and consistent with its config.json:
   python3 tests/golden/gen_hf_fixtures.py --verify tests/golden/hf
+Greedy mode: write greedy.json into existing fixture folders (the other files untouched):
+  /work/.venv-hf/bin/python tests/golden/gen_hf_fixtures.py --greedy tests/golden/hf/llama3 ...
 Check mode: compare the logits of a Hugging Face folder (e.g. one that `wallfacer export-hf`
 wrote) with given ones; exit 1 when the largest difference exceeds --tol of the largest logit:
   /work/.venv-hf/bin/python tests/golden/gen_hf_fixtures.py --check HF_DIR \\
@@ -437,6 +441,36 @@ def window_rule(overrides, seed):
     return window, seen_by, p
 
 
+GREEDY_FIXTURES = ("llama3", "qwen2", "mistral")
+GREEDY_PROMPT, GREEDY_NEW = 24, 8
+
+
+def write_greedy(folder):
+    """greedy.json: transformers' greedy generate (no end-of-text stop) of GREEDY_NEW ids after
+    the first GREEDY_PROMPT ids of tokens.npy's first row, and each step's gap between the largest
+    and the second largest logit (how far the choice is from a tie)."""
+    torch = _setup_torch()
+    import numpy as np
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager").eval()
+    prompt = torch.from_numpy(np.load(os.path.join(folder, "tokens.npy")))[:1, :GREEDY_PROMPT]
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                             max_new_tokens=GREEDY_NEW, min_new_tokens=GREEDY_NEW, pad_token_id=0)
+        logits = model(input_ids=out[:, :-1]).logits[0, GREEDY_PROMPT - 1:]
+    top = torch.topk(logits, 2, dim=-1).values
+    record = {"prompt": prompt[0].tolist(), "new_tokens": out[0, GREEDY_PROMPT:].tolist(),
+              "logit_gaps": [float(g) for g in (top[:, 0] - top[:, 1])],
+              "transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]}
+    with open(os.path.join(folder, "greedy.json"), "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    print(f"{folder}: greedy {record['new_tokens']}, smallest logit gap "
+          f"{min(record['logit_gaps']):.3g}")
+
+
 def generate(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     for name, (class_name, overrides, seed) in FIXTURES.items():
@@ -451,6 +485,8 @@ def generate(out_dir):
         err = adamw_formula_error(os.path.join(out_dir, name))
         print(f"{name}: the README's AdamW update against torch's: {err:.1e} at most")
         assert err < 1e-6, name
+    for name in GREEDY_FIXTURES:
+        write_greedy(os.path.join(out_dir, name))
     window, seen_by, p = window_rule(FIXTURES["mistral"][1], FIXTURES["mistral"][2])
     print(f"sliding window {window}: key {p} is seen by queries {seen_by} "
           f"(query i keeps keys j with i - {window} < j <= i)")
@@ -581,6 +617,8 @@ def main():
     ap.add_argument("--make-venv", metavar="DIR", help="make a CPU-only venv with the pinned versions")
     ap.add_argument("--check", metavar="HF_DIR", help="load HF_DIR and compare its logits")
     ap.add_argument("--verify", metavar="DIR", help="check the fixture files under DIR (no torch)")
+    ap.add_argument("--greedy", metavar="DIR", nargs="+",
+                    help="write greedy.json into these fixture folders")
     ap.add_argument("--tokens", help="check mode: token ids (batch, seq + 1) or (seq + 1)")
     ap.add_argument("--logits", help="check mode: expected logits (batch, seq, vocab)")
     ap.add_argument("--tol", type=float, default=1e-5,
@@ -588,6 +626,9 @@ def main():
     a = ap.parse_args()
     if a.make_venv:
         make_venv(os.path.abspath(a.make_venv))
+    elif a.greedy:
+        for folder in a.greedy:
+            write_greedy(folder)
     elif a.verify:
         verify(a.verify)
     elif a.check:

@@ -9,31 +9,16 @@ set -u
 source "$(dirname "$0")/common.sh"
 py=${4:-python3}
 
-for arch in gpt llama; do
-  if [ $arch = gpt ]; then
-    extra=$'kv_heads = 4'
-  else
-    extra=$'arch = "llama"\nkv_heads = 2\nintermediate = 48\ntie_embeddings = false\nqkv_bias = true\nrope_scaling = { type = "llama3", factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, original_max_position_embeddings = 16 }'
-  fi
-  grep -v '^kv_heads' "$work/tiny.toml" | sed -e 's/^steps = .*/steps = 60/' |
-    awk -v x="$extra" '{print} /^\[model\]/{print x}' >"$work/$arch.toml"
-  "$wf" train --config "$work/$arch.toml" --out "$work/run_$arch" --progress none \
-    --set train.ckpt_every=60 >/dev/null 2>&1 || err "$arch: training failed"
-done
+source "$(dirname "$0")/generate_models.sh"
+train_generate_models
 
 # compare REF.npy GOT.npy REF_IDS GOT_JSON: the same tokens (the reference may stop at
 # end-of-text), every step's logits within 1e-5.
 compare() {
   "$py" - "$@" <<'PY'
-import json, struct, sys
-def npy(path):
-    b = open(path, 'rb').read()
-    n = struct.unpack('<H', b[8:10])[0]
-    head = b[10:10 + n].decode()
-    shape = eval(head[head.index("'shape'") + 8:].split(')')[0].strip(' :(') + ',')
-    rows, cols = int(shape[0]), int(shape[1])
-    vals = struct.unpack('<%df' % (rows * cols), b[10 + n:10 + n + 4 * rows * cols])
-    return [vals[i * cols:(i + 1) * cols] for i in range(rows)]
+import json, os, sys
+sys.path.insert(0, os.environ['GENERATE_TESTS'])
+from logits_npy import rows as npy
 ref, got = npy(sys.argv[1]), npy(sys.argv[2])
 ref_ids = [int(t) for t in sys.argv[3].split()]
 got_ids = json.load(open(sys.argv[4]))['tokens']

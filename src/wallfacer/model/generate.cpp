@@ -1,7 +1,10 @@
 #include "wallfacer/model/generate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
@@ -156,6 +159,34 @@ void ShardedKvCache::attend(int layer, int64_t pos, const float* q, const float*
   merge_bytes_ += int64_t(P - 1) * int64_t(H) * (D + 1) * int64_t(sizeof(float));
 }
 
+int64_t ShardedKvCache::positions() const {
+  int64_t n = 0;
+  for (int64_t h : held_) n += h;
+  return n;
+}
+
+const float* ShardedKvCache::keys(int layer) const {
+  return k_.data() + size_t(layer) * size_t(capacity_) * size_t(cfg_.kv_heads * cfg_.head_dim());
+}
+
+const float* ShardedKvCache::values(int layer) const {
+  return v_.data() + size_t(layer) * size_t(capacity_) * size_t(cfg_.kv_heads * cfg_.head_dim());
+}
+
+void ShardedKvCache::append_rows(int layer, const float* k, const float* v, int64_t n) {
+  WF_CHECK(rows_ + n <= capacity_, "KV cache shard full ({} positions, {} more)", capacity_, n);
+  const int64_t row = int64_t(cfg_.kv_heads) * cfg_.head_dim();
+  const size_t off = (size_t(layer) * size_t(capacity_) + size_t(rows_)) * size_t(row);
+  std::copy_n(k, n * row, k_.data() + off);
+  std::copy_n(v, n * row, v_.data() + off);
+}
+
+void ShardedKvCache::grow(const std::vector<int64_t>& added) {
+  WF_CHECK(added.size() == held_.size(), "grow: {} ranks for {}", added.size(), held_.size());
+  for (size_t r = 0; r < added.size(); ++r) held_[r] += added[r];
+  rows_ = held_[size_t(group_.rank())];
+}
+
 namespace {
 
 // The prefill's attention: the DistAttention of the strategy, and each layer's keys and values
@@ -207,6 +238,261 @@ std::vector<float> sharded_prefill(const GptConfig& cfg, const float* params,
   for (size_t i = 0; i < pos.size(); ++i)
     if (pos[i] == split.prompt - 1) std::copy_n(gpt.logits() + int64_t(i) * V, V, logits.begin());
   group.all_reduce_sum(logits.data(), V);
+  return logits;
+}
+
+const char* continue_way_name(ContinueWay way) {
+  switch (way) {
+    case ContinueWay::Auto:
+      return "auto";
+    case ContinueWay::PassKv:
+      return "pass-kv";
+    case ContinueWay::PassQ:
+      return "pass-q";
+  }
+  return "?";
+}
+
+ContinueWay parse_continue_way(const std::string& name) {
+  for (ContinueWay w : {ContinueWay::Auto, ContinueWay::PassKv, ContinueWay::PassQ})
+    if (name == continue_way_name(w)) return w;
+  throw UsageError(fmt::format("unknown continuation way '{}': give auto, pass-kv or pass-q", name));
+}
+
+ContinuePlan plan_continue(const GptConfig& cfg, const std::vector<int64_t>& held, int64_t added,
+                           ContinueWay want) {
+  WF_USAGE_CHECK(added >= 1, "a continuation needs at least one new token");
+  ContinuePlan p;
+  p.added = added;
+  for (int64_t h : held) p.cached += h;
+  const int64_t P = int64_t(held.size()), H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim();
+  const int64_t f = int64_t(sizeof(float)) * cfg.layers * (P - 1);
+  p.pass_kv_bytes = f * (p.cached + added) * 2 * Hkv * D;
+  p.pass_q_bytes = f * added * (H * D + H * (D + 1));
+  p.way = want != ContinueWay::Auto ? want
+          : p.pass_kv_bytes <= p.pass_q_bytes ? ContinueWay::PassKv
+                                               : ContinueWay::PassQ;
+  const std::vector<int64_t> after = shard_sizes(held, added);
+  int64_t next = p.cached;
+  for (size_t r = 0; r < held.size(); ++r) {
+    p.rows.push_back(after[r] - held[r]);
+    p.first.push_back(next);
+    next += p.rows.back();
+  }
+  return p;
+}
+
+namespace {
+
+constexpr int kTagKv = 7101, kTagQ = 7102, kTagPartial = 7103;
+
+// The continuation's attention: each layer's new rows of this rank (plan.rows[rank] of them, at
+// positions plan.first[rank]...) against every cached position and the new rows before them, by
+// pass-KV or pass-Q; then the new keys and values join this rank's shard.
+class ContinueAttention : public AttentionOp {
+ public:
+  ContinueAttention(const GptConfig& cfg, const ContinuePlan& plan, comm::Communicator& group,
+                    ShardedKvCache& cache)
+      : cfg_(cfg), plan_(plan), group_(group), cache_(cache), cached_(cache.held()) {}
+  int64_t sent() const { return sent_; }
+  void forward(const Act& q, const Act& k, const Act& v, const Act& o, float* lse) override {
+    WF_CHECK(q.f32 && k.f32 && v.f32 && o.f32, "the continuation runs in fp32");
+    layer(q.f32, k.f32, v.f32, o.f32, lse);
+  }
+  void backward(const Act&, const Act&, const Act&, const Act&, const float*, const Act&,
+                const Act&, const Act&, const Act&) override {
+    WF_CHECK(false, "the continuation has no backward");
+  }
+  // One layer: q (m, H, D), k, v (m, Hkv, D) of this rank's m new rows; o (m, H, D), lse (H, m).
+  void layer(const float* q, const float* k, const float* v, float* o, float* lse) {
+    WF_CHECK(layer_ < cfg_.layers, "continuation: more attention calls than layers");
+    const int64_t m = plan_.rows[size_t(group_.rank())];
+    if (m > 0) k::attn_fwd_init_output(dims(m, 0), o, q_stride(m), lse, stat_stride(m));
+    if (plan_.way == ContinueWay::PassQ)
+      pass_q(q, k, v, o, lse);
+    else
+      pass_kv(q, k, v, o, lse);
+    cache_.append_rows(layer_++, k, v, m);
+  }
+
+ private:
+  GptConfig cfg_;
+  const ContinuePlan& plan_;
+  comm::Communicator& group_;
+  ShardedKvCache& cache_;
+  std::vector<int64_t> cached_;  // every rank's cached positions (before the continuation)
+  int layer_ = 0;
+  int64_t sent_ = 0;
+  std::vector<float> a_, b_;
+
+  int64_t kv_row() const { return int64_t(cfg_.kv_heads) * cfg_.head_dim(); }
+  int64_t q_row() const { return int64_t(cfg_.heads) * cfg_.head_dim(); }
+  k::AttnDims dims(int64_t rows, int64_t keys) const {
+    return {1, int(rows), int(keys), cfg_.heads, cfg_.kv_heads, cfg_.head_dim()};
+  }
+  k::Strides3 q_stride(int64_t rows) const {
+    return k::Strides3::contiguous(int(rows), cfg_.heads, cfg_.head_dim());
+  }
+  k::Strides2 stat_stride(int64_t rows) const {
+    return k::Strides2::contiguous(cfg_.heads, int(rows));
+  }
+  // Merges into (o, lse) the attention of `rows` queries q at positions q_pos0.. over `keys`
+  // keys and values (row stride kv_rows) at positions k_pos0..: masked by position when `causal`
+  // (new rows against new rows); cached keys precede every new query and need no mask.
+  void attend(const float* q, int64_t rows, int64_t q_pos0, const float* kk, const float* vv,
+              int64_t keys, int64_t kv_rows, bool causal, int64_t k_pos0, float* o, float* lse) {
+    if (rows == 0 || keys == 0 || (causal && k_pos0 > q_pos0 + rows - 1)) return;
+    k::AttnInputs<float> a;
+    a.dims = dims(rows, keys);
+    a.q = q;
+    a.q_stride = q_stride(rows);
+    a.k = kk;
+    a.v = vv;
+    a.kv_stride = k::Strides3::contiguous(int(kv_rows), cfg_.kv_heads, cfg_.head_dim());
+    a.stat_stride = stat_stride(rows);
+    a.scale = 1.0f / std::sqrt(float(cfg_.head_dim()));
+    a.causal = causal;
+    a.q_pos0 = q_pos0;
+    a.k_pos0 = k_pos0;
+    a.accumulate = true;
+    k::attn_fwd(k::fwd_params(a, o, lse));
+  }
+  // A ring step: sends `count` floats of `send` to the next rank and receives `recv_count` into
+  // `recv` from the previous one (zero-sized transfers are skipped on both sides).
+  std::pair<comm::Request, comm::Request> ring_step(const float* send, int64_t count, float* recv,
+                                                    int64_t recv_count, int tag) {
+    const int P = group_.size(), r = group_.rank();
+    std::pair<comm::Request, comm::Request> req;
+    if (count > 0) {
+      req.first = group_.isend(send, count, (r + 1) % P, tag);
+      sent_ += count * int64_t(sizeof(float));
+    }
+    if (recv_count > 0) req.second = group_.irecv(recv, recv_count, (r + P - 1) % P, tag);
+    return req;
+  }
+
+  // pass-KV: the block of rank j, its cached keys then its new keys, then the same of values,
+  // circulates on the ring; every rank merges its queries' attention over each block.
+  void pass_kv(const float* q, const float* k, const float* v, float* o, float* lse) {
+    const int P = group_.size(), r = group_.rank();
+    const int64_t m = plan_.rows[size_t(r)], row = kv_row();
+    auto block = [&](int j) { return cached_[size_t(j)] + plan_.rows[size_t(j)]; };
+    int64_t most = 0;
+    for (int j = 0; j < P; ++j) most = std::max(most, block(j));
+    a_.resize(size_t(2 * most * row));
+    b_.resize(a_.size());
+    const int64_t c = cached_[size_t(r)], n = block(r);
+    std::copy_n(cache_.keys(layer_), c * row, a_.data());
+    std::copy_n(k, m * row, a_.data() + c * row);
+    std::copy_n(cache_.values(layer_), c * row, a_.data() + n * row);
+    std::copy_n(v, m * row, a_.data() + (n + c) * row);
+    float* cur = a_.data();
+    float* next = b_.data();
+    for (int s = 0; s < P; ++s) {
+      const int src = (r - s + P) % P, from = (r - s - 1 + P) % P;
+      std::pair<comm::Request, comm::Request> req;
+      if (s + 1 < P) req = ring_step(cur, 2 * block(src) * row, next, 2 * block(from) * row, kTagKv);
+      const int64_t cs = cached_[size_t(src)], bs = block(src);
+      attend(q, m, plan_.first[size_t(r)], cur, cur + bs * row, cs, bs, false, 0, o, lse);
+      attend(q, m, plan_.first[size_t(r)], cur + cs * row, cur + (bs + cs) * row,
+             plan_.rows[size_t(src)], bs, true, plan_.first[size_t(src)], o, lse);
+      req.first.wait();
+      req.second.wait();
+      std::swap(cur, next);
+    }
+  }
+
+  // pass-Q: the new queries of rank j circulate; every rank computes their partial attention over
+  // its cached shard and its new rows and sends it (output and LSE) back to j, which merges the P
+  // partials in rank order.
+  void pass_q(const float* q, const float* k, const float* v, float* o, float* lse) {
+    const int P = group_.size(), r = group_.rank();
+    const int64_t m = plan_.rows[size_t(r)], qr = q_row(), H = cfg_.heads;
+    int64_t most = 0;
+    for (int j = 0; j < P; ++j) most = std::max(most, plan_.rows[size_t(j)]);
+    a_.resize(size_t(most * qr));
+    b_.resize(a_.size());
+    std::copy_n(q, m * qr, a_.data());
+    // parts[j]: the partial result of rank j's queries, (rows_j, H, D) then (H, rows_j); sent to
+    // j, or this rank's own. got[j]: the partial of this rank's queries from rank j.
+    auto part_size = [&](int j) { return plan_.rows[size_t(j)] * (qr + H); };
+    std::vector<std::vector<float>> parts(static_cast<size_t>(P)), got(static_cast<size_t>(P));
+    std::vector<comm::Request> sends, recvs;
+    for (int j = 0; j < P; ++j) {
+      parts[size_t(j)].resize(size_t(part_size(j)));
+      if (j == r || m == 0) continue;
+      got[size_t(j)].resize(size_t(part_size(r)));
+      recvs.push_back(group_.irecv(got[size_t(j)].data(), part_size(r), j, kTagPartial));
+    }
+    float* cur = a_.data();
+    float* next = b_.data();
+    const int64_t c = cached_[size_t(r)];
+    for (int s = 0; s < P; ++s) {
+      const int src = (r - s + P) % P, from = (r - s - 1 + P) % P;
+      const int64_t n = plan_.rows[size_t(src)];
+      std::pair<comm::Request, comm::Request> req;
+      if (s + 1 < P) req = ring_step(cur, n * qr, next, plan_.rows[size_t(from)] * qr, kTagQ);
+      if (n > 0) {
+        float* po = parts[size_t(src)].data();
+        float* pl = po + n * qr;
+        k::attn_fwd_init_output(dims(n, 0), po, q_stride(n), pl, stat_stride(n));
+        attend(cur, n, plan_.first[size_t(src)], cache_.keys(layer_), cache_.values(layer_), c,
+               cache_capacity(), false, 0, po, pl);
+        attend(cur, n, plan_.first[size_t(src)], k, v, m, m, true, plan_.first[size_t(r)], po, pl);
+        if (src != r) {
+          sends.push_back(group_.isend(po, part_size(src), src, kTagPartial));
+          sent_ += part_size(src) * int64_t(sizeof(float));
+        }
+      }
+      req.first.wait();
+      req.second.wait();
+      std::swap(cur, next);
+    }
+    for (comm::Request& q_req : recvs) q_req.wait();
+    for (comm::Request& q_req : sends) q_req.wait();
+    for (int j = 0; j < P && m > 0; ++j) {
+      const float* po = j == r ? parts[size_t(r)].data() : got[size_t(j)].data();
+      k::lse_merge(dims(m, 0), o, q_stride(m), lse, stat_stride(m), po, q_stride(m), po + m * qr,
+                   stat_stride(m));
+    }
+  }
+  int64_t cache_capacity() const { return cache_.capacity(); }
+};
+
+}  // namespace
+
+std::vector<float> continue_prefill(const GptConfig& cfg, const float* params,
+                                    const std::vector<int32_t>& tokens, const ContinuePlan& plan,
+                                    comm::Communicator& group, ShardedKvCache& cache,
+                                    int64_t* sent) {
+  const int P = group.size(), r = group.rank();
+  WF_CHECK(int64_t(tokens.size()) == plan.added && int64_t(plan.rows.size()) == P &&
+               plan.cached == cache.positions(),
+           "continue_prefill: a plan of {} tokens after {} positions for {} tokens after {}",
+           plan.added, plan.cached, tokens.size(), cache.positions());
+  ContinueAttention op(cfg, plan, group, cache);
+  const int64_t m = plan.rows[size_t(r)], first = plan.first[size_t(r)];
+  const int V = cfg.vocab;
+  std::vector<float> logits(size_t(V), 0.0f);
+  if (m > 0) {
+    std::vector<int64_t> pos(static_cast<size_t>(m));
+    std::vector<int32_t> mine(static_cast<size_t>(m)), targets(static_cast<size_t>(m), 0);
+    for (int64_t i = 0; i < m; ++i) {
+      pos[size_t(i)] = first + i;
+      mine[size_t(i)] = tokens[size_t(first + i - plan.cached)];
+    }
+    Gpt gpt(cfg, 1, pos, Checkpointing::None, op, Dtype::fp32);
+    std::copy_n(params, gpt.num_params(), gpt.params());
+    gpt.forward(mine.data(), targets.data());
+    if (first + m == plan.cached + plan.added)  // this rank holds the last new position
+      std::copy_n(gpt.logits() + (m - 1) * V, V, logits.begin());
+  } else {
+    // No new rows here: the ring still passes through this rank, layer by layer.
+    for (int l = 0; l < cfg.layers; ++l) op.layer(nullptr, nullptr, nullptr, nullptr, nullptr);
+  }
+  cache.grow(plan.rows);
+  group.all_reduce_sum(logits.data(), V);
+  if (sent) *sent = op.sent();
   return logits;
 }
 

@@ -17,6 +17,7 @@
 // no message, and the shards never differ by more than the padding's imbalance.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
@@ -71,9 +72,19 @@ class ShardedKvCache : public DecoderCache {
               float* o) override;
   int64_t rows() const { return rows_; }                          // positions this rank holds
   int64_t bytes() const { return cache_bytes(cfg_, capacity_); }  // allocated
+  int64_t capacity() const { return capacity_; }
   const std::vector<int64_t>& held() const { return held_; }      // every rank's positions
   // Bytes this rank sent in the merges of the latest token (all layers).
   int64_t merge_bytes_last() const { return merge_bytes_; }
+  // Positions every rank holds together (the next position to fill).
+  int64_t positions() const;
+  // Continuation (continue_prefill): layer `layer`'s cached keys and values (capacity, Hkv, D),
+  // rows() of them filled; append_rows writes n rows after those, for every layer, and grow then
+  // counts every rank's added rows (the same `added` on every rank).
+  const float* keys(int layer) const;
+  const float* values(int layer) const;
+  void append_rows(int layer, const float* k, const float* v, int64_t n);
+  void grow(const std::vector<int64_t>& added);
 
  private:
   GptConfig cfg_;
@@ -95,5 +106,34 @@ std::vector<float> sharded_prefill(const GptConfig& cfg, const float* params,
                                    const std::vector<int32_t>& prompt,
                                    const seqpar::AttnConfig& attn, comm::Communicator& group,
                                    ShardedKvCache& cache);
+
+// Continuing a conversation (docs/generate.md, "Continuing a conversation"): M new tokens
+// appended to a cache of N positions, spread over the P ranks by the balance rule (each rank a
+// contiguous run of the new positions, in rank order), prefilled against the cached shards.
+// pass-KV: every rank's keys and values (its cached shard and its new rows) circulate on the
+// ring past every rank's new queries. pass-Q: the new queries circulate, each rank attends them
+// to its shard and its new rows, and the partial outputs with their LSE go back to the queries'
+// rank, which merges them in rank order.
+enum class ContinueWay { Auto, PassKv, PassQ };
+const char* continue_way_name(ContinueWay way);  // "auto", "pass-kv", "pass-q"
+ContinueWay parse_continue_way(const std::string& name);  // UsageError when unknown
+struct ContinuePlan {
+  int64_t cached = 0, added = 0;   // N, M
+  int64_t pass_kv_bytes = 0;       // bytes every rank sends together, all layers: (P - 1)
+                                   // (N + M) 2 Hkv D 4 per layer
+  int64_t pass_q_bytes = 0;        // (P - 1) M (H D + H (D + 1)) 4 per layer
+  ContinueWay way = ContinueWay::PassKv;  // the one chosen (forced, or the fewer bytes)
+  std::vector<int64_t> rows;       // per rank: its new positions
+  std::vector<int64_t> first;      // per rank: the first of them
+};
+ContinuePlan plan_continue(const GptConfig& cfg, const std::vector<int64_t>& held, int64_t added,
+                           ContinueWay want);
+// Runs the continuation (collective; the same tokens on every rank) the way `plan.way` (from
+// plan_continue with cache.held()) and appends the new keys and values to the shards. Returns the
+// logits (V) after the last new token, the same on every rank; *sent: the bytes this rank sent.
+std::vector<float> continue_prefill(const GptConfig& cfg, const float* params,
+                                    const std::vector<int32_t>& tokens, const ContinuePlan& plan,
+                                    comm::Communicator& group, ShardedKvCache& cache,
+                                    int64_t* sent);
 
 }  // namespace wallfacer::model
