@@ -1,5 +1,7 @@
 # `cmake --install build --prefix PREFIX` installs (docs/library.md):
 #   bin/wallfacer                             the CLI
+#   share/wallfacer/tokenize                  scripts/tokenize, which --tokenizer of sample and
+#                                             generate runs (apps/wallfacer/hf_tokenizer.h)
 #   lib/libwallfacer.a, lib/libwallfacer.so*  the library, static and shared
 #   include/wallfacer/...                     the public headers (WALLFACER_PUBLIC_HEADERS)
 #   lib/cmake/wallfacer/                      the CMake package: find_package(wallfacer), then
@@ -9,6 +11,8 @@ include(CMakePackageConfigHelpers)
 set(WALLFACER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/wallfacer)
 
 install(TARGETS wallfacer RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/tokenize
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/wallfacer)
 install(TARGETS wallfacer_static wallfacer_shared EXPORT wallfacerTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

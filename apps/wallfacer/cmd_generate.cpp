@@ -1,9 +1,11 @@
 // wallfacer generate: text (token ids) from a GPT or Llama checkpoint with the prompt's prefill
 // and its KV cache spread over the ranks by position (model/generate.h, docs/generate.md):
 //   mpirun -np P wallfacer generate --ckpt DIR (--prompt TEXT | --prompt-tokens FILE.npy)
-//       --max-new N [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//       [--strategy S --teams C --ulysses U] [--json]
+//       --max-new N [--tokenizer tokenizer.json] [--temperature T] [--top-k K] [--top-p P]
+//       [--seed S] [--strategy S --teams C --ulysses U] [--json]
 //       [--continue FILE.npy ... [--continue-way auto|pass-kv|pass-q]]
+// With --tokenizer, --prompt is encoded and the new tokens are printed as text (hf_tokenizer.h),
+// on rank 0.
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,9 +17,11 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "command.h"
+#include "hf_tokenizer.h"
 #include "wallfacer/comm/communicator.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
@@ -33,7 +37,7 @@ namespace wallfacer::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string ckpt, prompt, prompt_tokens;
+  std::string ckpt, prompt, prompt_tokens, tokenizer;
   bool has_prompt = false;
   bool has_max_new = false;
   int64_t max_new = 0;
@@ -78,15 +82,31 @@ std::vector<int32_t> read_token_file(const char* flag, const std::string& path, 
   return out;
 }
 
-std::vector<int32_t> read_prompt(const GenerateArgs& a, int vocab) {
+// The prompt's ids on every rank: --prompt-tokens, --prompt encoded by --tokenizer (on rank 0,
+// handed to the others) or --prompt as byte-level text (collective).
+std::vector<int32_t> read_prompt(const GenerateArgs& a, int vocab, comm::Communicator& world) {
   WF_USAGE_CHECK(a.has_prompt != !a.prompt_tokens.empty(),
                  "give the prompt as --prompt TEXT or --prompt-tokens FILE.npy (one of them)");
   std::vector<int32_t> prompt;
+  if (a.has_prompt && !a.tokenizer.empty()) {
+    world.agree([&] {
+      if (world.rank() == 0) prompt = tokenizer_encode(a.tokenizer, a.prompt, vocab);
+    });
+    // Rank 0's ids to every rank (the others hold zeros): the length, then the ids.
+    uint64_t n = prompt.size();
+    world.all_reduce_max(&n, 1);
+    std::vector<uint64_t> ids(size_t(n), 0);
+    for (size_t i = 0; i < prompt.size(); ++i) ids[i] = uint64_t(prompt[i]);
+    world.all_reduce_max(ids.data(), int64_t(n));
+    return std::vector<int32_t>(ids.begin(), ids.end());
+  }
   if (a.has_prompt) {
-    WF_USAGE_CHECK(vocab == train::kByteVocab,
-                   "--prompt is byte-level text, but the checkpoint's vocabulary has {} ids (not "
-                   "{}): give --prompt-tokens FILE.npy (scripts/tokenize makes it)",
-                   vocab, train::kByteVocab);
+    WF_USAGE_CHECK(
+        vocab == train::kByteVocab,
+        "--prompt is byte-level text, but the checkpoint's vocabulary has {} ids (not "
+        "{}): give its tokenizer, --tokenizer tokenizer.json, or --prompt-tokens FILE.npy "
+        "(scripts/tokenize makes it)",
+        vocab, train::kByteVocab);
     for (uint16_t t : train::tokenize_bytes(a.prompt)) prompt.push_back(t);
     prompt.pop_back();  // no end-of-text after the prompt
     WF_USAGE_CHECK(!prompt.empty(), "--prompt must not be empty");
@@ -137,7 +157,7 @@ int run_generate(const GenerateArgs& a) {
   WF_USAGE_CHECK(a.eos >= -1 && a.eos < m.vocab,
                  "--eos {} must be a token id in 0..{} (the checkpoint's vocabulary)", a.eos,
                  m.vocab - 1);
-  const std::vector<int32_t> prompt = read_prompt(a, m.vocab);
+  const std::vector<int32_t> prompt = read_prompt(a, m.vocab, world);
   const model::ContinueWay way = model::parse_continue_way(a.continue_way);
   std::vector<std::vector<int32_t>> turns;
   int64_t added = a.max_new - 1, longest = 0;  // positions the cache gains after the prompt
@@ -238,6 +258,12 @@ int run_generate(const GenerateArgs& a) {
   mine[size_t(rank)] = double(cache.rows());
   mine[size_t(P + rank)] = double(cache.bytes());
   world.all_reduce_sum(mine.data(), int64_t(mine.size()));
+  // The new tokens as text (rank 0), before anything is written.
+  std::string text;
+  if (!a.tokenizer.empty())
+    world.agree([&] {
+      if (rank == 0) text = tokenizer_decode(a.tokenizer, out);
+    });
   if (rank != 0) return 0;
   if (!a.logits.empty())
     write_npy(a.logits, kept_logits.data(),
@@ -263,10 +289,16 @@ int run_generate(const GenerateArgs& a) {
         "\"strategy\": \"{}\", \"teams\": {}, \"ulysses\": {}, \"ttft_ms\": {:.3f}, "
         "\"decode_ms\": {:.3f}, \"decode_tokens_per_s\": {:.3f}, \"cache_bytes_per_rank\": {}, "
         "\"cache_bytes_by_rank\": [{}], \"cache_positions_by_rank\": [{}], "
-        "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}, \"continuations\": [{}]}}\n",
+        "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}, \"continuations\": [{}]{}}}\n",
         fmt::join(out, ", "), L, split.padded, P, a.strategy, a.teams, a.ulysses, ttft_ms,
         decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "), fmt::join(positions, ", "),
-        model::cache_bytes(m, L + added), merge_bytes, fmt::join(conts, ", "));
+        model::cache_bytes(m, L + added), merge_bytes, fmt::join(conts, ", "),
+        a.tokenizer.empty()
+            ? std::string()
+            : ", \"text\": " + nlohmann::json(text).dump(-1, ' ', false,
+                                                         nlohmann::json::error_handler_t::replace));
+  } else if (!a.tokenizer.empty()) {
+    fmt::print("{}\n", text);
   } else {
     fmt::print("{}\n", fmt::join(out, " "));
     fmt::print(stderr,
@@ -296,10 +328,14 @@ Action setup(CLI::App& root) {
       "--max-new N");
   cmd->add_option("--ckpt", args->ckpt,
                   "Checkpoint dir: step-N, ckpt/ or a training --out dir (required)");
-  cmd->add_option("--prompt", args->prompt, "Byte-level text to continue")
+  cmd->add_option("--prompt", args->prompt,
+                  "Text to continue: byte-level, or encoded by --tokenizer")
       ->each([args](const std::string&) { args->has_prompt = true; });
   cmd->add_option("--prompt-tokens", args->prompt_tokens,
                   "The prompt as a 1-D .npy of token ids (scripts/tokenize makes them)");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "A Hugging Face tokenizer.json: --prompt is encoded and the new tokens printed "
+                  "as text with it (runs scripts/tokenize: python3 with the package 'tokenizers')");
   // Checked after parsing, as --ckpt is: an unknown flag is named before a missing option.
   cmd->add_option("--max-new", args->max_new, "Tokens to generate (required, >= 1)")
       ->each([args](const std::string&) { args->has_max_new = true; });

@@ -1,7 +1,7 @@
 // wallfacer sample: generate from a training checkpoint in one process, by its model kind: text
 // from a GPT (KV cache), a video clip written as an animated GIF from a DiT (Euler steps of the
 // learned flow). A GPT whose vocabulary is not byte-level (trained on `prepare --tokens` shards)
-// takes and prints token ids (`scripts/tokenize --decode` turns them into text).
+// takes and prints token ids, or text with --tokenizer tokenizer.json (hf_tokenizer.h).
 
 #include <fmt/format.h>
 
@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "command.h"
+#include "hf_tokenizer.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/file.h"
 #include "wallfacer/core/npy.h"
@@ -32,6 +33,8 @@ constexpr int kMaxTokens = 1 << 20;  // the decoder's KV cache holds prompt + to
 struct SampleArgs {
   std::string ckpt;
   std::string prompt = "In the beginning";
+  bool has_prompt = false;
+  std::string tokenizer;  // a Hugging Face tokenizer.json: --prompt encoded, the sample decoded
   int tokens = 200;
   double temperature = 0.8;
   int64_t seed = 1;
@@ -98,13 +101,17 @@ int run_sample(const SampleArgs& a) {
                  "printed (redirect it to a file instead)",
                  dir);
   const int vocab = cfg.model.vocab;
+  const bool tokenizer = !a.tokenizer.empty();
+  WF_USAGE_CHECK(!(a.has_prompt && !a.prompt_ids.empty()),
+                 "give the prompt as --prompt TEXT or --prompt-ids 1,2,3, not both");
   // Byte-level text, unless the vocabulary is another tokenizer's or ids are asked for.
-  const bool byte_level = vocab == train::kByteVocab;
-  WF_USAGE_CHECK(byte_level || !a.prompt_ids.empty(),
-                 "the checkpoint's vocabulary ({}) is not byte-level text ({}): give the prompt "
-                 "as token ids, --prompt-ids 1,2,3 (scripts/tokenize makes them)",
+  const bool byte_level = vocab == train::kByteVocab && !tokenizer;
+  WF_USAGE_CHECK(byte_level || tokenizer || !a.prompt_ids.empty(),
+                 "the checkpoint's vocabulary ({}) is not byte-level text ({}): give its "
+                 "tokenizer, --tokenizer tokenizer.json, or the prompt as token ids, --prompt-ids "
+                 "1,2,3 (scripts/tokenize makes them)",
                  vocab, train::kByteVocab);
-  const bool ids = a.ids || !a.prompt_ids.empty() || !byte_level;
+  const bool ids = a.ids || (!tokenizer && (!a.prompt_ids.empty() || !byte_level));
   WF_USAGE_CHECK(a.eos >= -1 && a.eos < vocab,
                  "--eos {} must be a token id in 0..{} (the checkpoint's vocabulary)", a.eos,
                  vocab - 1);
@@ -113,6 +120,8 @@ int run_sample(const SampleArgs& a) {
   std::vector<int32_t> prompt;
   if (!a.prompt_ids.empty()) {
     prompt = parse_ids(a.prompt_ids, vocab);
+  } else if (tokenizer) {
+    prompt = tokenizer_encode(a.tokenizer, a.prompt, vocab);
   } else {
     for (uint16_t t : train::tokenize_bytes(a.prompt)) prompt.push_back(t);
     prompt.pop_back();  // no end-of-text after the prompt
@@ -133,14 +142,14 @@ int run_sample(const SampleArgs& a) {
     out.push_back(t);
     if (i + 1 < a.tokens) logits = dec.step(t);
   }
+  prompt.insert(prompt.end(), out.begin(), out.end());
+  // Decoded before anything is written: a failing tokenizer leaves no --logits file behind.
+  const std::string text = ids         ? fmt::format("{}", fmt::join(prompt, " "))
+                           : tokenizer ? tokenizer_decode(a.tokenizer, prompt)
+                                       : a.prompt + train::detokenize(out);
   if (!a.logits.empty())
     write_npy(a.logits, kept.data(), {int64_t(kept.size()) / vocab, int64_t(vocab)});
-  if (ids) {
-    prompt.insert(prompt.end(), out.begin(), out.end());
-    fmt::print("{}\n", fmt::join(prompt, " "));
-  } else {
-    fmt::print("{}{}\n", a.prompt, train::detokenize(out));
-  }
+  fmt::print("{}\n", text);
   WF_CHECK(std::fflush(stdout) == 0 && !std::ferror(stdout),
            "cannot write the sample to standard output: {}", std::strerror(errno));
   return 0;
@@ -152,7 +161,12 @@ Action setup(CLI::App& root) {
       "sample", "Generate text (GPT checkpoint) or a video clip as a GIF (DiT checkpoint)");
   cmd->add_option("--ckpt", args->ckpt,
                   "Checkpoint dir: step-N, ckpt/ or a training --out dir (required)");
-  cmd->add_option("--prompt", args->prompt, "Text to continue")->capture_default_str();
+  cmd->add_option("--prompt", args->prompt, "Text to continue")
+      ->capture_default_str()
+      ->each([args](const std::string&) { args->has_prompt = true; });
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "GPT: a Hugging Face tokenizer.json: --prompt is encoded and the sample printed "
+                  "as text with it (runs scripts/tokenize: python3 with the package 'tokenizers')");
   cmd->add_option("--tokens", args->tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")
       ->capture_default_str();

@@ -74,6 +74,31 @@ grep -q "resumed from .*step-0 (step 0)" "$work/resume.log" || err "no resume fr
 "$wf" export-hf "$work/llama3-a" --out "$work/llama3-trained" >/dev/null || err "export after training"
 echo "ok: the imported run trained 2 steps and exported"
 
+# A context extension: mistral (max_position_embeddings 128, no rope scaling) trained at seq 256
+# with linear scaling of factor 4 exports max_position_embeddings 512 (128 x 4) and that scaling;
+# at seq 1024, 1024. The llama3 run above, trained at 64 of its 512, keeps 512.
+"$wf" import-hf "$hf/mistral" --out "$work/long" >/dev/null || err "import of mistral"
+for seq in 256 1024; do
+  mpi 2 train --config "$work/long/config.toml" --out "$work/long" --resume --progress none \
+    --set data.dir="$work/data" --set train.seq=$seq --set train.batch=1 --set train.steps=$((seq / 256)) \
+    --set parallel.sp=2 --set parallel.strategy=zigzag --set model.rope_scaling.type=linear \
+    --set model.rope_scaling.factor=4.0 --set train.eval_every=0 >"$work/long.log" 2>&1 ||
+    { err "train at seq $seq exited $?"; cat "$work/long.log"; }
+  "$wf" export-hf "$work/long" --out "$work/long-hf-$seq" >/dev/null || err "export at seq $seq"
+done
+python3 - "$work" <<'PY' || err "max_position_embeddings / rope_scaling after the context extension"
+import json, sys
+got = {k: json.load(open(f"{sys.argv[1]}/{k}/config.json"))
+       for k in ("long-hf-256", "long-hf-1024", "llama3-trained")}
+want = {"long-hf-256": 512, "long-hf-1024": 1024, "llama3-trained": 512}
+for k, c in got.items():
+    print(f"{k}: max_position_embeddings {c['max_position_embeddings']}, "
+          f"rope_scaling {c['rope_scaling']}")
+ok = all(got[k]["max_position_embeddings"] == v for k, v in want.items())
+ok = ok and got["long-hf-256"]["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
+sys.exit(0 if ok else 1)
+PY
+
 # bad FIXTURE NAME PYTHON-EDIT PATTERN: a copy of the fixture edited by the Python statement
 # (c: its config.json as a dict; d: the folder) is refused with exit 2, one line, nothing written.
 bad() {

@@ -166,6 +166,61 @@ TEST_P(HfFixtureTest, ConfigAndTensorsRoundTrip) {
   std::filesystem::remove_all(dir);
 }
 
+// export-hf after a context extension: max_position_embeddings and rope_scaling are those of the
+// model that was trained (a longer train.seq, a new or larger rope scaling); an unchanged model
+// keeps the imported config.json's.
+TEST(HfExportConfig, MaxPositionsFollowAContextExtension) {
+  auto config = [](const std::string& name, train::HfClass* cls) {
+    const auto j = nlohmann::json::parse(read_file(hf_fixture_dir(name) + "/config.json"));
+    return std::pair{j, train::gpt_config_from_hf(j, name, cls)};
+  };
+  auto max_pos = [](const model::GptConfig& m, train::HfClass cls, const nlohmann::json& base,
+                    int64_t seq) {
+    return train::hf_config_json(m, cls, base, seq, Dtype::fp32)
+        .at("max_position_embeddings")
+        .get<int64_t>();
+  };
+  for (const char* name : kHfFixtures) {
+    train::HfClass cls{};
+    const auto [base, m] = config(name, &cls);
+    const int64_t seq = train::hf_train_config(m, base).seq;  // what import-hf sets
+    EXPECT_EQ(max_pos(m, cls, base, seq), base.at("max_position_embeddings").get<int64_t>())
+        << name;
+  }
+  train::HfClass cls{};
+  // mistral: max_position_embeddings 128, no rope scaling.
+  auto [base, m] = config("mistral", &cls);
+  EXPECT_EQ(max_pos(m, cls, base, 64), 128);
+  EXPECT_EQ(max_pos(m, cls, base, 1024), 1024);  // trained at a longer train.seq
+  m.rope_scaling.type = kernels::RopeScalingType::Linear;
+  m.rope_scaling.factor = 4.0;
+  auto out = train::hf_config_json(m, cls, base, 256, Dtype::fp32);
+  EXPECT_EQ(out.at("max_position_embeddings"), 512);  // 128 x 4
+  EXPECT_EQ(out.at("rope_scaling"), (nlohmann::json{{"rope_type", "linear"}, {"factor", 4.0}}));
+  EXPECT_EQ(max_pos(m, cls, base, 2048), 2048);
+  // The exported config.json imports as the model that was trained.
+  train::TrainConfig a, b;
+  a.model = m;
+  b.model = train::gpt_config_from_hf(out, "exported");
+  EXPECT_EQ(a.to_toml(), b.to_toml());
+  // llama-linear: 256 positions with linear factor 2, 128 before scaling; factor 8: 1024.
+  auto [lin_base, lin] = config("llama-linear", &cls);
+  lin.rope_scaling.factor = 8.0;
+  EXPECT_EQ(max_pos(lin, cls, lin_base, 256), 1024);
+  // llama3: 512 positions, original 64 x factor 8; factor 32 (2048), original 128 (1024).
+  auto [l3_base, l3] = config("llama3", &cls);
+  l3.rope_scaling.factor = 32.0;
+  EXPECT_EQ(max_pos(l3, cls, l3_base, 512), 2048);
+  l3.rope_scaling.factor = 8.0;
+  l3.rope_scaling.original_max_position_embeddings = 128;
+  out = train::hf_config_json(l3, cls, l3_base, 512, Dtype::fp32);
+  EXPECT_EQ(out.at("max_position_embeddings"), 1024);
+  EXPECT_EQ(out.at("rope_scaling").at("original_max_position_embeddings"), 128);
+  // Without an imported config.json: train.seq, or what the scaling is made for.
+  EXPECT_EQ(max_pos(l3, cls, nlohmann::json::object(), 4096), 4096);
+  EXPECT_EQ(max_pos(l3, cls, nlohmann::json::object(), 64), 1024);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfFixtureTest, ::testing::ValuesIn(kHfFixtures),
                          [](const auto& param_info) {
                            std::string s = param_info.param;

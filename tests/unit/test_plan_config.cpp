@@ -8,9 +8,11 @@
 #include <string>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/model/gpt.h"
 #include "wallfacer/plan/cluster.h"
 #include "wallfacer/plan/model.h"
 #include "wallfacer/plan/placement.h"
+#include "wallfacer/train/config.h"
 
 namespace wallfacer::plan {
 namespace {
@@ -231,6 +233,48 @@ TEST(PlanConfig, TheLargestModelCountsItsParametersIn64Bits) {
               std::string::npos)
         << e.what();
   }
+}
+
+// model.arch = "llama": a SwiGLU MLP of three matrices of the intermediate width, GQA's K and V,
+// no biases but q/k/v, RMSNorms, an untied head; counted by hand, and against the parameters of
+// the model the trainer builds of the same TOML (model::gpt_num_params), as tune's measured runs.
+TEST(PlanConfig, LlamaLayersAreCountedByTheirArchitecture) {
+  const std::string shape =
+      "[model]\narch = \"llama\"\nlayers = 3\ndim = 128\nheads = 8\nkv_heads = 2\n"
+      "intermediate = 344\nvocab = 1000\nnorm_eps = 1e-6\nrope_theta = 500000.0\n"
+      "rope_scaling = { type = \"linear\", factor = 2.0 }\n";
+  const std::string toml = shape + "tie_embeddings = false\n";
+  ModelSpec m = parse_model(toml, "m");
+  EXPECT_EQ(m.arch, ModelArch::Llama);
+  // h = 128, k = 2 x 16 = 32, f = 344.
+  // Matrices: QKV 128 x 192 = 24576, output 16384, gate + up + down 3 x 128 x 344 = 132096.
+  EXPECT_EQ(layer_count(m).matrix_weights, 24576 + 16384 + 132096);
+  EXPECT_DOUBLE_EQ(layer_dense_flops_per_token(m), 2.0 * (24576 + 16384 + 132096));
+  // Two RMSNorms (256) per layer; final norm 128, embedding and LM head 2 x 1000 x 128.
+  EXPECT_EQ(param_count(m), 3 * (173056 + 256) + 128 + 256000);
+  // Activations per token: 6 h + 2 k + 3 f = 768 + 64 + 1032.
+  EXPECT_EQ(layer_count(m).activations, 1864);
+  EXPECT_DOUBLE_EQ(head_flops_per_token(m), 2.0 * 128 * 1000);
+  // The trainer's model of the same TOML.
+  auto trained = [](const std::string& text) {
+    return model::gpt_num_params(train::TrainConfig::from_toml(text, "m").model);
+  };
+  EXPECT_EQ(param_count(m), trained(toml));
+  // q/k/v biases (Qwen2) and a tied head.
+  m = parse_model(toml + "qkv_bias = true\n", "m");
+  EXPECT_EQ(param_count(m), 3 * (173056 + 256 + 192) + 128 + 256000);
+  EXPECT_EQ(param_count(m), trained(toml + "qkv_bias = true\n"));
+  const std::string tied = shape + "tie_embeddings = true\n";
+  EXPECT_EQ(param_count(parse_model(tied, "m")), 3 * 173056 + 3 * 256 + 128 + 128000);
+  EXPECT_EQ(param_count(parse_model(tied, "m")), trained(tied));
+  // The same shape as a GPT: a 2-matrix MLP (4 h f FLOPs), biases and layernorms.
+  ModelSpec gpt = m;
+  gpt.arch = ModelArch::Gpt;
+  EXPECT_DOUBLE_EQ(layer_dense_flops_per_token(gpt), 2.0 * (24576 + 16384 + 2 * 128 * 344));
+  EXPECT_EQ(layer_count(gpt).activations, 768 + 64 + 2 * 344);
+  EXPECT_THROW(parse_model("[model]\narch = \"mamba\"\nlayers = 1\ndim = 64\nheads = 8\n", "m"),
+               UsageError);
+  EXPECT_THROW(parse_model(toml + "window = 64\n", "m"), UsageError);
 }
 
 TEST(PlanConfig, GqaShrinksTheKvProjection) {

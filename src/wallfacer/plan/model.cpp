@@ -20,10 +20,29 @@ ModelSpec parse_model(std::string_view toml_text, const std::string& source) {
   m.dim = t.integer("dim", 1, 1 << 20);
   m.heads = t.integer("heads", 1, 1 << 16);
   m.kv_heads = t.integer_or("kv_heads", m.heads, 1, m.heads);
+  const std::string arch = t.string_or("arch", "gpt");
+  WF_USAGE_CHECK(arch == "gpt" || arch == "llama", "{}: model.arch '{}' is not one of gpt, llama",
+                 source, arch);
+  WF_USAGE_CHECK(arch == "gpt" || m.kind == ModelKind::Gpt,
+                 "{}: model.arch = 'llama' is a text model: it needs model.kind = 'gpt'", source);
+  m.arch = arch == "llama" ? ModelArch::Llama : ModelArch::Gpt;
   m.mlp_ratio = t.integer_or("mlp_ratio", 4, 1, 64);
+  m.intermediate = t.integer_or("intermediate", 0, 0, 1 << 26);
+  m.tie_embeddings = t.boolean_or("tie_embeddings", true);
+  m.qkv_bias = t.boolean_or("qkv_bias", false);
+  WF_USAGE_CHECK(m.kind == ModelKind::Gpt || m.intermediate == 0,
+                 "{}: model.intermediate is for a text model (kind 'gpt'); a DiT's MLP is "
+                 "model.mlp_ratio wide",
+                 source);
   m.vocab = t.integer_or("vocab", 257, 1, 1 << 24);
   m.causal = t.boolean_or("causal", m.kind == ModelKind::Gpt);
-  t.reject_unknown();
+  for (const char* key : {"window", "window_layers"})
+    WF_USAGE_CHECK(!t.has(key),
+                   "{}: model.{}: the planner does not model sliding windows; plan the model "
+                   "without them (every layer attending to all earlier positions)",
+                   source, key);
+  // Keys of a training config's model that change no count.
+  t.reject_unknown({"norm_eps", "rope_theta", "rope_scaling"});
   WF_USAGE_CHECK(m.dim % m.heads == 0, "{}: model.dim = {} must be divisible by model.heads = {}",
                  source, m.dim, m.heads);
   WF_USAGE_CHECK(m.heads % m.kv_heads == 0,
@@ -44,21 +63,32 @@ ModelSpec load_model(const std::string& path) {
   return parse_model(read_toml_file(path, "model"), path);
 }
 
+LayerCount layer_count(const ModelSpec& m) {
+  const int64_t h = m.dim, hk = m.kv_dim(), f = m.mlp_hidden();
+  const bool llama = m.arch == ModelArch::Llama;
+  LayerCount c;
+  c.matrix_weights = h * (h + 2 * hk) + h * h + (llama ? 3 : 2) * h * f;
+  if (llama) {
+    c.params = c.matrix_weights + 2 * h + (m.qkv_bias ? h + 2 * hk : 0);
+  } else {
+    c.params = c.matrix_weights + (h + 2 * hk) + h + f + h  // biases: QKV, output, fc, fcproj
+               + 4 * h;                                     // two layernorms (scale and shift)
+    if (m.kind == ModelKind::Dit) c.params += h * 6 * h + 6 * h;  // adaLN modulation
+  }
+  c.activations = 6 * h + 2 * hk + (llama ? 3 : 2) * f;
+  return c;
+}
+
 int64_t param_count(const ModelSpec& m) {
-  const int64_t h = m.dim, hk = m.kv_dim(), f = int64_t(m.mlp_ratio) * m.dim;
-  int64_t layer = h * (h + 2 * hk) + (h + 2 * hk)                 // QKV weight and bias
-                  + h * h + h                                     // output projection
-                  + h * f + f + f * h + h                         // MLP
-                  + 4 * h;                                        // two norms (scale and shift)
-  if (m.kind == ModelKind::Dit) layer += h * 6 * h + 6 * h;       // adaLN modulation
-  int64_t outside = 2 * h;                                        // final norm
-  if (m.kind == ModelKind::Gpt) outside += int64_t(m.vocab) * h;  // tied embedding / LM head
-  return m.layers * layer + outside;
+  const int64_t h = m.dim;
+  int64_t outside = m.arch == ModelArch::Llama ? h : 2 * h;  // final norm
+  if (m.kind == ModelKind::Gpt)                              // embedding, untied LM head
+    outside += int64_t(m.vocab) * h * (m.tie_embeddings ? 1 : 2);
+  return m.layers * layer_count(m).params + outside;
 }
 
 double layer_dense_flops_per_token(const ModelSpec& m) {
-  const double h = m.dim, hk = m.kv_dim();
-  return 2 * h * (h + 2 * hk) + 2 * h * h + 4.0 * m.mlp_ratio * h * h;
+  return 2.0 * double(layer_count(m).matrix_weights);
 }
 
 double head_flops_per_token(const ModelSpec& m) {

@@ -225,9 +225,8 @@ namespace {
 
 // Bytes of one layer's activations (all of them: what the backward of one layer works on).
 double layer_activation_bytes(const ModelSpec& m, double tokens, double e) {
-  const double h = m.dim, hk = m.kv_dim(), f = double(m.mlp_ratio) * m.dim;
-  // x, ln1, q k v, o, x after attention, ln2, MLP hidden before and after GELU; fp32 LSE.
-  return tokens * (e * (6 * h + 2 * hk + 2 * f) + 4.0 * m.heads);
+  // The layer's activations (layer_count) in the dtype, and the attention's fp32 LSE.
+  return tokens * (e * double(layer_count(m).activations) + 4.0 * m.heads);
 }
 
 double memory_bytes(const PlanInput& in, const AttentionPrediction& a) {

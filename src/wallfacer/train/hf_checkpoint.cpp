@@ -26,7 +26,41 @@ HfClass class_of(const json& j) {
                                      : HfClass::Llama;
 }
 
+// A number of a JSON object, or `fallback` when absent or not a number.
+double number_or(const json& j, const char* key, double fallback) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+// The context the model was pretrained for before any rope scaling, from the imported
+// config.json `base`: its max_position_embeddings over its linear factor, or its llama3
+// original_max_position_embeddings; 0 when base has no max_position_embeddings.
+double unscaled_context(const json& base) {
+  const double max_pos = number_or(base, "max_position_embeddings", 0);
+  const auto it = base.find("rope_scaling");
+  if (max_pos <= 0 || it == base.end() || !it->is_object()) return max_pos;
+  const json& r = *it;
+  const std::string type =
+      r.contains("rope_type") && r["rope_type"].is_string() ? r["rope_type"].get<std::string>()
+      : r.contains("type") && r["type"].is_string()         ? r["type"].get<std::string>()
+                                                            : "default";
+  if (type == "linear") return max_pos / std::max(1.0, number_or(r, "factor", 1));
+  if (type == "llama3") return number_or(r, "original_max_position_embeddings", max_pos);
+  return max_pos;
+}
+
 }  // namespace
+
+int64_t hf_max_positions(const model::GptConfig& m, const json& base, int64_t seq) {
+  int64_t longest = std::max<int64_t>(seq, int64_t(number_or(base, "max_position_embeddings", 0)));
+  const auto& rs = m.rope_scaling;
+  double scaled = 0;
+  if (rs.type == kernels::RopeScalingType::Llama3)
+    scaled = double(rs.original_max_position_embeddings) * rs.factor;
+  else if (rs.type == kernels::RopeScalingType::Linear)
+    scaled = unscaled_context(base) * rs.factor;
+  return std::max(longest, int64_t(std::llround(scaled)));
+}
 
 std::string_view hf_class_name(HfClass c) {
   switch (c) {
@@ -104,16 +138,7 @@ json hf_config_json(const model::GptConfig& m, HfClass cls, const json& base, in
   j["rms_norm_eps"] = m.norm_eps;
   j["rope_theta"] = m.rope_theta;
   j["tie_word_embeddings"] = m.tie_embeddings;
-  if (!j.contains("max_position_embeddings") || !j["max_position_embeddings"].is_number_integer()) {
-    // llama3 scaling extends original_max_position_embeddings by its factor (transformers warns
-    // when the original is not below max_position_embeddings).
-    int64_t longest = seq;
-    if (m.rope_scaling.type == kernels::RopeScalingType::Llama3)
-      longest = std::max(
-          longest, int64_t(std::llround(double(m.rope_scaling.original_max_position_embeddings) *
-                                        m.rope_scaling.factor)));
-    j["max_position_embeddings"] = longest;
-  }
+  j["max_position_embeddings"] = hf_max_positions(m, base.is_object() ? base : json::object(), seq);
   j["dtype"] = dtype == Dtype::bf16 ? "bfloat16" : "float32";
   j["torch_dtype"] = j["dtype"];
   const auto& rs = m.rope_scaling;

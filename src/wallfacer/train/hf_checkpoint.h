@@ -36,9 +36,16 @@ TrainConfig hf_train_config(const model::GptConfig& m, const nlohmann::json& j);
 // Llama, Mistral, Qwen2; UsageError when none can (a window on some layers without biases).
 HfClass hf_class_for(const model::GptConfig& m, const HfClass* prefer);
 
+// max_position_embeddings of an exported model: the longest of `seq` (the train.seq it was
+// trained at), the imported config.json `base`'s max_position_embeddings, and the context its rope
+// scaling is made for: llama3, original_max_position_embeddings x factor; linear, the imported
+// model's context before scaling (base's max_position_embeddings, over base's linear factor, or
+// base's llama3 original_max_position_embeddings) x factor. A context extension (a longer
+// train.seq, a new or larger rope scaling) raises it; an unchanged model keeps base's.
+int64_t hf_max_positions(const model::GptConfig& m, const nlohmann::json& base, int64_t seq);
+
 // config.json of the model: `base` (the imported config.json, or an empty object) with every key
-// the model sets replaced, for class `cls`. max_position_embeddings: base's, else `seq` (with
-// llama3 scaling at least original_max_position_embeddings x factor).
+// the model sets replaced, for class `cls`; max_position_embeddings from hf_max_positions.
 nlohmann::json hf_config_json(const model::GptConfig& m, HfClass cls, const nlohmann::json& base,
                               int64_t seq, Dtype dtype);
 

@@ -275,6 +275,10 @@ double measure_training(const Candidate& c, const ModelSpec& m, int64_t seq, int
   cfg.model.heads = m.heads;
   cfg.model.kv_heads = m.kv_heads;
   cfg.model.mlp_ratio = m.mlp_ratio;
+  cfg.model.arch = m.arch == plan::ModelArch::Llama ? model::Arch::Llama : model::Arch::Gpt;
+  cfg.model.intermediate = m.intermediate;
+  cfg.model.tie_embeddings = m.tie_embeddings;
+  cfg.model.qkv_bias = m.arch == plan::ModelArch::Llama && m.qkv_bias;
   cfg.seq = seq;
   cfg.batch = m.batch;
   cfg.steps = steps + 1;  // the first step warms up and is not timed
