@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# wallfacer generate (docs/generate.md): greedy tokens and every step's logits of a GPT (MHA) and
-# a Llama-family model (GQA 4/2, q/k/v biases, llama3 rope scaling, untied head) on P = 1..4
+# wallfacer generate (docs/generate.md): greedy tokens and every step's logits of a GPT (MHA), a
+# Llama-family model (GQA 4/2, q/k/v biases, llama3 rope scaling, untied head) and a Llama with a
+# sliding window of 16 on one of its two layers (prompts of 40 and 110 tokens, 12 new) on P = 1..4
 # ranks, every strategy (ring, zigzag, ulysses, wallfacer C = 2, a ring x Ulysses hybrid), against
 # one process's decoder (`wallfacer sample`: the prompt fed token by token, the whole cache in one
 # place): the same tokens, logits within 1e-5; prompts whose length no layout divides (padded);
@@ -10,7 +11,7 @@ source "$(dirname "$0")/common.sh"
 py=${4:-python3}
 
 source "$(dirname "$0")/generate_models.sh"
-train_generate_models
+train_generate_models gpt llama window
 
 # compare REF.npy GOT.npy REF_IDS GOT_JSON: the same tokens (the reference may stop at
 # end-of-text), every step's logits within 1e-5.
@@ -30,11 +31,14 @@ sys.exit(0 if ok and err <= 1e-5 else 1)
 PY
 }
 
-new=10
-for arch in gpt llama; do
+verses="Verse 301: and the 3 lamps were lit, and the 4 doors were opened. Verse 302: and the 1 lamps were lit, and the"
+for arch in gpt llama window; do
   ck=$work/run_$arch
-  for prompt in "Verse 12: and the 5 lamps" \
-      "Verse 301: and the 3 lamps were lit, and the 4 doors were opened. Verse 302: and the 1 lamps were lit, and the"; do
+  new=10
+  prompts=("Verse 12: and the 5 lamps" "$verses")
+  # The window model: prompt and answer well past the window of 16.
+  [ $arch = window ] && new=12 && prompts=("Verse 301: and the 3 lamps were lit, and" "$verses")
+  for prompt in "${prompts[@]}"; do
     len=$(printf '%s' "$prompt" | wc -c)
     ids=$("$wf" sample --ckpt "$ck" --prompt "$prompt" --tokens $new --temperature 0 --ids \
       --logits "$work/ref.npy" 2>/dev/null | tr ' ' '\n' | tail -n +$((len + 1)) | tr '\n' ' ')

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # wallfacer generate --continue (docs/generate.md, "Continuing a conversation"): a second turn
 # prefilled against the sharded KV cache, by pass-KV and by pass-Q, on P = 1, 2, 4 ranks, for a
-# GPT and a Llama-family model (GQA 4/2, llama3 rope scaling): the second turn's greedy tokens equal, and its logits are
+# GPT, a Llama-family model (GQA 4/2, llama3 rope scaling) and a Llama with a sliding window of 16
+# on one of its layers (the conversation well past it): the second turn's greedy tokens equal, and its logits are
 # within 1e-5 of, one process generating from the whole conversation as one prompt (first prompt,
 # first answer, second prompt); the bytes each way sends equal the count that picks the way, and
 # auto picks the fewer; a turn shorter than P (ranks with no new row); two turns; bad input.
@@ -10,7 +11,7 @@ source "$(dirname "$0")/common.sh"
 py=${4:-python3}
 
 source "$(dirname "$0")/generate_models.sh"
-train_generate_models
+train_generate_models gpt llama window
 
 # check REF.json REF.npy GOT.json GOT.npy TURN WAY: continuation TURN's tokens equal the reference's,
 # its logits (the last rows of GOT.npy) within 1e-5; the bytes sent are the chosen way's count.
@@ -39,7 +40,7 @@ PY
 
 new=6
 p1="Verse 12: and the 5 lamps"
-for arch in gpt llama; do
+for arch in gpt llama window; do
   ck=$work/run_$arch
   # The first answer on one process, then the whole conversation as one prompt.
   a1=$("$wf" generate --ckpt "$ck" --prompt "$p1" --max-new $new --temperature 0 2>/dev/null)
@@ -70,13 +71,14 @@ for arch in gpt llama; do
 done
 
 # Two more turns on 4 ranks, pass-KV and pass-Q: the third turn against one process.
-ck=$work/run_llama
 ids " were lit" "$work/t2.npy"
 ids " and the 4 doors" "$work/t3.npy"
-for way in pass-kv pass-q; do
+for run in "llama pass-kv" "llama pass-q" "window pass-kv" "window pass-q"; do
+  read -r arch way <<<"$run"
+  ck=$work/run_$arch
   mpi 4 generate --ckpt "$ck" --prompt "$p1" --max-new $new --temperature 0 --continue "$work/t2.npy" \
     --continue "$work/t3.npy" --continue-way $way --json --logits "$work/got.npy" \
-    >"$work/got.json" 2>"$work/err" || { err "two turns $way failed: $(cat "$work/err")"; continue; }
+    >"$work/got.json" 2>"$work/err" || { err "$arch two turns $way failed: $(cat "$work/err")"; continue; }
   # shellcheck disable=SC2046
   ids "" "$work/whole3.npy" $("$py" -c "
 import json, sys
@@ -86,9 +88,10 @@ print(' '.join(map(str, ids)))" "$work/got.json" "$p1")
   "$wf" generate --ckpt "$ck" --prompt-tokens "$work/whole3.npy" --max-new $new --temperature 0 \
     --json --logits "$work/ref.npy" >"$work/ref.json" 2>/dev/null || err "three-turn reference failed"
   res=$(check "$work/ref.json" "$work/ref.npy" "$work/got.json" "$work/got.npy" 1 $way) ||
-    err "third turn, P=4 $way: $res"
-  echo "third turn, P=4 $way: $res"
+    err "$arch third turn, P=4 $way: $res"
+  echo "$arch third turn, P=4 $way: $res"
 done
+ck=$work/run_llama
 
 # Bad input: one line, exit 2.
 ids "" "$work/empty.npy"

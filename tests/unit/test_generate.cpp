@@ -23,7 +23,8 @@ GptConfig tiny() {
 }
 
 // Every prompt length on every strategy: the padded sequence is the next multiple the layout
-// splits, and the ranks hold each prompt position once.
+// splits, and the ranks hold each prompt position once, each rank's in increasing order (the
+// rows of its shard).
 TEST(Generate, SplitPadsToTheLayoutAndHoldsThePromptOnce) {
   for (const auto s : {seqpar::Strategy::Ring, seqpar::Strategy::Zigzag}) {
     for (int P : {1, 2, 3, 4, 8}) {
@@ -37,6 +38,19 @@ TEST(Generate, SplitPadsToTheLayoutAndHoldsThePromptOnce) {
         EXPECT_LT(sp.padded - L, unit);
         EXPECT_EQ(std::accumulate(sp.held.begin(), sp.held.end(), int64_t(0)), L)
             << "P " << P << " L " << L;
+        std::vector<int> seen(size_t(L), 0);
+        for (int r = 0; r < P; ++r) {
+          int64_t rows = 0, last = -1;
+          for (const seqpar::PositionRun& run : sp.runs[size_t(r)]) {
+            EXPECT_EQ(run.row0, rows);
+            EXPECT_GT(run.pos0, last);
+            for (int64_t i = 0; i < run.rows; ++i) ++seen[size_t(run.pos0 + i)];
+            rows += run.rows;
+            last = run.pos0 + run.rows - 1;
+          }
+          EXPECT_EQ(rows, sp.held[size_t(r)]);
+        }
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), L) << "P " << P << " L " << L;
       }
     }
   }
@@ -51,11 +65,8 @@ TEST(Generate, NewTokensGoToTheSmallestShard) {
       *std::max_element(many.begin(), many.end()) - *std::min_element(many.begin(), many.end()), 1);
 }
 
-TEST(Generate, RefusesAnEmptyPromptAndWindows) {
+TEST(Generate, RefusesAnEmptyPrompt) {
   EXPECT_THROW(split_prompt(tiny(), seqpar::AttnConfig{}, 2, 0), UsageError);
-  GptConfig w = tiny();
-  w.window = 8;
-  EXPECT_THROW(split_prompt(w, seqpar::AttnConfig{}, 2, 10), UsageError);
 }
 
 TEST(Sampler, TopKAndTopPKeepTheMostLikelyTokens) {

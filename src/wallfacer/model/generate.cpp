@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <utility>
 
 #include "wallfacer/core/error.h"
@@ -15,11 +16,50 @@ namespace wallfacer::model {
 
 namespace k = wallfacer::kernels;
 
+namespace {
+
+// Appends the positions pos0..pos0+rows-1 to a shard's runs (joining the last run when they
+// follow it); a shard's positions only increase along its rows.
+void add_run(std::vector<seqpar::PositionRun>& runs, int64_t pos0, int64_t rows) {
+  if (rows <= 0) return;
+  int64_t row0 = 0;
+  if (!runs.empty()) {
+    seqpar::PositionRun& last = runs.back();
+    WF_CHECK(pos0 >= last.pos0 + last.rows,
+             "a KV cache shard's positions must increase ({} after {})", pos0,
+             last.pos0 + last.rows - 1);
+    row0 = last.row0 + last.rows;
+    if (pos0 == last.pos0 + last.rows) {
+      last.rows += rows;
+      return;
+    }
+  }
+  runs.push_back({row0, rows, pos0});
+}
+
+// The rows of a shard at positions <= limit: a prefix of its rows.
+int64_t rows_up_to(const std::vector<seqpar::PositionRun>& runs, int64_t limit) {
+  int64_t n = 0;
+  for (const seqpar::PositionRun& run : runs) {
+    if (run.pos0 > limit) break;
+    n = run.row0 + std::min(run.rows, limit - run.pos0 + 1);
+  }
+  return n;
+}
+
+// The distinct sliding windows of the model's layers (0: a layer without one), in layer order.
+std::vector<int64_t> layer_window_set(const GptConfig& cfg) {
+  std::vector<int64_t> w;
+  for (int l = 0; l < cfg.layers; ++l)
+    if (std::find(w.begin(), w.end(), cfg.layer_window(l)) == w.end())
+      w.push_back(cfg.layer_window(l));
+  return w;
+}
+
+}  // namespace
+
 seqpar::AttnConfig prefill_attn_config(const GptConfig& cfg, const seqpar::AttnConfig& attn,
                                        int64_t padded) {
-  WF_USAGE_CHECK(cfg.window == 0,
-                 "generate runs models without sliding-window layers (model.window is {})",
-                 cfg.window);
   seqpar::AttnConfig a;
   a.strategy = attn.strategy;
   a.teams = attn.teams;
@@ -44,10 +84,15 @@ PromptSplit split_prompt(const GptConfig& cfg, const seqpar::AttnConfig& attn, i
   a.seq = s.padded;
   seqpar::validate(a, P);
   for (int r = 0; r < P; ++r) {
-    int64_t n = 0;
-    for (const seqpar::PositionRun& run : seqpar::local_runs(a, P, r))
-      n += std::clamp<int64_t>(prompt - run.pos0, 0, run.rows);
-    s.held.push_back(n);
+    std::vector<seqpar::PositionRun> layout = seqpar::local_runs(a, P, r);
+    std::sort(
+        layout.begin(), layout.end(),
+        [](const seqpar::PositionRun& x, const seqpar::PositionRun& y) { return x.pos0 < y.pos0; });
+    s.runs.emplace_back();
+    for (const seqpar::PositionRun& run : layout)
+      add_run(s.runs.back(), run.pos0, std::clamp<int64_t>(prompt - run.pos0, 0, run.rows));
+    s.held.push_back(s.runs.back().empty() ? 0
+                                           : s.runs.back().back().row0 + s.runs.back().back().rows);
   }
   return s;
 }
@@ -68,10 +113,13 @@ int64_t cache_bytes(const GptConfig& cfg, int64_t rows) {
 
 double prefill_scratch_bytes(const GptConfig& cfg, const seqpar::AttnConfig& attn, int P,
                              int64_t padded, bool every_rank) {
-  const seqpar::AttnConfig a = prefill_attn_config(cfg, attn, padded);
+  seqpar::AttnConfig a = prefill_attn_config(cfg, attn, padded);
   double scratch = 0;
-  for (int r = 0; r < (every_rank ? P : 1); ++r)
-    scratch = std::max(scratch, double(seqpar::dist_attention_memory(a, P, r).scratch));
+  for (const int64_t window : layer_window_set(cfg)) {
+    a.window = window;
+    for (int r = 0; r < (every_rank ? P : 1); ++r)
+      scratch = std::max(scratch, double(seqpar::dist_attention_memory(a, P, r).scratch));
+  }
   return scratch;
 }
 
@@ -90,15 +138,19 @@ double generate_memory_bytes(const GptConfig& cfg, int P, int64_t padded, int64_
 
 ShardedKvCache::ShardedKvCache(const GptConfig& cfg, comm::Communicator& group,
                                const PromptSplit& split, int64_t capacity)
-    : cfg_(cfg), group_(group), prompt_(split.prompt), capacity_(capacity), held_(split.held) {
-  WF_CHECK(int(held_.size()) == group.size(), "ShardedKvCache: a split of {} ranks on {}",
-           held_.size(), group.size());
+    : cfg_(cfg),
+      group_(group),
+      prompt_(split.prompt),
+      capacity_(capacity),
+      held_(split.held),
+      runs_(split.runs) {
+  WF_CHECK(int(held_.size()) == group.size() && runs_.size() == held_.size(),
+           "ShardedKvCache: a split of {} ranks on {}", held_.size(), group.size());
   WF_CHECK(capacity >= held_[size_t(group.rank())], "ShardedKvCache: capacity {} below {} rows",
            capacity, held_[size_t(group.rank())]);
   const size_t layer = size_t(capacity) * size_t(cfg.kv_heads) * size_t(cfg.head_dim());
   k_.resize(layer * size_t(cfg.layers));
   v_.resize(layer * size_t(cfg.layers));
-  layer_rows_.assign(size_t(cfg.layers), 0);
   const int H = cfg.heads, D = cfg.head_dim(), P = group.size();
   o_part_.resize(size_t(H) * size_t(D));
   lse_part_.resize(size_t(H));
@@ -112,13 +164,19 @@ void ShardedKvCache::add_prefill(int layer, const float* k, const float* v,
                                  const std::vector<int64_t>& positions) {
   const int64_t row = int64_t(cfg_.kv_heads) * cfg_.head_dim();
   const size_t layer_off = size_t(layer) * size_t(capacity_) * size_t(row);
-  int64_t& n = layer_rows_[size_t(layer)];
+  const std::vector<seqpar::PositionRun>& mine = runs_[size_t(group_.rank())];
   for (size_t i = 0; i < positions.size(); ++i) {
-    if (positions[i] >= prompt_) continue;
-    WF_CHECK(n < rows_, "add_prefill: more prompt rows than the split gave rank {}", group_.rank());
+    const int64_t p = positions[i];
+    if (p >= prompt_) continue;
+    // The row of position p in the shard (the positions sorted).
+    const auto run = std::find_if(mine.begin(), mine.end(), [&](const seqpar::PositionRun& x) {
+      return x.pos0 <= p && p < x.pos0 + x.rows;
+    });
+    WF_CHECK(run != mine.end(), "add_prefill: position {} is not in the split of rank {}", p,
+             group_.rank());
+    const int64_t n = run->row0 + p - run->pos0;
     std::copy_n(k + int64_t(i) * row, row, k_.data() + layer_off + size_t(n * row));
     std::copy_n(v + int64_t(i) * row, row, v_.data() + layer_off + size_t(n * row));
-    ++n;
   }
 }
 
@@ -129,6 +187,7 @@ void ShardedKvCache::attend(int layer, int64_t pos, const float* q, const float*
     pos_ = pos;
     owner_ = next_owner(held_);
     ++held_[size_t(owner_)];
+    add_run(runs_[size_t(owner_)], pos, 1);
     if (owner_ == group_.rank()) ++rows_;
     merge_bytes_ = 0;
   }
@@ -140,10 +199,16 @@ void ShardedKvCache::attend(int layer, int64_t pos, const float* q, const float*
     std::copy_n(k, row, kc + size_t((rows_ - 1) * row));
     std::copy_n(v, row, vc + size_t((rows_ - 1) * row));
   }
-  // This shard's partial result: every position it holds is before the new token (or is it).
-  const k::AttnDims one{1, 1, int(rows_), H, Hkv, D};
-  if (rows_ > 0) {
-    const k::AttnInputs<float> a = cached_token_attention(cfg_, q, kc, vc, capacity_, rows_);
+  // This shard's partial result: every position it holds is before the new token (or is it);
+  // with the layer's window W, those after pos - W, the last rows of the shard (its positions
+  // increase). A shard with none in the window gives O = 0, LSE = -inf, which the merge ignores.
+  const int64_t window = cfg_.layer_window(layer);
+  const int64_t first = window > 0 ? rows_up_to(runs_[size_t(group_.rank())], pos - window) : 0;
+  const int64_t keys = rows_ - first;
+  const k::AttnDims one{1, 1, int(keys), H, Hkv, D};
+  if (keys > 0) {
+    const k::AttnInputs<float> a = cached_token_attention(
+        cfg_, q, kc + size_t(first * row), vc + size_t(first * row), capacity_, keys);
     k::attn_fwd(k::fwd_params(a, o_part_.data(), lse_part_.data()));
   } else {
     k::attn_fwd_init_output(one, o_part_.data(), k::Strides3::contiguous(1, H, D), lse_part_.data(),
@@ -183,24 +248,45 @@ void ShardedKvCache::append_rows(int layer, const float* k, const float* v, int6
 
 void ShardedKvCache::grow(const std::vector<int64_t>& added) {
   WF_CHECK(added.size() == held_.size(), "grow: {} ranks for {}", added.size(), held_.size());
-  for (size_t r = 0; r < added.size(); ++r) held_[r] += added[r];
+  int64_t next = positions();  // the new positions go to the ranks in rank order
+  for (size_t r = 0; r < added.size(); ++r) {
+    add_run(runs_[r], next, added[r]);
+    next += added[r];
+    held_[r] += added[r];
+  }
   rows_ = held_[size_t(group_.rank())];
 }
 
 namespace {
 
-// The prefill's attention: the DistAttention of the strategy, and each layer's keys and values
-// of this rank's rows into the cache.
+// The prefill's attention: the DistAttention of the strategy (one per sliding window of the
+// model's layers, chosen by set_window), and each layer's keys and values of this rank's rows
+// into the cache.
 class PrefillAttention : public AttentionOp {
  public:
-  PrefillAttention(const seqpar::AttnConfig& a, comm::Communicator& group, ShardedKvCache& cache,
-                   int layers)
-      : dist_(a, group), cache_(cache), positions_(dist_.local_positions()), layers_(layers) {}
+  // Collective: the same windows on every rank.
+  PrefillAttention(const seqpar::AttnConfig& a, const std::vector<int64_t>& windows,
+                   comm::Communicator& group, ShardedKvCache& cache, int layers)
+      : windows_(windows), cache_(cache), layers_(layers) {
+    for (const int64_t w : windows) {
+      seqpar::AttnConfig one = a;
+      one.window = w;
+      dists_.push_back(std::make_unique<seqpar::DistAttention>(one, group));
+      WF_CHECK(dists_.size() == 1 || dists_.back()->local_positions() == positions_,
+               "prefill: the window {} changes the layout", w);
+      positions_ = dists_.back()->local_positions();
+    }
+  }
   const std::vector<int64_t>& positions() const { return positions_; }
+  void set_window(int64_t window) override {
+    const auto at = std::find(windows_.begin(), windows_.end(), window);
+    WF_CHECK(at != windows_.end(), "prefill: no attention built for window {}", window);
+    cur_ = size_t(at - windows_.begin());
+  }
   void forward(const Act& q, const Act& k, const Act& v, const Act& o, float* lse) override {
     WF_CHECK(q.f32 && k.f32 && v.f32 && o.f32, "the prefill runs in fp32");
     WF_CHECK(layer_ < layers_, "prefill: more attention calls than layers");
-    dist_.forward(q.f32, k.f32, v.f32, o.f32, lse);
+    dists_[cur_]->forward(q.f32, k.f32, v.f32, o.f32, lse);
     cache_.add_prefill(layer_++, k.f32, v.f32, positions_);
   }
   void backward(const Act&, const Act&, const Act&, const Act&, const float*, const Act&,
@@ -209,7 +295,9 @@ class PrefillAttention : public AttentionOp {
   }
 
  private:
-  seqpar::DistAttention dist_;
+  std::vector<int64_t> windows_;
+  std::vector<std::unique_ptr<seqpar::DistAttention>> dists_;
+  size_t cur_ = 0;
   ShardedKvCache& cache_;
   std::vector<int64_t> positions_;
   int layers_, layer_ = 0;
@@ -224,7 +312,7 @@ std::vector<float> sharded_prefill(const GptConfig& cfg, const float* params,
   const int P = group.size();
   const PromptSplit split = split_prompt(cfg, attn, P, int64_t(prompt.size()));
   const seqpar::AttnConfig a = prefill_attn_config(cfg, attn, split.padded);
-  PrefillAttention op(a, group, cache, cfg.layers);
+  PrefillAttention op(a, layer_window_set(cfg), group, cache, cfg.layers);
   const std::vector<int64_t>& pos = op.positions();
   std::vector<int32_t> tokens(pos.size()), targets(pos.size(), 0);
   for (size_t i = 0; i < pos.size(); ++i)
@@ -295,6 +383,11 @@ class ContinueAttention : public AttentionOp {
                     ShardedKvCache& cache)
       : cfg_(cfg), plan_(plan), group_(group), cache_(cache), cached_(cache.held()) {}
   int64_t sent() const { return sent_; }
+  // The window of the coming layer (its own, which layer() takes from the model).
+  void set_window(int64_t window) override {
+    WF_CHECK(window == this->window(), "continuation: window {} for layer {} of window {}", window,
+             layer_, this->window());
+  }
   void forward(const Act& q, const Act& k, const Act& v, const Act& o, float* lse) override {
     WF_CHECK(q.f32 && k.f32 && v.f32 && o.f32, "the continuation runs in fp32");
     layer(q.f32, k.f32, v.f32, o.f32, lse);
@@ -326,6 +419,7 @@ class ContinueAttention : public AttentionOp {
   std::vector<float> a_, b_;
 
   int64_t kv_row() const { return int64_t(cfg_.kv_heads) * cfg_.head_dim(); }
+  int64_t window() const { return cfg_.layer_window(layer_); }  // the current layer's (0: none)
   int64_t q_row() const { return int64_t(cfg_.heads) * cfg_.head_dim(); }
   k::AttnDims dims(int64_t rows, int64_t keys) const {
     return {1, int(rows), int(keys), cfg_.heads, cfg_.kv_heads, cfg_.head_dim()};
@@ -338,10 +432,14 @@ class ContinueAttention : public AttentionOp {
   }
   // Merges into (o, lse) the attention of `rows` queries q at positions q_pos0.. over `keys`
   // keys and values (row stride kv_rows) at positions k_pos0..: masked by position when `causal`
-  // (new rows against new rows); cached keys precede every new query and need no mask.
+  // (new rows against new rows, and any keys under a sliding window `window` > 0); cached keys
+  // precede every new query and need no mask without a window.
   void attend(const float* q, int64_t rows, int64_t q_pos0, const float* kk, const float* vv,
-              int64_t keys, int64_t kv_rows, bool causal, int64_t k_pos0, float* o, float* lse) {
-    if (rows == 0 || keys == 0 || (causal && k_pos0 > q_pos0 + rows - 1)) return;
+              int64_t keys, int64_t kv_rows, bool causal, int64_t k_pos0, int64_t window, float* o,
+              float* lse) {
+    if (rows == 0 || keys == 0 || (causal && k_pos0 > q_pos0 + rows - 1) ||
+        (window > 0 && k_pos0 + keys - 1 <= q_pos0 - window))
+      return;
     k::AttnInputs<float> a;
     a.dims = dims(rows, keys);
     a.q = q;
@@ -352,10 +450,27 @@ class ContinueAttention : public AttentionOp {
     a.stat_stride = stat_stride(rows);
     a.scale = 1.0f / std::sqrt(float(cfg_.head_dim()));
     a.causal = causal;
+    a.window = window;
     a.q_pos0 = q_pos0;
     a.k_pos0 = k_pos0;
     a.accumulate = true;
     k::attn_fwd(k::fwd_params(a, o, lse));
+  }
+  // Merges the attention of `rows` queries q at positions q_pos0.. over a shard's cached keys and
+  // values kk, vv (`cached` rows, row stride kv_rows) at the positions of `runs`, all before every
+  // query: one unmasked call without a window; with the layer's window, one call per run of
+  // consecutive positions that some query sees, masked by the kernel's window.
+  void attend_cached(const float* q, int64_t rows, int64_t q_pos0, const float* kk, const float* vv,
+                     int64_t cached, const std::vector<seqpar::PositionRun>& runs, int64_t kv_rows,
+                     float* o, float* lse) {
+    const int64_t w = window();
+    if (w == 0) return attend(q, rows, q_pos0, kk, vv, cached, kv_rows, false, 0, 0, o, lse);
+    const int64_t row = kv_row(), seen = q_pos0 - w + 1;  // the first position any query sees
+    for (const seqpar::PositionRun& run : runs) {
+      const int64_t skip = std::clamp<int64_t>(seen - run.pos0, 0, run.rows);
+      attend(q, rows, q_pos0, kk + (run.row0 + skip) * row, vv + (run.row0 + skip) * row,
+             run.rows - skip, kv_rows, true, run.pos0 + skip, w, o, lse);
+    }
   }
   // A ring step: sends `count` floats of `send` to the next rank and receives `recv_count` into
   // `recv` from the previous one (zero-sized transfers are skipped on both sides).
@@ -393,9 +508,10 @@ class ContinueAttention : public AttentionOp {
       std::pair<comm::Request, comm::Request> req;
       if (s + 1 < P) req = ring_step(cur, 2 * block(src) * row, next, 2 * block(from) * row, kTagKv);
       const int64_t cs = cached_[size_t(src)], bs = block(src);
-      attend(q, m, plan_.first[size_t(r)], cur, cur + bs * row, cs, bs, false, 0, o, lse);
+      attend_cached(q, m, plan_.first[size_t(r)], cur, cur + bs * row, cs, cache_.runs(src), bs, o,
+                    lse);
       attend(q, m, plan_.first[size_t(r)], cur + cs * row, cur + (bs + cs) * row,
-             plan_.rows[size_t(src)], bs, true, plan_.first[size_t(src)], o, lse);
+             plan_.rows[size_t(src)], bs, true, plan_.first[size_t(src)], window(), o, lse);
       req.first.wait();
       req.second.wait();
       std::swap(cur, next);
@@ -436,9 +552,10 @@ class ContinueAttention : public AttentionOp {
         float* po = parts[size_t(src)].data();
         float* pl = po + n * qr;
         k::attn_fwd_init_output(dims(n, 0), po, q_stride(n), pl, stat_stride(n));
-        attend(cur, n, plan_.first[size_t(src)], cache_.keys(layer_), cache_.values(layer_), c,
-               cache_capacity(), false, 0, po, pl);
-        attend(cur, n, plan_.first[size_t(src)], k, v, m, m, true, plan_.first[size_t(r)], po, pl);
+        attend_cached(cur, n, plan_.first[size_t(src)], cache_.keys(layer_), cache_.values(layer_),
+                      c, cache_.runs(r), cache_capacity(), po, pl);
+        attend(cur, n, plan_.first[size_t(src)], k, v, m, m, true, plan_.first[size_t(r)], window(),
+               po, pl);
         if (src != r) {
           sends.push_back(group_.isend(po, part_size(src), src, kTagPartial));
           sent_ += part_size(src) * int64_t(sizeof(float));

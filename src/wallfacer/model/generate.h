@@ -33,6 +33,9 @@ struct PromptSplit {
   int64_t prompt = 0;         // L, the prompt's tokens
   int64_t padded = 0;         // the sequence the prefill runs (L rounded up for the layout)
   std::vector<int64_t> held;  // per rank: its prompt positions (< L)
+  // Per rank: those positions as runs of consecutive positions, in increasing order (row0: the
+  // run's first row in the rank's shard).
+  std::vector<std::vector<seqpar::PositionRun>> runs;
 };
 // attn: strategy, teams, ulysses (the rest is set from the model); UsageError when the model's
 // heads or the layout do not fit P.
@@ -56,7 +59,12 @@ double prefill_scratch_bytes(const GptConfig& cfg, const seqpar::AttnConfig& att
                              int64_t padded, bool every_rank = true);
 
 // This rank's shard of the KV cache: per layer, keys and values (capacity, Hkv, D) of the
-// positions it holds, in the order they came (prefill rows by their layout, then new tokens).
+// positions it holds, in increasing order of position (the prefill's rows sorted, then the new
+// tokens and turns as they come, each after every cached position). Every rank knows every
+// shard's positions (runs), from the layout and the balance rule, without a message. A layer
+// with a sliding window W attends, for a query at position t, only to the keys at positions
+// > t - W: on each shard a suffix of its rows in decode, runs of consecutive positions masked by
+// the kernel's window in a continuation; the cache keeps every position (no eviction).
 class ShardedKvCache : public DecoderCache {
  public:
   // Collective use: every rank of `group` builds one with the same split, and `capacity` at least
@@ -74,6 +82,8 @@ class ShardedKvCache : public DecoderCache {
   int64_t bytes() const { return cache_bytes(cfg_, capacity_); }  // allocated
   int64_t capacity() const { return capacity_; }
   const std::vector<int64_t>& held() const { return held_; }      // every rank's positions
+  // Rank r's positions as runs (row0: first row in its shard), in increasing order.
+  const std::vector<seqpar::PositionRun>& runs(int r) const { return runs_[size_t(r)]; }
   // Bytes this rank sent in the merges of the latest token (all layers).
   int64_t merge_bytes_last() const { return merge_bytes_; }
   // Positions every rank holds together (the next position to fill).
@@ -91,7 +101,7 @@ class ShardedKvCache : public DecoderCache {
   comm::Communicator& group_;
   int64_t prompt_, capacity_, rows_ = 0;
   std::vector<int64_t> held_;
-  std::vector<int64_t> layer_rows_;  // prefill rows stored per layer
+  std::vector<std::vector<seqpar::PositionRun>> runs_;  // every rank's positions
   std::vector<float> k_, v_;
   std::vector<float> o_part_, lse_part_, o_send_, lse_send_, lse_;
   int64_t pos_ = -1;  // the position of the token being decoded
@@ -115,7 +125,7 @@ std::vector<float> sharded_prefill(const GptConfig& cfg, const float* params,
 // to its shard and its new rows, and the partial outputs with their LSE go back to the queries'
 // rank, which merges them in rank order.
 enum class ContinueWay { Auto, PassKv, PassQ };
-const char* continue_way_name(ContinueWay way);  // "auto", "pass-kv", "pass-q"
+const char* continue_way_name(ContinueWay way);           // "auto", "pass-kv", "pass-q"
 ContinueWay parse_continue_way(const std::string& name);  // UsageError when unknown
 struct ContinuePlan {
   int64_t cached = 0, added = 0;   // N, M
