@@ -14,6 +14,7 @@
 #include "wallfacer/kernels/attention_common.h"
 #include "wallfacer/kernels/bf16_gemm.h"
 #include "wallfacer/kernels/isa.h"
+#include "wallfacer/kernels/scratch.h"
 #include "wallfacer/kernels/vec_math.h"
 
 // Two code paths (kernels/attention_bf16.h). The avx512 path is the tiled kernel below: bf16 tiles
@@ -362,6 +363,18 @@ void convert(std::initializer_list<Part> parts, int b0, int nb, int D) {
   }
 }
 
+// Bytes of the largest slice's fp32 copies.
+int64_t portable_bytes(const AttnDims& d, int seq_k_tensors, int seq_q_tensors) {
+  const WidenPlan w = widen_plan(d, seq_k_tensors, seq_q_tensors);
+  const int group = d.heads / d.kv_heads;
+  const int64_t kv = w.whole ? int64_t(d.batch) * d.kv_heads : w.kv_chunk;
+  return 4 * int64_t(d.head_dim) * kv *
+         (int64_t(seq_k_tensors) * d.seq_k + int64_t(seq_q_tensors) * group * d.seq_q);
+}
+
+// The fp32 copies of a call come from one scratch buffer of the calling thread (kernels/scratch.h).
+using Arena = detail::Scratch;
+
 // Where the fp32 call writes one output of a slice: into the caller's fp32 tensor (offset to the
 // slice), or into `scratch` (contiguous) for a bf16 one, rounded into it afterwards.
 struct SliceOut {
@@ -370,10 +383,9 @@ struct SliceOut {
 };
 
 SliceOut slice_out(const AttnOutput& out, Strides3 st, const Slice& sl, int first_head, int seq,
-                   int nh, int D, std::vector<float>& scratch) {
+                   int nh, int D, Arena& arena) {
   if (out.fp32_data) return {out.fp32_data + sl.b0 * st.batch + first_head * st.head, st};
-  scratch.resize(size_t(sl.nb) * seq * nh * D);
-  return {scratch.data(), Strides3::contiguous(seq, nh, D)};
+  return {arena.take(size_t(sl.nb) * seq * nh * D), Strides3::contiguous(seq, nh, D)};
 }
 
 // A part to widen (src) or to round back into (dst).
@@ -384,28 +396,28 @@ Part out(bf16* dst, Strides3 st, int seq, int h0, int nh, float* wide) {
   return {.dst = dst, .stride = st, .seq = seq, .h0 = h0, .nh = nh, .wide = wide};
 }
 
-// q, k, v of a slice widened, and the fp32 kernel's arguments that read them (dout too for the
-// backward: widened into `dout` when `dout_src` is set).
-AttnArgs<float> widen_args(const AttnArgs<bf16>& p, const Slice& sl, std::vector<float>& q,
-                           std::vector<float>& k, std::vector<float>& v, const bf16* dout_src,
-                           Strides3 dout_stride, std::vector<float>& dout) {
+// q, k, v of a slice widened, and the fp32 kernel's arguments that read them; with dout_src (the
+// backward) dout too, into *dout.
+AttnArgs<float> widen_args(const AttnArgs<bf16>& p, const Slice& sl, Arena& arena,
+                           const bf16* dout_src = nullptr, Strides3 dout_stride = {},
+                           float** dout = nullptr) {
   const AttnDims& d = p.dims;
   const int D = d.head_dim;
-  q.resize(size_t(sl.nb) * d.seq_q * sl.nh * D);
-  k.resize(size_t(sl.nb) * d.seq_k * sl.nhk * D);
-  v.resize(k.size());
-  if (dout_src) dout.resize(q.size());
-  convert({in(p.q, p.q_stride, d.seq_q, sl.h0, sl.nh, q.data()),
-           in(p.k, p.k_stride, d.seq_k, sl.hk0, sl.nhk, k.data()),
-           in(p.v, p.v_stride, d.seq_k, sl.hk0, sl.nhk, v.data()),
-           in(dout_src, dout_stride, d.seq_q, sl.h0, sl.nh, dout.data())},
+  const size_t nq = size_t(sl.nb) * d.seq_q * sl.nh * D, nk = size_t(sl.nb) * d.seq_k * sl.nhk * D;
+  float *q = arena.take(nq), *k = arena.take(nk), *v = arena.take(nk);
+  float* wd = dout_src ? arena.take(nq) : nullptr;
+  if (dout) *dout = wd;
+  convert({in(p.q, p.q_stride, d.seq_q, sl.h0, sl.nh, q),
+           in(p.k, p.k_stride, d.seq_k, sl.hk0, sl.nhk, k),
+           in(p.v, p.v_stride, d.seq_k, sl.hk0, sl.nhk, v),
+           in(dout_src, dout_stride, d.seq_q, sl.h0, sl.nh, wd)},
           sl.b0, sl.nb, D);
   return {.dims = {sl.nb, d.seq_q, d.seq_k, sl.nh, sl.nhk, D},
-          .q = q.data(),
+          .q = q,
           .q_stride = Strides3::contiguous(d.seq_q, sl.nh, D),
-          .k = k.data(),
+          .k = k,
           .k_stride = Strides3::contiguous(d.seq_k, sl.nhk, D),
-          .v = v.data(),
+          .v = v,
           .v_stride = Strides3::contiguous(d.seq_k, sl.nhk, D),
           .scale = p.scale,
           .causal = p.causal,
@@ -419,58 +431,53 @@ AttnArgs<float> widen_args(const AttnArgs<bf16>& p, const Slice& sl, std::vector
 void portable_fwd(const AttnFwdBf16Params& p) {
   const AttnDims& d = p.dims;
   const int D = d.head_dim;
-  const WidenPlan plan = widen_plan(d, 2, p.o.bf16_data ? 2 : 1);
-  std::vector<float> q, k, v, unused, o;
+  const int k_tensors = 2, q_tensors = p.o.bf16_data ? 2 : 1;
+  const WidenPlan plan = widen_plan(d, k_tensors, q_tensors);
+  Arena arena(portable_bytes(d, k_tensors, q_tensors), 0);
   for_each_slice(d, plan, [&](const Slice& sl) {
+    arena.reset();
     AttnFwdParams f;
-    static_cast<AttnArgs<float>&>(f) = widen_args(p, sl, q, k, v, nullptr, {}, unused);
-    const SliceOut so = slice_out(p.o, p.o_stride, sl, sl.h0, d.seq_q, sl.nh, D, o);
+    static_cast<AttnArgs<float>&>(f) = widen_args(p, sl, arena);
+    const SliceOut so = slice_out(p.o, p.o_stride, sl, sl.h0, d.seq_q, sl.nh, D, arena);
     f.o = so.data, f.o_stride = so.stride;
     f.lse = p.lse + sl.b0 * p.lse_stride.batch + sl.h0 * p.lse_stride.head;
     f.lse_stride = p.lse_stride;
     WALLFACER_ISA::attn_fwd(f);
-    convert({out(p.o.bf16_data, p.o_stride, d.seq_q, sl.h0, sl.nh, o.data())}, sl.b0, sl.nb, D);
+    convert({out(p.o.bf16_data, p.o_stride, d.seq_q, sl.h0, sl.nh, so.data)}, sl.b0, sl.nb, D);
   });
 }
 
 void portable_bwd(const AttnBwdBf16Params& p) {
   const AttnDims& d = p.dims;
   const int D = d.head_dim;
-  const WidenPlan plan =
-      widen_plan(d, 2 + (p.dk.bf16_data != nullptr) + (p.dv.bf16_data != nullptr),
-                 2 + (p.dq.bf16_data != nullptr));
-  std::vector<float> q, k, v, dout, dq, dk, dv;
+  const int k_tensors = 2 + (p.dk.bf16_data != nullptr) + (p.dv.bf16_data != nullptr),
+            q_tensors = 2 + (p.dq.bf16_data != nullptr);
+  const WidenPlan plan = widen_plan(d, k_tensors, q_tensors);
+  Arena arena(portable_bytes(d, k_tensors, q_tensors), 0);
   for_each_slice(d, plan, [&](const Slice& sl) {
+    arena.reset();
     AttnBwdParams f;
-    static_cast<AttnArgs<float>&>(f) = widen_args(p, sl, q, k, v, p.dout, p.dout_stride, dout);
-    f.dout = dout.data();
+    float* dout = nullptr;
+    static_cast<AttnArgs<float>&>(f) = widen_args(p, sl, arena, p.dout, p.dout_stride, &dout);
+    f.dout = dout;
     f.dout_stride = Strides3::contiguous(d.seq_q, sl.nh, D);
     f.lse = p.lse + sl.b0 * p.lse_stride.batch + sl.h0 * p.lse_stride.head;
     f.lse_stride = p.lse_stride;
     f.delta = p.delta + sl.b0 * p.delta_stride.batch + sl.h0 * p.delta_stride.head;
     f.delta_stride = p.delta_stride;
-    const SliceOut oq = slice_out(p.dq, p.dq_stride, sl, sl.h0, d.seq_q, sl.nh, D, dq);
-    const SliceOut ok = slice_out(p.dk, p.dk_stride, sl, sl.hk0, d.seq_k, sl.nhk, D, dk);
-    const SliceOut ov = slice_out(p.dv, p.dv_stride, sl, sl.hk0, d.seq_k, sl.nhk, D, dv);
+    const SliceOut oq = slice_out(p.dq, p.dq_stride, sl, sl.h0, d.seq_q, sl.nh, D, arena);
+    const SliceOut ok = slice_out(p.dk, p.dk_stride, sl, sl.hk0, d.seq_k, sl.nhk, D, arena);
+    const SliceOut ov = slice_out(p.dv, p.dv_stride, sl, sl.hk0, d.seq_k, sl.nhk, D, arena);
     f.dq = oq.data, f.dq_stride = oq.stride;
     f.dk = ok.data, f.dk_stride = ok.stride;
     f.dv = ov.data, f.dv_stride = ov.stride;
     WALLFACER_ISA::attn_bwd(f);
     // Outputs held in fp32 (dst null) are skipped.
-    convert({out(p.dq.bf16_data, p.dq_stride, d.seq_q, sl.h0, sl.nh, dq.data()),
-             out(p.dk.bf16_data, p.dk_stride, d.seq_k, sl.hk0, sl.nhk, dk.data()),
-             out(p.dv.bf16_data, p.dv_stride, d.seq_k, sl.hk0, sl.nhk, dv.data())},
+    convert({out(p.dq.bf16_data, p.dq_stride, d.seq_q, sl.h0, sl.nh, oq.data),
+             out(p.dk.bf16_data, p.dk_stride, d.seq_k, sl.hk0, sl.nhk, ok.data),
+             out(p.dv.bf16_data, p.dv_stride, d.seq_k, sl.hk0, sl.nhk, ov.data)},
             sl.b0, sl.nb, D);
   });
-}
-
-// Bytes of the largest slice's fp32 copies.
-int64_t portable_bytes(const AttnDims& d, int seq_k_tensors, int seq_q_tensors) {
-  const WidenPlan w = widen_plan(d, seq_k_tensors, seq_q_tensors);
-  const int group = d.heads / d.kv_heads;
-  const int64_t kv = w.whole ? int64_t(d.batch) * d.kv_heads : w.kv_chunk;
-  return 4 * int64_t(d.head_dim) * kv *
-         (int64_t(seq_k_tensors) * d.seq_k + int64_t(seq_q_tensors) * group * d.seq_q);
 }
 
 // --- Forward ------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/scratch.h"
 
 namespace wallfacer::kernels {
 namespace {
@@ -179,24 +180,24 @@ void portable_fwd(bf16* out, const bf16* inp, const bf16* weight, const float* b
   const int threads = num_threads();
   const int ob_max = int(std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, OC));
   const int64_t tile = tile_rows(N, threads);
-  std::vector<float> w(size_t(ob_max) * C);
+  detail::Scratch shared(4 * int64_t(ob_max) * C, 0);
+  float* w = shared.take(size_t(ob_max) * C);
   BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> x, y;
+    detail::Scratch own(4 * tile * (C + ob_max), 1);
+    float *x = own.take(size_t(tile * C)), *y = own.take(size_t(tile * ob_max));
     for (int o0 = 0; o0 < OC; o0 += ob_max) {
       const int ob = std::min(ob_max, OC - o0);
-      widen_shared(weight, C, o0, ob, w.data());
+      widen_shared(weight, C, o0, ob, w);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t n0 = 0; n0 < N; n0 += tile) {
         const int64_t rows = std::min(tile, N - n0);
-        x.resize(size_t(rows * C));
-        y.resize(size_t(rows * ob));
-        bf16_to_fp32(inp + n0 * C, x.data(), rows * C);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), ob, C, 1.0f, x.data(), C,
-                    w.data(), C, 0.0f, y.data(), ob);
+        bf16_to_fp32(inp + n0 * C, x, rows * C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), ob, C, 1.0f, x, C, w, C,
+                    0.0f, y, ob);
         for (int64_t r = 0; r < rows; ++r) {
-          float* __restrict row = y.data() + r * ob;
+          float* __restrict row = y + r * ob;
           if (bias)
             for (int o = 0; o < ob; ++o) row[o] += bias[o0 + o];
           fp32_to_bf16(row, out + (n0 + r) * OC + o0, ob);
@@ -214,29 +215,31 @@ void portable_dinp(bf16* dinp, const bf16* dout, const bf16* weight, int64_t N, 
   const int ob_max = int(std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, OC));
   const bool one_block = ob_max == OC;
   const int64_t tile = tile_rows(N, threads);
-  std::vector<float> w(size_t(ob_max) * C), dx(one_block ? 0 : size_t(N * C));
+  const size_t dx_floats = one_block ? 0 : size_t(N * C);
+  detail::Scratch shared(4 * (int64_t(ob_max) * C + int64_t(dx_floats)), 0);
+  float *w = shared.take(size_t(ob_max) * C), *dx = shared.take(dx_floats);
   BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> dy, own;
+    detail::Scratch own(4 * tile * (ob_max + C), 1);
+    float *dy = own.take(size_t(tile * ob_max)), *tile_acc = own.take(size_t(tile * C));
     for (int o0 = 0; o0 < OC; o0 += ob_max) {
       const int ob = std::min(ob_max, OC - o0);
       const bool first = o0 == 0, last = o0 + ob == OC;
-      widen_shared(weight, C, o0, ob, w.data());
+      widen_shared(weight, C, o0, ob, w);
 #pragma omp for schedule(static)
       for (int64_t n0 = 0; n0 < N; n0 += tile) {
         const int64_t rows = std::min(tile, N - n0);
-        float* acc = one_block ? (own.resize(size_t(rows * C)), own.data()) : dx.data() + n0 * C;
+        float* acc = one_block ? tile_acc : dx + n0 * C;
         if (first) {
           if (accumulate)
             bf16_to_fp32(dinp + n0 * C, acc, rows * C);
           else
             std::fill_n(acc, rows * C, 0.0f);
         }
-        dy.resize(size_t(rows * ob));
-        widen_rows(dout, OC, n0, rows, o0, ob, dy.data());
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), C, ob, 1.0f, dy.data(),
-                    ob, w.data(), C, 1.0f, acc, C);
+        widen_rows(dout, OC, n0, rows, o0, ob, dy);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), C, ob, 1.0f, dy, ob, w, C,
+                    1.0f, acc, C);
         if (last) fp32_to_bf16(acc, dinp + n0 * C, rows * C);
       }
     }
@@ -249,21 +252,22 @@ void portable_dweight(float* dweight, const bf16* dout, const bf16* inp, int64_t
   const int threads = num_threads();
   const int64_t nb_max = std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, N);
   const int64_t tile = tile_rows(OC, threads);
-  std::vector<float> x(size_t(nb_max * C));
+  detail::Scratch shared(4 * nb_max * C, 0);
+  float* x = shared.take(size_t(nb_max * C));
   BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> dy;
+    detail::Scratch own(4 * nb_max * tile, 1);
+    float* dy = own.take(size_t(nb_max * tile));
     for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
       const int64_t rows = std::min(nb_max, N - n0);
-      widen_shared(inp, C, n0, rows, x.data());
+      widen_shared(inp, C, n0, rows, x);
 #pragma omp for schedule(static)
       for (int64_t o0 = 0; o0 < OC; o0 += tile) {
         const int64_t ob = std::min<int64_t>(tile, OC - o0);
-        dy.resize(size_t(rows * ob));
-        widen_rows(dout, OC, n0, rows, o0, ob, dy.data());
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(ob), C, int(rows), 1.0f, dy.data(),
-                    int(ob), x.data(), C, 1.0f, dweight + o0 * C, C);
+        widen_rows(dout, OC, n0, rows, o0, ob, dy);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(ob), C, int(rows), 1.0f, dy,
+                    int(ob), x, C, 1.0f, dweight + o0 * C, C);
       }
     }
   }
