@@ -42,6 +42,15 @@ def cpu():
     return {"cpu": model, "cpus": os.cpu_count(), "cpu_flags": [x for x in FLAGS if x in flags]}
 
 
+# Environment variables that change which code a run takes (kernels/isa.h, kernels/attention_bf16.h,
+# OpenBLAS's and PyTorch's kernel choice), recorded when set.
+SETTINGS = ("WALLFACER_CPU", "WALLFACER_BF16_PATH", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY")
+
+
+def settings():
+    return {k: os.environ[k] for k in SETTINGS if os.environ.get(k)}
+
+
 def blas_core():
     wf = os.environ.get("WALLFACER", os.path.join(ROOT, "build", "wallfacer"))
     try:
@@ -87,6 +96,9 @@ def main():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     context = {"run": a.run, "command": command, "commit": commit, "loadavg": load, **cpu()}
+    env = settings()
+    if env:
+        context["env"] = env
     if a.round is not None:
         context["round"] = a.round
     core = None
