@@ -74,7 +74,8 @@ def main():
     if r0.get("cpu_per_rank"):
         extra.append(f"each rank capped at {r0['cpu_per_rank']:g} of a core (--cpu-per-rank)")
     after = [float(r["load_after"].split()[0]) for r in rows]
-    extra.append(f"load average {min(after):.1f}–{max(after):.1f} (1 min) at the ends")
+    extra.append(f"load average {min(after):.1f}–{max(after):.1f} (1 min) at the ends of the "
+                 "runs")
     if notes:
         print("\nRatios to zigzag per round: " + "; ".join(notes) + ".")
     print()
