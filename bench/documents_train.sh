@@ -58,19 +58,8 @@ done
   { echo "documents_train.sh: --mix '$mix' must be few-long or lognormal" >&2; exit 2; }
 wf=${WALLFACER:-build/wallfacer}
 [[ -x $wf ]] || { echo "documents_train.sh: $wf not found: run make build" >&2; exit 2; }
-launch=(scripts/wallfacer-mpirun)
-[[ -z "$cpu" ]] || scripts/cpu-per-rank check "$cpu"
-if [[ -n "$emulate" ]]; then
-  [[ "$emulate" =~ ^([0-9]+)x([0-9]+):(.+)$ && $((BASH_REMATCH[1] * BASH_REMATCH[2])) -eq $ranks ]] ||
-    { echo "documents_train.sh: --emulate '$emulate' must be NxR:RATE with N x R = --ranks $ranks, e.g. 2x4:1gbit" >&2; exit 2; }
-  launch=(scripts/emulate-cluster --nodes "${BASH_REMATCH[1]}" --ranks-per-node "${BASH_REMATCH[2]}"
-          --rate "${BASH_REMATCH[3]}" --counters "$out/cards.json" ${cpu:+--cpu-per-rank "$cpu"} --)
-elif [[ -n "$cpu" ]]; then
-  launch+=(--cpu-per-rank "$cpu")
-fi
-# The launcher takes the rank count as an argument (wallfacer-mpirun) or from --emulate.
-nranks=("$ranks")
-[[ -z "$emulate" ]] || nranks=()
+source bench/train_launch.sh
+train_launcher documents_train.sh "$ranks" "$cpu" "$emulate" "$out/cards.json"
 mkdir -p "$out/files"
 results=$out/results.jsonl
 
@@ -123,29 +112,19 @@ for round in $(seq 1 "$rounds"); do
       echo "== round $round $s $layout: $(tail -1 "$out/$name.log")" >&2
       python3 - "$out/$name/metrics.jsonl" "$results" "$round" "$s" "$strategy" "$teams" \
         "$layout" "$ranks" "$seq" "$commit" "$load0" "$load1" "${cpu:-0}" "$mix" \
-        "${WALLFACER_CPU_PERIOD_US:-10000}" "${WALLFACER_WAIT_POLL_US:-50}" \
         "$emulate" "$out/cards.json" \
         "${WALLFACER_CPU_PERIOD_US:+WALLFACER_CPU_PERIOD_US=$WALLFACER_CPU_PERIOD_US }${WALLFACER_WAIT_POLL_US:+WALLFACER_WAIT_POLL_US=$WALLFACER_WAIT_POLL_US }${launch[*]} ${nranks[*]} ${args[*]}" <<'PY'
 import json, os, sys
+sys.path.insert(0, "bench")
+from record import train_run
 (metrics, results, rnd, config, strategy, teams, layout, ranks, seq, commit, load0, load1, cpu,
- mix, period, poll, emulate, cards, command) = sys.argv[1:]
-lines = [json.loads(l) for l in open(metrics)]
-timed = lines[1:] if len(lines) > 1 else lines
+ mix, emulate, cards, command) = sys.argv[1:]
+run, lines = train_run(metrics, seq, cpu, emulate, cards)
 row = {"command": command, "commit": commit, "round": int(rnd), "config": config,
        "strategy": strategy, "teams": int(teams), "layout": layout, "ranks": int(ranks),
-       "seq": int(seq), "mix": mix, "steps": len(lines),
-       "tokens_per_s": len(timed) * int(seq) / sum(l["step_s"] for l in timed),
-       "step_s": [l["step_s"] for l in lines],
+       "seq": int(seq), "mix": mix, **run,
        "work_imbalance": [l["work_imbalance"] for l in lines],
-       "loss": [l["loss"] for l in lines],
-       "load_before": load0, "load_after": load1, "cpus": os.cpu_count(),
-       "cpu_per_rank": float(cpu)}
-if float(cpu) > 0:
-    row["cpu_period_us"] = int(period)
-    row["wait_poll_us"] = int(poll)
-if emulate:
-    row["cluster"] = emulate
-    row["card_bytes"] = json.load(open(cards))["sent_bytes"]
+       "load_before": load0, "load_after": load1, "cpus": os.cpu_count()}
 with open(results, "a") as f:
     f.write(json.dumps(row) + "\n")
 PY

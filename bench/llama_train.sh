@@ -30,18 +30,9 @@ cmdline="bench/llama_train.sh $layers $dim $heads $kv $inter $vocab $seq $steps 
 # Any text will do for timing: the model's vocabulary is larger than the bytes it reads.
 for i in $(seq 1 8000); do echo "line $i: and the lamps were lit and the doors were opened"; done > "$work/text.txt"
 "$wf" prepare --input "$work/text.txt" --out "$work/data" >/dev/null
-cat > "$work/bench.toml" <<TOML
-[model]
-arch = "llama"
-layers = $layers
-dim = $dim
-heads = $heads
-kv_heads = $kv
-intermediate = $inter
-vocab = $vocab
-norm_eps = 1e-5
-tie_embeddings = false
-rope_theta = 500000.0
+source bench/llama_toml.sh
+llama_model_toml "$work/bench.toml"
+cat >> "$work/bench.toml" <<TOML
 [data]
 dir = "$work/data"
 [train]

@@ -10,6 +10,9 @@ type.
   bench/record.py OUT --run KIND [--round R] --command TEXT --json OBJECT [--load LOAD]
       appends OBJECT (measured by TEXT, started at load average LOAD)
 
+train_run() gives the training benchmarks (bench/documents_train.sh, bench/llama_sp.sh) the fields
+of a `wallfacer train` run from its metrics.jsonl and its launcher's settings.
+
 The OpenBLAS core is the result's own `blas_core` where it has one, else the one
 `wallfacer bench kernel` reports (WALLFACER, default build/wallfacer).
 """
@@ -60,6 +63,28 @@ def blas_core():
         return json.loads(out.splitlines()[0])["blas_core"]
     except (OSError, IndexError, KeyError, ValueError, subprocess.TimeoutExpired):
         return None
+
+
+def train_run(metrics, seq, cpu, emulate, cards):
+    """The fields of a training run of sequences of seq tokens: its steps, the tokens/s of the steps
+    after the first (of the one step when it ran one), every step's seconds and loss; the core per
+    rank cpu (0: no cap) with the scheduling period and the wait poll its ranks had (their
+    environment's, as scripts/cpu-per-rank sets them); with emulate (NxR:RATE) the cluster and the
+    bytes each node's card sent, from the counters file cards."""
+    lines = [json.loads(line) for line in open(metrics)]
+    timed = lines[1:] if len(lines) > 1 else lines
+    row = {"steps": len(lines),
+           "tokens_per_s": len(timed) * int(seq) / sum(x["step_s"] for x in timed),
+           "step_s": [x["step_s"] for x in lines], "loss": [x["loss"] for x in lines],
+           "cpu_per_rank": float(cpu)}
+    if float(cpu) > 0:
+        row["cpu_period_us"] = int(os.environ.get("WALLFACER_CPU_PERIOD_US", 10000))
+        row["wait_poll_us"] = int(os.environ.get("WALLFACER_WAIT_POLL_US", 50))
+    if emulate:
+        row["cluster"] = emulate
+        with open(cards) as f:
+            row["card_bytes"] = json.load(f)["sent_bytes"]
+    return row, lines
 
 
 def main():

@@ -82,5 +82,44 @@ row=$(python3 "$src/bench/gpt_vs_torch_table.py" "$work/g.jsonl" | grep '^| 4 la
 want='| 4 layers, dim 256, 4 heads | 1,024 | 3 | 2,000 | 1,500 | 2,000 | 0.50x | 0.75x | 1.50x |'
 [[ $row == "$want" ]] || err "GPT row: $row"
 
+# A training run's fields (record.train_run): tokens/s of the steps after the first, the cap's
+# period from the environment, the cards' bytes.
+printf '%s\n' '{"step_s": 4, "loss": 5.5}' '{"step_s": 1, "loss": 5.4}' '{"step_s": 3, "loss": 5.3}' \
+  > "$work/metrics.jsonl"
+echo '{"sent_bytes": [10, 20], "received_bytes": [20, 10]}' > "$work/cards.json"
+WALLFACER_CPU_PERIOD_US=20000 python3 - "$work" "$src" <<'PY' || fail=1
+import sys
+work, src = sys.argv[1:]
+sys.path.insert(0, f"{src}/bench")
+from record import train_run
+run, lines = train_run(f"{work}/metrics.jsonl", "1000", "0.5", "2x4:1gbit", f"{work}/cards.json")
+want = {"steps": 3, "tokens_per_s": 500.0, "step_s": [4, 1, 3], "loss": [5.5, 5.4, 5.3],
+        "cpu_per_rank": 0.5, "cpu_period_us": 20000, "wait_poll_us": 50, "cluster": "2x4:1gbit",
+        "card_bytes": [10, 20]}
+assert run == want, run
+assert len(lines) == 3
+PY
+
+# Llama sequence-parallel runs: tokens/s medians, ratios to zigzag as medians of the rounds',
+# cards' bytes per step beside the schedules' count.
+python3 - "$work/l.jsonl" <<'PY'
+import json, sys
+ctx = {"commit": "abc", "loadavg": "1.0 1.0 1.0", "load_after": "2.0 1.0 1.0", "cpu": "cpu",
+       "cpus": 2, "cpu_flags": [], "blas_core": "Zen", "seq": 1024, "ranks": 8, "steps": 3,
+       "dtype": "bf16", "step_s": [9, 2, 4], "loss": [5.5, 5.4, 5.3], "card_bytes": [3e6, 3e6],
+       "schedule_inter_node_bytes_per_layer": {"fwd": 1e6, "bwd": 2e6},
+       "model": {"layers": 2, "dim": 128, "heads": 4, "kv_heads": 2, "intermediate": 344,
+                 "vocab": 257, "rope_scaling": {"original_max_position_embeddings": 4096}}}
+with open(sys.argv[1], "w") as o:
+    for rd, tps in enumerate([(100, 150), (200, 100), (300, 600)], 1):
+        for config, t in zip(("zigzag", "wallfacer2"), tps):
+            o.write(json.dumps({**ctx, "config": config, "round": rd, "tokens_per_s": t}) + "\n")
+PY
+row=$(python3 "$src/bench/llama_sp_table.py" "$work/l.jsonl" | grep '^| 1,024 | WallFacer-2')
+# median(150, 100, 600) = 150; median(1.5, 0.5, 2) = 1.5; steps 2 and 3: 3 s; 6 MB / 3 steps;
+# 2 layers x 3 MB
+want='| 1,024 | WallFacer-2 | 150 | 1.50x | 3.0 | 2.0 / 6.0 | 5.5000 |'
+[[ $row == "$want" ]] || err "Llama sequence-parallel row: $row"
+
 [ $fail -eq 0 ] && echo "ok: results recorded with their context, tables from medians"
 exit $fail
