@@ -15,6 +15,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_bf16.h"
+#include "wallfacer/kernels/ops.h"
 #include "wallfacer/kernels/scratch.h"
 
 namespace wallfacer::kernels {
@@ -154,6 +155,11 @@ void column_sums(float* dbias, const bf16* dout, int64_t N, int OC) {
 //   dweight:       inp in blocks of token rows of at most kWideBytes of fp32, then tiles of OC.
 
 constexpr int64_t kWideBytes = int64_t(64) << 20;
+// Within a tile, the OC columns (forward: of out; dinp: summed over) and the token rows (dweight:
+// summed over) go by in chunks of this many, so that a chunk's fp32 operand or result (at most
+// 256 x 1024 floats) stays in the core's cache between its widening, its product and its
+// rounding.
+constexpr int64_t kChunk = 1024;
 
 // Rows per tile when `n` rows are shared by `threads` threads: at most 256, at least 16, about
 // two tiles per thread.
@@ -165,14 +171,14 @@ int64_t tile_rows(int64_t n, int threads) {
 // contiguous (rows, nc) fp32 one.
 void widen_rows(const bf16* x, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t nc,
                 float* out) {
-  for (int64_t r = 0; r < rows; ++r) bf16_to_fp32(x + (r0 + r) * cols + c0, out + r * nc, nc);
+  for (int64_t r = 0; r < rows; ++r) widen_bf16(x + (r0 + r) * cols + c0, out + r * nc, nc);
 }
 
 // Widens rows [r0, r0 + rows) of a (*, cols) bf16 matrix into `out` with the threads of the
 // enclosing parallel region (a barrier at the end).
 void widen_shared(const bf16* x, int64_t cols, int64_t r0, int64_t rows, float* out) {
 #pragma omp for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) bf16_to_fp32(x + (r0 + r) * cols, out + r * cols, cols);
+  for (int64_t r = 0; r < rows; ++r) widen_bf16(x + (r0 + r) * cols, out + r * cols, cols);
 }
 
 void portable_fwd(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int64_t N,
@@ -185,22 +191,26 @@ void portable_fwd(bf16* out, const bf16* inp, const bf16* weight, const float* b
   BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
-    detail::Scratch own(4 * tile * (C + ob_max), 1);
-    float *x = own.take(size_t(tile * C)), *y = own.take(size_t(tile * ob_max));
+    const int64_t chunk = std::min<int64_t>(kChunk, ob_max);
+    detail::Scratch own(4 * tile * (C + chunk), 1);
+    float *x = own.take(size_t(tile * C)), *y = own.take(size_t(tile * chunk));
     for (int o0 = 0; o0 < OC; o0 += ob_max) {
       const int ob = std::min(ob_max, OC - o0);
       widen_shared(weight, C, o0, ob, w);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t n0 = 0; n0 < N; n0 += tile) {
         const int64_t rows = std::min(tile, N - n0);
-        bf16_to_fp32(inp + n0 * C, x, rows * C);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), ob, C, 1.0f, x, C, w, C,
-                    0.0f, y, ob);
-        for (int64_t r = 0; r < rows; ++r) {
-          float* __restrict row = y + r * ob;
-          if (bias)
-            for (int o = 0; o < ob; ++o) row[o] += bias[o0 + o];
-          fp32_to_bf16(row, out + (n0 + r) * OC + o0, ob);
+        widen_bf16(inp + n0 * C, x, rows * C);
+        for (int c0 = 0; c0 < ob; c0 += int(kChunk)) {
+          const int nc = int(std::min<int64_t>(kChunk, ob - c0));
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), nc, C, 1.0f, x, C,
+                      w + int64_t(c0) * C, C, 0.0f, y, nc);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* __restrict row = y + r * nc;
+            if (bias)
+              for (int o = 0; o < nc; ++o) row[o] += bias[o0 + c0 + o];
+            round_bf16(row, out + (n0 + r) * OC + o0 + c0, nc);
+          }
         }
       }  // the barrier before the next block's weight
     }
@@ -221,8 +231,9 @@ void portable_dinp(bf16* dinp, const bf16* dout, const bf16* weight, int64_t N, 
   BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
-    detail::Scratch own(4 * tile * (ob_max + C), 1);
-    float *dy = own.take(size_t(tile * ob_max)), *tile_acc = own.take(size_t(tile * C));
+    const int64_t chunk = std::min<int64_t>(kChunk, ob_max);
+    detail::Scratch own(4 * tile * (chunk + C), 1);
+    float *dy = own.take(size_t(tile * chunk)), *tile_acc = own.take(size_t(tile * C));
     for (int o0 = 0; o0 < OC; o0 += ob_max) {
       const int ob = std::min(ob_max, OC - o0);
       const bool first = o0 == 0, last = o0 + ob == OC;
@@ -233,14 +244,17 @@ void portable_dinp(bf16* dinp, const bf16* dout, const bf16* weight, int64_t N, 
         float* acc = one_block ? tile_acc : dx + n0 * C;
         if (first) {
           if (accumulate)
-            bf16_to_fp32(dinp + n0 * C, acc, rows * C);
+            widen_bf16(dinp + n0 * C, acc, rows * C);
           else
             std::fill_n(acc, rows * C, 0.0f);
         }
-        widen_rows(dout, OC, n0, rows, o0, ob, dy);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), C, ob, 1.0f, dy, ob, w, C,
-                    1.0f, acc, C);
-        if (last) fp32_to_bf16(acc, dinp + n0 * C, rows * C);
+        for (int c0 = 0; c0 < ob; c0 += int(kChunk)) {
+          const int nc = int(std::min<int64_t>(kChunk, ob - c0));
+          widen_rows(dout, OC, n0, rows, o0 + c0, nc, dy);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), C, nc, 1.0f, dy, nc,
+                      w + int64_t(c0) * C, C, 1.0f, acc, C);
+        }
+        if (last) round_bf16(acc, dinp + n0 * C, rows * C);
       }
     }
   }
@@ -257,17 +271,21 @@ void portable_dweight(float* dweight, const bf16* dout, const bf16* inp, int64_t
   BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
-    detail::Scratch own(4 * nb_max * tile, 1);
-    float* dy = own.take(size_t(nb_max * tile));
+    const int64_t chunk = std::min<int64_t>(kChunk, nb_max);
+    detail::Scratch own(4 * chunk * tile, 1);
+    float* dy = own.take(size_t(chunk * tile));
     for (int64_t n0 = 0; n0 < N; n0 += nb_max) {
       const int64_t rows = std::min(nb_max, N - n0);
       widen_shared(inp, C, n0, rows, x);
 #pragma omp for schedule(static)
       for (int64_t o0 = 0; o0 < OC; o0 += tile) {
         const int64_t ob = std::min<int64_t>(tile, OC - o0);
-        widen_rows(dout, OC, n0, rows, o0, ob, dy);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(ob), C, int(rows), 1.0f, dy,
-                    int(ob), x, C, 1.0f, dweight + o0 * C, C);
+        for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
+          const int64_t nr = std::min(kChunk, rows - r0);
+          widen_rows(dout, OC, n0 + r0, nr, o0, ob, dy);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(ob), C, int(nr), 1.0f, dy,
+                      int(ob), x + r0 * C, C, 1.0f, dweight + o0 * C, C);
+        }
       }
     }
   }

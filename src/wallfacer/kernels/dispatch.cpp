@@ -44,6 +44,8 @@ WALLFACER_ISA_DECLARE(softmax_xent_bwd)
 WALLFACER_ISA_DECLARE(adamw)
 WALLFACER_ISA_DECLARE(sum_squares)
 WALLFACER_ISA_DECLARE(scale)
+WALLFACER_ISA_DECLARE(widen_bf16)
+WALLFACER_ISA_DECLARE(round_bf16)
 
 // kernels/attention.h
 
@@ -196,5 +198,13 @@ void adamw(float* params, const float* grads, float* m, float* v, int64_t n, con
 double sum_squares(const float* x, int64_t n) { WALLFACER_ISA_CALL(sum_squares, x, n); }
 
 void scale(float* x, int64_t n, float s) { WALLFACER_ISA_CALL(scale, x, n, s); }
+
+void widen_bf16(const bf16* in, float* out, int64_t n) {
+  WALLFACER_ISA_CALL(widen_bf16, in, out, n);
+}
+
+void round_bf16(const float* in, bf16* out, int64_t n) {
+  WALLFACER_ISA_CALL(round_bf16, in, out, n);
+}
 
 }  // namespace wallfacer::kernels

@@ -326,5 +326,19 @@ void scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void widen_bf16(const bf16* in, float* out, int64_t n) {
+  const uint16_t* __restrict b = reinterpret_cast<const uint16_t*>(in);
+  float* __restrict o = out;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = bits_to_float(b[i]);
+}
+
+void round_bf16(const float* in, bf16* out, int64_t n) {
+  const float* __restrict x = in;
+  uint16_t* __restrict o = reinterpret_cast<uint16_t*>(out);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = to_bf16_bits(x[i]);
+}
+
 }  // namespace wallfacer::kernels::WALLFACER_ISA
 WALLFACER_ISA_END

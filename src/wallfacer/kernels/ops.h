@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "wallfacer/core/bf16.h"
+
 namespace wallfacer::kernels {
 
 // out (N, OC) = inp (N, C) @ weight (OC, C)^T  [+ bias (OC)]   (bias may be null)
@@ -73,5 +75,12 @@ void adamw(float* params, const float* grads, float* m, float* v, int64_t n, con
 double sum_squares(const float* x, int64_t n);
 // x *= s
 void scale(float* x, int64_t n, float s);
+
+// bf16 -> fp32 (exact) and fp32 -> bf16 (round to nearest even) over n elements on the calling
+// thread: the results of core/bf16.h's bf16_to_fp32 / fp32_to_bf16, with the kernels' vectors
+// (kernels/isa.h). For the hot paths that convert inside their own threads (the bf16 dense
+// products' portable path).
+void widen_bf16(const bf16* in, float* out, int64_t n);
+void round_bf16(const float* in, bf16* out, int64_t n);
 
 }  // namespace wallfacer::kernels
