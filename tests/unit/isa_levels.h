@@ -23,6 +23,8 @@ WALLFACER_ISA_DECLARE(layernorm_bwd)
 WALLFACER_ISA_DECLARE(gelu_fwd)
 WALLFACER_ISA_DECLARE(gelu_bwd)
 WALLFACER_ISA_DECLARE(adamw)
+WALLFACER_ISA_DECLARE(widen_bf16)
+WALLFACER_ISA_DECLARE(round_bf16)
 
 struct LevelKernels {
   isa::Level level;
@@ -37,6 +39,8 @@ struct LevelKernels {
   decltype(&kernels::gelu_fwd) gelu_fwd;
   decltype(&kernels::gelu_bwd) gelu_bwd;
   decltype(&kernels::adamw) adamw;
+  decltype(&kernels::widen_bf16) widen_bf16;
+  decltype(&kernels::round_bf16) round_bf16;
   std::string name() const { return std::string(isa::name(level)); }
 };
 
@@ -46,7 +50,7 @@ inline std::vector<LevelKernels> levels_this_cpu_runs() {
   LevelKernels {                                                                                   \
     level, &ns::attn_fwd, &ns::attn_bwd_preprocess, &ns::attn_bwd, &ns::attn_fwd_bf16,             \
         &ns::attn_bwd_preprocess_bf16, &ns::attn_bwd_bf16, &ns::layernorm_fwd, &ns::layernorm_bwd, \
-        &ns::gelu_fwd, &ns::gelu_bwd, &ns::adamw                                                   \
+        &ns::gelu_fwd, &ns::gelu_bwd, &ns::adamw, &ns::widen_bf16, &ns::round_bf16                \
   }
   const std::vector<LevelKernels> all = {WALLFACER_LEVEL_KERNELS(baseline, isa::Level::Baseline),
                                          WALLFACER_LEVEL_KERNELS(avx2, isa::Level::Avx2),

@@ -116,6 +116,26 @@ TEST(Bf16Type, EveryValueRoundTrips) {
   }
 }
 
+// The kernels' bulk conversions (kernels/ops.h, at every level this CPU runs) give the bf16 type's
+// results: every bf16 value widened, and rounding of random floats, NaNs, infinities and
+// subnormals included, with lengths that leave vector remainders.
+TEST(Bf16Type, KernelConversionsAreTheTypesAtEveryLevel) {
+  std::vector<bf16> all(65536);
+  for (uint32_t u = 0; u < 65536; ++u) all[u] = bf16{uint16_t(u)};
+  std::mt19937 gen(7);
+  std::vector<float> xs(100003);
+  for (float& x : xs) x = std::bit_cast<float>(uint32_t(gen()));
+  for (const LevelKernels& lk : levels_this_cpu_runs()) {
+    std::vector<float> wide(all.size());
+    lk.widen_bf16(all.data(), wide.data(), int64_t(all.size()));
+    for (uint32_t u = 0; u < 65536; ++u) ASSERT_EQ(bits_of(wide[u]), u << 16) << lk.name();
+    std::vector<bf16> narrow(xs.size());
+    lk.round_bf16(xs.data(), narrow.data(), int64_t(xs.size()));
+    for (size_t i = 0; i < xs.size(); ++i)
+      ASSERT_EQ(narrow[i].bits, to_bf16(xs[i]).bits) << lk.name() << " at " << i;
+  }
+}
+
 // --- Tile products ------------------------------------------------------------------------------
 
 std::vector<bf16> random_bf16(size_t n, uint32_t seed, int max_exponent = 0) {
