@@ -43,28 +43,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The startup line's words on model.window ("" without one).
-std::string window_note(const TrainConfig& cfg) {
-  const model::GptConfig& m = cfg.model;
-  if (cfg.kind != ModelKind::Gpt || m.window == 0) return "";
-  if (m.window >= cfg.seq)
-    return fmt::format(", window {} >= seq {}: the full causal mask", m.window, cfg.seq);
-  std::string layers;
-  for (const int64_t l : m.window_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-  return fmt::format(", window {} on {}", m.window,
-                     layers.empty() ? std::string("every layer") : "layers " + layers);
-}
-
-// The startup line's words on model.rope_scaling ("" without it).
-std::string rope_note(const TrainConfig& cfg) {
-  const kernels::RopeScaling& r = cfg.model.rope_scaling;
-  if (cfg.kind != ModelKind::Gpt || r.type == kernels::RopeScalingType::None) return "";
-  return fmt::format(", rope_scaling {} x{}{}", kernels::rope_scaling_type_name(r.type), r.factor,
-                     r.type == kernels::RopeScalingType::Llama3
-                         ? fmt::format(" (from {} positions)", r.original_max_position_embeddings)
-                         : "");
-}
-
 std::string format_duration(double s) {
   const auto t = int64_t(std::max(0.0, s));
   if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
@@ -269,19 +247,13 @@ void check_same_config(comm::Communicator& world, const TrainConfig& cfg) {
 
 // Stops before allocating when the model, its optimizer state, the activations of this rank's
 // rows and its attentions do not fit (an estimate: parameters, gradients and AdamW moments, 16
-// bytes per parameter; per token and layer the saved activations of attention and MLP; the
-// logits; the scratch of every DistAttention the trainer builds, one per window of the layers and
-// per local sequence with packing, on the rank that needs most, and what keep_kv holds per layer).
+// bytes per parameter; the values each token row keeps (ModelFacts), 4 bytes each; the scratch of
+// every DistAttention the trainer builds, one per window of the layers and per local sequence
+// with packing, on the rank that needs most, and what keep_kv holds per layer).
 void check_training_memory(const TrainConfig& cfg, int P) {
-  const double n = cfg.kind == ModelKind::Dit ? double(model::dit_num_params(cfg.dit_model()))
-                                              : double(model::gpt_num_params(cfg.model));
+  const ModelFacts model = model_facts(cfg);
+  const double n = double(model.num_params);
   const double rows = double(cfg.batch / cfg.dp(P)) * double(cfg.seq / cfg.sp);
-  // The MLP keeps its fc output and activation (fc_dim + mlp_hidden values a row).
-  const double mlp = cfg.kind == ModelKind::Dit
-                         ? 2.0 * cfg.model.mlp_ratio * double(cfg.model.dim)
-                         : double(cfg.model.fc_dim()) + double(cfg.model.mlp_hidden());
-  const double per_row = double(cfg.model.layers) * (10.0 * double(cfg.model.dim) + mlp) +
-                         (cfg.kind == ModelKind::Dit ? 0.0 : 2.0 * double(cfg.model.vocab));
   // As DistAttentionOp builds them: with packing one attention of batch 1 per local sequence.
   seqpar::AttnConfig one = cfg.attn_config(P);
   double sequences = 1;
@@ -301,7 +273,7 @@ void check_training_memory(const TrainConfig& cfg, int P) {
     attention += sequences * (double(most.scratch) + layers * double(most.kept_per_forward));
   }
   check_memory(
-      16.0 * n + 4.0 * rows * per_row + attention,
+      16.0 * n + 4.0 * rows * model.values_per_row + attention,
       fmt::format("training this model ({:.3g} parameters, {:.3g} token rows per rank)", n, rows));
 }
 
@@ -411,12 +383,12 @@ class Training {
     if (rank_ != 0) return;
     progress_.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
-        "batch {}{}{}{}, checkpointing {}, {} threads/rank",
+        "batch {}{}{}, checkpointing {}, {} threads/rank",
         cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
         cfg_.ulysses, cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
         packing_ ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg_.layout))
                  : "",
-        window_note(cfg_), rope_note(cfg_), model::checkpointing_name(cfg_.checkpointing),
+        model_facts(cfg_).notes, model::checkpointing_name(cfg_.checkpointing),
         num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = !opt_.cfg.dtype
