@@ -1,22 +1,11 @@
 #include "wallfacer/train/trainer.h"
 
-#include <fmt/ranges.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "wallfacer/comm/trace_merge.h"
@@ -31,7 +20,6 @@
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
-#include "wallfacer/train/data.h"
 #include "wallfacer/train/dist_model.h"
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
@@ -41,8 +29,6 @@
 #include "wallfacer/train/task.h"
 
 namespace wallfacer::train {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -108,11 +94,7 @@ class Training {
     std::string note;
     world_.agree([&] {
       if (rank_ != 0) return;
-      note = trim_metrics(metrics_path_, start_);
-      metrics_.open(metrics_path_, std::ios::app);
-      WF_CHECK(metrics_.good(), "cannot open '{}' for writing: {}", metrics_path_,
-               std::strerror(errno));
-      metrics_bytes_ = fs::file_size(metrics_path_);
+      note = metrics_.open(metrics_path_, start_);
     });
     if (!note.empty()) progress_.message("warning: " + note);
   }
@@ -376,19 +358,7 @@ class Training {
                      {"elapsed_s", run_timer.seconds()}};
     if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
     if (packing_) j["work_imbalance"] = st.imbalance;
-    const std::string line = j.dump() + "\n";
-    metrics_ << line;
-    metrics_.flush();
-    if (!metrics_.good()) {
-      // No half line: the file ends with the last complete one.
-      const int e = errno;
-      metrics_.close();
-      std::error_code ec;
-      fs::resize_file(metrics_path_, metrics_bytes_, ec);
-      WF_CHECK(false, "cannot write step {} to '{}': {} (the lines before it are kept)", s + 1,
-               metrics_path_, std::strerror(e));
-    }
-    metrics_bytes_ += line.size();
+    metrics_.append(s + 1, j.dump() + "\n");
     const double mean_dt = timed_ ? time_sum_ / double(timed_) : st.seconds;
     progress_.update(s + 1, st.loss, tok_s, mean_dt * double(cfg_.steps - s - 1), val_loss);
   }
@@ -457,8 +427,7 @@ class Training {
   Progress progress_{rank_ == 0 ? opt_.progress : "none", cfg_.steps, rank_ == 0 && opt_.report};
   // The run.
   int64_t start_ = 0;  // the first step (0-based): 0, or the step of the checkpoint resumed
-  std::ofstream metrics_;
-  uintmax_t metrics_bytes_ = 0;  // complete lines in the file
+  MetricsWriter metrics_;  // rank 0
   std::string trace_path_;
   int64_t trace_first_ = 1, trace_last_ = 0;
   comm::ClockSync clocks_;
