@@ -127,8 +127,7 @@ class Training {
         cfg_.ulysses, cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
         packing_ ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg_.layout))
                  : "",
-        model_facts(cfg_).notes, model::checkpointing_name(cfg_.checkpointing),
-        num_threads()));
+        model_facts(cfg_).notes, model::checkpointing_name(cfg_.checkpointing), num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = !opt_.cfg.dtype
                                 ? fmt::format("train.dtype = 'auto': this CPU {} AVX512-BF16",
@@ -426,7 +425,7 @@ class Training {
   FolderLock out_lock_;
   Progress progress_{rank_ == 0 ? opt_.progress : "none", cfg_.steps, rank_ == 0 && opt_.report};
   // The run.
-  int64_t start_ = 0;  // the first step (0-based): 0, or the step of the checkpoint resumed
+  int64_t start_ = 0;      // the first step (0-based): 0, or the step of the checkpoint resumed
   MetricsWriter metrics_;  // rank 0
   std::string trace_path_;
   int64_t trace_first_ = 1, trace_last_ = 0;
