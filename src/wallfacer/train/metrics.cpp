@@ -1,6 +1,8 @@
 #include "wallfacer/train/metrics.h"
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -64,6 +66,30 @@ std::string trim_metrics(const std::string& path, int64_t last_step) {
   }
   write_file_atomic(path, kept);
   return note;
+}
+
+std::string MetricsWriter::open(const std::string& path, int64_t last_step) {
+  path_ = path;
+  std::string note = trim_metrics(path, last_step);
+  out_.open(path, std::ios::app);
+  WF_CHECK(out_.good(), "cannot open '{}' for writing: {}", path, std::strerror(errno));
+  bytes_ = std::filesystem::file_size(path);
+  return note;
+}
+
+void MetricsWriter::append(int64_t step, const std::string& line) {
+  out_ << line;
+  out_.flush();
+  if (!out_.good()) {
+    // No half line: the file ends with the last complete one.
+    const int e = errno;
+    out_.close();
+    std::error_code ec;
+    std::filesystem::resize_file(path_, bytes_, ec);
+    WF_CHECK(false, "cannot write step {} to '{}': {} (the lines before it are kept)", step, path_,
+             std::strerror(e));
+  }
+  bytes_ += line.size();
 }
 
 }  // namespace wallfacer::train

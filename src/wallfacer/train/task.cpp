@@ -1,6 +1,9 @@
 #include "wallfacer/train/task.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <string>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/rng.h"
@@ -36,8 +39,42 @@ bool follow_layout(const model::AttentionOp& attn, int nb, std::vector<int64_t>&
   return moved;
 }
 
+// The startup line's words on model.window ("" without one).
+std::string window_note(const TrainConfig& cfg) {
+  const model::GptConfig& m = cfg.model;
+  if (m.window == 0) return "";
+  if (m.window >= cfg.seq)
+    return fmt::format(", window {} >= seq {}: the full causal mask", m.window, cfg.seq);
+  std::string layers;
+  for (const int64_t l : m.window_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
+  return fmt::format(", window {} on {}", m.window,
+                     layers.empty() ? std::string("every layer") : "layers " + layers);
+}
+
+// The startup line's words on model.rope_scaling ("" without it).
+std::string rope_note(const TrainConfig& cfg) {
+  const kernels::RopeScaling& r = cfg.model.rope_scaling;
+  if (r.type == kernels::RopeScalingType::None) return "";
+  return fmt::format(", rope_scaling {} x{}{}", kernels::rope_scaling_type_name(r.type), r.factor,
+                     r.type == kernels::RopeScalingType::Llama3
+                         ? fmt::format(" (from {} positions)", r.original_max_position_embeddings)
+                         : "");
+}
+
 class GptTask : public Task {
  public:
+  static ModelFacts facts(const TrainConfig& cfg) {
+    const model::GptConfig& m = cfg.model;
+    ModelFacts f;
+    f.num_params = model::gpt_num_params(m);
+    // Per layer 10 values of width dim, and the MLP's fc output and activation (fc_dim +
+    // mlp_hidden values); the logits and their gradient.
+    const double mlp = double(m.fc_dim()) + double(m.mlp_hidden());
+    f.values_per_row = double(m.layers) * (10.0 * double(m.dim) + mlp) + 2.0 * double(m.vocab);
+    f.notes = window_note(cfg) + rope_note(cfg);
+    return f;
+  }
+
   GptTask(const TrainConfig& cfg, int64_t b0, int nb, const std::vector<int64_t>& positions,
           model::AttentionOp& attn)
       : cfg_(cfg),
@@ -120,6 +157,16 @@ class GptTask : public Task {
 // draws the same clip lengths from the seeds, no communication.
 class DitTask : public Task {
  public:
+  static ModelFacts facts(const TrainConfig& cfg) {
+    const model::DitConfig d = cfg.dit_model();
+    ModelFacts f;
+    f.num_params = model::dit_num_params(d);
+    // Per layer 10 values of width dim, and the MLP's hidden output and activation.
+    const double mlp = 2.0 * d.mlp_ratio * double(d.dim);
+    f.values_per_row = double(d.layers) * (10.0 * double(d.dim) + mlp);
+    return f;
+  }
+
   DitTask(const TrainConfig& cfg, int64_t b0, int nb, const std::vector<int64_t>& positions,
           model::AttentionOp& attn)
       : cfg_(cfg),
@@ -257,6 +304,11 @@ class DitTask : public Task {
 };
 
 }  // namespace
+
+ModelFacts model_facts(const TrainConfig& cfg) {
+  if (cfg.kind == ModelKind::Dit) return DitTask::facts(cfg);
+  return GptTask::facts(cfg);
+}
 
 std::unique_ptr<Task> make_task(const TrainConfig& cfg, int64_t b0, int nb,
                                 const std::vector<int64_t>& positions, model::AttentionOp& attn) {

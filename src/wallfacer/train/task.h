@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "wallfacer/model/parts.h"
@@ -32,6 +33,20 @@ class Task {
   // for the DiT).
   virtual double loss_terms() const = 0;
 };
+
+// What a model of a config says of itself before it is built: the trainer's memory estimate and
+// startup line ask it without knowing which model it is.
+struct ModelFacts {
+  int64_t num_params = 0;  // as the Task's num_params() gives it
+  // The activation values one token row keeps from its forward to its backward: per layer those
+  // of attention and the MLP, and the logits of a text model.
+  double values_per_row = 0;
+  // The startup line's words on the model's options, each starting ", " ("" for none).
+  std::string notes;
+};
+
+// The facts of the model of cfg.kind.
+ModelFacts model_facts(const TrainConfig& cfg);
 
 // The task of cfg.kind for the rank holding clips/sequences [b0, b0 + nb) of each global batch and
 // the tokens at `positions`.

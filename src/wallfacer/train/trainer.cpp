@@ -1,22 +1,11 @@
 #include "wallfacer/train/trainer.h"
 
-#include <fmt/ranges.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "wallfacer/comm/trace_merge.h"
@@ -31,291 +20,17 @@
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/checkpoint.h"
-#include "wallfacer/train/data.h"
 #include "wallfacer/train/dist_model.h"
 #include "wallfacer/train/metrics.h"
 #include "wallfacer/train/optimizer.h"
+#include "wallfacer/train/progress.h"
+#include "wallfacer/train/run_folder.h"
+#include "wallfacer/train/startup_checks.h"
 #include "wallfacer/train/task.h"
 
 namespace wallfacer::train {
 
-namespace fs = std::filesystem;
-
 namespace {
-
-// The startup line's words on model.window ("" without one).
-std::string window_note(const TrainConfig& cfg) {
-  const model::GptConfig& m = cfg.model;
-  if (cfg.kind != ModelKind::Gpt || m.window == 0) return "";
-  if (m.window >= cfg.seq)
-    return fmt::format(", window {} >= seq {}: the full causal mask", m.window, cfg.seq);
-  std::string layers;
-  for (const int64_t l : m.window_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-  return fmt::format(", window {} on {}", m.window,
-                     layers.empty() ? std::string("every layer") : "layers " + layers);
-}
-
-// The startup line's words on model.rope_scaling ("" without it).
-std::string rope_note(const TrainConfig& cfg) {
-  const kernels::RopeScaling& r = cfg.model.rope_scaling;
-  if (cfg.kind != ModelKind::Gpt || r.type == kernels::RopeScalingType::None) return "";
-  return fmt::format(", rope_scaling {} x{}{}", kernels::rope_scaling_type_name(r.type), r.factor,
-                     r.type == kernels::RopeScalingType::Llama3
-                         ? fmt::format(" (from {} positions)", r.original_max_position_embeddings)
-                         : "");
-}
-
-std::string format_duration(double s) {
-  const auto t = int64_t(std::max(0.0, s));
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
-// Progress on rank 0: a redrawn bar on a terminal, plain lines otherwise.
-class Progress {
- public:
-  Progress(std::string mode, int64_t total, bool messages) : total_(total), messages_(messages) {
-    if (mode == "auto") {
-      // Under mpirun a rank's stdout may be a pseudo-terminal even when mpirun's is not:
-      // scripts/wallfacer-mpirun says what mpirun's own stdout is in WALLFACER_TTY.
-      const char* tty = std::getenv("WALLFACER_TTY");
-      const bool terminal = tty ? std::string(tty) == "1" : bool(isatty(STDOUT_FILENO));
-      mode = terminal ? "bar" : "plain";
-    }
-    mode_ = mode;
-  }
-  void update(int64_t step, double loss, double tok_s, double eta_s, double val_loss) {
-    if (mode_ == "none") return;
-    const std::string val = std::isnan(val_loss) ? "" : fmt::format(" val {:.4f}", val_loss);
-    if (mode_ == "bar") {
-      constexpr int kWidth = 30;
-      const int filled = int(kWidth * step / std::max<int64_t>(1, total_));
-      std::printf("\r[%s%s] step %lld/%lld loss %.4f%s %.0f tok/s ETA %s\033[K",
-                  std::string(size_t(filled), '#').c_str(),
-                  std::string(size_t(kWidth - filled), '.').c_str(), (long long)step,
-                  (long long)total_, loss, val.c_str(), tok_s, format_duration(eta_s).c_str());
-      if (step == total_) std::printf("\n");
-    } else {
-      std::printf("step %lld/%lld loss %.4f%s tokens/s %.0f ETA %s\n", (long long)step,
-                  (long long)total_, loss, val.c_str(), tok_s, format_duration(eta_s).c_str());
-    }
-    std::fflush(stdout);
-  }
-  void message(const std::string& s) {
-    if (!messages_) return;
-    if (mode_ == "bar") std::printf("\r\033[K");
-    std::printf("%s\n", s.c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  std::string mode_;
-  int64_t total_;
-  bool messages_;
-};
-
-// What a training run writes into --out.
-const char* const kRunFiles[] = {"metrics.jsonl", "loss.png", "loss_train.dat", "loss_val.dat",
-                                 "loss.gp"};
-
-// The lock a running job holds on its --out (host and pid inside; removed when the job ends).
-const char* const kLockFile = "train.lock";
-
-// Whether DIR holds metrics or checkpoints of a training run.
-bool holds_run(const std::string& dir) {
-  std::error_code ec;
-  if (fs::exists(dir + "/metrics.jsonl", ec)) return true;
-  const std::string ckpt = dir + "/ckpt";
-  return fs::is_directory(ckpt, ec) && !fs::is_empty(ckpt, ec);
-}
-
-// Removes what a training run wrote into DIR (nothing else).
-void remove_run(const std::string& dir) {
-  std::error_code ec;
-  for (const char* f : kRunFiles) fs::remove(fs::path(dir) / f, ec);
-  fs::remove_all(fs::path(dir) / "ckpt", ec);
-  WF_USAGE_CHECK(!ec, "--overwrite: cannot remove the earlier run in '{}': {}", dir, ec.message());
-}
-
-// Refuses to resume checkpoint DIR with a different model shape; returns the other keys that
-// changed ("" for none).
-std::string check_resume_config(const std::string& dir, const TrainConfig& now) {
-  TrainConfig before;
-  try {
-    before = TrainConfig::from_toml(checkpoint_config(dir), dir + "/manifest.json");
-  } catch (const UsageError& e) {
-    throw Error(fmt::format("the config in the manifest is unreadable: {}", e.what()));
-  }
-  std::string shape, other;
-  for (const auto& c : now.changes_from(before)) {
-    const std::string item = fmt::format("{} {} -> {}", c.key, c.before, c.after);
-    std::string& list = TrainConfig::is_shape_key(c.key) ? shape : other;
-    list += (list.empty() ? "" : ", ") + item;
-  }
-  WF_USAGE_CHECK(shape.empty(),
-                 "--resume: checkpoint '{}' has another model shape ({}); the model's shape "
-                 "cannot change on resume (training settings, steps, the learning-rate schedule "
-                 "and the parallel layout can): use the checkpoint's values, or start a new run "
-                 "in another --out or with --overwrite",
-                 dir, shape);
-  return other;
-}
-
-// DIR/loss.png from DIR/metrics.jsonl with gnuplot; returns false (and says why) when gnuplot is
-// not installed. A file that cannot be written is an Error.
-bool plot_losses(const std::string& dir, std::string& why) {
-  const std::string path = dir + "/metrics.jsonl";
-  std::ifstream in(path);
-  std::string train_dat, val_dat;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    const MetricsLine m = parse_metrics_line(path, number, line);
-    train_dat += fmt::format("{} {}\n", m.step, m.loss);
-    if (m.has_val) val_dat += fmt::format("{} {}\n", m.step, m.val_loss);
-  }
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    why = "gnuplot is not installed (install gnuplot-nox)";
-    return false;
-  }
-  write_file_atomic(dir + "/loss_train.dat", train_dat);
-  write_file_atomic(dir + "/loss_val.dat", val_dat);
-  const std::string png = dir + "/loss.png", script = dir + "/loss.gp";
-  std::string gp = fmt::format(
-      "set terminal png size 900,540\nset output '{}'\nset title 'wallfacer training'\n"
-      "set xlabel 'step'\nset ylabel 'loss'\nset grid\nset key top right\n"
-      "plot '{}/loss_train.dat' using 1:2 with lines lw 2 title 'train'",
-      png, dir);
-  if (!val_dat.empty())
-    gp += fmt::format(", '{}/loss_val.dat' using 1:2 with linespoints lw 2 title 'val'", dir);
-  write_file_atomic(script, gp + "\n");
-  std::error_code ec;
-  fs::remove(png, ec);
-  const int rc = std::system(fmt::format("gnuplot '{}' >/dev/null 2>&1", script).c_str());
-  WF_CHECK(rc == 0 && png_complete(png),
-           "gnuplot could not write the loss plot '{}' (a full disk?); the metrics are intact",
-           png);
-  return true;
-}
-
-// The settings of a config as "section.key" -> value (as TOML writes it), without data.dir: each
-// node may hold its own copy of the data under another path.
-std::map<std::string, std::string> config_settings(const std::string& toml_text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(toml_text);
-  std::string line, section;
-  while (std::getline(in, line)) {
-    if (line.size() >= 2 && line.front() == '[' && line.back() == ']') {
-      section = line.substr(1, line.size() - 2);
-      continue;
-    }
-    const auto eq = line.find(" = ");
-    if (eq == std::string::npos) continue;
-    const std::string key = section + "." + line.substr(0, eq);
-    if (key != "data.dir") out[key] = line.substr(eq + 3);
-  }
-  return out;
-}
-
-// `text` of rank 0 on every rank (collective): the bytes travel in an all-reduce of the maximum,
-// to which only rank 0 contributes.
-std::string text_of_rank0(comm::Communicator& world, const std::string& text) {
-  uint64_t len = world.rank() == 0 ? text.size() : 0;
-  world.all_reduce_max(&len, 1);
-  std::vector<uint64_t> words((len + 7) / 8, 0);
-  if (world.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
-  world.all_reduce_max(words.data(), int64_t(words.size()));
-  std::string out(len, '\0');
-  std::memcpy(out.data(), words.data(), len);
-  return out;
-}
-
-// Every rank must train the same config: a rank with another model.dim or train.seq would wait
-// forever in a collective of another size. An all-reduce of the smallest and largest hash of the
-// settings finds a difference; then every rank that differs from rank 0 names the keys, and every
-// rank stops with the message of the lowest one (collective).
-void check_same_config(comm::Communicator& world, const TrainConfig& cfg) {
-  const std::string toml_text = cfg.to_toml();
-  const auto mine = config_settings(toml_text);
-  std::string text;
-  for (const auto& [key, value] : mine) text += key + " = " + value + "\n";
-  const uint64_t h = fnv1a64(text.data(), text.size());
-  uint64_t extremes[2] = {h, ~h};
-  world.all_reduce_max(extremes, 2);
-  if (extremes[0] == ~extremes[1]) return;
-  const auto first = config_settings(text_of_rank0(world, toml_text));
-  world.agree([&] {
-    std::vector<std::string> differ;
-    for (const auto& [key, value] : mine) {
-      const auto it = first.find(key);
-      if (it == first.end() || it->second != value)
-        differ.push_back(fmt::format("{} ({} here, {} on rank 0)", key, value,
-                                     it == first.end() ? "absent" : it->second));
-    }
-    for (const auto& [key, value] : first)
-      if (!mine.count(key))
-        differ.push_back(fmt::format("{} (absent here, {} on rank 0)", key, value));
-    if (differ.empty()) return;
-    if (differ.size() > 4) {
-      differ.resize(4);
-      differ.back() = "...";
-    }
-    throw UsageError(fmt::format(
-        "ranks were started with different configs: this rank differs from rank 0 in {}; give "
-        "every rank the same --config and --set options",
-        fmt::join(differ, ", ")));
-  });
-}
-
-// Stops before allocating when the model, its optimizer state, the activations of this rank's
-// rows and its attentions do not fit (an estimate: parameters, gradients and AdamW moments, 16
-// bytes per parameter; per token and layer the saved activations of attention and MLP; the
-// logits; the scratch of every DistAttention the trainer builds, one per window of the layers and
-// per local sequence with packing, on the rank that needs most, and what keep_kv holds per layer).
-void check_training_memory(const TrainConfig& cfg, int P) {
-  const double n = cfg.kind == ModelKind::Dit ? double(model::dit_num_params(cfg.dit_model()))
-                                              : double(model::gpt_num_params(cfg.model));
-  const double rows = double(cfg.batch / cfg.dp(P)) * double(cfg.seq / cfg.sp);
-  // The MLP keeps its fc output and activation (fc_dim + mlp_hidden values a row).
-  const double mlp = cfg.kind == ModelKind::Dit
-                         ? 2.0 * cfg.model.mlp_ratio * double(cfg.model.dim)
-                         : double(cfg.model.fc_dim()) + double(cfg.model.mlp_hidden());
-  const double per_row = double(cfg.model.layers) * (10.0 * double(cfg.model.dim) + mlp) +
-                         (cfg.kind == ModelKind::Dit ? 0.0 : 2.0 * double(cfg.model.vocab));
-  // As DistAttentionOp builds them: with packing one attention of batch 1 per local sequence.
-  seqpar::AttnConfig one = cfg.attn_config(P);
-  double sequences = 1;
-  if (cfg.packs() && one.batch > 1) {
-    sequences = one.batch;
-    one.batch = 1;
-  }
-  double attention = 0;
-  for (const auto& [window, layers] : layer_windows(cfg)) {
-    one.window = window;
-    seqpar::DistAttentionMemory most;
-    for (int r = 0; r < cfg.sp; ++r) {
-      const seqpar::DistAttentionMemory m = seqpar::dist_attention_memory(one, cfg.sp, r);
-      most.scratch = std::max(most.scratch, m.scratch);
-      most.kept_per_forward = std::max(most.kept_per_forward, m.kept_per_forward);
-    }
-    attention += sequences * (double(most.scratch) + layers * double(most.kept_per_forward));
-  }
-  check_memory(
-      16.0 * n + 4.0 * rows * per_row + attention,
-      fmt::format("training this model ({:.3g} parameters, {:.3g} token rows per rank)", n, rows));
-}
-
-// The config a run trains (collective): validated on P ranks, with train.dtype = "auto" decided
-// here, once (the ranks compare, and the checkpoints record, the dtype the run uses), the same on
-// every rank, and a model that fits in memory.
-TrainConfig config_as_run(comm::Communicator& world, const TrainConfig& given) {
-  TrainConfig cfg = given;
-  cfg.validate(world.size());
-  cfg.dtype = cfg.run_dtype();
-  check_same_config(world, cfg);
-  check_training_memory(cfg, world.size());
-  return cfg;
-}
 
 AdamWConfig adamw_config(const TrainConfig& cfg) {
   AdamWConfig oc;
@@ -379,11 +94,7 @@ class Training {
     std::string note;
     world_.agree([&] {
       if (rank_ != 0) return;
-      note = trim_metrics(metrics_path_, start_);
-      metrics_.open(metrics_path_, std::ios::app);
-      WF_CHECK(metrics_.good(), "cannot open '{}' for writing: {}", metrics_path_,
-               std::strerror(errno));
-      metrics_bytes_ = fs::file_size(metrics_path_);
+      note = metrics_.open(metrics_path_, start_);
     });
     if (!note.empty()) progress_.message("warning: " + note);
   }
@@ -411,13 +122,12 @@ class Training {
     if (rank_ != 0) return;
     progress_.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
-        "batch {}{}{}{}, checkpointing {}, {} threads/rank",
+        "batch {}{}{}, checkpointing {}, {} threads/rank",
         cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
         cfg_.ulysses, cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
         packing_ ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg_.layout))
                  : "",
-        window_note(cfg_), rope_note(cfg_), model::checkpointing_name(cfg_.checkpointing),
-        num_threads()));
+        model_facts(cfg_).notes, model::checkpointing_name(cfg_.checkpointing), num_threads()));
     const bool avx512_bf16 = kernels::bf16_avx512_available();
     const std::string why = !opt_.cfg.dtype
                                 ? fmt::format("train.dtype = 'auto': this CPU {} AVX512-BF16",
@@ -492,27 +202,9 @@ class Training {
     return task;
   }
 
-  // --out: created, held by this job alone (rank 0 locks it until the end: a second job on the
-  // same folder is refused before it reads or removes anything), and not silently mixed with an
-  // earlier run.
+  // --out: held by this job alone, not silently mixed with an earlier run.
   void open_out() {
-    world_.agree([&] {
-      WF_USAGE_CHECK(!(opt_.resume && opt_.overwrite),
-                     "--resume continues the run in --out and --overwrite removes it: give one");
-      if (rank_ == 0) {
-        make_directories(opt_.out_dir, "--out");
-        out_lock_ = FolderLock(opt_.out_dir, kLockFile, "--out");
-      }
-      if (!opt_.resume && holds_run(opt_.out_dir)) {
-        WF_USAGE_CHECK(opt_.overwrite,
-                       "'{}' already holds a training run (metrics.jsonl or checkpoints): continue "
-                       "it with --resume, start over with --overwrite (removes them), or choose "
-                       "another --out",
-                       opt_.out_dir);
-        if (rank_ == 0) remove_run(opt_.out_dir);
-      }
-      if (rank_ == 0) make_directories(ckpt_dir_, "--out");
-    });
+    out_lock_ = claim_run_folder(world_, opt_.out_dir, ckpt_dir_, opt_.resume, opt_.overwrite);
     if (!out_lock_.taken_over().empty())
       progress_.message(fmt::format("warning: took over {} from a job that is gone ({})",
                                     out_lock_.path(), out_lock_.taken_over()));
@@ -665,19 +357,7 @@ class Training {
                      {"elapsed_s", run_timer.seconds()}};
     if (!std::isnan(val_loss)) j["val_loss"] = val_loss;
     if (packing_) j["work_imbalance"] = st.imbalance;
-    const std::string line = j.dump() + "\n";
-    metrics_ << line;
-    metrics_.flush();
-    if (!metrics_.good()) {
-      // No half line: the file ends with the last complete one.
-      const int e = errno;
-      metrics_.close();
-      std::error_code ec;
-      fs::resize_file(metrics_path_, metrics_bytes_, ec);
-      WF_CHECK(false, "cannot write step {} to '{}': {} (the lines before it are kept)", s + 1,
-               metrics_path_, std::strerror(e));
-    }
-    metrics_bytes_ += line.size();
+    metrics_.append(s + 1, j.dump() + "\n");
     const double mean_dt = timed_ ? time_sum_ / double(timed_) : st.seconds;
     progress_.update(s + 1, st.loss, tok_s, mean_dt * double(cfg_.steps - s - 1), val_loss);
   }
@@ -745,9 +425,8 @@ class Training {
   FolderLock out_lock_;
   Progress progress_{rank_ == 0 ? opt_.progress : "none", cfg_.steps, rank_ == 0 && opt_.report};
   // The run.
-  int64_t start_ = 0;  // the first step (0-based): 0, or the step of the checkpoint resumed
-  std::ofstream metrics_;
-  uintmax_t metrics_bytes_ = 0;  // complete lines in the file
+  int64_t start_ = 0;      // the first step (0-based): 0, or the step of the checkpoint resumed
+  MetricsWriter metrics_;  // rank 0
   std::string trace_path_;
   int64_t trace_first_ = 1, trace_last_ = 0;
   comm::ClockSync clocks_;

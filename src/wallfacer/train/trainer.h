@@ -1,7 +1,9 @@
 #pragma once
-// The training loop: mesh world = dp x sp (sp groups of consecutive ranks), the GPT model with
-// attention through seqpar::DistAttention, AdamW with warm-up and cosine decay, clipping by global
-// norm, evaluation, metrics, checkpoints and resume.
+// The training loop: mesh world = dp x sp (sp groups of consecutive ranks), the model of the
+// config as a Task (train/task.h) with attention through seqpar::DistAttention, AdamW with warm-up
+// and cosine decay, clipping by global norm, evaluation, metrics, checkpoints and resume. The
+// startup checks, the run folder and the progress output live beside it (startup_checks.h,
+// run_folder.h, progress.h).
 
 #include <string>
 #include <vector>
