@@ -55,7 +55,10 @@ def context(rows, extra=()):
         isa += "; no AVX-512"
     loads = [float(r["loadavg"].split()[0]) for r in rows]
     commits = sorted({r["commit"] for r in rows})
-    envs = sorted({" ".join(f"{k}={v}" for k, v in r["env"].items()) for r in rows if r.get("env")})
+    # "env": the settings bench/record.py records (a dict; a string is a run's own command prefix,
+    # which its table shows per row).
+    envs = sorted({" ".join(f"{k}={v}" for k, v in r["env"].items())
+                   for r in rows if isinstance(r.get("env"), dict) and r["env"]})
     parts = [f"{r0.get('cpu', '?')}, {r0.get('cpus', '?')} cores ({isa})",
              *([f"run with {' / '.join(envs)}"] if envs else []),
              f"OpenBLAS core {r0.get('blas_core', '?')}", *extra,

@@ -69,7 +69,7 @@ echo "sample: $out"
 echo "$out" | awk 'NR == 1 && $1 == 65536 && $2 == 5 && NF >= 2 && NF <= 7 {
     for (i = 3; i <= NF; i++) if ($i !~ /^[0-9]+$/ || $i >= 70000) exit 1; ok = 1 }
   END { exit !(ok && NR == 1) }' || err "sample printed '$out'"
-expect_error 2 "sample without --prompt-ids" "not byte-level text (257): give the prompt as token ids" \
+expect_error 2 "sample without --prompt-ids" "not byte-level text (257): give its tokenizer, --tokenizer tokenizer.json, or the prompt as token ids" \
   "$wf" sample --ckpt "$work/tok_p1" --tokens 3
 expect_error 2 "sample --prompt-ids beyond the vocabulary" "'70000', not a token id in 0..69999" \
   "$wf" sample --ckpt "$work/tok_p1" --prompt-ids 1,70000

@@ -1,6 +1,7 @@
 #include "wallfacer/train/task.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <string>
@@ -45,10 +46,8 @@ std::string window_note(const TrainConfig& cfg) {
   if (m.window == 0) return "";
   if (m.window >= cfg.seq)
     return fmt::format(", window {} >= seq {}: the full causal mask", m.window, cfg.seq);
-  std::string layers;
-  for (const int64_t l : m.window_layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-  return fmt::format(", window {} on {}", m.window,
-                     layers.empty() ? std::string("every layer") : "layers " + layers);
+  if (m.window_layers.empty()) return fmt::format(", window {} on every layer", m.window);
+  return fmt::format(", window {} on layers {}", m.window, fmt::join(m.window_layers, ","));
 }
 
 // The startup line's words on model.rope_scaling ("" without it).
