@@ -287,21 +287,23 @@ struct BwdRow {
 
 // How the heads are cut into fp32 calls.
 struct WidenPlan {
-  bool whole = false;  // one call for everything
-  int kv_chunk = 1;    // kv heads per call otherwise (one batch at a time)
+  bool whole = false;       // one call for everything
+  int kv_chunk = 1;         // kv heads per call otherwise (one batch at a time)
+  int64_t slice_bytes = 0;  // the fp32 copies of the largest call
 };
 
-// fp32 bytes per kv head of one batch: `seq_k_tensors` tensors of Sk rows and `seq_q_tensors` of
-// Sq rows per query head.
+// The plan for `seq_k_tensors` fp32 tensors of Sk rows per kv head and `seq_q_tensors` of Sq rows
+// per query head.
 WidenPlan widen_plan(const AttnDims& d, int seq_k_tensors, int seq_q_tensors) {
   const int group = d.heads / d.kv_heads;
-  const int64_t per_kv =
+  const int64_t per_kv =  // bytes per kv head of one batch
       4 * int64_t(d.head_dim) *
       (int64_t(seq_k_tensors) * d.seq_k + int64_t(seq_q_tensors) * group * d.seq_q);
   const int64_t budget = detail::bf16_widen_budget();
   WidenPlan w;
   w.whole = per_kv * d.kv_heads * d.batch <= budget;
   w.kv_chunk = int(std::clamp<int64_t>(budget / std::max<int64_t>(per_kv, 1), 1, d.kv_heads));
+  w.slice_bytes = per_kv * (w.whole ? int64_t(d.batch) * d.kv_heads : w.kv_chunk);
   return w;
 }
 
@@ -361,15 +363,6 @@ void convert(std::initializer_list<Part> parts, int b0, int nb, int D) {
       }
     }
   }
-}
-
-// Bytes of the largest slice's fp32 copies.
-int64_t portable_bytes(const AttnDims& d, int seq_k_tensors, int seq_q_tensors) {
-  const WidenPlan w = widen_plan(d, seq_k_tensors, seq_q_tensors);
-  const int group = d.heads / d.kv_heads;
-  const int64_t kv = w.whole ? int64_t(d.batch) * d.kv_heads : w.kv_chunk;
-  return 4 * int64_t(d.head_dim) * kv *
-         (int64_t(seq_k_tensors) * d.seq_k + int64_t(seq_q_tensors) * group * d.seq_q);
 }
 
 // The fp32 copies of a call come from one scratch buffer of the calling thread (kernels/scratch.h).
@@ -433,7 +426,7 @@ void portable_fwd(const AttnFwdBf16Params& p) {
   const int D = d.head_dim;
   const int k_tensors = 2, q_tensors = p.o.bf16_data ? 2 : 1;
   const WidenPlan plan = widen_plan(d, k_tensors, q_tensors);
-  Arena arena(portable_bytes(d, k_tensors, q_tensors), 0);
+  Arena arena(plan.slice_bytes, 0);
   for_each_slice(d, plan, [&](const Slice& sl) {
     arena.reset();
     AttnFwdParams f;
@@ -453,7 +446,7 @@ void portable_bwd(const AttnBwdBf16Params& p) {
   const int k_tensors = 2 + (p.dk.bf16_data != nullptr) + (p.dv.bf16_data != nullptr),
             q_tensors = 2 + (p.dq.bf16_data != nullptr);
   const WidenPlan plan = widen_plan(d, k_tensors, q_tensors);
-  Arena arena(portable_bytes(d, k_tensors, q_tensors), 0);
+  Arena arena(plan.slice_bytes, 0);
   for_each_slice(d, plan, [&](const Slice& sl) {
     arena.reset();
     AttnBwdParams f;
@@ -540,7 +533,8 @@ AttnTiling bwd_tiling(const AttnDims& dims, bool narrow) {
 
 int64_t attn_fwd_bf16_workspace_bytes(const AttnDims& dims, int threads) {
   if (bf16_path() == Bf16Path::portable)  // with a bf16 O
-    return portable_bytes(dims, 2, 2) + WALLFACER_ISA::attn_fwd_workspace_bytes(dims, threads);
+    return widen_plan(dims, 2, 2).slice_bytes +
+           WALLFACER_ISA::attn_fwd_workspace_bytes(dims, threads);
   const HeadDims hd(dims.head_dim);
   const AttnTiling t = WALLFACER_ISA::attn_fwd_bf16_tiling(dims);
   return 2 * FwdPacked::elements(dims, hd, t.block_k) +
@@ -877,7 +871,7 @@ void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, const BwdTask
 
 int64_t attn_bwd_bf16_workspace_bytes(const AttnDims& dims, int threads, bool dq_is_bf16) {
   if (bf16_path() == Bf16Path::portable)  // with bf16 dK, dV
-    return portable_bytes(dims, 4, 2 + int(dq_is_bf16)) +
+    return widen_plan(dims, 4, 2 + int(dq_is_bf16)).slice_bytes +
            WALLFACER_ISA::attn_bwd_workspace_bytes(dims, threads);
   int64_t most = 0;  // the larger of the two tilings
   for (bool narrow : {false, true}) {

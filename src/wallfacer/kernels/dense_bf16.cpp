@@ -161,6 +161,11 @@ constexpr int64_t kWideBytes = int64_t(64) << 20;
 // rounding.
 constexpr int64_t kChunk = 1024;
 
+// Rows of the weight (OC, C) widened at a time by the forward and dinp: at most kWideBytes of fp32.
+int weight_block_rows(int C, int OC) {
+  return int(std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, OC));
+}
+
 // Rows per tile when `n` rows are shared by `threads` threads: at most 256, at least 16, about
 // two tiles per thread.
 int64_t tile_rows(int64_t n, int threads) {
@@ -184,7 +189,7 @@ void widen_shared(const bf16* x, int64_t cols, int64_t r0, int64_t rows, float* 
 void portable_fwd(bf16* out, const bf16* inp, const bf16* weight, const float* bias, int64_t N,
                   int C, int OC) {
   const int threads = num_threads();
-  const int ob_max = int(std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, OC));
+  const int ob_max = weight_block_rows(C, OC);
   const int64_t tile = tile_rows(N, threads);
   detail::Scratch shared(4 * int64_t(ob_max) * C, 0);
   float* w = shared.take(size_t(ob_max) * C);
@@ -222,7 +227,7 @@ void portable_fwd(bf16* out, const bf16* inp, const bf16* weight, const float* b
 void portable_dinp(bf16* dinp, const bf16* dout, const bf16* weight, int64_t N, int C, int OC,
                    bool accumulate) {
   const int threads = num_threads();
-  const int ob_max = int(std::clamp<int64_t>(kWideBytes / (4 * int64_t(C)), 16, OC));
+  const int ob_max = weight_block_rows(C, OC);
   const bool one_block = ob_max == OC;
   const int64_t tile = tile_rows(N, threads);
   const size_t dx_floats = one_block ? 0 : size_t(N * C);
