@@ -226,7 +226,9 @@ int run_generate(const GenerateArgs& a) {
     }
     return ms_since(t1);
   };
+  const double merge_ms0 = cache.merge_ms();
   const double decode_ms = decode(out);
+  const double merge_ms = cache.merge_ms() - merge_ms0;  // this rank's, in the first answer
   int32_t last = out.back();  // drawn, not yet in the cache
   if (out.back() == a.eos) out.pop_back();
   const double decode_tps =
@@ -254,9 +256,11 @@ int run_generate(const GenerateArgs& a) {
   }
 
   // Every rank's shard: the positions it holds and the bytes it allocated.
-  std::vector<double> mine(size_t(2 * P), 0.0);
+  // And the milliseconds it spent in the first answer's merges.
+  std::vector<double> mine(size_t(3 * P), 0.0);
   mine[size_t(rank)] = double(cache.rows());
   mine[size_t(P + rank)] = double(cache.bytes());
+  mine[size_t(2 * P + rank)] = merge_ms;
   world.all_reduce_sum(mine.data(), int64_t(mine.size()));
   // The new tokens as text (rank 0), before anything is written.
   std::string text;
@@ -269,9 +273,14 @@ int run_generate(const GenerateArgs& a) {
     write_npy(a.logits, kept_logits.data(),
               {int64_t(kept_logits.size()) / m.vocab, int64_t(m.vocab)});
   std::vector<int64_t> positions, bytes;
+  std::vector<std::string> merge_ms_by_rank;
+  const double decoded = out.size() > 1 ? double(out.size() - 1) : 1.0;
+  double merge_ms_sum = 0;
   for (int r = 0; r < P; ++r) {
     positions.push_back(int64_t(mine[size_t(r)]));
     bytes.push_back(int64_t(mine[size_t(P + r)]));
+    merge_ms_by_rank.push_back(fmt::format("{:.4f}", mine[size_t(2 * P + r)] / decoded));
+    merge_ms_sum += mine[size_t(2 * P + r)];
   }
   const int64_t most_bytes = *std::max_element(bytes.begin(), bytes.end());
   std::vector<std::string> conts;
@@ -289,10 +298,13 @@ int run_generate(const GenerateArgs& a) {
         "\"strategy\": \"{}\", \"teams\": {}, \"ulysses\": {}, \"ttft_ms\": {:.3f}, "
         "\"decode_ms\": {:.3f}, \"decode_tokens_per_s\": {:.3f}, \"cache_bytes_per_rank\": {}, "
         "\"cache_bytes_by_rank\": [{}], \"cache_positions_by_rank\": [{}], "
-        "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}, \"continuations\": [{}]{}}}\n",
+        "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}, "
+        "\"merge_ms_per_token\": {:.4f}, \"merge_ms_per_token_by_rank\": [{}], "
+        "\"continuations\": [{}]{}}}\n",
         fmt::join(out, ", "), L, split.padded, P, a.strategy, a.teams, a.ulysses, ttft_ms,
         decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "), fmt::join(positions, ", "),
-        model::cache_bytes(m, L + added), merge_bytes, fmt::join(conts, ", "),
+        model::cache_bytes(m, L + added), merge_bytes, merge_ms_sum / P / decoded,
+        fmt::join(merge_ms_by_rank, ", "), fmt::join(conts, ", "),
         a.tokenizer.empty()
             ? std::string()
             : ", \"text\": " + nlohmann::json(text).dump(-1, ' ', false,

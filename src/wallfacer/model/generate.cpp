@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <utility>
@@ -125,14 +126,14 @@ double prefill_scratch_bytes(const GptConfig& cfg, const seqpar::AttnConfig& att
 
 double generate_memory_bytes(const GptConfig& cfg, int P, int64_t padded, int64_t cache_rows,
                              double scratch) {
-  // The loaded parameters, the prefill model's own copy and its gradient arena.
-  const double params = 12.0 * double(gpt_num_params(cfg));
-  // Per row and layer the forward's kept activations (as the trainer counts them), and the
-  // logits (and their gradient buffer) of every row.
+  // The loaded parameters and the prefill model's own copy (built for inference: no gradients).
+  const double params = 8.0 * double(gpt_num_params(cfg));
+  // Per row: each layer's input, attention output and LSE, and one layer's other activations
+  // (norms, q, k, v, the MLP's), the fp32 scratch and the final norm's (Gpt with GptUse::Infer).
   const double rows = double(padded) / double(P);
-  const double per_row = double(cfg.layers) * (10.0 * double(cfg.dim) + double(cfg.fc_dim()) +
-                                               double(cfg.mlp_hidden())) +
-                         2.0 * double(cfg.vocab);
+  const double C = double(cfg.dim);
+  const double per_row = double(cfg.layers) * (2.0 * C + double(cfg.heads)) + 8.0 * C +
+                         double(cfg.qkv_dim()) + double(cfg.fc_dim()) + double(cfg.mlp_hidden());
   return params + 4.0 * rows * per_row + scratch + double(cache_bytes(cfg, cache_rows));
 }
 
@@ -219,8 +220,11 @@ void ShardedKvCache::attend(int layer, int64_t pos, const float* q, const float*
     std::copy(o_part_.begin(), o_part_.end(), o_send_.begin() + ptrdiff_t(r) * H * D);
     std::copy(lse_part_.begin(), lse_part_.end(), lse_send_.begin() + ptrdiff_t(r) * H);
   }
+  const auto t0 = std::chrono::steady_clock::now();
   group_.reduce_scatter_lse(o_send_.data(), lse_send_.data(), o, lse_.data(), 1, 1, H, D,
                             k::lse_merge_rows);
+  merge_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                   .count();
   merge_bytes_ += int64_t(P - 1) * int64_t(H) * (D + 1) * int64_t(sizeof(float));
 }
 
@@ -314,17 +318,18 @@ std::vector<float> sharded_prefill(const GptConfig& cfg, const float* params,
   const seqpar::AttnConfig a = prefill_attn_config(cfg, attn, split.padded);
   PrefillAttention op(a, layer_window_set(cfg), group, cache, cfg.layers);
   const std::vector<int64_t>& pos = op.positions();
-  std::vector<int32_t> tokens(pos.size()), targets(pos.size(), 0);
-  for (size_t i = 0; i < pos.size(); ++i)
+  std::vector<int32_t> tokens(pos.size());
+  std::vector<int64_t> last;  // the row of the last prompt position, on the rank that holds it
+  for (size_t i = 0; i < pos.size(); ++i) {
     tokens[i] = pos[i] < split.prompt ? prompt[size_t(pos[i])] : 0;  // pads: token 0
-  Gpt gpt(cfg, 1, pos, Checkpointing::None, op, Dtype::fp32);
+    if (pos[i] == split.prompt - 1) last.push_back(int64_t(i));
+  }
+  Gpt gpt(cfg, 1, pos, Checkpointing::None, op, Dtype::fp32, GptUse::Infer);
   std::copy_n(params, gpt.num_params(), gpt.params());
-  gpt.forward(tokens.data(), targets.data());
-  // The last prompt position's logits, from the rank that holds it (the others add zeros).
+  // Its logits, from the rank that holds it (the others add zeros).
   const int V = cfg.vocab;
   std::vector<float> logits(size_t(V), 0.0f);
-  for (size_t i = 0; i < pos.size(); ++i)
-    if (pos[i] == split.prompt - 1) std::copy_n(gpt.logits() + int64_t(i) * V, V, logits.begin());
+  gpt.forward_logits(tokens.data(), last, logits.data());
   group.all_reduce_sum(logits.data(), V);
   return logits;
 }
@@ -593,16 +598,17 @@ std::vector<float> continue_prefill(const GptConfig& cfg, const float* params,
   std::vector<float> logits(size_t(V), 0.0f);
   if (m > 0) {
     std::vector<int64_t> pos(static_cast<size_t>(m));
-    std::vector<int32_t> mine(static_cast<size_t>(m)), targets(static_cast<size_t>(m), 0);
+    std::vector<int32_t> mine(static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i) {
       pos[size_t(i)] = first + i;
       mine[size_t(i)] = tokens[size_t(first + i - plan.cached)];
     }
-    Gpt gpt(cfg, 1, pos, Checkpointing::None, op, Dtype::fp32);
+    Gpt gpt(cfg, 1, pos, Checkpointing::None, op, Dtype::fp32, GptUse::Infer);
     std::copy_n(params, gpt.num_params(), gpt.params());
-    gpt.forward(mine.data(), targets.data());
-    if (first + m == plan.cached + plan.added)  // this rank holds the last new position
-      std::copy_n(gpt.logits() + (m - 1) * V, V, logits.begin());
+    // The logits of the last new position, on the rank that holds it.
+    std::vector<int64_t> last;
+    if (first + m == plan.cached + plan.added) last.push_back(m - 1);
+    gpt.forward_logits(mine.data(), last, logits.data());
   } else {
     // No new rows here: the ring still passes through this rank, layer by layer.
     for (int l = 0; l < cfg.layers; ++l) op.layer(nullptr, nullptr, nullptr, nullptr, nullptr);

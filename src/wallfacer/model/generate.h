@@ -50,7 +50,8 @@ int next_owner(const std::vector<int64_t>& held);
 // Bytes of a shard of `rows` positions: keys and values of every layer, fp32.
 int64_t cache_bytes(const GptConfig& cfg, int64_t rows);
 // The memory one rank needs to prefill `rows` = padded / P rows of a padded prompt (the model's
-// parameters three times, the activations and logits of its rows, the attention's `scratch`) and
+// parameters twice, the activations of its rows in a Gpt built for inference, the attention's
+// `scratch`) and
 // hold a cache shard of `cache_rows` positions: an estimate, for refusing before allocating.
 double generate_memory_bytes(const GptConfig& cfg, int P, int64_t padded, int64_t cache_rows,
                              double scratch);
@@ -86,6 +87,9 @@ class ShardedKvCache : public DecoderCache {
   const std::vector<seqpar::PositionRun>& runs(int r) const { return runs_[size_t(r)]; }
   // Bytes this rank sent in the merges of the latest token (all layers).
   int64_t merge_bytes_last() const { return merge_bytes_; }
+  // Milliseconds this rank has spent in the merges since it was built (every token, every layer):
+  // the reduce-scatter's messages and the wait for the slowest rank's partial.
+  double merge_ms() const { return merge_ms_; }
   // Positions every rank holds together (the next position to fill).
   int64_t positions() const;
   // Continuation (continue_prefill): layer `layer`'s cached keys and values (capacity, Hkv, D),
@@ -107,6 +111,7 @@ class ShardedKvCache : public DecoderCache {
   int64_t pos_ = -1;  // the position of the token being decoded
   int owner_ = 0;
   int64_t merge_bytes_ = 0;
+  double merge_ms_ = 0;
 };
 
 // Runs the prefill of `prompt` (collective over `group`; the same prompt on every rank) with the

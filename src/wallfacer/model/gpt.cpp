@@ -342,7 +342,7 @@ void Gpt::rope_tables(const int64_t* pos, int n) {
 }
 
 Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkpointing ckpt,
-         AttentionOp& attention, Dtype dtype)
+         AttentionOp& attention, Dtype dtype, GptUse use)
     : cfg_(cfg),
       B_(batch),
       T_(int(positions.size())),
@@ -350,15 +350,19 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
       positions_(std::move(positions)),
       ckpt_(ckpt),
       attn_(attention),
-      dtype_(dtype) {
+      dtype_(dtype),
+      use_(use) {
   cfg_.validate();
   WF_CHECK(B_ >= 1 && T_ >= 1, "Gpt: batch {} and tokens {} must be positive", B_, T_);
   num_params_ = gpt_num_params(cfg_);
   tensors_ = gpt_param_tensors(cfg_);
+  const bool train = use_ == GptUse::Train;
   params_.assign(size_t(num_params_), 0.0f);
-  grads_.assign(size_t(num_params_), 0.0f);
   p_ = gpt_param_view(cfg_, params_.data());
-  g_ = gpt_param_view(cfg_, grads_.data());
+  if (train) {
+    grads_.assign(size_t(num_params_), 0.0f);
+    g_ = gpt_param_view(cfg_, grads_.data());
+  }
   const bool bf = dtype_ == Dtype::bf16;
   if (bf) params16_.assign(size_t(num_params_), bf16{});
 
@@ -387,7 +391,7 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
     plan.add({{&s.ln2_mean, N}, {&s.ln2_rstd, N}});
     acts.add({{&s.fch, N * F}, {&s.fch_act, N * M}});
   };
-  const bool own = ckpt_ == Checkpointing::None;
+  const bool own = train && ckpt_ == Checkpointing::None;
   for (auto& b : a.blocks) {
     plan.add(&b.x, N * C);
     acts.add(&b.o, N * HD);
@@ -398,24 +402,25 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   if (bf) plan.add(&shared.qkv, N * Q);
   plan.add(&a.x_final, N * C);
   acts.add(&a.lnf, N * C);
-  plan.add({{&a.lnf_mean, N},
-            {&a.lnf_rstd, N},
-            {&a.logits, N * cfg_.vocab},
-            {&a.losses, N},
-            {&a.tmp, N * C},
-            {&a.dx, N * C},
-            {&a.dln, N * C}});
-  if (!bf) plan.add(&a.dfch, N * F);
-  if (!bf && cfg_.swiglu()) plan.add(&a.dact, N * M);
-  plan.add(
-      {{&a.dqkv, N * Q}, {&a.dq, N * HD}, {&a.dk, N * KD}, {&a.dv, N * KD}, {&a.dattn, N * HD}});
+  plan.add({{&a.lnf_mean, N}, {&a.lnf_rstd, N}, {&a.tmp, N * C}});
+  if (train) {
+    plan.add({{&a.logits, N * cfg_.vocab}, {&a.losses, N}, {&a.dx, N * C}, {&a.dln, N * C}});
+    if (!bf) plan.add(&a.dfch, N * F);
+    if (!bf && cfg_.swiglu()) plan.add(&a.dact, N * M);
+    plan.add({{&a.dqkv, N * Q}, {&a.dattn, N * HD}});
+  }
+  // dq, dk, dv are also the fp32 scratch of a bf16 forward's rotary embedding (split_qkv).
+  if (train || bf) plan.add({{&a.dq, N * HD}, {&a.dk, N * KD}, {&a.dv, N * KD}});
   if (bf) {
-    acts.b16.add({{&a.wide16, N * std::max({int64_t(cfg_.vocab), Q, M, C})},
-                  {&a.x16, N * std::max(F, C)},
-                  {&a.y16, N * std::max(M, C)},
-                  {&a.dq16, N * HD},
-                  {&a.dk16, N * KD},
-                  {&a.dv16, N * KD}});
+    // wide16 holds the dense outputs of a forward (the logits' too in training) and the output
+    // gradients of a backward; the rest serve the backward only.
+    acts.b16.add(&a.wide16, N * std::max({train ? int64_t(cfg_.vocab) : 0, Q, M, C}));
+    if (train)
+      acts.b16.add({{&a.x16, N * std::max(F, C)},
+                    {&a.y16, N * std::max(M, C)},
+                    {&a.dq16, N * HD},
+                    {&a.dk16, N * KD},
+                    {&a.dv16, N * KD}});
   }
   act_bytes_ = plan.total() * int64_t(sizeof(float)) + acts.b16.total() * int64_t(sizeof(bf16));
   plan.allocate(a.arena);
@@ -545,19 +550,24 @@ void Gpt::round_weights() {
   }
 }
 
+void Gpt::blocks_forward(const int32_t* tokens) {
+  if (dtype_ == Dtype::bf16) round_weights();
+  k::embedding_fwd(a_->blocks[0].x, tokens, p_.wte, N_, cfg_.dim, cfg_.vocab);  // (N, C)
+  for (int l = 0; l < cfg_.layers; ++l) {
+    trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
+    block_forward(l, true);
+  }
+}
+
 double Gpt::forward(const int32_t* tokens, const int32_t* targets) {
+  WF_CHECK(use_ == GptUse::Train, "Gpt::forward on a model built for inference: forward_logits");
   auto& a = *a_;
   tokens_ = tokens;
   targets_ = targets;
   const int64_t N = N_;
   const int C = cfg_.dim, V = cfg_.vocab;
   const bool bf = dtype_ == Dtype::bf16;
-  if (bf) round_weights();
-  k::embedding_fwd(a.blocks[0].x, tokens, p_.wte, N, C, V);  // (N, C)
-  for (int l = 0; l < cfg_.layers; ++l) {
-    trace::Span layer("layer forward", trace::Cat::Phase, {{"layer", l}});
-    block_forward(l, true);
-  }
+  blocks_forward(tokens);
   trace::Span head("lm head", trace::Cat::Compute);
   norm_fwd(a.lnf, a.tmp, a.lnf_mean, a.lnf_rstd, a.x_final, p_.lnf_w, p_.lnf_b);
   dense_fwd(pick(bf, a.logits, a.wide16), a.lnf, p_.lm_head, C, V);  // (N, V)
@@ -568,7 +578,44 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets) {
   return s;
 }
 
+void Gpt::forward_logits(const int32_t* tokens, const std::vector<int64_t>& rows,
+                         float* logits) {
+  WF_CHECK(use_ == GptUse::Infer, "Gpt::forward_logits needs a model built with GptUse::Infer");
+  auto& a = *a_;
+  const int C = cfg_.dim, V = cfg_.vocab;
+  const bool bf = dtype_ == Dtype::bf16;
+  blocks_forward(tokens);
+  // The final norm and the LM head of the asked rows only: the norm is per row, so the rows are
+  // gathered first; the head is the training forward's product on n rows.
+  trace::Span head("lm head", trace::Cat::Compute);
+  const int64_t n = int64_t(rows.size());
+  if (n == 0) return;
+  std::vector<float> x(size_t(n * C)), y(size_t(n * C)), mean(static_cast<size_t>(n)),
+      rstd(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    WF_CHECK(rows[size_t(i)] >= 0 && rows[size_t(i)] < N_, "forward_logits: row {} of {}",
+             rows[size_t(i)], N_);
+    std::copy_n(a.x_final + rows[size_t(i)] * C, C, x.begin() + i * C);
+  }
+  if (cfg_.rmsnorm()) {
+    k::rmsnorm_fwd(y.data(), rstd.data(), x.data(), p_.lnf_w, n, C, float(cfg_.norm_eps));
+  } else {
+    k::layernorm_fwd(y.data(), mean.data(), rstd.data(), x.data(), p_.lnf_w, p_.lnf_b, n, C);
+  }
+  if (!bf) {
+    model::dense_fwd(Act{logits, nullptr}, Act{y.data(), nullptr}, p_.lm_head, nullptr, nullptr, n,
+                     C, V);
+    return;
+  }
+  std::vector<bf16> y16(size_t(n * C)), out16(size_t(n * V));
+  round_to_bf16(y.data(), y16.data(), n * C);
+  model::dense_fwd(Act{nullptr, out16.data()}, Act{nullptr, y16.data()}, p_.lm_head,
+                   weight16(p_.lm_head), nullptr, n, C, V);
+  widen_to_fp32(out16.data(), logits, n * V);
+}
+
 void Gpt::backward(float dloss) {
+  WF_CHECK(use_ == GptUse::Train, "Gpt::backward on a model built for inference");
   WF_CHECK(tokens_ && targets_, "Gpt::backward called before forward");
   auto& a = *a_;
   const int64_t N = N_;

@@ -88,6 +88,12 @@ struct GptConfig {
 };
 
 enum class Checkpointing { None, Attention };
+
+// What a Gpt is built for. Train: forward, backward, every row's logits and loss. Infer: only
+// forward_logits (a prefill): no gradients, the activations a block recomputes in training kept
+// for one block at a time (as with attention checkpointing), and the final norm and LM head run on
+// the rows whose logits are asked for (the (N, V) logits of every row are never allocated).
+enum class GptUse { Train, Infer };
 Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
 std::string_view checkpointing_name(Checkpointing c);
 
@@ -129,7 +135,7 @@ class Gpt {
  public:
   // batch: sequences of this rank, tokens: rows per sequence on this rank (positions.size()).
   Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkpointing ckpt,
-      AttentionOp& attention, Dtype dtype = Dtype::fp32);
+      AttentionOp& attention, Dtype dtype = Dtype::fp32, GptUse use = GptUse::Train);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -146,6 +152,10 @@ class Gpt {
   // tokens, targets: (B, T). Returns the sum of the losses of the local rows (fp64). Keeps what
   // the backward needs. In bf16, first rounds the dense weights of params() to their bf16 copy.
   double forward(const int32_t* tokens, const int32_t* targets);
+  // GptUse::Infer: runs the blocks over tokens (B, T) and writes the logits (rows.size(), V) of
+  // the local rows `rows` (indices 0 .. B*T-1) to `logits`, fp32, computed as forward computes
+  // them (the same products in the model's dtype). In bf16, first rounds the dense weights.
+  void forward_logits(const int32_t* tokens, const std::vector<int64_t>& rows, float* logits);
   // logits (B, T, V) of the last forward (valid until backward, which reuses the buffer).
   const float* logits() const;
   const float* losses() const;  // (B, T)
@@ -168,6 +178,9 @@ class Gpt {
   void split_qkv(const BlockActs& b);
   void merge_dqkv();
   void block_forward(int l, bool run_attention);
+  // The embedding and every block's forward (bf16: the weights rounded first): the input of the
+  // final norm in x_final.
+  void blocks_forward(const int32_t* tokens);
   void block_backward(int l);
   // out (N, OC) = in (N, C) @ w^T in the dtype of out and in (w: the fp32 master; bf16 uses its
   // bf16 copy); the backward adds the weight gradient to dw (fp32) and writes din.
@@ -193,6 +206,7 @@ class Gpt {
   Checkpointing ckpt_;
   AttentionOp& attn_;
   Dtype dtype_;
+  GptUse use_;
   int64_t num_params_;
   std::vector<ParamTensor> tensors_;
   std::vector<float> params_, grads_;
