@@ -23,6 +23,7 @@
 #include "command.h"
 #include "hf_tokenizer.h"
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/dtype.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
@@ -48,6 +49,7 @@ struct GenerateArgs {
   int64_t eos = -1;
   std::string strategy = "ring";
   int teams = 1, ulysses = 1;
+  std::string dtype = "fp32";  // the prefill's
   bool json = false;
   std::string logits;
   std::vector<std::string> continues;  // further turns, in order
@@ -172,6 +174,7 @@ int run_generate(const GenerateArgs& a) {
   attn.strategy = seqpar::parse_strategy(a.strategy);
   attn.teams = a.teams;
   attn.ulysses = a.ulysses;
+  attn.dtype = parse_dtype(a.dtype);
   const int64_t L = int64_t(prompt.size());
   const model::PromptSplit split = model::split_prompt(m, attn, P, L);
   // Capacity: the prompt's positions and every new token but the last (never fed back).
@@ -295,13 +298,14 @@ int run_generate(const GenerateArgs& a) {
   if (a.json) {
     fmt::print(
         "{{\"tokens\": [{}], \"prompt_tokens\": {}, \"padded_tokens\": {}, \"ranks\": {}, "
-        "\"strategy\": \"{}\", \"teams\": {}, \"ulysses\": {}, \"ttft_ms\": {:.3f}, "
+        "\"strategy\": \"{}\", \"teams\": {}, \"ulysses\": {}, \"dtype\": \"{}\", "
+        "\"ttft_ms\": {:.3f}, "
         "\"decode_ms\": {:.3f}, \"decode_tokens_per_s\": {:.3f}, \"cache_bytes_per_rank\": {}, "
         "\"cache_bytes_by_rank\": [{}], \"cache_positions_by_rank\": [{}], "
         "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}, "
         "\"merge_ms_per_token\": {:.4f}, \"merge_ms_per_token_by_rank\": [{}], "
         "\"continuations\": [{}]{}}}\n",
-        fmt::join(out, ", "), L, split.padded, P, a.strategy, a.teams, a.ulysses, ttft_ms,
+        fmt::join(out, ", "), L, split.padded, P, a.strategy, a.teams, a.ulysses, a.dtype, ttft_ms,
         decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "), fmt::join(positions, ", "),
         model::cache_bytes(m, L + added), merge_bytes, merge_ms_sum / P / decoded,
         fmt::join(merge_ms_by_rank, ", "), fmt::join(conts, ", "),
@@ -365,6 +369,9 @@ Action setup(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--teams", args->teams, "WallFacer team size C")->capture_default_str();
   cmd->add_option("--ulysses", args->ulysses, "Ulysses degree of a hybrid (ring, zigzag)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype,
+                  "The prefill's products and attention: fp32 | bf16 (the decode is fp32)")
       ->capture_default_str();
   cmd->add_flag("--json", args->json,
                 "Print one JSON object: tokens, ttft_ms, decode_tokens_per_s, "

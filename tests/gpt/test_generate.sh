@@ -58,6 +58,33 @@ for arch in gpt llama window; do
   done
 done
 
+# --dtype bf16 (a bf16 prefill, an fp32 decode): the first token's logits within bf16's rounding
+# of one fp32 process's (and not equal to them: the prefill ran in bf16), on 1, 2 and 4 ranks.
+ck=$work/run_llama
+prompt="$verses"
+"$wf" sample --ckpt "$ck" --prompt "$prompt" --tokens 2 --temperature 0 --ids \
+  --logits "$work/ref.npy" >/dev/null 2>&1 || err "sample for the bf16 prefill failed"
+for r in "1 ring" "2 zigzag" "4 wallfacer --teams 2"; do
+  read -r np strat rest <<<"$r"
+  # shellcheck disable=SC2086
+  mpi "$np" generate --ckpt "$ck" --prompt "$prompt" --max-new 2 --temperature 0 --dtype bf16 \
+    --strategy "$strat" $rest --json --logits "$work/bf16.npy" >"$work/bf16.json" 2>"$work/err" ||
+    { err "bf16 prefill P=$np $strat: generate failed: $(cat "$work/err")"; continue; }
+  res=$("$py" - "$work/ref.npy" "$work/bf16.npy" "$work/bf16.json" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.environ['GENERATE_TESTS'])
+from logits_npy import rows as npy
+ref, got = npy(sys.argv[1])[0], npy(sys.argv[2])[0]
+scale = max(1.0, max(abs(x) for x in ref))
+err = max(abs(a - b) for a, b in zip(ref, got))
+dtype = json.load(open(sys.argv[3]))['dtype']
+print('dtype %s, first logits within %.3g of fp32 (bound %.3g)' % (dtype, err, 2e-2 * scale))
+sys.exit(0 if dtype == 'bf16' and 0 < err <= 2e-2 * scale else 1)
+PY
+) || err "bf16 prefill P=$np $strat: $res"
+  echo "llama bf16 prefill, P=$np $strat $rest: $res"
+done
+
 # Per-rank cache bytes: the one-process total over P, plus at most one position.
 ck=$work/run_gpt
 prompt="Verse 7: and the 1 lamps were lit, and the 2 doors were opened, and the 3 lamps were lit"

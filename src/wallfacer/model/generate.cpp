@@ -71,6 +71,7 @@ seqpar::AttnConfig prefill_attn_config(const GptConfig& cfg, const seqpar::AttnC
   a.kv_heads = cfg.kv_heads;
   a.head_dim = cfg.head_dim();
   a.causal = true;
+  a.dtype = attn.dtype;
   return a;
 }
 
@@ -288,10 +289,20 @@ class PrefillAttention : public AttentionOp {
     cur_ = size_t(at - windows_.begin());
   }
   void forward(const Act& q, const Act& k, const Act& v, const Act& o, float* lse) override {
-    WF_CHECK(q.f32 && k.f32 && v.f32 && o.f32, "the prefill runs in fp32");
     WF_CHECK(layer_ < layers_, "prefill: more attention calls than layers");
-    dists_[cur_]->forward(q.f32, k.f32, v.f32, o.f32, lse);
-    cache_.add_prefill(layer_++, k.f32, v.f32, positions_);
+    if (q.f32) {
+      dists_[cur_]->forward(q.f32, k.f32, v.f32, o.f32, lse);
+      cache_.add_prefill(layer_++, k.f32, v.f32, positions_);
+      return;
+    }
+    // bf16: the cache keeps the rounded keys and values, widened (exactly) to fp32.
+    dists_[cur_]->forward(q.b16, k.b16, v.b16, o.b16, lse);
+    const int64_t n = int64_t(positions_.size()) * cache_.kv_row();
+    k32_.resize(size_t(n));
+    v32_.resize(size_t(n));
+    widen_to_fp32(k.b16, k32_.data(), n);
+    widen_to_fp32(v.b16, v32_.data(), n);
+    cache_.add_prefill(layer_++, k32_.data(), v32_.data(), positions_);
   }
   void backward(const Act&, const Act&, const Act&, const Act&, const float*, const Act&,
                 const Act&, const Act&, const Act&) override {
@@ -304,6 +315,7 @@ class PrefillAttention : public AttentionOp {
   size_t cur_ = 0;
   ShardedKvCache& cache_;
   std::vector<int64_t> positions_;
+  std::vector<float> k32_, v32_;
   int layers_, layer_ = 0;
 };
 
@@ -324,7 +336,7 @@ std::vector<float> sharded_prefill(const GptConfig& cfg, const float* params,
     tokens[i] = pos[i] < split.prompt ? prompt[size_t(pos[i])] : 0;  // pads: token 0
     if (pos[i] == split.prompt - 1) last.push_back(int64_t(i));
   }
-  Gpt gpt(cfg, 1, pos, Checkpointing::None, op, Dtype::fp32, GptUse::Infer);
+  Gpt gpt(cfg, 1, pos, Checkpointing::None, op, a.dtype, GptUse::Infer);
   std::copy_n(params, gpt.num_params(), gpt.params());
   // Its logits, from the rank that holds it (the others add zeros).
   const int V = cfg.vocab;

@@ -80,6 +80,7 @@ class ShardedKvCache : public DecoderCache {
   void attend(int layer, int64_t pos, const float* q, const float* k, const float* v,
               float* o) override;
   int64_t rows() const { return rows_; }                          // positions this rank holds
+  int64_t kv_row() const { return int64_t(cfg_.kv_heads) * cfg_.head_dim(); }  // floats a row
   int64_t bytes() const { return cache_bytes(cfg_, capacity_); }  // allocated
   int64_t capacity() const { return capacity_; }
   const std::vector<int64_t>& held() const { return held_; }      // every rank's positions
@@ -116,7 +117,9 @@ class ShardedKvCache : public DecoderCache {
 
 // Runs the prefill of `prompt` (collective over `group`; the same prompt on every rank) with the
 // strategy of `attn` and fills `cache` (built with split_prompt's split). Returns the logits (V)
-// after the last prompt token, the same on every rank.
+// after the last prompt token, the same on every rank. attn.dtype is the prefill's: bf16 runs the
+// model's products and attention in bf16 (as a bf16 training forward does) and the cache keeps
+// the keys and values as rounded (widened to fp32); the decode is fp32 either way.
 std::vector<float> sharded_prefill(const GptConfig& cfg, const float* params,
                                    const std::vector<int32_t>& prompt,
                                    const seqpar::AttnConfig& attn, comm::Communicator& group,
