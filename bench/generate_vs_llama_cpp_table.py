@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""The table of docs/generate.md ("Against llama.cpp") from the JSON lines that
+bench/generate_vs_llama_cpp.sh appends to its OUT/results.jsonl:
+
+  python3 bench/generate_vs_llama_cpp_table.py docs/data/generate-llama-cpp.jsonl
+
+One row per prompt length and configuration: prefill tokens/s (the prompt's length over the time to
+first token) and decode tokens/s (medians over the rounds), and wallfacer's ratio to each llama.cpp
+configuration (the median of the ratios within each round). Under the table: the check that both
+engines ran the same model (the first token's logits after a 64-token prompt).
+"""
+import collections
+import json
+import sys
+
+from kernels_table import context, med, rounds_text
+from llama_sp_table import params
+
+LABELS = {"wallfacer": "wallfacer", "wallfacer-bf16": "wallfacer, bf16 prefill",
+          "llama.cpp": "llama.cpp",
+          "llama.cpp-fa": "llama.cpp, flash attention"}
+
+
+def main():
+    rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    runs = collections.defaultdict(dict)  # (seq, config) -> round -> row
+    for r in rows:
+        runs[(r["prompt_tokens"], r["config"])][r["round"]] = r
+
+    def ratio(seq, c, field, mine="wallfacer"):
+        wf, other = runs.get((seq, mine), {}), runs[(seq, c)]
+        q = [wf[k][field] / r[field] for k, r in other.items() if k in wf and r[field] > 0]
+        return f"{med(q):.2f}x" if q else "-"
+
+    print("| prompt tokens | engine | prefill tokens/s | decode tokens/s | wallfacer fp32 / this: "
+          "prefill, decode | wallfacer bf16 prefill / this |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for seq in sorted({k[0] for k in runs}):
+        for c in LABELS:
+            if (seq, c) not in runs:
+                continue
+            rs = runs[(seq, c)].values()
+            pre = med([r["prefill_tokens_per_s"] for r in rs])
+            dec = med([r["decode_tokens_per_s"] for r in rs])
+            mine = c.startswith("wallfacer")
+            vs = "-" if mine else (f"{ratio(seq, c, 'prefill_tokens_per_s')}, "
+                                   f"{ratio(seq, c, 'decode_tokens_per_s')}")
+            vs16 = "-" if mine else ratio(seq, c, "prefill_tokens_per_s", "wallfacer-bf16")
+            print(f"| {seq:,} | {LABELS[c]} | {pre:,.0f} | {dec:,.1f} | {vs} | {vs16} |")
+    r0 = rows[0]
+    m = r0["model"]
+    ck = r0["check"]
+    versions = sorted({r["llama_cpp_version"] for r in rows if r.get("llama_cpp_version")})
+    extra = [f"model.arch llama: {m['layers']} layers, dim {m['dim']}, {m['heads']} heads "
+             f"({m['kv_heads']} K,V), SwiGLU {m['intermediate']}, vocab {m['vocab']}, "
+             f"{params(m) / 1e6:.1f}M parameters, fp32 weights in both engines (wallfacer's bf16 "
+             "prefill rounds them to bf16 for its products)",
+             f"{r0['threads']} threads, greedy, {rounds_text(len({r['round'] for r in rows}))}",
+             f"llama-cpp-python {'/'.join(versions)}",
+             f"the same model: first token's logits after {ck['prompt_tokens']} tokens differ by "
+             f"at most {ck['max_abs_diff']:.1e} (largest logit {ck['max_abs_logit']:.2f}), "
+             f"greedy token {'the same' if ck['same_greedy'] else 'different'}"]
+    after = [float(r["load_after"].split()[0]) for r in rows]
+    extra.append(f"load average {min(after):.1f}–{max(after):.1f} (1 min) at the ends of the "
+                 "runs")
+    print()
+    print(context(rows, extra))
+
+
+if __name__ == "__main__":
+    main()
