@@ -137,12 +137,34 @@ int MPI_Sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int 
 
 // ---- collectives
 
+namespace {
+// The bytes an all-gather (all-to-all) hands MPI, blocking or not.
+int64_t all_gather_bytes(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int recvcount,
+                         MPI_Datatype recvtype) {
+  return sendbuf == MPI_IN_PLACE ? mpi_bytes::type_bytes(recvtype, recvcount)
+                                 : mpi_bytes::type_bytes(sendtype, sendcount);
+}
+int64_t all_to_all_bytes(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int recvcount,
+                         MPI_Datatype recvtype, MPI_Comm comm) {
+  const int64_t n = mpi_bytes::group_size(comm);
+  return sendbuf == MPI_IN_PLACE ? mpi_bytes::type_bytes(recvtype, n * recvcount)
+                                 : mpi_bytes::type_bytes(sendtype, n * sendcount);
+}
+}  // namespace
+
 int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   mpi_bytes::collective(Kind::AllGather, comm,
-                        sendbuf == MPI_IN_PLACE ? mpi_bytes::type_bytes(recvtype, recvcount)
-                                                : mpi_bytes::type_bytes(sendtype, sendcount));
+                        all_gather_bytes(sendbuf, sendcount, sendtype, recvcount, recvtype));
   return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+
+int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  mpi_bytes::collective(Kind::AllGather, comm,
+                        all_gather_bytes(sendbuf, sendcount, sendtype, recvcount, recvtype));
+  return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+                         request);
 }
 
 int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
@@ -157,11 +179,16 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
 
 int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  const int64_t n = mpi_bytes::group_size(comm);
   mpi_bytes::collective(Kind::AllToAll, comm,
-                        sendbuf == MPI_IN_PLACE ? mpi_bytes::type_bytes(recvtype, n * recvcount)
-                                                : mpi_bytes::type_bytes(sendtype, n * sendcount));
+                        all_to_all_bytes(sendbuf, sendcount, sendtype, recvcount, recvtype, comm));
   return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+
+int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  mpi_bytes::collective(Kind::AllToAll, comm,
+                        all_to_all_bytes(sendbuf, sendcount, sendtype, recvcount, recvtype, comm));
+  return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
 }
 
 int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],

@@ -84,7 +84,8 @@ int64_t now_ns() {
 }
 
 // $WALLFACER_WAIT_POLL_US > 0: a rank waiting for transfers tests them every that many
-// microseconds and sleeps in between instead of spinning in MPI_Waitall, so that a waiting rank
+// microseconds and sleeps in between instead of spinning in MPI_Waitall (and the collectives run
+// as their nonblocking forms, waited on the same way: `collective` below), so that a waiting rank
 // leaves its CPU share unused, as a device waiting for its network would (scripts/cpu-per-rank
 // sets it for ranks capped at a fraction of a core: a spinning rank spends its share and is
 // throttled when its message arrives). 0 or unset: MPI_Waitall.
@@ -109,6 +110,17 @@ int wait_all(std::vector<MPI_Request>& reqs) {
     if (rc != MPI_SUCCESS || done) return rc;
     std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
+}
+
+// A collective: blocking (`blocking`), or with wait_poll_us() > 0 its nonblocking form (`start`,
+// which posts it into a request) completed by the polling wait, so that a rank waiting in a
+// collective sleeps as it does waiting for its transfers. The MPI return code.
+template <class Blocking, class Start>
+int collective(Blocking blocking, Start start) {
+  if (wait_poll_us() == 0) return blocking();
+  std::vector<MPI_Request> req(1);
+  const int rc = start(&req[0]);
+  return rc != MPI_SUCCESS ? rc : wait_all(req);
 }
 
 struct Faults {
@@ -480,7 +492,12 @@ struct Communicator::Impl {
   void all_to_all(const T* send, T* recv, int64_t count) {
     if (count <= INT_MAX) {
       Watch w("MPI_Alltoall", kNoPeer, 0, group());
-      check(MPI_Alltoall(send, int(count), mpi_type<T>(), recv, int(count), mpi_type<T>(), comm),
+      const int n = int(count);
+      check(collective(
+                [&] { return MPI_Alltoall(send, n, mpi_type<T>(), recv, n, mpi_type<T>(), comm); },
+                [&](MPI_Request* r) {
+                  return MPI_Ialltoall(send, n, mpi_type<T>(), recv, n, mpi_type<T>(), comm, r);
+                }),
             "MPI_Alltoall", wrank);
       counters.coll_bytes += int64_t(size - 1) * count * int64_t(sizeof(T));  // a block
     } else {
@@ -533,7 +550,12 @@ struct Communicator::Impl {
     if (count <= INT_MAX) {
       const void* src = send == own ? MPI_IN_PLACE : static_cast<const void*>(send);
       Watch w("MPI_Allgather", kNoPeer, 0, group());
-      check(MPI_Allgather(src, int(count), mpi_type<T>(), recv, int(count), mpi_type<T>(), comm),
+      const int n = int(count);
+      check(collective(
+                [&] { return MPI_Allgather(src, n, mpi_type<T>(), recv, n, mpi_type<T>(), comm); },
+                [&](MPI_Request* r) {
+                  return MPI_Iallgather(src, n, mpi_type<T>(), recv, n, mpi_type<T>(), comm, r);
+                }),
             "MPI_Allgather", wrank);
       counters.coll_bytes += int64_t(size - 1) * count * int64_t(sizeof(T));  // its block
     } else {
@@ -645,7 +667,11 @@ void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Op op, MPI
   for (int64_t off = 0; off < count; off += kMaxCount) {
     const int c = int(std::min(kMaxCount, count - off));
     Watch w("MPI_Allreduce", kNoPeer, 0, group);
-    check(MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, op, comm), "MPI_Allreduce", wrank);
+    check(collective([&] { return MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, op, comm); },
+                     [&](MPI_Request* r) {
+                       return MPI_Iallreduce(MPI_IN_PLACE, buf + off, c, type, op, comm, r);
+                     }),
+          "MPI_Allreduce", wrank);
     counters.coll_bytes += int64_t(n - 1) * c * int64_t(sizeof(T));
   }
   counters.coll_formula_bytes += 2 * int64_t(n - 1) * count * int64_t(sizeof(T)) / n;
@@ -731,7 +757,10 @@ void Communicator::agree(const std::function<void()>& f) {
 
 void Communicator::barrier() {
   Watch w("MPI_Barrier", kNoPeer, 0, impl_->group());
-  check(MPI_Barrier(impl_->comm), "MPI_Barrier", impl_->wrank);
+  MPI_Comm comm = impl_->comm;
+  check(collective([&] { return MPI_Barrier(comm); },
+                   [&](MPI_Request* r) { return MPI_Ibarrier(comm, r); }),
+        "MPI_Barrier", impl_->wrank);
 }
 
 namespace {
