@@ -38,6 +38,10 @@ std::string_view strategy_name(Strategy s) {
   return "?";
 }
 
+int default_inner(int ranks_per_node, int P) {
+  return std::gcd(std::max(ranks_per_node, 1), std::max(P, 1));
+}
+
 int team_size(Strategy strategy, int teams) { return strategy == Strategy::WallFacer ? teams : 1; }
 
 Layout parse_layout(std::string_view name) {

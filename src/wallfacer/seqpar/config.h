@@ -100,6 +100,11 @@ struct AttnConfig {
   // attention's own mask is `window` whatever this says. Otherwise as `window` (0: none).
   int64_t layout_window = -1;
 };
+// The default inner ring length of a double ring of P consecutive ranks on nodes of
+// ranks_per_node ranks: their greatest common divisor (the ranks a node holds of each group of
+// consecutive ranks; P when the group fits in a node, which makes the double ring a ring).
+int default_inner(int ranks_per_node, int P);
+
 // The config's WallFacer team size C: team_size(strategy, teams).
 inline int team_size(const AttnConfig& cfg) { return team_size(cfg.strategy, cfg.teams); }
 
