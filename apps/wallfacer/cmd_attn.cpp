@@ -211,8 +211,10 @@ AttnRequest parse_request(const AttnOptions& o) {
   req.placement = plan::parse_placement(o.placement);
   if (!o.cluster.empty()) req.cluster = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
-  WF_USAGE_CHECK(o.inner >= 0, "--inner is {}; give the inner ring length W >= 1 (or 0: the ranks "
-                 "per node)", o.inner);
+  WF_USAGE_CHECK(o.inner >= 0,
+                 "--inner is {}; give the inner ring length W >= 1 (or 0: the ranks "
+                 "per node)",
+                 o.inner);
   // Counted without running: the default inner rings are the nodes of --node-size ranks.
   if (o.count > 0 && cfg.strategy == seqpar::Strategy::DoubleRing && cfg.inner == 0)
     cfg.inner = seqpar::default_inner(o.node_size > 0 ? o.node_size : o.count, o.count);

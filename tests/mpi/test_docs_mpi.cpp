@@ -156,8 +156,8 @@ int main(int argc, char** argv) {
           c.layout = layout;
           const std::string name = fmt::format(
               "{}{} C={} u={} W={} {} window {} {} layout, {} docs",
-              k.ring_intra ? "ring-intra " : "", strategy_name(k.s), k.C, k.u, k.inner, causal ? "causal" : "full", mask.window,
-              layout_name(layout), docs.size());
+              k.ring_intra ? "ring-intra " : "", strategy_name(k.s), k.C, k.u, k.inner,
+              causal ? "causal" : "full", mask.window, layout_name(layout), docs.size());
           auto group = world;
           if (k.ring_intra) {
             const auto device_of =

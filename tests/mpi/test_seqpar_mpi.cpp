@@ -744,13 +744,12 @@ int main(int argc, char** argv) {
               ring_intra ? world.split(0, plan::inverse_order(world_of)[size_t(rank)]) : world;
           const int me = group.rank();
           const auto r = run(group, c, in, failures);
-          const std::string config =
-              fmt::format("{}{} C={}{}{}{} causal={} Hkv={} B={} P={}",
-                          c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
-                          strategy_name(c.strategy), c.teams,
-                          c.inner > 0 ? fmt::format(" W={}", c.inner) : "",
-                          ring_intra ? " ring-intra" : "",
-                          c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
+          const std::string config = fmt::format(
+              "{}{} C={}{}{}{} causal={} Hkv={} B={} P={}",
+              c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
+              strategy_name(c.strategy), c.teams, c.inner > 0 ? fmt::format(" W={}", c.inner) : "",
+              ring_intra ? " ring-intra" : "", c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads,
+              c.batch, P);
           const std::string name = c.dtype == Dtype::bf16 ? config + " bf16" : config;
           // Bytes and steps: the Communicator's counters == schedule counter == closed form, on
           // every rank (hybrids: the closed forms of their Ulysses and ring parts summed, and the
@@ -833,7 +832,8 @@ int main(int argc, char** argv) {
           if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_fwd = p2p_fwd;
           // (C = 1 is ring; C > 1: C times the volume, placement included, is ring's plus one hop.)
           if (c.strategy == Strategy::DoubleRing && ring_fwd >= 0)
-            check(p2p_fwd == ring_fwd, fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));
+            check(p2p_fwd == ring_fwd,
+                  fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));
           if (c.strategy == Strategy::WallFacer && ring_fwd >= 0 && P > 1)
             check(c.teams == 1 ? p2p_fwd == ring_fwd : c.teams * p2p_fwd == ring_fwd + hop,
                   fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));

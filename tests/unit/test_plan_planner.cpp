@@ -374,8 +374,8 @@ TEST(PlanPlanner, DoubleRingSpreadsTheCrossingHopsOverEveryCard) {
     EXPECT_EQ(rails.sent[node], (std::vector<double>{10 * kv, 10 * kv})) << "node " << node;
     EXPECT_EQ(rails.received[node], (std::vector<double>{10 * kv, 10 * kv})) << "node " << node;
   }
-  const CardBytes ring = card_bytes(attn(seqpar::Strategy::Ring, 1, 256, false), P, identity(P), 2,
-                                    1);
+  const CardBytes ring =
+      card_bytes(attn(seqpar::Strategy::Ring, 1, 256, false), P, identity(P), 2, 1);
   EXPECT_EQ(ring.sent[0][0], 0);
   EXPECT_GT(ring.sent[0][1], 10 * kv);
 }

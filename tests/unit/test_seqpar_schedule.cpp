@@ -854,7 +854,8 @@ TEST(SeqparSchedule, DoubleRingValidate) {
     }
     return std::string();
   };
-  EXPECT_NE(msg(double_ring(64, 4, 4, 3, false), 8).find("dividing the 8 ranks"), std::string::npos);
+  EXPECT_NE(msg(double_ring(64, 4, 4, 3, false), 8).find("dividing the 8 ranks"),
+            std::string::npos);
   EXPECT_NE(msg(double_ring(64, 4, 4, 0, false), 8).find("--inner 0"), std::string::npos);
   auto ring = config(Strategy::Ring, 64, 4, 4, 8, false);
   ring.inner = 2;
@@ -869,8 +870,8 @@ TEST(SeqparSchedule, DoubleRingValidate) {
   EXPECT_EQ(strategy_name(Strategy::DoubleRing), "double-ring");
   // The causal layout is the zigzag one, whose every block pair has the same causal work.
   auto c = double_ring(4096, 4, 4, 4, true);
-  EXPECT_EQ(local_positions(c, 8, 1), local_positions(config(Strategy::Zigzag, 4096, 4, 4, 8,
-                                                             true), 8, 1));
+  EXPECT_EQ(local_positions(c, 8, 1),
+            local_positions(config(Strategy::Zigzag, 4096, 4, 4, 8, true), 8, 1));
   double mx = 0, sum = 0;
   for (int r = 0; r < 8; ++r) {
     const double f = schedule_totals(make_schedule(c, 8, r)).flops_fwd;

@@ -170,9 +170,10 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   dims.kv_heads = cfg.kv_heads;
   dims.head_dim = cfg.head_dim;
   const kernels::AttnTiling t = kernels::attn_fwd_tiling(dims);
-  DocLayout layout = refine_doc_layout(
-      balanced_doc_layout(docs, P, cfg.causal, kChunksPerRank, window), docs, cfg.causal,
-      ring_steps(P, C, inner, bwd_kv), {t.block_q, t.block_k}, kChunksPerRank, kMaxImbalance, window);
+  DocLayout layout =
+      refine_doc_layout(balanced_doc_layout(docs, P, cfg.causal, kChunksPerRank, window), docs,
+                        cfg.causal, ring_steps(P, C, inner, bwd_kv), {t.block_q, t.block_k},
+                        kChunksPerRank, kMaxImbalance, window);
   if (recent.size() == 4) recent.pop_back();
   recent.push_front({std::move(key), std::move(layout)});
   return recent.front().layout.runs;

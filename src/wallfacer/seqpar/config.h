@@ -137,7 +137,8 @@ int64_t counted_layout_window(const AttnConfig& cfg);
 // the DistAttention runs on) holds, in local row order: seq / P of them. Row i of the rank's
 // (B, seq/P, H, D) tensors is token local_positions(...)[i] of each sequence. The layouts:
 //   contiguous (ring, ulysses, wallfacer without a mask): tokens [rank*n, (rank+1)*n), n = seq/P;
-//   zigzag (zigzag, causal wallfacer, causal double-ring): half-chunks rank and 2P-1-rank of 2P chunks of seq/(2P);
+//   zigzag (zigzag, causal wallfacer, causal double-ring): half-chunks rank and 2P-1-rank of
+//   2P chunks of seq/(2P);
 //   Ulysses x ring hybrid: rows [a*n, (a+1)*n) of the rows that ring rank j holds, for rank
 //   j*ulysses + a.
 //   Layout::Balanced: the runs of balanced_doc_layout refined for the steps of the strategy's

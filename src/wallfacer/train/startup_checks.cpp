@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "wallfacer/core/error.h"
 #include "wallfacer/comm/topology.h"
+#include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/train/data.h"
