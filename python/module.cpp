@@ -61,12 +61,14 @@ std::string plan_json(const Source& cluster, const Source& model, const std::str
 }
 
 // The parts of an AttnConfig that do not depend on the tensors' shapes.
+// inner: the double ring's W, given (0 for the other strategies).
 seqpar::AttnConfig base_config(const std::string& strategy, int teams, int ulysses, bool causal,
                                const std::optional<std::vector<int64_t>>& docs,
-                               const std::string& dtype, const std::string& layout) {
+                               const std::string& dtype, const std::string& layout, int inner) {
   seqpar::AttnConfig cfg;
   cfg.strategy = seqpar::parse_strategy(strategy);
   cfg.teams = teams;
+  cfg.inner = inner;
   cfg.ulysses = ulysses;
   cfg.causal = causal;
   cfg.dtype = seqpar::parse_dtype(dtype);
@@ -82,8 +84,9 @@ seqpar::AttnConfig base_config(const std::string& strategy, int teams, int ulyss
 py::array_t<int64_t> local_positions(int64_t seq, int world, int rank, const std::string& strategy,
                                      int teams, int ulysses,
                                      const std::optional<std::vector<int64_t>>& docs, bool causal,
-                                     const std::string& layout) {
-  seqpar::AttnConfig cfg = base_config(strategy, teams, ulysses, causal, docs, "fp32", layout);
+                                     const std::string& layout, int inner) {
+  seqpar::AttnConfig cfg =
+      base_config(strategy, teams, ulysses, causal, docs, "fp32", layout, inner);
   WF_USAGE_CHECK(world >= 1, "world is {}; the group needs at least 1 rank", world);
   WF_USAGE_CHECK(rank >= 0 && rank < world, "rank {} is outside a group of {} ranks (0..{})", rank,
                  world, world - 1);
@@ -117,8 +120,8 @@ class Attention {
  public:
   Attention(const std::string& strategy, int teams, int ulysses, bool causal,
             const std::optional<std::vector<int64_t>>& docs, const std::string& dtype,
-            const std::string& layout)
-      : base_(base_config(strategy, teams, ulysses, causal, docs, dtype, layout)) {}
+            const std::string& layout, int inner)
+      : base_(base_config(strategy, teams, ulysses, causal, docs, dtype, layout, inner)) {}
 
   void connect(int64_t fortran_handle) {
     WF_USAGE_CHECK(!group_, "this Attention is connected already");
@@ -296,16 +299,16 @@ PYBIND11_MODULE(_wallfacer, m) {
       py::arg("seq"), py::arg("gpus"));
   m.def("local_positions", &wp::local_positions, py::arg("seq"), py::arg("world"), py::arg("rank"),
         py::arg("strategy"), py::arg("teams"), py::arg("ulysses"), py::arg("docs"),
-        py::arg("causal"), py::arg("layout"));
+        py::arg("causal"), py::arg("layout"), py::arg("inner"));
   m.def("load_tokens", &wp::load_tokens, py::arg("path"));
   m.def("set_timeout", &wallfacer::comm::set_timeout, py::arg("seconds"));
   m.def("timeout", &wallfacer::comm::timeout);
   m.def("mark_launched", &wallfacer::comm::mark_launched);
   py::class_<wp::Attention>(m, "Attention")
       .def(py::init<const std::string&, int, int, bool, const std::optional<std::vector<int64_t>>&,
-                    const std::string&, const std::string&>(),
+                    const std::string&, const std::string&, int>(),
            py::arg("strategy"), py::arg("teams"), py::arg("ulysses"), py::arg("causal"),
-           py::arg("docs"), py::arg("dtype"), py::arg("layout"))
+           py::arg("docs"), py::arg("dtype"), py::arg("layout"), py::arg("inner"))
       .def("connect", &wp::Attention::connect, py::arg("fortran_handle"))
       .def_property_readonly("rank", &wp::Attention::rank)
       .def_property_readonly("size", &wp::Attention::size)

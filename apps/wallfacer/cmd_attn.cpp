@@ -1,6 +1,6 @@
 // wallfacer attn: distributed exact attention, forward and backward, on seeded random inputs.
-//   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer} [--teams C]
-//     [--ulysses U] [--placement {team-intra,ring-intra}] --seq N
+//   mpirun -np P wallfacer attn --strategy {ring,zigzag,ulysses,wallfacer,double-ring}
+//     [--teams C] [--inner W] [--ulysses U] [--placement {team-intra,ring-intra}] --seq N
 //     [--batch B] --heads H [--kv-heads Hkv] --head-dim D [--causal] [--dtype {fp32,bf16}]
 //     [--docs L1,L2,... | --docs-random N] [--layout {strategy,balanced}] [--window W]
 //     [--check] [--iters K]
@@ -27,6 +27,7 @@ namespace {
 struct AttnOptions {
   std::string strategy = "ring";
   int teams = 1;
+  int inner = 0;  // double ring's W; 0: the ranks per node (with --count: --node-size, or P)
   int ulysses = 1;
   std::string placement = "team-intra";
   int node_size = 0;    // with --count: ranks per node, for the inter-node bytes
@@ -53,10 +54,11 @@ struct AttnOptions {
   std::string trace;  // Chrome trace file of the iterations
 };
 
-// "ring", or "ulysses2 x zigzag" for a hybrid.
+// "ring", "double-ring W=4", or "ulysses2 x zigzag" for a hybrid.
 std::string label(const seqpar::AttnConfig& cfg) {
-  const std::string s =
-      std::string(seqpar::strategy_name(cfg.strategy)) + (cfg.keep_kv ? " keep-kv" : "");
+  const std::string s = fmt::format("{}{}{}", seqpar::strategy_name(cfg.strategy),
+                                    cfg.inner > 0 ? fmt::format(" W={}", cfg.inner) : "",
+                                    cfg.keep_kv ? " keep-kv" : "");
   return cfg.ulysses > 1 ? "ulysses" + std::to_string(cfg.ulysses) + " x " + s : s;
 }
 
@@ -186,6 +188,7 @@ AttnRequest parse_request(const AttnOptions& o) {
   seqpar::AttnConfig& cfg = req.cfg;
   cfg.strategy = seqpar::parse_strategy(o.strategy);
   cfg.teams = o.teams;
+  cfg.inner = o.inner;
   cfg.ulysses = o.ulysses;
   cfg.batch = o.batch;
   cfg.seq = o.seq;
@@ -208,6 +211,13 @@ AttnRequest parse_request(const AttnOptions& o) {
   req.placement = plan::parse_placement(o.placement);
   if (!o.cluster.empty()) req.cluster = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
+  WF_USAGE_CHECK(o.inner >= 0,
+                 "--inner is {}; give the inner ring length W >= 1 (or 0: the ranks "
+                 "per node)",
+                 o.inner);
+  // Counted without running: the default inner rings are the nodes of --node-size ranks.
+  if (o.count > 0 && cfg.strategy == seqpar::Strategy::DoubleRing && cfg.inner == 0)
+    cfg.inner = seqpar::default_inner(o.node_size > 0 ? o.node_size : o.count, o.count);
   return req;
 }
 
@@ -297,7 +307,7 @@ void print_run(const AttnOptions& o, const AttnRequest& req, int P, const nlohma
 }
 
 int run_attn(const AttnOptions& o) {
-  const AttnRequest req = parse_request(o);
+  AttnRequest req = parse_request(o);
   const seqpar::AttnConfig& cfg = req.cfg;
   if (o.count > 0) {
     if (!o.json && req.window_is_causal)
@@ -306,6 +316,7 @@ int run_attn(const AttnOptions& o) {
                           req.cluster ? &*req.cluster : nullptr, o.json, o.window);
   }
   seqpar::AttnRun run(cfg, run_options(o));
+  req.cfg = run.config();  // the double ring's inner rings resolved
   const int P = run.ranks();
   // The placement orders the ranks: the run numbers them by layout rank.
   run.place(plan::inverse_order(plan::candidate_devices(candidate(cfg, req.placement), P)));
@@ -330,9 +341,13 @@ Action setup(CLI::App& root) {
   auto* cmd = root.add_subcommand(
       "attn",
       "Distributed exact attention (forward + backward) on seeded inputs; run under mpirun");
-  cmd->add_option("--strategy", o->strategy, "ring | zigzag | ulysses | wallfacer")
-      ->check(CLI::IsMember({"ring", "zigzag", "ulysses", "wallfacer"}));
+  cmd->add_option("--strategy", o->strategy, "ring | zigzag | ulysses | wallfacer | double-ring")
+      ->check(CLI::IsMember({"ring", "zigzag", "ulysses", "wallfacer", "double-ring"}));
   cmd->add_option("--teams", o->teams, "WallFacer team size C (C^2 must divide P)");
+  cmd->add_option("--inner", o->inner,
+                  "double-ring: inner ring length W, consecutive ranks (W must divide P; default: "
+                  "the ranks per node, with --count those of --node-size)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ulysses", o->ulysses,
                   "Ulysses degree U of a Ulysses x ring hybrid (with --strategy ring or zigzag; "
                   "U must divide P and the heads)")

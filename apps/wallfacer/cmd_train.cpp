@@ -38,6 +38,7 @@ int check_ranks(const train::TrainConfig& cfg, int P) {
                    {"sp", cfg.sp},
                    {"strategy", seqpar::strategy_name(cfg.strategy)},
                    {"teams", cfg.teams},
+                   {"inner", cfg.inner},
                    {"ulysses", cfg.ulysses},
                    {"batch", cfg.batch},
                    {"timeout", timeout_option() ? *timeout_option() : cfg.timeout}};

@@ -163,19 +163,19 @@ def plan(cluster, model, seq, gpus=None):
 
 
 class _LayoutArgs(collections.namedtuple("_LayoutArgs",
-                                         "strategy teams ulysses causal docs layout")):
+                                         "strategy teams ulysses causal docs layout inner")):
     """The arguments that decide a layout, docs as a tuple (or None)."""
 
     __slots__ = ()
 
-    def __new__(cls, strategy, teams, ulysses, causal, docs, layout):
+    def __new__(cls, strategy, teams, ulysses, causal, docs, layout, inner=0):
         return super().__new__(cls, strategy, int(teams), int(ulysses), bool(causal),
-                               tuple(docs) if docs else None, layout)
+                               tuple(docs) if docs else None, layout, int(inner))
 
     def positions(self, seq, world, rank):
         return _wallfacer.local_positions(seq, world, rank, self.strategy, self.teams,
                                           self.ulysses, list(self.docs) if self.docs else None,
-                                          self.causal, self.layout)
+                                          self.causal, self.layout, self.inner)
 
     def name(self):
         """The layout in words, for messages."""
@@ -183,15 +183,16 @@ class _LayoutArgs(collections.namedtuple("_LayoutArgs",
             docs = list(self.docs or ())
             shown = ", ".join(map(str, docs[:6])) + (", ..." if len(docs) > 6 else "")
             return f"the balanced layout of the documents [{shown}]"
-        ring = ("zigzag" if self.strategy == "zigzag" or (self.strategy == "wallfacer" and
-                                                          self.causal) else "contiguous")
+        ring = ("zigzag" if self.strategy == "zigzag" or (
+            self.strategy in ("wallfacer", "double-ring") and self.causal) else "contiguous")
         if self.ulysses > 1:
             return f"the Ulysses-{self.ulysses} x {ring} hybrid layout"
         return f"the {ring} layout"
 
     def keywords(self, fields=None):
         """`strategy='wallfacer', teams=2, ...` of the given fields (default: all but defaults)."""
-        defaults = {"teams": 1, "ulysses": 1, "causal": False, "docs": None, "layout": "strategy"}
+        defaults = {"teams": 1, "ulysses": 1, "causal": False, "docs": None, "layout": "strategy",
+                    "inner": 0}
         out = []
         for field, value in zip(_LayoutArgs._fields, self):
             if fields is None and field in defaults and defaults[field] == value:
@@ -253,16 +254,17 @@ def _check_layout(seq, world, args, call):
 
 
 def local_positions(seq, world, rank, strategy="zigzag", teams=1, ulysses=1, docs=None, *,
-                    causal=False, layout="strategy"):
+                    causal=False, layout="strategy", inner=0):
     """The global token positions (NumPy int64, in local row order) that `rank` of `world` ranks
     holds: seq // world of them, as the C++ seqpar::local_positions. `causal` matters for
-    strategy "wallfacer" (zigzag layout when causal); `docs` (document lengths) for
-    layout="balanced". Give it the arguments the attention takes: an attention of this process
+    strategies "wallfacer" and "double-ring" (zigzag layout when causal); `docs` (document
+    lengths) for layout="balanced"; `inner` is the double ring's inner ring length W (required
+    with strategy "double-ring", W dividing world). Give it the arguments the attention takes: an attention of this process
     whose layout of `seq` tokens over `world` ranks differs from the latest one handed out here
     raises ValueError instead of computing on misplaced rows."""
     seq, world, rank = _int("seq", seq), _int("world", world), _int("rank", rank)
     args = _LayoutArgs(_str("strategy", strategy), _int("teams", teams), _int("ulysses", ulysses),
-                       bool(causal), _docs(docs), _str("layout", layout))
+                       bool(causal), _docs(docs), _str("layout", layout), _int("inner", inner))
     pos = args.positions(seq, world, rank)
     _handed_out[(seq, world)] = args
     return pos
@@ -318,7 +320,7 @@ class Attention:
     """Exact distributed attention over the ranks of an mpi4py communicator.
 
     Attention(comm=None, strategy="wallfacer", teams=1, ulysses=1, causal=False, docs=None,
-              dtype="fp32", layout="strategy")
+              dtype="fp32", layout="strategy", inner=0)
 
     comm: an mpi4py communicator (default MPI.COMM_WORLD); wallfacer works on a duplicate of it and
     never starts or ends MPI. Building one is collective over comm, and so are forward, backward
@@ -332,19 +334,19 @@ class Attention:
     """
 
     def __init__(self, comm=None, strategy="wallfacer", teams=1, ulysses=1, causal=False,
-                 docs=None, dtype="fp32", layout="strategy"):
+                 docs=None, dtype="fp32", layout="strategy", inner=0):
         self._impl = None
         dtype = _str("dtype", dtype)
         impl = _wallfacer.Attention(_str("strategy", strategy), _int("teams", teams),
                                     _int("ulysses", ulysses), bool(causal), _docs(docs), dtype,
-                                    _str("layout", layout))
+                                    _str("layout", layout), _int("inner", inner))
         if comm is None:
             comm = _need("mpi4py.MPI", "mpi4py", "python3-mpi4py", "mpi4py").COMM_WORLD
         if not hasattr(comm, "py2f"):
             raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
         impl.connect(comm.py2f())
         self._impl = impl
-        self._layout = _LayoutArgs(strategy, teams, ulysses, causal, _docs(docs), layout)
+        self._layout = _LayoutArgs(strategy, teams, ulysses, causal, _docs(docs), layout, inner)
         self.dtype = dtype
         self.lse = None
         self._saved = None
@@ -362,7 +364,7 @@ class Attention:
         tokens: the rows forward takes (as wallfacer.local_positions with its arguments)."""
         a = self._layout
         return local_positions(seq, self.size, self.rank, a.strategy, a.teams, a.ulysses,
-                               a.docs, causal=a.causal, layout=a.layout)
+                               a.docs, causal=a.causal, layout=a.layout, inner=a.inner)
 
     def _check_layout(self, local_seq, call="wallfacer.Attention", docs=None):
         args = self._layout if docs is None else self._layout._replace(docs=docs or None)
@@ -389,7 +391,8 @@ class Attention:
         """The document lengths of the following calls (collective; None: one document)."""
         docs = _docs(docs)
         self._impl.set_documents(docs)
-        self._layout = _LayoutArgs(*self._layout[:4], docs, self._layout.layout)
+        self._layout = _LayoutArgs(*self._layout[:4], docs, self._layout.layout,
+                                   self._layout.inner)
 
     def stats(self):
         """This rank's bytes, steps and milliseconds of the latest forward and backward."""

@@ -51,16 +51,17 @@ def _world(comm):
     return comm
 
 
-def _attention_for(comm, strategy, teams, ulysses, causal, dtype, docs, layout):
+def _attention_for(comm, strategy, teams, ulysses, causal, dtype, docs, layout, inner):
     comm = _world(comm)
-    key = (id(comm), strategy, teams, ulysses, causal, dtype, layout)
+    key = (id(comm), strategy, teams, ulysses, causal, dtype, layout, inner)
     attn = _attentions.get(key)
     # The balanced layout's documents decide where the rows go: new documents, a new Attention
     # (the previous one lives on in the autograd graphs that still need it).
     if attn is None or (layout == "balanced" and attn._layout.docs != (tuple(docs) if docs
                                                                         else None)):
         attn = Attention(comm, strategy=strategy, teams=teams, ulysses=ulysses, causal=causal,
-                         dtype=dtype, docs=docs if layout == "balanced" else None, layout=layout)
+                         dtype=dtype, docs=docs if layout == "balanced" else None, layout=layout,
+                         inner=inner)
         # The communicator's id is the key only while it lives: keep it with the Attention.
         _attentions[key] = attn
         attn._comm = comm
@@ -68,12 +69,12 @@ def _attention_for(comm, strategy, teams, ulysses, causal, dtype, docs, layout):
 
 
 def local_positions(seq, *, comm=None, strategy, teams=1, ulysses=1, causal=False, docs=None,
-                    layout="strategy"):
+                    layout="strategy", inner=0):
     """The global positions of the rows this rank of `comm` holds of `seq` tokens in the layout of
     attention() with the same keywords: the rows attention() takes from this rank."""
     comm = _world(comm)
     return _local_positions(seq, comm.Get_size(), comm.Get_rank(), strategy, teams, ulysses, docs,
-                            causal=causal, layout=layout)
+                            causal=causal, layout=layout, inner=inner)
 
 
 class _Function(torch.autograd.Function):
@@ -125,7 +126,7 @@ def _check_qkv(fn, q, k, v):
 
 
 def attention(q, k, v, *, comm=None, strategy, teams=1, ulysses=1, causal=False, docs=None,
-              layout="strategy"):
+              layout="strategy", inner=0):
     """This rank's rows of exact attention over the sequence held by the ranks of `comm`: the
     rows local_positions(seq, ...) with the same keywords gives (ValueError when this process's
     latest wallfacer.local_positions for this sequence and ranks gave another layout)."""
@@ -136,7 +137,7 @@ def attention(q, k, v, *, comm=None, strategy, teams=1, ulysses=1, causal=False,
     docs = _docs(docs)
     attn = _attention_for(comm, _str("strategy", strategy), _int("teams", teams),
                           _int("ulysses", ulysses), bool(causal), _TORCH_DTYPES[q.dtype], docs,
-                          _str("layout", layout))
+                          _str("layout", layout), _int("inner", inner))
     attn._check_layout(q.shape[1], "wallfacer.torch.attention", tuple(docs) if docs else ())
     return _Function.apply(q, k, v, attn, docs)
 

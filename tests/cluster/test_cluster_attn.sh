@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On 2 emulated nodes of 2 ranks (scripts/emulate-cluster): attn --check is exact for ring, zigzag
-# and WallFacer-2 in both placements (and keeping the placed K,V); the bytes the nodes' cards carried (read from the veths)
+# On 2 emulated nodes of 2 ranks (scripts/emulate-cluster): attn --check is exact for ring, zigzag,
+# WallFacer-2 in both placements (and keeping the placed K,V) and the double ring (its inner rings
+# the nodes, found by the default --inner); the bytes the nodes' cards carried (read from the veths)
 # equal the schedules' count of inter-node bytes within a stated tolerance; WallFacer-2
 # (team-intra) sends fewer bytes across nodes than zigzag (the causal ring whose every hop is
 # needed), and the contiguous causal ring, whose last ranks' K,V blocks stop at the end of the
@@ -16,7 +17,7 @@ tolerance=0.06
 shape=(--seq 2048 --heads 4 --head-dim 32 --causal)
 
 configs=("ring" "zigzag" "wallfacer --teams 2 --placement team-intra"
-         "wallfacer --teams 2 --placement ring-intra" "wallfacer --teams 2 --keep-kv")
+         "wallfacer --teams 2 --placement ring-intra" "wallfacer --teams 2 --keep-kv" "double-ring")
 declare -A measured
 for c in "${configs[@]}" "4x1 wallfacer --teams 2" "4x1 zigzag --ulysses 2"; do
   cluster=(--nodes 2 --ranks-per-node 2 --rate 200mbit)
@@ -48,6 +49,8 @@ ok = inter["nodes"] == cards["nodes"] and 0.99 <= ratio <= 1 + tol
 print(f"{'ok' if ok else 'bad'} {recv} expected {expected} ratio {ratio:.4f} (sent {sent})")
 PY
 )
+  [[ "$c" != double-ring || "$out" == *'"inner":2'* ]] ||
+    err "double-ring: the default inner rings are not the nodes of 2 ranks: $out"
   echo "$c: cards delivered ${verdict#* }"
   [[ "$verdict" == ok* ]] || err "$c: bytes on the cards do not match the schedule: $verdict"
   measured[$c]=$(echo "$verdict" | awk '{print $2}')

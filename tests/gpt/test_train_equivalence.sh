@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# P = 1 and P = 4 (every strategy, Ulysses 2 x zigzag 2, dp x sp, GQA, attention checkpointing) give the same losses over
-# 5 steps: the loss is the mean over the global batch and the gradients are summed over sp and
+# P = 1 and P = 4 (every strategy, a double ring of inner rings of 2, Ulysses 2 x zigzag 2,
+# dp x sp, GQA, attention checkpointing) give the same losses over 5 steps: the loss is the mean over the global batch and the gradients are summed over sp and
 # averaged over dp, so the result does not depend on the layout.
 set -u
 source "$(dirname "$0")/common.sh"
@@ -22,7 +22,16 @@ run p4_dp2_sp2 4 parallel.sp=2 parallel.strategy=zigzag
 run p4_hybrid 4 parallel.sp=4 parallel.strategy=zigzag parallel.ulysses=2
 run p4_keep_kv 4 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2 parallel.keep_kv=true \
   parallel.checkpointing=attention
-for r in p4_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2 p4_hybrid p4_keep_kv; do close p1 $r; done
+run p4_double_ring 4 parallel.sp=4 parallel.strategy=double-ring parallel.inner=2
+for r in p4_ring p4_zigzag p4_ulysses p4_wallfacer p4_dp2_sp2 p4_hybrid p4_keep_kv p4_double_ring; do
+  close p1 $r
+done
+grep -q 'double-ring W=2' "$work/p4_double_ring.log" || err "the double ring's startup line lacks W=2"
+# parallel.inner left at 0: the ranks per node (nodes of 2 ranks pretended).
+WALLFACER_NODE_SIZE=2 run p4_double_ring_nodes 4 parallel.sp=4 parallel.strategy=double-ring
+close p1 p4_double_ring_nodes
+grep -q 'double-ring W=2' "$work/p4_double_ring_nodes.log" ||
+  err "parallel.inner = 0 on nodes of 2 ranks did not run inner rings of 2"
 
 run p1_gqa 1 model.kv_heads=2
 run p4_gqa 4 model.kv_heads=2 parallel.sp=4 parallel.strategy=wallfacer parallel.teams=2
@@ -44,9 +53,13 @@ run p4_llama_wallfacer 4 "${LLAMA[@]}" model.kv_heads=2 parallel.sp=4 parallel.s
   parallel.teams=2
 run p4_llama_hybrid 4 "${LLAMA[@]}" model.kv_heads=2 parallel.sp=4 parallel.strategy=zigzag \
   parallel.ulysses=2
+run p4_llama_double_ring 4 "${LLAMA[@]}" model.kv_heads=2 parallel.sp=4 \
+  parallel.strategy=double-ring parallel.inner=2
 run p1_llama_mha 1 "${LLAMA[@]}"
 run p4_llama_ulysses 4 "${LLAMA[@]}" parallel.sp=4 parallel.strategy=ulysses
-for r in p4_llama_ring p4_llama_zigzag p4_llama_wallfacer p4_llama_hybrid; do close p1_llama $r; done
+for r in p4_llama_ring p4_llama_zigzag p4_llama_wallfacer p4_llama_hybrid p4_llama_double_ring; do
+  close p1_llama $r
+done
 close p1_llama_mha p4_llama_ulysses
 losses "$work/p1_llama" | awk 'NR==1{a=$1} NR==5{b=$1} END{exit !(b < a)}' ||
   err "llama loss did not drop"

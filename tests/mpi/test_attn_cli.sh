@@ -82,6 +82,19 @@ bad 2 "positive" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 0,512
 bad 2 "exceeds --seq" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs-random 65
 bad 2 "exclude" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs 64 --docs-random 2
 bad 4 "balanced layout" --strategy ring --seq 80 --heads 2 --head-dim 8 --layout balanced
+bad 4 "dividing the 4 ranks" --strategy double-ring --inner 3 --seq 64 --heads 2 --head-dim 8
+bad 4 "only to --strategy double-ring" --strategy ring --inner 2 --seq 64 --heads 2 --head-dim 8
+
+# Double ring: --inner given, and by default the ranks per node (pretended nodes of 2 ranks), which
+# the output names; both exact.
+for inner in "--inner 2" ""; do
+  out=$(WALLFACER_NODE_SIZE=2 run 4 -x WALLFACER_NODE_SIZE "$wf" attn --strategy double-ring $inner \
+    --seq 256 --heads 4 --kv-heads 2 --head-dim 8 --causal --check --json 2>&1); rc=$?
+  [ $rc -eq 0 ] || err "double-ring '$inner' exited $rc: $out"
+  for key in '"strategy":"double-ring"' '"inner":2' '"check":"pass"'; do
+    echo "$out" | grep -qF "$key" || err "double-ring '$inner' json lacks $key: $out"
+  done
+done
 
 # Documents: a one-token document, boundaries on rank and tile borders, the balanced layout;
 # --dump writes the lengths as docs.npy (int64).

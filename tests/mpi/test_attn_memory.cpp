@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     Strategy strategy;
     int teams, ulysses;
     bool keep_kv;
+    int inner = 0;
   };
   std::vector<Kind> kinds = {{Strategy::Ring, 1, 1, false},
                              {Strategy::Zigzag, 1, 1, false},
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     kinds.push_back({Strategy::WallFacer, 2, 1, true});
   }
   if (P % 2 == 0 && P > 2) kinds.push_back({Strategy::Ring, 1, 2, false});
+  kinds.push_back({Strategy::DoubleRing, 1, 1, false, P % 2 == 0 ? 2 : 1});  // inner rings of 2
   for (const Kind& k : kinds)
     for (const bool causal : {false, true})
       for (const int64_t window : {int64_t(0), int64_t(64)})
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
               if (window > 0 && !causal) continue;
               const AttnConfig cfg{.strategy = k.strategy,
                                    .teams = k.teams,
+                                   .inner = k.inner,
                                    .batch = batch,
                                    .seq = 512,
                                    .heads = 4,

@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
         Strategy s;
         int C = 1, u = 1;
         bool ring_intra = false;
+        int inner = 0;  // double ring: W
       };
       std::vector<Case> cases = {{Strategy::Ring}, {Strategy::Zigzag}, {Strategy::WallFacer}};
       if (base.kv_heads % P == 0) cases.push_back({Strategy::Ulysses});
@@ -143,17 +144,20 @@ int main(int argc, char** argv) {
         cases.push_back({Strategy::Ring, 1, 2});
         cases.push_back({Strategy::Zigzag, 1, 2});
       }
+      for (int W = 2; W < P; W *= 2) cases.push_back({Strategy::DoubleRing, 1, 1, false, W});
+      if (P == 2) cases.push_back({Strategy::DoubleRing, 1, 1, false, 1});
       for (const Case& k : cases)
         for (Layout layout : {Layout::Strategy, Layout::Balanced}) {
           AttnConfig c = base;
           c.strategy = k.s;
           c.teams = k.C;
           c.ulysses = k.u;
+          c.inner = k.inner;
           c.layout = layout;
           const std::string name = fmt::format(
-              "{}{} C={} u={} {} window {} {} layout, {} docs", k.ring_intra ? "ring-intra " : "",
-              strategy_name(k.s), k.C, k.u, causal ? "causal" : "full", mask.window,
-              layout_name(layout), docs.size());
+              "{}{} C={} u={} W={} {} window {} {} layout, {} docs",
+              k.ring_intra ? "ring-intra " : "", strategy_name(k.s), k.C, k.u, k.inner,
+              causal ? "causal" : "full", mask.window, layout_name(layout), docs.size());
           auto group = world;
           if (k.ring_intra) {
             const auto device_of =

@@ -693,11 +693,12 @@ int main(int argc, char** argv) {
         }
 
         std::vector<Case> cases;
-        auto add = [&](Strategy s, int C, int u = 1, bool keep_kv = false) {
+        auto add = [&](Strategy s, int C, int u = 1, bool keep_kv = false, int inner = 0) {
           Case k;
           k.c = base;
           k.c.strategy = s;
           k.c.teams = C;
+          k.c.inner = inner;
           k.c.ulysses = u;
           k.c.keep_kv = keep_kv;
           k.world_of.resize(size_t(P));
@@ -716,6 +717,11 @@ int main(int argc, char** argv) {
           if (!wallfacer_only) {
             add(Strategy::Zigzag, 1);
             if (H % P == 0 && base.kv_heads % P == 0) add(Strategy::Ulysses, 1);
+            // Double ring: inner rings of W = 2 (and 4) ranks; W = P/2 on 2 ranks is the outer
+            // ring alone.
+            for (int W : {1, 2, 4})
+              if (P % W == 0 && W < P && (W > 1 || P == 2))
+                add(Strategy::DoubleRing, 1, 1, false, W);
           }
           for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C) {
             if (P % (C * C) != 0) continue;
@@ -738,11 +744,12 @@ int main(int argc, char** argv) {
               ring_intra ? world.split(0, plan::inverse_order(world_of)[size_t(rank)]) : world;
           const int me = group.rank();
           const auto r = run(group, c, in, failures);
-          const std::string config =
-              fmt::format("{}{} C={}{}{} causal={} Hkv={} B={} P={}",
-                          c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
-                          strategy_name(c.strategy), c.teams, ring_intra ? " ring-intra" : "",
-                          c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads, c.batch, P);
+          const std::string config = fmt::format(
+              "{}{} C={}{}{}{} causal={} Hkv={} B={} P={}",
+              c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "",
+              strategy_name(c.strategy), c.teams, c.inner > 0 ? fmt::format(" W={}", c.inner) : "",
+              ring_intra ? " ring-intra" : "", c.keep_kv ? " keep-kv" : "", c.causal, c.kv_heads,
+              c.batch, P);
           const std::string name = c.dtype == Dtype::bf16 ? config + " bf16" : config;
           // Bytes and steps: the Communicator's counters == schedule counter == closed form, on
           // every rank (hybrids: the closed forms of their Ulysses and ring parts summed, and the
@@ -771,6 +778,24 @@ int main(int argc, char** argv) {
           check_handed(r, c, P, me, world_of, form, name, check);
           check(sends_match_receives(world, r), name + ": bytes sent differ from bytes received");
           check(st.attn_flops == sched.flops_fwd, name + ": flops differ from the schedule");
+          if (c.strategy == Strategy::DoubleRing) {
+            // What this rank handed MPI for the other groups: forward the G-1 outer K,V hops;
+            // backward those and the G dK,dV hops between groups (the first holder of each
+            // phase, home).
+            const int W = c.inner, G = P / W;
+            const int64_t kv = 2 * c.batch * (c.seq / P) * c.kv_heads * c.head_dim;
+            const int64_t want[] = {(G - 1) * kv * dtype_bytes(c.dtype),
+                                    (G - 1) * kv * dtype_bytes(c.dtype) + (G > 1 ? G : 0) * kv * 4};
+            for (int phase = 0; phase < 2; ++phase) {
+              const int64_t cross =
+                  mpi_bytes::sum(r.handed[size_t(phase)], [&](const auto& k) {
+                    return k.kind == mpi_bytes::Kind::Send && k.peer / W != rank / W;
+                  }).bytes;
+              check(cross == want[phase], fmt::format("{}: phase {} sent {} B to other groups, "
+                                                      "closed form {}",
+                                                      name, phase, cross, want[phase]));
+            }
+          }
           if (c.ulysses > 1) {
             const auto planned = planned_bytes(c, P, me);
             const int64_t got[] = {st.p2p_bytes_fwd, st.coll_bytes_fwd, st.p2p_bytes_bwd,
@@ -806,6 +831,9 @@ int main(int argc, char** argv) {
                               fp32_p2p_fwd[config]));
           if (c.strategy == Strategy::Ring && c.ulysses == 1) ring_fwd = p2p_fwd;
           // (C = 1 is ring; C > 1: C times the volume, placement included, is ring's plus one hop.)
+          if (c.strategy == Strategy::DoubleRing && ring_fwd >= 0)
+            check(p2p_fwd == ring_fwd,
+                  fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));
           if (c.strategy == Strategy::WallFacer && ring_fwd >= 0 && P > 1)
             check(c.teams == 1 ? p2p_fwd == ring_fwd : c.teams * p2p_fwd == ring_fwd + hop,
                   fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));

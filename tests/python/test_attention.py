@@ -91,24 +91,25 @@ def record(label, errs, dtype):
 
 
 def case_torch(strategy, teams, ulysses, causal, docs, heads=H, kv_heads=HKV, dtype="fp32",
-               batch=B):
+               batch=B, inner=0):
     q, k, v, dout = inputs(heads, kv_heads, batch)
     if dtype == "bf16":  # the reference sees the rounded values
         q, k, v, dout = (to_bf16(t).float() for t in (q, k, v, dout))
     ref = reference(q, k, v, dout, causal, docs)
     pos = torch.from_numpy(wallfacer.local_positions(S, P, rank, strategy, teams, ulysses, docs,
-                                                     causal=causal))
+                                                     causal=causal, inner=inner))
     tdtype = torch.bfloat16 if dtype == "bf16" else torch.float32
     ql, kl, vl = (t[:, pos].to(tdtype).clone().requires_grad_() for t in (q, k, v))
     o = wft.attention(ql, kl, vl, strategy=strategy, teams=teams, ulysses=ulysses, causal=causal,
-                      docs=docs)
+                      docs=docs, inner=inner)
     assert o.dtype == tdtype and o.shape == ql.shape
     (o.float() * dout[:, pos]).sum().backward()
     errs = {"o": rel_err(o.float(), ref["o"][:, pos]), "dq": rel_err(ql.grad.float(), ref["dq"][:, pos]),
             "dk": rel_err(kl.grad.float(), ref["dk"][:, pos]),
             "dv": rel_err(vl.grad.float(), ref["dv"][:, pos])}
     label = (f"torch {strategy}{f' C={teams}' if teams > 1 else ''}"
-             f"{f' ulysses={ulysses}' if ulysses > 1 else ''} {'causal' if causal else 'full'}"
+             f"{f' ulysses={ulysses}' if ulysses > 1 else ''}{f' W={inner}' if inner else ''}"
+             f" {'causal' if causal else 'full'}"
              f"{' docs' if docs else ''} H={heads}/{kv_heads} B={batch} {dtype}")
     record(label, errs, dtype)
 
@@ -151,6 +152,9 @@ case_torch("wallfacer", C, 1, True, DOCS, dtype="bf16")
 case_torch("zigzag", 1, 1, True, None, dtype="bf16")
 if P >= 2:
     case_torch("zigzag", 1, 2, True, DOCS)
+# Double ring with inner rings of P/2 ranks (two groups; one rank: W = 1).
+for causal, docs, dtype in ((False, None, "fp32"), (True, DOCS, "fp32"), (True, None, "bf16")):
+    case_torch("double-ring", 1, 1, causal, docs, dtype=dtype, inner=max(1, P // 2))
 for strategy, teams in strategies:
     case_numpy(strategy, teams, True, DOCS, "fp32")
 case_numpy("wallfacer", C, False, None, "fp32")

@@ -76,7 +76,7 @@ shape = ["--heads", "2", "--head-dim", "8", "--seq", "16"]
 # Checked when the Attention is built (no communication yet).
 # (The library's message: the CLI's option parser refuses unknown names before the library does.)
 raises(ValueError, lambda: wallfacer.Attention(strategy="spiral"),
-       "unknown strategy 'spiral': use one of ring, zigzag, ulysses, wallfacer")
+       "unknown strategy 'spiral': use one of ring, zigzag, ulysses, wallfacer, double-ring")
 raises(ValueError, lambda: wallfacer.Attention(dtype="fp8"), "unknown dtype 'fp8': use fp32 or bf16")
 raises(ValueError, lambda: wallfacer.Attention(strategy="ring", teams=0))
 raises(TypeError, lambda: wallfacer.Attention(teams="2"))
@@ -126,7 +126,7 @@ raises(TypeError, lambda: wft.attention(tq.double(), tk.double(), tv.double(), s
 raises(TypeError, lambda: wft.attention(tq, tk.bfloat16(), tv, strategy="ring"))
 raises(TypeError, lambda: wft.attention(tq, tk, tv))  # strategy is required
 raises(ValueError, lambda: wft.attention(tq, tk, tv, strategy="spiral"),
-       "unknown strategy 'spiral': use one of ring, zigzag, ulysses, wallfacer")
+       "unknown strategy 'spiral': use one of ring, zigzag, ulysses, wallfacer, double-ring")
 raises(ValueError, lambda: wft.attention(tq[0], tk[0], tv[0], strategy="ring"))
 out = wft.attention(tq, tk, tv, strategy="zigzag", causal=True)
 checked += 1

@@ -24,7 +24,7 @@ def zigzag(seq, P, r):
 
 
 def definition(seq, P, r, strategy, causal, ulysses):
-    zig = strategy == "zigzag" or (strategy == "wallfacer" and causal)
+    zig = strategy == "zigzag" or (strategy in ("wallfacer", "double-ring") and causal)
     if ulysses > 1:  # member a of team j: rows [a n, (a + 1) n) of ring rank j's rows
         j, a, n = r // ulysses, r % ulysses, seq // P
         ring = definition(seq, P // ulysses, j, strategy, causal, 1)
@@ -47,6 +47,19 @@ for P in (1, 2, 4, 8):
                                f"{strategy} C={teams} u={u} causal={causal} P={P} rank {r}: "
                                f"{got.tolist()} != {want}")
                         checked += 1
+
+# The double ring lays out as ring (contiguous), or zigzag when causal, whatever its inner rings.
+for P in (1, 2, 4, 8):
+    for W in (w for w in (1, 2, 4, 8) if P % w == 0):
+        for causal in (False, True):
+            for r in range(P):
+                got = wallfacer.local_positions(16 * P, P, r, "double-ring", causal=causal, inner=W)
+                want = definition(16 * P, P, r, "double-ring", causal, 1)
+                expect(got.tolist() == want, f"double-ring W={W} causal={causal} P={P} rank {r}")
+                checked += 1
+message = error_of(lambda: wallfacer.local_positions(48, 6, 0, "double-ring", inner=4))
+expect(message is not None and "dividing the 6 ranks" in message,
+       f"double-ring with W = 4 on 6 ranks: {message}")
 
 # The documented default: strategy zigzag.
 expect(wallfacer.local_positions(32, 2, 1).tolist() == zigzag(32, 2, 1), "default strategy")
@@ -89,7 +102,8 @@ for args, f in cases:
     checked += 1
 # The library's message (the CLI's option parser refuses unknown names before the library sees them).
 expect(error_of(lambda: wallfacer.local_positions(64, 1, 0, "spiral")) ==
-       "unknown strategy 'spiral': use one of ring, zigzag, ulysses, wallfacer", "unknown strategy")
+       "unknown strategy 'spiral': use one of ring, zigzag, ulysses, wallfacer, double-ring",
+       "unknown strategy")
 for f in (lambda: wallfacer.local_positions("64", 1, 0), lambda: wallfacer.local_positions(64.0, 1, 0),
           lambda: wallfacer.local_positions(64, 1, 0, docs="1,2")):
     expect(error_of(f, TypeError) is not None, "TypeError")

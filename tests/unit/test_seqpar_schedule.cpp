@@ -715,6 +715,172 @@ TEST(SeqparSchedule, CausalWorkIsBalanced) {
   EXPECT_GT(last, 10 * first);
 }
 
+AttnConfig double_ring(int64_t seq, int H, int K, int W, bool causal, int B = 1) {
+  auto c = config(Strategy::DoubleRing, seq, H, K, 8, causal, 1, B);
+  c.inner = W;
+  return c;
+}
+
+std::vector<std::pair<int, int>> double_ring_grid() {  // (P, W)
+  return {{1, 1}, {2, 1}, {2, 2}, {4, 1}, {4, 2}, {4, 4}, {6, 2}, {6, 3}, {8, 2}, {8, 4}, {16, 4}};
+}
+
+// Over its P steps every rank holds every K,V block once; the block of an inner step came from
+// the inner predecessor (same group) at the step before, the outer block of a phase from the
+// outer predecessor (the same member of the previous group) at the previous phase's first step.
+TEST(SeqparLayout, DoubleRingVisitsEveryBlockOnce) {
+  for (auto [P, W] : double_ring_grid()) {
+    const DoubleRingGeometry L(P, W);
+    EXPECT_EQ(L.G * W, P);
+    for (int r = 0; r < P; ++r) {
+      EXPECT_EQ(L.inner_next(r) / W, r / W);
+      EXPECT_EQ(L.outer_next(r) % W, r % W);
+      EXPECT_EQ(L.inner_prev(L.inner_next(r)), r);
+      EXPECT_EQ(L.outer_prev(L.outer_next(r)), r);
+      std::set<int> seen;
+      for (int s = 0; s < P; ++s) {
+        const int b = L.origin(r, s);
+        seen.insert(b);
+        EXPECT_EQ(L.holder(b, s), r) << "P=" << P << " W=" << W << " rank " << r << " step " << s;
+        if (s % W > 0) {
+          EXPECT_EQ(b, L.origin(L.inner_prev(r), s - 1));
+        } else if (s > 0) {
+          EXPECT_EQ(b, L.origin(L.outer_prev(r), s - W));
+        }
+      }
+      EXPECT_EQ(L.origin(r, 0), r);
+      EXPECT_EQ(int(seen.size()), P) << "P=" << P << " W=" << W << " rank " << r;
+    }
+  }
+}
+
+// The pairs the double ring computes, summed over ranks and steps, are those of the whole mask
+// (counted directly from the positions), forward and backward, for every mask; each block pair
+// at most once per direction.
+TEST(SeqparSchedule, DoubleRingComputesEveryPairOnce) {
+  for (auto [P, W] : double_ring_grid()) {
+    for (int mask = 0; mask < 4; ++mask) {  // full, causal, documents (balanced), window
+      const int64_t S = 16 * P;
+      auto c = double_ring(S, 4, 2, W, mask > 0);
+      if (mask == 2) {
+        c.doc_lengths = {S / 4 + 3, S / 2, S - S / 4 - 3 - S / 2};
+        c.layout = Layout::Balanced;
+      }
+      if (mask == 3) c.window = 5;
+      // Direct count: pairs (i, j), j <= i under causal, j > i - window, same document.
+      const auto docs = doc_bounds(c);
+      int64_t want = 0;
+      for (int64_t i = 0; i < S; ++i)
+        for (int64_t j = 0; j < S; ++j)
+          want += (mask == 0 || j <= i) && (c.window == 0 || j > i - c.window) &&
+                  docs.doc_at(i) == docs.doc_at(j);
+      for (int phase = 0; phase < 2; ++phase) {
+        int64_t got = 0;
+        for (int r = 0; r < P; ++r) {
+          const Schedule s = make_schedule(c, P, r);
+          for (const Op& op : phase ? s.bwd : s.fwd)
+            if (op.kind == OpKind::Compute) got += op.pairs;
+        }
+        EXPECT_EQ(got, want) << "P=" << P << " W=" << W << " mask " << mask << " phase " << phase;
+      }
+    }
+  }
+}
+
+// Bytes by hand, and the hops that cross groups: P = 8, W = 4, H = Hkv = 2, D = 8, n = 16 rows
+// per rank. A K,V block is 16 x 2 x 2 x 8 x e bytes (2048 fp32, 1024 bf16), a dK,dV block 2048.
+// Forward 7 K,V hops (as a ring), 1 of them (G - 1) to the other group; backward the same 7 plus
+// 8 dK,dV hops, 2 (G) of them to the other group (the phase's first holder and home).
+TEST(SeqparSchedule, DoubleRingBytesByHand) {
+  for (Dtype dt : {Dtype::fp32, Dtype::bf16}) {
+    auto c = double_ring(128, 2, 2, 4, false);
+    c.dtype = dt;
+    const int64_t kv = dt == Dtype::fp32 ? 2048 : 1024, grad = 2048;
+    for (int r = 0; r < 8; ++r) {
+      const Schedule s = make_schedule(c, 8, r);
+      const auto t = schedule_totals(s);
+      EXPECT_EQ(t.p2p_bytes_fwd, 7 * kv);
+      EXPECT_EQ(t.p2p_bytes_bwd, 7 * kv + 8 * grad);
+      EXPECT_EQ(t.p2p_steps_fwd, 6);  // 3 rounds of inner hops per phase, the outer hop in one
+      EXPECT_EQ(t.coll_bytes_fwd + t.coll_bytes_bwd, 0);
+      auto cross = [&](const std::vector<Op>& ops) {
+        int64_t bytes = 0;
+        for (const Op& op : ops)
+          if (op.kind == OpKind::Send && op.peer / 4 != r / 4) bytes += op.bytes;
+        return bytes;
+      };
+      EXPECT_EQ(cross(s.fwd), kv);
+      EXPECT_EQ(cross(s.bwd), kv + 2 * grad);
+    }
+    // The ring of the same config sends the same forward bytes, every hop of some rank crossing.
+    auto ring = config(Strategy::Ring, 128, 2, 2, 8, false);
+    ring.dtype = dt;
+    EXPECT_EQ(schedule_totals(make_schedule(ring, 8, 3)).p2p_bytes_fwd, 7 * kv);
+  }
+}
+
+TEST(SeqparSchedule, DoubleRingTotalsEqualFormulas) {
+  for (auto [P, W] : double_ring_grid()) {
+    for (bool causal : {false, true}) {
+      for (int K : {4, 1}) {
+        for (Dtype dt : {Dtype::fp32, Dtype::bf16}) {
+          auto c = double_ring(32 * P, 4, K, W, causal, 2);
+          c.dtype = dt;
+          for (int r = 0; r < P; ++r) {
+            const Schedule s = make_schedule(c, P, r);
+            auto got = schedule_totals(s);
+            got.flops_fwd = got.flops_bwd = 0;
+            EXPECT_EQ(got, formula_totals(c, P, r))
+                << "P=" << P << " W=" << W << " causal=" << causal << " K=" << K << " rank " << r;
+            expect_buffers_sound(s, fmt::format("double-ring P={} W={} rank {}", P, W, r));
+          }
+        }
+      }
+    }
+  }
+  // W = 1 and W = P move what a ring moves forward.
+  for (int W : {1, 8}) {
+    EXPECT_EQ(formula_totals(double_ring(256, 4, 4, W, false), 8, 2).p2p_bytes_fwd,
+              formula_totals(config(Strategy::Ring, 256, 4, 4, 8, false), 8, 2).p2p_bytes_fwd);
+  }
+}
+
+TEST(SeqparSchedule, DoubleRingValidate) {
+  auto msg = [](const AttnConfig& c, int P) {
+    try {
+      validate(c, P);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg(double_ring(64, 4, 4, 3, false), 8).find("dividing the 8 ranks"),
+            std::string::npos);
+  EXPECT_NE(msg(double_ring(64, 4, 4, 0, false), 8).find("--inner 0"), std::string::npos);
+  auto ring = config(Strategy::Ring, 64, 4, 4, 8, false);
+  ring.inner = 2;
+  EXPECT_NE(msg(ring, 8).find("only to --strategy double-ring"), std::string::npos);
+  auto hybrid = double_ring(64, 4, 4, 2, false);
+  hybrid.ulysses = 2;
+  EXPECT_NE(msg(hybrid, 8).find("ring or zigzag"), std::string::npos);
+  EXPECT_TRUE(msg(double_ring(64, 4, 4, 2, true), 8).empty());
+  EXPECT_TRUE(msg(double_ring(36, 4, 4, 2, false), 4).empty());
+  EXPECT_FALSE(msg(double_ring(36, 4, 4, 2, true), 4).empty());  // 2P half-chunks
+  EXPECT_EQ(parse_strategy("double-ring"), Strategy::DoubleRing);
+  EXPECT_EQ(strategy_name(Strategy::DoubleRing), "double-ring");
+  // The causal layout is the zigzag one, whose every block pair has the same causal work.
+  auto c = double_ring(4096, 4, 4, 4, true);
+  EXPECT_EQ(local_positions(c, 8, 1),
+            local_positions(config(Strategy::Zigzag, 4096, 4, 4, 8, true), 8, 1));
+  double mx = 0, sum = 0;
+  for (int r = 0; r < 8; ++r) {
+    const double f = schedule_totals(make_schedule(c, 8, r)).flops_fwd;
+    mx = std::max(mx, f);
+    sum += f;
+  }
+  EXPECT_DOUBLE_EQ(mx / (sum / 8), 1.0);
+}
+
 // The reference count (tests/golden/wallfacer_counts.py, the algorithm of docs/algorithm.md moved
 // block by block) counts, per rank and with one head: forward the K,V hops; backward G hops of
 // (q, dout, dq) including the hop home (counted even when G = 1, a hop from a rank to itself), and

@@ -64,6 +64,7 @@ seqpar::AttnConfig prefill_attn_config(const GptConfig& cfg, const seqpar::AttnC
   seqpar::AttnConfig a;
   a.strategy = attn.strategy;
   a.teams = attn.teams;
+  a.inner = attn.inner;
   a.ulysses = attn.ulysses;
   a.batch = 1;
   a.seq = padded;

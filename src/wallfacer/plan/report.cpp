@@ -31,6 +31,7 @@ nlohmann::json describe_config(const seqpar::AttnConfig& cfg, int P, Placement p
           {"placement", placement_name(placement)},
           {"P", P},
           {"C", seqpar::team_size(cfg)},
+          {"inner", cfg.inner},
           {"ulysses", cfg.ulysses},
           {"seq", cfg.seq},
           {"batch", cfg.batch},

@@ -48,7 +48,12 @@ AttnRun::AttnRun(const AttnConfig& cfg, const AttnRunOptions& options)
   s.cfg = cfg;
   s.opts = options;
   s.P = s.everyone.size();
-  validate(cfg, s.P);  // before any collective: every rank reaches the same verdict
+  s.topo = comm::discover_topology();
+  if (cfg.strategy == Strategy::DoubleRing && cfg.inner == 0)
+    s.cfg.inner = default_inner(s.topo.max_ranks_per_node(), s.P);
+  // Before any collective but the topology's (which every rank makes): every rank reaches the
+  // same verdict.
+  validate(s.cfg, s.P);
   WF_USAGE_CHECK(cfg.head_dim <= kernels::kMaxHeadDim, "--head-dim is {}; the kernels take 1..{}",
                  cfg.head_dim, kernels::kMaxHeadDim);
   {
@@ -62,12 +67,12 @@ AttnRun::AttnRun(const AttnConfig& cfg, const AttnRunOptions& options)
     comm::check_trace_path(s.everyone, options.trace);
     s.clocks = comm::sync_clocks(s.everyone);
   }
-  s.topo = comm::discover_topology();
 }
 
 AttnRun::~AttnRun() = default;
 
 int AttnRun::ranks() const { return s_->P; }
+const AttnConfig& AttnRun::config() const { return s_->cfg; }
 const comm::Topology& AttnRun::topology() const { return s_->topo; }
 int AttnRun::rank() const { return s_->world->rank(); }
 

@@ -45,12 +45,15 @@ class AttnRun {
  public:
   // Starts MPI; throws UsageError on every rank when cfg cannot run on the world's ranks, its
   // tensors do not fit in memory, or the trace file cannot be written (then aligns the clocks).
+  // A double ring with inner = 0 takes the default inner ring length of the world's nodes
+  // (default_inner of the largest node's ranks, comm::discover_topology).
   AttnRun(const AttnConfig& cfg, const AttnRunOptions& options);
   ~AttnRun();
   AttnRun(const AttnRun&) = delete;
   AttnRun& operator=(const AttnRun&) = delete;
 
   int ranks() const;                       // P
+  const AttnConfig& config() const;        // as run (the double ring's inner resolved)
   const comm::Topology& topology() const;  // world rank -> node
 
   // Orders the ranks by layout rank: world rank w takes layout rank layout_rank_of[w] (a

@@ -17,8 +17,9 @@ Strategy parse_strategy(std::string_view name) {
   if (name == "zigzag") return Strategy::Zigzag;
   if (name == "ulysses") return Strategy::Ulysses;
   if (name == "wallfacer") return Strategy::WallFacer;
-  throw UsageError(
-      fmt::format("unknown strategy '{}': use one of ring, zigzag, ulysses, wallfacer", name));
+  if (name == "double-ring") return Strategy::DoubleRing;
+  throw UsageError(fmt::format(
+      "unknown strategy '{}': use one of ring, zigzag, ulysses, wallfacer, double-ring", name));
 }
 
 std::string_view strategy_name(Strategy s) {
@@ -31,8 +32,14 @@ std::string_view strategy_name(Strategy s) {
       return "ulysses";
     case Strategy::WallFacer:
       return "wallfacer";
+    case Strategy::DoubleRing:
+      return "double-ring";
   }
   return "?";
+}
+
+int default_inner(int ranks_per_node, int P) {
+  return std::gcd(std::max(ranks_per_node, 1), std::max(P, 1));
 }
 
 int team_size(Strategy strategy, int teams) { return strategy == Strategy::WallFacer ? teams : 1; }
@@ -55,7 +62,9 @@ kernels::DocBounds doc_bounds(const AttnConfig& cfg) {
 
 bool uses_zigzag_layout(const AttnConfig& cfg) {
   if (cfg.layout == Layout::Balanced) return false;
-  return cfg.strategy == Strategy::Zigzag || (cfg.strategy == Strategy::WallFacer && cfg.causal);
+  const bool balanced_by_zigzag =
+      cfg.strategy == Strategy::WallFacer || cfg.strategy == Strategy::DoubleRing;
+  return cfg.strategy == Strategy::Zigzag || (balanced_by_zigzag && cfg.causal);
 }
 
 namespace {
@@ -85,8 +94,10 @@ void validate_hybrid(const AttnConfig& cfg, int P) {
 // The steps of cfg's ring on P ranks for refine_doc_layout: at forward step t rank x computes its
 // team's rows against the keys of team kv_team(x, t); the backward the same when K,V travel, and
 // otherwise the rows of team query_team(x, t) against its resident keys (team kv_team(x, 0)),
-// with a backward pair costing 2.5 forward ones (5 products of a tile against 2).
-std::vector<StepPattern> ring_steps(int P, int C, bool bwd_kv) {
+// with a backward pair costing 2.5 forward ones (5 products of a tile against 2). A double ring
+// (C = 1, inner > 0) has P steps, at step t rank x's rows against the keys of origin(x, t), the
+// backward too (its K,V travel).
+std::vector<StepPattern> ring_steps(int P, int C, int inner, bool bwd_kv) {
   const WallFacerGeometry L(P, C);
   auto team = [&](int t) {
     std::vector<int> r;
@@ -95,6 +106,19 @@ std::vector<StepPattern> ring_steps(int P, int C, bool bwd_kv) {
   };
   StepPattern fwd, bwd;
   bwd.weight = 2.5;
+  if (inner > 0) {
+    const DoubleRingGeometry D(P, inner);
+    for (int t = 0; t < P; ++t) {
+      fwd.queries.emplace_back(), fwd.keys.emplace_back();
+      for (int x = 0; x < P; ++x) {
+        fwd.queries.back().push_back({x});
+        fwd.keys.back().push_back({D.origin(x, t)});
+      }
+    }
+    bwd.queries = fwd.queries;
+    bwd.keys = fwd.keys;
+    return {fwd, bwd};
+  }
   for (int t = 0; t < L.G; ++t) {
     fwd.queries.emplace_back(), fwd.keys.emplace_back();
     bwd.queries.emplace_back(), bwd.keys.emplace_back();
@@ -116,7 +140,7 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   struct Key {
     std::vector<int64_t> lengths;
     int64_t seq = -1, window = 0;
-    int P = 0, teams = 0;
+    int P = 0, teams = 0, inner = 0;
     bool causal = false, bwd_kv = false;
     bool operator==(const Key&) const = default;
   };
@@ -134,7 +158,8 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   unwindowed.window = 0;
   unwindowed.layout_window = -1;
   const bool bwd_kv = window > 0 || backward_moves_kv(unwindowed, P);
-  Key key{cfg.doc_lengths, cfg.seq, window, P, C, cfg.causal, bwd_kv};
+  const int inner = cfg.strategy == Strategy::DoubleRing ? cfg.inner : 0;
+  Key key{cfg.doc_lengths, cfg.seq, window, P, C, inner, cfg.causal, bwd_kv};
   for (const Entry& e : recent)
     if (e.key == key) return e.layout.runs;
   const kernels::DocBounds docs = doc_bounds(cfg);
@@ -145,9 +170,10 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   dims.kv_heads = cfg.kv_heads;
   dims.head_dim = cfg.head_dim;
   const kernels::AttnTiling t = kernels::attn_fwd_tiling(dims);
-  DocLayout layout = refine_doc_layout(
-      balanced_doc_layout(docs, P, cfg.causal, kChunksPerRank, window), docs, cfg.causal,
-      ring_steps(P, C, bwd_kv), {t.block_q, t.block_k}, kChunksPerRank, kMaxImbalance, window);
+  DocLayout layout =
+      refine_doc_layout(balanced_doc_layout(docs, P, cfg.causal, kChunksPerRank, window), docs,
+                        cfg.causal, ring_steps(P, C, inner, bwd_kv), {t.block_q, t.block_k},
+                        kChunksPerRank, kMaxImbalance, window);
   if (recent.size() == 4) recent.pop_back();
   recent.push_front({std::move(key), std::move(layout)});
   return recent.front().layout.runs;
@@ -225,6 +251,16 @@ void validate(const AttnConfig& cfg, int P) {
   } else {
     WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy wallfacer, not {}",
                    cfg.teams, name);
+  }
+  if (cfg.strategy == Strategy::DoubleRing) {
+    const int W = cfg.inner;
+    WF_USAGE_CHECK(W >= 1 && P % W == 0,
+                   "--inner {}: double-ring needs an inner ring length W >= 1 dividing the {} "
+                   "ranks (W consecutive ranks per inner ring, e.g. the ranks of a node)",
+                   W, P);
+  } else {
+    WF_USAGE_CHECK(cfg.inner == 0, "--inner {} applies only to --strategy double-ring, not {}",
+                   cfg.inner, name);
   }
   if (cfg.layout == Layout::Balanced) {
     const int64_t ring = P / std::max(cfg.ulysses, 1), parts = kChunksPerRank * ring;

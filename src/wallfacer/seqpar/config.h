@@ -19,9 +19,13 @@ namespace wallfacer::seqpar {
 //   Ulysses    all-to-alls trade sequence rows for heads; needs heads and kv_heads divisible by P.
 //   WallFacer  teams of C ranks gather Q,K,V, K,V circulate on C^2 sub-rings of P/C^2 ranks, and
 //              an LSE reduce-scatter finishes; C = 1 is ring attention. Needs C^2 to divide P.
-enum class Strategy { Ring, Zigzag, Ulysses, WallFacer };
+//   DoubleRing K,V blocks circulate on inner rings of `inner` = W consecutive ranks, and an outer
+//              ring over the P/W groups brings each group the next group's blocks (one outer hop
+//              per phase from every rank at once); W = 1 or W = P is a ring. Needs W to divide P.
+enum class Strategy { Ring, Zigzag, Ulysses, WallFacer, DoubleRing };
 
-// "ring" | "zigzag" | "ulysses" | "wallfacer"; throws UsageError naming the bad value.
+// "ring" | "zigzag" | "ulysses" | "wallfacer" | "double-ring"; throws UsageError naming the bad
+// value.
 Strategy parse_strategy(std::string_view name);
 std::string_view strategy_name(Strategy s);
 // C, the size of a WallFacer team: `teams` for WallFacer, 1 for every other strategy (which
@@ -59,6 +63,10 @@ std::string_view layout_name(Layout l);
 struct AttnConfig {
   Strategy strategy = Strategy::Ring;
   int teams = 1;        // C, for WallFacer (1 for every other strategy)
+  // W, the inner ring length of DoubleRing (consecutive ranks, typically those of one node; >= 1
+  // and dividing P; 0 for every other strategy, which has no inner rings). Callers resolve a
+  // default (the ranks per node) before building the config: the schedule needs the number.
+  int inner = 0;
   int batch = 1;        // sequences, each split the same way
   int64_t seq = 0;      // tokens of one whole sequence (the global length, not a rank's share)
   int heads = 1;        // query heads H
@@ -92,6 +100,11 @@ struct AttnConfig {
   // attention's own mask is `window` whatever this says. Otherwise as `window` (0: none).
   int64_t layout_window = -1;
 };
+// The default inner ring length of a double ring of P consecutive ranks on nodes of
+// ranks_per_node ranks: their greatest common divisor (the ranks a node holds of each group of
+// consecutive ranks; P when the group fits in a node, which makes the double ring a ring).
+int default_inner(int ranks_per_node, int P);
+
 // The config's WallFacer team size C: team_size(strategy, teams).
 inline int team_size(const AttnConfig& cfg) { return team_size(cfg.strategy, cfg.teams); }
 
@@ -124,7 +137,8 @@ int64_t counted_layout_window(const AttnConfig& cfg);
 // the DistAttention runs on) holds, in local row order: seq / P of them. Row i of the rank's
 // (B, seq/P, H, D) tensors is token local_positions(...)[i] of each sequence. The layouts:
 //   contiguous (ring, ulysses, wallfacer without a mask): tokens [rank*n, (rank+1)*n), n = seq/P;
-//   zigzag (zigzag, causal wallfacer): half-chunks rank and 2P-1-rank of 2P chunks of seq/(2P);
+//   zigzag (zigzag, causal wallfacer, causal double-ring): half-chunks rank and 2P-1-rank of
+//   2P chunks of seq/(2P);
 //   Ulysses x ring hybrid: rows [a*n, (a+1)*n) of the rows that ring rank j holds, for rank
 //   j*ulysses + a.
 //   Layout::Balanced: the runs of balanced_doc_layout refined for the steps of the strategy's
@@ -144,7 +158,8 @@ struct PositionRun {
 std::vector<PositionRun> local_runs(const AttnConfig& cfg, int P, int rank);
 
 // True when the strategy uses the 2P half-chunk zigzag layout (rank r holds half-chunks r and
-// 2P-1-r): zigzag always, wallfacer with a causal mask; never with Layout::Balanced.
+// 2P-1-r): zigzag always, wallfacer and double-ring with a causal mask; never with
+// Layout::Balanced.
 bool uses_zigzag_layout(const AttnConfig& cfg);
 
 }  // namespace wallfacer::seqpar

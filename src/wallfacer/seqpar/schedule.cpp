@@ -12,7 +12,7 @@ namespace {
 
 // Message tags: one per kind of transfer so that no two streams between a pair of ranks mix.
 constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagGrad = 14, kTagReturn = 15,
-              kTagHome = 16;
+              kTagHome = 16, kTagOuter = 17;
 
 // FLOPs per kept (query, key) pair and head: forward QK^T and PV (2 matmuls of 2D each); backward
 // recomputes S and runs dV, dP, dQ, dK (5 matmuls).
@@ -620,6 +620,119 @@ class TeamRing {
   int dq_team_ = -1, dkv_team_ = -1;
 };
 
+// Double ring (DoubleRingGeometry): the rank's rows stay and K,V blocks travel, forward and
+// backward alike: each phase's outer block over the outer ring (posted at the phase's first step,
+// it has the whole phase to arrive) and copies of it over the inner ring. Every hop is made (a
+// mask skips none). Backward: each block's dK,dV accumulator follows the block's visits (from its
+// holder at step s-1 to its holder at step s: an inner hop, or across groups at a phase's first
+// step) and after the last step goes home; every step computes into a fresh partial and then adds
+// the accumulator received, so that the accumulator's hop overlaps the next step's compute.
+class DoubleRing {
+ public:
+  DoubleRing(Schedule& s, Builder& b)
+      : s_(s), b_(b), L_(s.P, s.cfg.inner), r_(s.rank), mine_(team_segments(s.cfg, s.P, 1, r_)) {}
+
+  void build() {
+    const int H = s_.cfg.heads, K = s_.cfg.kv_heads;
+    const Dtype w = s_.cfg.dtype;
+    kvl_ = b_.buffer("kv_local", Fmt::KV, 1, K, w);
+    for (int x = 0; x < 2; ++x) {
+      if (L_.G > 1) outer_[x] = b_.buffer(fmt::format("kv_outer{}", x), Fmt::KV, 1, K, w);
+      if (L_.W > 1) ring_[x] = b_.buffer(fmt::format("kv_ring{}", x), Fmt::KV, 1, K, w);
+    }
+
+    b_.phase(&s_.fwd);
+    b_.local(LocalKind::PackKV, -1, kvl_);
+    const int oacc = w != kAcc ? b_.buffer("o_acc", Fmt::Rows, 1, H, kAcc) : kOutO;
+    b_.local(LocalKind::InitOut, -1, oacc, kOutLse);
+    steps([&](int step, int kv) {
+      b_.computes(false, kInQ, kv, oacc, kOutLse, mine_, block(L_.origin(r_, step)), H, K);
+    });
+    if (oacc != kOutO) b_.local(LocalKind::Copy, oacc, kOutO);
+
+    b_.phase(&s_.bwd);
+    b_.local(LocalKind::PackKV, -1, kvl_);
+    const int qp = b_.buffer("qpack_local", Fmt::QPack, 1, H, w);
+    b_.local(LocalKind::PackQPack, -1, qp);
+    const int dq = w != kAcc ? b_.buffer("dq_acc", Fmt::Rows, 1, H, kAcc) : kOutDq;
+    b_.local(LocalKind::Zero, -1, dq);
+    const int home = b_.buffer("dkv_acc", Fmt::KV, 1, K, kAcc);
+    const int P = s_.P;
+    int part[2] = {home, home}, acc_in = -1, acc_send[2] = {-1, -1};
+    if (P > 1) {
+      part[0] = b_.buffer("grad_part0", Fmt::KV, 1, K, kAcc);
+      part[1] = b_.buffer("grad_part1", Fmt::KV, 1, K, kAcc);
+      acc_in = b_.buffer("grad_in", Fmt::KV, 1, K, kAcc);
+    }
+    steps([&](int step, int kv) {
+      const int b = L_.origin(r_, step), acc = part[step % 2];
+      const int ain = step > 0 ? b_.recv(acc_in, L_.holder(b, step - 1), kTagGrad) : -1;
+      b_.wait({acc_send[step % 2]});
+      acc_send[step % 2] = -1;
+      b_.local(LocalKind::Zero, -1, acc);
+      b_.computes(true, qp, kv, dq, acc, mine_, block(b), H, K);
+      if (step > 0) {
+        b_.wait({ain});
+        b_.local(LocalKind::Add, acc_in, acc);
+      }
+      if (step < P - 1) {
+        acc_send[step % 2] = b_.send(acc, L_.holder(b, step + 1), kTagGrad);
+      } else if (P > 1) {
+        acc_send[step % 2] = b_.send(acc, b, kTagHome);
+      }
+    });
+    if (P > 1) {
+      const int h = b_.recv(home, L_.holder(r_, P - 1), kTagHome);
+      b_.wait({h, acc_send[0], acc_send[1]});
+    }
+    if (dq != kOutDq) b_.local(LocalKind::Copy, dq, kOutDq);
+    b_.local(LocalKind::UnpackKV, home, -1);
+  }
+
+ private:
+  std::vector<Segment> block(int b) const { return team_segments(s_.cfg, s_.P, 1, b); }
+
+  // The K,V transport of a forward or backward: for every step, at_step(step, the buffer of the
+  // block held) between posting the step's hops and waiting for them. The outer block of phase o
+  // is the rank's own (o = 0) or kv_outer{o % 2}; the inner steps j >= 1 use kv_ring{j % 2}.
+  template <class F>
+  void steps(F&& at_step) {
+    const int W = L_.W, G = L_.G;
+    auto outer = [&](int o) { return o == 0 ? kvl_ : outer_[o % 2]; };
+    int os = -1, orv = -1;
+    for (int o = 0; o < G; ++o) {
+      for (int j = 0; j < W; ++j) {
+        const int cur = j == 0 ? outer(o) : ring_[j % 2];
+        if (j == 0 && o < G - 1) {
+          os = b_.send(cur, L_.outer_next(r_), kTagOuter);
+          orv = b_.recv(outer(o + 1), L_.outer_prev(r_), kTagOuter);
+        }
+        int is = -1, ir = -1;
+        if (j < W - 1) {
+          is = b_.send(cur, L_.inner_next(r_), kTagKV);
+          ir = b_.recv(ring_[(j + 1) % 2], L_.inner_prev(r_), kTagKV);
+        }
+        at_step(o * W + j, cur);
+        b_.wait({is, ir});
+        if (j == W - 1) {
+          b_.wait({os, orv});
+          os = orv = -1;
+        }
+        b_.next_round();
+      }
+    }
+  }
+
+  static constexpr Dtype kAcc = Dtype::fp32;  // the accumulators and the gradients that travel
+
+  Schedule& s_;
+  Builder& b_;
+  const DoubleRingGeometry L_;
+  const int r_;
+  const std::vector<Segment> mine_;
+  int kvl_ = -1, outer_[2] = {-1, -1}, ring_[2] = {-1, -1};
+};
+
 // Ulysses: all-to-all from sequence shards to head shards, full attention on H/P heads, back.
 void build_ulysses(Schedule& s, Builder& b) {
   const auto& c = s.cfg;
@@ -735,6 +848,25 @@ int WallFacerGeometry::kv_team(int r, int step) const {
 int WallFacerGeometry::query_team(int r, int step) const {
   const int tau = r / C;
   return G * (tau / G) + ((tau % G) - step % G + G) % G;
+}
+
+DoubleRingGeometry::DoubleRingGeometry(int P_, int W_) : P(P_), W(W_), G(P_ / std::max(W_, 1)) {
+  WF_CHECK(W >= 1 && P % W == 0, "inner ring length {} needs W dividing P = {}", W, P);
+}
+
+int DoubleRingGeometry::inner_next(int r) const { return r / W * W + (r % W + 1) % W; }
+int DoubleRingGeometry::inner_prev(int r) const { return r / W * W + (r % W + W - 1) % W; }
+int DoubleRingGeometry::outer_next(int r) const { return (r / W + 1) % G * W + r % W; }
+int DoubleRingGeometry::outer_prev(int r) const { return (r / W + G - 1) % G * W + r % W; }
+
+int DoubleRingGeometry::origin(int r, int step) const {
+  const int o = step / W, j = step % W;
+  return (r / W - o % G + G) % G * W + (r % W - j + W) % W;
+}
+
+int DoubleRingGeometry::holder(int b, int step) const {
+  const int o = step / W, j = step % W;
+  return (b / W + o) % G * W + (b % W + j) % W;
 }
 
 int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows, bool causal) {
@@ -863,6 +995,7 @@ bool count_backward_moves_kv(const AttnConfig& cfg, int P) {
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
   validate(cfg, P);
+  if (cfg.strategy == Strategy::DoubleRing) return P > 1;  // its K,V travel (DoubleRing)
   Schedule s;
   s.cfg = cfg;
   s.cfg.doc_lengths.clear();
@@ -903,6 +1036,8 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   Builder b(s);
   if (cfg.strategy == Strategy::Ulysses) {
     build_ulysses(s, b);
+  } else if (cfg.strategy == Strategy::DoubleRing) {
+    DoubleRing(s, b).build();
   } else {
     TeamRing(s, b).build();
   }
@@ -971,6 +1106,22 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
     t.coll_bytes_fwd = (P - 1) * B * n * ((h * D + 2 * k * D + h * D) * e + h * f);
     t.coll_bytes_bwd =
         (P - 1) * B * n * ((2 * h * D + 2 * k * D) * e + (2 * h + h * D + 2 * k * D) * f);
+    return t;
+  }
+  if (cfg.strategy == Strategy::DoubleRing) {
+    // Every hop is made. Forward: P-1 K,V hops, W-1 inner ones per phase in its first W-1 steps
+    // (rounds) and one outer hop in each phase but the last. Backward: the same K,V hops and P
+    // hops of the dK,dV accumulator (one per step, the last one home), one round per step.
+    const DoubleRingGeometry L(P, cfg.inner);
+    const int64_t kv = B * n * 2 * K * D;  // elements of one K,V block
+    t.p2p_bytes_fwd = (P - 1) * kv * e;
+    t.p2p_sends_fwd = P - 1;
+    t.p2p_steps_fwd = L.W > 1 ? int64_t(L.G) * (L.W - 1) : L.G - 1;
+    if (P > 1) {
+      t.p2p_bytes_bwd = (P - 1) * kv * e + P * kv * f;
+      t.p2p_sends_bwd = 2 * int64_t(P) - 1;
+      t.p2p_steps_bwd = P;
+    }
     return t;
   }
   const int64_t C = team_size(cfg);

@@ -209,6 +209,23 @@ struct WallFacerGeometry {
   int query_team(int r, int step) const;  // team whose query package rank r holds at bwd step
 };
 
+// Double-ring geometry: rank r = g*W + i is member i of group g (W consecutive ranks, G = P/W
+// groups). Step s = o*W + j (phase o = 0..G-1, inner step j = 0..W-1): rank (g, i) holds the
+// K,V block of rank ((g-o) mod G, (i-j) mod W), so over the P steps it holds every block once.
+// At inner step 0 of phase o the rank holds its phase's outer block, which came over the outer
+// ring from rank (g-1, i) (posted at the start of phase o-1, it overlaps that phase's compute);
+// the blocks of the other inner steps come over the inner ring from rank (g, i-1).
+struct DoubleRingGeometry {
+  int P = 1, W = 1, G = 1;
+  DoubleRingGeometry(int P, int W);
+  int inner_next(int r) const;
+  int inner_prev(int r) const;
+  int outer_next(int r) const;
+  int outer_prev(int r) const;
+  int origin(int r, int step) const;  // whose block rank r holds at step `step`
+  int holder(int b, int step) const;  // who holds rank b's block at step `step` (inverse)
+};
+
 // (query, key) pairs with query position >= key position for runs [qpos0, qpos0+qrows) and
 // [kpos0, kpos0+krows) (all pairs when !causal).
 int64_t attention_pairs(int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows, bool causal);

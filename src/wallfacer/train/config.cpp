@@ -161,6 +161,7 @@ std::vector<Field> fields(TrainConfig& c) {
       {"parallel.sp", &c.sp},
       {"parallel.strategy", choice(c.strategy, read_strategy, seqpar::strategy_name)},
       {"parallel.teams", &c.teams},
+      {"parallel.inner", &c.inner},
       {"parallel.ulysses", &c.ulysses},
       {"parallel.keep_kv", &c.keep_kv},
       {"parallel.checkpointing",
@@ -437,6 +438,9 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   seqpar::AttnConfig a;
   a.strategy = strategy;
   a.teams = teams;
+  // A double ring whose parallel.inner is still 0 (a config checked outside a job): one inner ring
+  // of the sp ranks, which checks what every W dividing sp would.
+  a.inner = strategy == seqpar::Strategy::DoubleRing && inner == 0 ? sp : inner;
   a.ulysses = ulysses;
   a.keep_kv = keep_kv;
   a.batch = batch / dp(P);
@@ -613,6 +617,8 @@ void TrainConfig::validate_parallel(int P) const {
                    ulysses, model.heads, kv);
   }
   WF_USAGE_CHECK(teams >= 1, "parallel.teams must be at least 1 (got {})", teams);
+  WF_USAGE_CHECK(inner >= 0, "parallel.inner must be at least 0 (got {}; 0: the ranks per node)",
+                 inner);
   try {
     seqpar::validate(attn_config(P), sp);
   } catch (const UsageError& e) {
@@ -620,6 +626,7 @@ void TrainConfig::validate_parallel(int P) const {
     std::string msg = e.what();
     for (const auto& [flag, key] :
          {std::pair<std::string, std::string>{"--teams", "parallel.teams"},
+          {"--inner", "parallel.inner"},
           {"--strategy", "parallel.strategy"},
           {"--ulysses", "parallel.ulysses"},
           {"--kv-heads", "model.kv_heads"},

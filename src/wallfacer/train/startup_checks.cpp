@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "wallfacer/comm/topology.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
 #include "wallfacer/seqpar/attention.h"
@@ -125,6 +126,8 @@ void check_training_memory(const TrainConfig& cfg, int P) {
 
 TrainConfig config_as_run(comm::Communicator& world, const TrainConfig& given) {
   TrainConfig cfg = given;
+  if (cfg.strategy == seqpar::Strategy::DoubleRing && cfg.inner == 0)
+    cfg.inner = seqpar::default_inner(comm::discover_topology().max_ranks_per_node(), cfg.sp);
   cfg.validate(world.size());
   cfg.dtype = cfg.run_dtype();
   check_same_config(world, cfg);

@@ -121,10 +121,11 @@ class Training {
   void announce() {
     if (rank_ != 0) return;
     progress_.message(fmt::format(
-        "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {} C={} ulysses={}{}), seq {}, "
+        "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {}{} C={} ulysses={}{}), seq {}, "
         "batch {}{}{}, checkpointing {}, {} threads/rank",
-        cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy), cfg_.teams,
-        cfg_.ulysses, cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
+        cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy),
+        acfg_.inner > 0 ? fmt::format(" W={}", acfg_.inner) : "", cfg_.teams, cfg_.ulysses,
+        cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
         packing_ ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg_.layout))
                  : "",
         model_facts(cfg_).notes, model::checkpointing_name(cfg_.checkpointing), num_threads()));
