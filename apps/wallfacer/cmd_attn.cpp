@@ -334,8 +334,9 @@ Action setup(CLI::App& root) {
       ->check(CLI::IsMember({"ring", "zigzag", "ulysses", "wallfacer"}));
   cmd->add_option("--teams", o->teams, "WallFacer team size C (C^2 must divide P)");
   cmd->add_option("--ulysses", o->ulysses,
-                  "Ulysses degree U of a Ulysses x ring hybrid (with --strategy ring or zigzag; "
-                  "U must divide P and the heads)")
+                  "Ulysses degree U of a Ulysses hybrid: Ulysses inside teams of U consecutive "
+                  "ranks, --strategy ring, zigzag or wallfacer over the P/U ranks of each member "
+                  "index (U must divide P and the heads)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--placement", o->placement,
                   "which ranks share a node: team-intra (teams of consecutive ranks, team "

@@ -76,7 +76,7 @@ bad 2 "--kv-heads" --strategy ring --seq 64 --heads 4 --kv-heads 3 --head-dim 8
 bad 1 "strategy" --strategy spiral --seq 64 --heads 4 --head-dim 8
 bad 4 "must divide the 4 ranks" --strategy ring --ulysses 3 --seq 96 --heads 6 --head-dim 8
 bad 4 "must divide --heads" --strategy ring --ulysses 2 --seq 64 --heads 3 --head-dim 8
-bad 4 "ring or zigzag" --strategy ulysses --ulysses 2 --seq 64 --heads 4 --head-dim 8
+bad 4 "ring, zigzag or wallfacer" --strategy ulysses --ulysses 2 --seq 64 --heads 4 --head-dim 8
 bad 2 "sum to 500" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 100,400
 bad 2 "positive" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 0,512
 bad 2 "exceeds --seq" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs-random 65
