@@ -143,6 +143,7 @@ int main(int argc, char** argv) {
         cases.push_back({Strategy::Ring, 1, 2});
         cases.push_back({Strategy::Zigzag, 1, 2});
       }
+      if (P % 8 == 0) cases.push_back({Strategy::WallFacer, 2, 2});  // Ulysses 2 x WallFacer-2
       for (const Case& k : cases)
         for (Layout layout : {Layout::Strategy, Layout::Balanced}) {
           AttnConfig c = base;
