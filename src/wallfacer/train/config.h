@@ -89,7 +89,7 @@ struct TrainConfig {
   int sp = 1;
   seqpar::Strategy strategy = seqpar::Strategy::Ring;
   int teams = 1;
-  int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag over sp / ulysses teams
+  int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag/WallFacer-C over sp / ulysses
   // WallFacer (teams > 1): keep each layer's placed K,V from its forward for its backward
   // (seqpar::AttnConfig::keep_kv): one team K,V block per layer more memory, no placement hop and
   // no K,V gather in the backward.
