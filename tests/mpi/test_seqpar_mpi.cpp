@@ -249,8 +249,8 @@ std::array<CollectiveBytes, 2> collective_bytes(const AttnConfig& c, int P) {
     out[0].all_gather = {2, kv + q};
     out[0].all_to_all = {6, kv + q + q + stat + C * (q + stat)};
     out[1].all_gather = c.keep_kv ? mpi_bytes::Count{1, qpack} : mpi_bytes::Count{2, qpack + kv};
-    out[1].all_to_all =
-        c.keep_kv ? mpi_bytes::Count{3, qpack + dq + dkv} : mpi_bytes::Count{4, kv + qpack + dq + dkv};
+    out[1].all_to_all = c.keep_kv ? mpi_bytes::Count{3, qpack + dq + dkv}
+                                  : mpi_bytes::Count{4, kv + qpack + dq + dkv};
     out[1].exchange = dq + dkv;
   } else if (c.ulysses > 1 || (c.strategy == Strategy::Ulysses && P > 1)) {
     // Each local tensor goes to head shards or comes back in one all-to-all of the team (all P
@@ -534,7 +534,8 @@ void check_handed(const Run& r, const AttnConfig& c, int P, int me,
     std::map<int, int64_t> exchange;
     if (cb.exchange > 0) {
       const int u = c.ulysses, C = c.teams, j = me / u;
-      for (int a = 0; a < C; ++a) exchange[world_of[size_t((j / C * C + a) * u + me % u)]] = cb.exchange;
+      for (int a = 0; a < C; ++a)
+        exchange[world_of[size_t((j / C * C + a) * u + me % u)]] = cb.exchange;
     }
     const std::string ediff = first_difference(h.exchange, exchange);
     check(ediff.empty(),

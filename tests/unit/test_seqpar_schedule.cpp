@@ -162,7 +162,7 @@ TEST(SeqparSchedule, HybridValidate) {
   bad(uw(64, 4, 4, 4, 2, false), 8, "C^2 = 4 to divide the 2 ranks");
   bad(uw(64, 3, 3, 2, 2, false), 8, "must divide --heads");
   bad(uw(64, 4, 1, 2, 2, false), 8, "must divide --heads");  // kv heads
-  bad(uw(36, 4, 4, 2, 2, true), 8, "divisible by 8");         // causal: 2 x 4 half-chunks
+  bad(uw(36, 4, 4, 2, 2, true), 8, "divisible by 8");        // causal: 2 x 4 half-chunks
   EXPECT_NO_THROW(validate(uw(64, 4, 2, 2, 2, true), 8));
   EXPECT_NO_THROW(validate(uw(64, 4, 4, 2, 2, false), 16));
   auto kept = uw(64, 4, 4, 2, 2, false);
@@ -241,8 +241,8 @@ TEST(SeqparLayout, UlyssesWallFacerPositions) {
   // P = 8, u = 2, C = 2, causal, 32 tokens: ring rank j of 4 holds half-chunks j and 7-j of 4.
   const auto c = ulysses_wallfacer(32, 2, 2, 2, 2, true);
   const std::vector<std::vector<int64_t>> want = {
-      {0, 1, 2, 3},     {28, 29, 30, 31}, {4, 5, 6, 7},     {24, 25, 26, 27},
-      {8, 9, 10, 11},   {20, 21, 22, 23}, {12, 13, 14, 15}, {16, 17, 18, 19}};
+      {0, 1, 2, 3},   {28, 29, 30, 31}, {4, 5, 6, 7},     {24, 25, 26, 27},
+      {8, 9, 10, 11}, {20, 21, 22, 23}, {12, 13, 14, 15}, {16, 17, 18, 19}};
   for (int r = 0; r < 8; ++r) EXPECT_EQ(local_positions(c, 8, r), want[size_t(r)]) << r;
   // Without a mask: contiguous.
   const auto full = ulysses_wallfacer(32, 2, 2, 2, 2, false);
@@ -305,8 +305,8 @@ TEST(SeqparSchedule, UlyssesWallFacerTotalsEqualFormulas) {
                 << " rank " << r << " " << dtype_name(c.dtype) << (c.keep_kv ? " keep_kv" : "");
             EXPECT_EQ(s.team_ranks, u);
             EXPECT_EQ(s.inner_team_ranks, C);
-            expect_buffers_sound(s, fmt::format("ulysses {} x wallfacer {} P={} rank {}", u, C,
-                                                P, r));
+            expect_buffers_sound(s,
+                                 fmt::format("ulysses {} x wallfacer {} P={} rank {}", u, C, P, r));
           }
         }
       }
@@ -349,8 +349,8 @@ TEST(SeqparSchedule, UlyssesWallFacerComputesEveryPairOnce) {
               const int want =
                   kernels::kept_pairs(docs, {i, i + 1}, {k, k + 1}, c.causal, c.window) > 0;
               ASSERT_EQ(seen[size_t((m * N + i) * N + k)], want)
-                  << "P=" << P << " u=" << u << " C=" << C << " mask " << mask << " phase "
-                  << phase << " slice " << m << " pair " << i << "," << k;
+                  << "P=" << P << " u=" << u << " C=" << C << " mask " << mask << " phase " << phase
+                  << " slice " << m << " pair " << i << "," << k;
             }
       }
     }

@@ -218,12 +218,13 @@ void validate(const AttnConfig& cfg, int P) {
     // A Ulysses x WallFacer hybrid runs WallFacer-C on the ring of P/ulysses ranks.
     const int C = cfg.teams, ring = cfg.ulysses > 1 && P % cfg.ulysses == 0 ? P / cfg.ulysses : P;
     WF_USAGE_CHECK(C >= 1, "--teams is {}; it must be at least 1", C);
-    WF_USAGE_CHECK(int64_t(C) * C <= ring && ring % (C * C) == 0,
-                   "--teams {}: wallfacer needs C^2 = {} to divide the {} ranks{}; choose --teams C "
-                   "with C^2 dividing {}",
-                   C, int64_t(C) * C, ring,
-                   ring == P ? "" : " of the ring over the Ulysses teams (P / --ulysses)",
-                   ring == P ? "P" : "P / --ulysses");
+    WF_USAGE_CHECK(
+        int64_t(C) * C <= ring && ring % (C * C) == 0,
+        "--teams {}: wallfacer needs C^2 = {} to divide the {} ranks{}; choose --teams C "
+        "with C^2 dividing {}",
+        C, int64_t(C) * C, ring,
+        ring == P ? "" : " of the ring over the Ulysses teams (P / --ulysses)",
+        ring == P ? "P" : "P / --ulysses");
   } else {
     WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy wallfacer, not {}",
                    cfg.teams, name);

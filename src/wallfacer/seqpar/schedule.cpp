@@ -200,10 +200,7 @@ struct RingGeometry {
   WallFacerGeometry inner;
   int C = 1, G = 1;  // C: world ranks (blocks) per team, u times WallFacer's C
   RingGeometry(const AttnConfig& c, int P)
-      : u(std::max(c.ulysses, 1)),
-        inner(P / u, team_size(c)),
-        C(u * inner.C),
-        G(inner.G) {}
+      : u(std::max(c.ulysses, 1)), inner(P / u, team_size(c)), C(u * inner.C), G(inner.G) {}
   bool hybrid() const { return u > 1; }
   int world(int j, int r) const { return j * u + r % u; }  // ring rank j, r's member index
   int placement_dst(int r) const { return world(inner.placement_dst(r / u), r); }
@@ -380,8 +377,8 @@ class TeamRing {
       kvl_ = b_.buffer("kv_local", Fmt::KV, 1, K, w);
       b_.local(LocalKind::PackKV, -1, kvl_);
     }
-    kvt_ = wc_ > 1 ? gather(kvl_, keep_ && !placed_ ? "kv_kept" : "kv_team", keep_ && !placed_)
-                   : kvl_;
+    kvt_ =
+        wc_ > 1 ? gather(kvl_, keep_ && !placed_ ? "kv_kept" : "kv_team", keep_ && !placed_) : kvl_;
     // The K,V blocks that circulate, and the placed one: the block of forward step 0 and the
     // backward's resident K,V (or, when K,V travel, the block of its step 0). Without keep_kv it
     // lives in kv_ring0, which the ring first writes at step 1, when step 0 is done with it (and
@@ -583,7 +580,7 @@ class TeamRing {
     }
     int dq = dq_team_;
     if (wc_ > 1) {
-      dq = hybrid_       ? b_.buffer("dq_heads", Fmt::Rows, u_, H_, kAcc)
+      dq = hybrid_      ? b_.buffer("dq_heads", Fmt::Rows, u_, H_, kAcc)
            : w_ != kAcc ? b_.buffer("dq_local", Fmt::Rows, 1, H_, kAcc)
                         : kOutDq;
       b_.collective(CollKind::ReduceScatterSum, wgroup_, wc_, dq_team_, dq);
@@ -993,8 +990,8 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
         formula_totals(h.outer, h.u, rank % h.u) + formula_totals(h.inner, h.rings, rank / h.u);
     // keep_kv: the backward's K,V are the forward's traded and gathered ones, not traded again.
     if (kept_elements(cfg, P) > 0)
-      t.coll_bytes_bwd -= int64_t(h.u - 1) * cfg.batch * (cfg.seq / P) * 2 *
-                          (cfg.kv_heads / h.u) * cfg.head_dim * dtype_bytes(cfg.dtype);
+      t.coll_bytes_bwd -= int64_t(h.u - 1) * cfg.batch * (cfg.seq / P) * 2 * (cfg.kv_heads / h.u) *
+                          cfg.head_dim * dtype_bytes(cfg.dtype);
     return t;
   }
   ScheduleTotals t;
