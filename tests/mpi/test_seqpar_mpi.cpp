@@ -872,6 +872,77 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Ulysses 2 x WallFacer-2 (P = 8; P = 16, fp32: sub-rings of 2, whose hops the masks can skip;
+  // GQA with kv_heads = U) under the masks that skip hops:
+  // documents (full and causal, the strategy's and the balanced layout) and a sliding window, fp32
+  // and bf16, against the fp64 reference and (bf16) the same attention on one rank; the counters
+  // are the schedule's sums (hops no query needs are not made).
+  if ((P == 8 && !wallfacer_only) || (P == 16 && wallfacer_only)) {
+    struct Mask {
+      bool causal;
+      int64_t window;
+      bool docs;
+      Layout layout;
+    };
+    for (const Mask& mask : {Mask{false, 0, true, Layout::Strategy},
+                             Mask{true, 0, true, Layout::Strategy},
+                             Mask{true, 0, true, Layout::Balanced}, Mask{true, S / 5, false,
+                                                                         Layout::Strategy},
+                             Mask{true, S / 8 + 3, true, Layout::Balanced}}) {
+      for (Dtype dtype : dtypes) {
+        AttnConfig c;
+        c.strategy = Strategy::WallFacer;
+        c.teams = 2;
+        c.ulysses = 2;
+        c.seq = S;
+        c.heads = H;
+        c.kv_heads = 2;
+        c.head_dim = D;
+        c.causal = mask.causal;
+        c.window = mask.window;
+        c.layout = mask.layout;
+        c.dtype = dtype;
+        c.keep_kv = mask.causal;
+        if (mask.docs) c.doc_lengths = {S / 4 + 3, 1, S / 2 - 9, S / 4 + 5};
+        const std::string name = fmt::format(
+            "ulysses2 x wallfacer C=2{} {} window {} {} layout docs {} Hkv=2 P={} {}",
+            c.keep_kv ? " keep-kv" : "", c.causal ? "causal" : "full", c.window,
+            layout_name(c.layout), c.doc_lengths.size(), P, dtype_name(dtype));
+        const auto in = make_inputs(c, 4321);
+        Run single;
+        if (dtype == Dtype::bf16) {  // the same attention, as a ring of one rank
+          AttnConfig one = c;
+          one.strategy = Strategy::Ring;
+          one.teams = one.ulysses = 1;
+          one.keep_kv = false;
+          one.layout = Layout::Strategy;
+          auto alone = world.split(rank, 0);
+          single = run(alone, one, in, failures);
+        }
+        const auto r = run(world, c, in, failures);
+        ++configs;
+        const auto sched = schedule_totals(make_schedule(c, P, rank));
+        const auto& st = r.stats;
+        check(st.p2p_bytes_fwd == sched.p2p_bytes_fwd && st.p2p_bytes_bwd == sched.p2p_bytes_bwd &&
+                  st.coll_bytes_fwd == sched.coll_bytes_fwd &&
+                  st.coll_bytes_bwd == sched.coll_bytes_bwd,
+              fmt::format("{}: counters {} {} {} {}, schedule {} {} {} {}", name, st.p2p_bytes_fwd,
+                          st.p2p_bytes_bwd, st.coll_bytes_fwd, st.coll_bytes_bwd,
+                          sched.p2p_bytes_fwd, sched.p2p_bytes_bwd, sched.coll_bytes_fwd,
+                          sched.coll_bytes_bwd));
+        check(sends_match_receives(world, r), name + ": bytes sent differ from bytes received");
+        if (rank == 0) {
+          const auto e = attention_errors(r.got, reference_attention(c, in, /*fp64=*/true));
+          std::printf("%-72s err o %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", name.c_str(), e.out,
+                      e.lse, e.dq, e.dk, e.dv);
+          check(e.within(attn_tolerance(dtype)), name + ": error above tolerance");
+          if (!single.got.o.empty())
+            check(attention_errors(r.got, single.got).within(attn_tolerance(dtype)),
+                  name + ": differs from the same attention on one rank");
+        }
+      }
+    }
+  }
   double total = failures;
   world.all_reduce_sum(&total, 1);
   if (rank == 0)
