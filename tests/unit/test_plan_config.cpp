@@ -384,6 +384,8 @@ TEST(PlanPlacement, UlyssesWallFacerPlacements) {
     EXPECT_EQ(team_intra, pl == Placement::TeamIntra ? P : 0);
     EXPECT_EQ(hops_intra, pl == Placement::TeamIntra ? P / 2 : P);
   }
+  EXPECT_EQ((Candidate{cfg.strategy, 2, u, Placement::RingIntra, false}).label(),
+            "ulysses2 x wallfacer C=2 ring-intra");
 }
 
 TEST(PlanPlacement, OrdersArePermutations) {

@@ -19,7 +19,9 @@ std::string Candidate::strategy_label() const {
 
 std::string Candidate::label() const {
   std::string s;
-  if (ulysses > 1) {
+  if (ulysses > 1 && strategy == Strategy::WallFacer) {
+    s = fmt::format("ulysses{} x wallfacer C={}", ulysses, teams);
+  } else if (ulysses > 1) {
     s = fmt::format("ulysses{} x {}", ulysses, seqpar::strategy_name(strategy));
   } else if (strategy == Strategy::WallFacer) {
     s = fmt::format("wallfacer C={}", teams);
