@@ -301,10 +301,12 @@ std::vector<int> hops_per_step(const Schedule& s, const RingGeometry& L, int r, 
   return hops;
 }
 
-// Ring, zigzag ring, WallFacer-C (ring = WallFacer-1) and the Ulysses x ring hybrids. The team
-// buffers (C blocks, block a of member a's rows) come from an all-gather in the team (WallFacer)
-// or from Ulysses' all-to-all in the team, which trades the members' rows for heads: member a then
-// holds the team's rows of heads slice a (H/u heads, Hkv/u kv heads) and the ring runs on those.
+// Ring, zigzag ring, WallFacer-C (ring = WallFacer-1) and their Ulysses hybrids. The team buffers
+// (C blocks, block a of member a's rows) come from an all-gather in the team (WallFacer) or from
+// Ulysses' all-to-all in the team, which trades the members' rows for heads: member a then holds
+// the team's rows of heads slice a (H/u heads, Hkv/u kv heads) and the ring runs on those. Ulysses
+// x WallFacer-C does both: the all-to-all gives ring rank j its u blocks of heads slice m, and
+// WallFacer's all-gather in the InnerTeam group their C*u blocks of the WallFacer team.
 // The steps, in order: the forward's team gather and placement, its ring, the return of O; the
 // backward's team gather and placement, its ring, the return of the gradients.
 class TeamRing {
