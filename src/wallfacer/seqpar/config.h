@@ -18,7 +18,8 @@ namespace wallfacer::seqpar {
 //   Zigzag     ring over the 2P half-chunk zigzag layout, which balances a causal mask.
 //   Ulysses    all-to-alls trade sequence rows for heads; needs heads and kv_heads divisible by P.
 //   WallFacer  teams of C ranks gather Q,K,V, K,V circulate on C^2 sub-rings of P/C^2 ranks, and
-//              an LSE reduce-scatter finishes; C = 1 is ring attention. Needs C^2 to divide P.
+//              an LSE reduce-scatter finishes; C = 1 is ring attention. Needs C^2 to divide P
+//              (P/ulysses in a Ulysses hybrid).
 enum class Strategy { Ring, Zigzag, Ulysses, WallFacer };
 
 // "ring" | "zigzag" | "ulysses" | "wallfacer"; throws UsageError naming the bad value.
