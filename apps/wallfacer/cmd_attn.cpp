@@ -349,8 +349,9 @@ Action setup(CLI::App& root) {
                   "the ranks per node, with --count those of --node-size)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ulysses", o->ulysses,
-                  "Ulysses degree U of a Ulysses x ring hybrid (with --strategy ring or zigzag; "
-                  "U must divide P and the heads)")
+                  "Ulysses degree U of a Ulysses hybrid: Ulysses inside teams of U consecutive "
+                  "ranks, --strategy ring, zigzag or wallfacer over the P/U ranks of each member "
+                  "index (U must divide P and the heads)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--placement", o->placement,
                   "which ranks share a node: team-intra (teams of consecutive ranks, team "

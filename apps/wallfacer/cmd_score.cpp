@@ -166,7 +166,7 @@ Action setup(CLI::App& root) {
   cmd->add_option("--teams", a->teams, "WallFacer team size C (C^2 must divide P)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ulysses", a->ulysses,
-                  "Ulysses degree U of a Ulysses x ring hybrid (with ring or zigzag)")
+                  "Ulysses degree U of a Ulysses hybrid (with ring, zigzag or wallfacer)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--placement", a->placement, "team-intra | ring-intra (which ranks are near)")
       ->check(CLI::IsMember({"team-intra", "ring-intra"}))

@@ -76,7 +76,9 @@ bad 2 "--kv-heads" --strategy ring --seq 64 --heads 4 --kv-heads 3 --head-dim 8
 bad 1 "strategy" --strategy spiral --seq 64 --heads 4 --head-dim 8
 bad 4 "must divide the 4 ranks" --strategy ring --ulysses 3 --seq 96 --heads 6 --head-dim 8
 bad 4 "must divide --heads" --strategy ring --ulysses 2 --seq 64 --heads 3 --head-dim 8
-bad 4 "ring or zigzag" --strategy ulysses --ulysses 2 --seq 64 --heads 4 --head-dim 8
+bad 4 "ring, zigzag or wallfacer" --strategy ulysses --ulysses 2 --seq 64 --heads 4 --head-dim 8
+bad 4 "C^2 = 4 to divide the 2 ranks of the ring over the Ulysses teams" --strategy wallfacer \
+  --teams 2 --ulysses 2 --seq 64 --heads 4 --head-dim 8
 bad 2 "sum to 500" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 100,400
 bad 2 "positive" --strategy ring --seq 512 --heads 2 --head-dim 8 --docs 0,512
 bad 2 "exceeds --seq" --strategy ring --seq 64 --heads 2 --head-dim 8 --docs-random 65
@@ -141,6 +143,14 @@ out=$("$wf" attn --count 4 --strategy ring --ulysses 2 --seq 1024 --heads 2 --he
 echo "$out" | grep -qF '"coll_fwd":33792' || err "--count hybrid collective: $out"
 echo "$out" | grep -qF '"p2p_fwd":32768' || err "--count hybrid p2p: $out"
 echo "$out" | grep -qF '"ulysses":2' || err "--count hybrid: $out"
+# Ulysses 2 x WallFacer-2 on 8 ranks, 1024 tokens, 2 heads of 8: the Ulysses all-to-alls move half
+# of the rank's 128 rows of q, k, v, o, lse (66 floats per row: 16896 bytes), WallFacer's team
+# gathers q and K,V and reduce-scatters O, LSE (33 floats per row) of the ring rank's 256 rows of
+# 1 head (33792 bytes); the busiest rank places its team's 512 rows of K,V (32768 bytes).
+out=$("$wf" attn --count 8 --strategy wallfacer --teams 2 --ulysses 2 --seq 1024 --heads 2 \
+  --head-dim 8 --json 2>&1)
+echo "$out" | grep -qF '"coll_fwd":50688' || err "--count ulysses x wallfacer collective: $out"
+echo "$out" | grep -qF '"p2p_fwd":32768' || err "--count ulysses x wallfacer p2p: $out"
 # The same hybrid run: its all-to-alls hand MPI the same 33792 bytes for the other rank of the team
 # (the count), and the ring formula of an all-to-all is the same volume.
 out=$(run 4 "$wf" attn --strategy ring --ulysses 2 --seq 1024 --heads 2 --head-dim 8 --iters 1 --json 2>&1)

@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
   }
   if (P % 2 == 0 && P > 2) kinds.push_back({Strategy::Ring, 1, 2, false});
   kinds.push_back({Strategy::DoubleRing, 1, 1, false, P % 2 == 0 ? 2 : 1});  // inner rings of 2
+  if (P % 8 == 0) {  // Ulysses 2 x WallFacer-2
+    kinds.push_back({Strategy::WallFacer, 2, 2, false});
+    kinds.push_back({Strategy::WallFacer, 2, 2, true});
+  }
   for (const Kind& k : kinds)
     for (const bool causal : {false, true})
       for (const int64_t window : {int64_t(0), int64_t(64)})
@@ -69,9 +73,7 @@ int main(int argc, char** argv) {
               }
               ++configs;
               const DistAttentionMemory want = dist_attention_memory(cfg, P, rank);
-              Schedule s = make_schedule(cfg, P, rank);
-              const int C = s.team_ranks;
-              const Executor ex(std::move(s), world, world.split(rank / C, rank));
+              const Executor ex(make_schedule(cfg, P, rank), world);
               const int64_t kept = kept_elements(cfg, P) * (dtype == Dtype::bf16 ? 2 : 4);
               const std::string what = fmt::format(
                   "strategy {} C={} u={} keep_kv={} causal={} window={} kv_heads={} batch={} "

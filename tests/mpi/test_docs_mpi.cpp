@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
       }
       for (int W = 2; W < P; W *= 2) cases.push_back({Strategy::DoubleRing, 1, 1, false, W});
       if (P == 2) cases.push_back({Strategy::DoubleRing, 1, 1, false, 1});
+      if (P % 8 == 0) cases.push_back({Strategy::WallFacer, 2, 2});  // Ulysses 2 x WallFacer-2
       for (const Case& k : cases)
         for (Layout layout : {Layout::Strategy, Layout::Balanced}) {
           AttnConfig c = base;

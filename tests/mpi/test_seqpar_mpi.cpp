@@ -195,7 +195,7 @@ struct ScheduledSends {
 
 // Forward and backward of rank `rank` of the sequence-parallel group; world_of[r] is the world
 // rank of group rank r. A hybrid runs its Ulysses schedule in its team of u consecutive ranks and
-// its ring over the ranks with the same member index.
+// its ring (zigzag ring, WallFacer-C) over the ranks with the same member index.
 std::array<ScheduledSends, 2> scheduled_sends(const AttnConfig& c, int P, int rank,
                                               const std::vector<int>& world_of) {
   std::array<ScheduledSends, 2> out;
@@ -238,7 +238,21 @@ std::array<CollectiveBytes, 2> collective_bytes(const AttnConfig& c, int P) {
   const int64_t dq = rows_q * f, dkv = rows_kv * f;
   const int64_t qpack = 2 * q + 2 * stat;  // q, dout, lse, delta
   std::array<CollectiveBytes, 2> out;
-  if (c.ulysses > 1 || (c.strategy == Strategy::Ulysses && P > 1)) {
+  if (c.ulysses > 1 && c.strategy == Strategy::WallFacer && c.teams > 1) {
+    // Ulysses x WallFacer-C: a ring rank's rows on heads/u heads are as many bytes as the rank's
+    // own on all heads. Forward: the four all-to-alls of the Ulysses team (k,v, q, o, lse), the
+    // WallFacer team's all-gathers of k,v and q and its reduce-scatter of (o, lse) (two
+    // all-to-alls of C blocks). Backward: the all-to-alls of k,v (unless kept), the query package,
+    // dq and dk,dv; the team's all-gathers of the query package and k,v (unless kept), its
+    // reduce-scatters of dq and dk,dv.
+    const int64_t C = c.teams;
+    out[0].all_gather = {2, kv + q};
+    out[0].all_to_all = {6, kv + q + q + stat + C * (q + stat)};
+    out[1].all_gather = c.keep_kv ? mpi_bytes::Count{1, qpack} : mpi_bytes::Count{2, qpack + kv};
+    out[1].all_to_all = c.keep_kv ? mpi_bytes::Count{3, qpack + dq + dkv}
+                                  : mpi_bytes::Count{4, kv + qpack + dq + dkv};
+    out[1].exchange = dq + dkv;
+  } else if (c.ulysses > 1 || (c.strategy == Strategy::Ulysses && P > 1)) {
     // Each local tensor goes to head shards or comes back in one all-to-all of the team (all P
     // ranks for Ulysses): forward k,v, q, o, lse; backward k,v, the query package, dq, dk,dv.
     out[0].all_to_all = {4, kv + q + q + stat};
@@ -515,11 +529,13 @@ void check_handed(const Run& r, const AttnConfig& c, int P, int me,
     check(h.p2p_bytes == form_bytes && h.p2p_sends == want.sends && want.sends == form_sends,
           fmt::format("{}: handed MPI {} B in {} sends; schedule {} sends; formula {} B in {}",
                       what, h.p2p_bytes, h.p2p_sends, want.sends, form_bytes, form_sends));
-    // Collectives. The reduce-scatters of WallFacer-C send a block to every member of the team.
+    // Collectives. The reduce-scatters of WallFacer-C send a block to every member of the team
+    // (a Ulysses hybrid's: the ring ranks j of the team, group ranks j*u + m).
     std::map<int, int64_t> exchange;
     if (cb.exchange > 0) {
-      for (int m = me / c.teams * c.teams; m < (me / c.teams + 1) * c.teams; ++m)
-        exchange[world_of[size_t(m)]] = cb.exchange;
+      const int u = c.ulysses, C = c.teams, j = me / u;
+      for (int a = 0; a < C; ++a)
+        exchange[world_of[size_t((j / C * C + a) * u + me % u)]] = cb.exchange;
     }
     const std::string ediff = first_difference(h.exchange, exchange);
     check(ediff.empty(),
@@ -616,10 +632,16 @@ int test_bad_hybrids() {
   c.ulysses = 0;
   refused(c, 4, "ulysses 0");
   c.ulysses = 2;
-  for (Strategy s : {Strategy::Ulysses, Strategy::WallFacer}) {
-    c.strategy = s;
-    refused(c, 4, "ulysses 2 with strategy ulysses or wallfacer");
-  }
+  c.strategy = Strategy::Ulysses;
+  refused(c, 4, "ulysses 2 with strategy ulysses");
+  // Ulysses x WallFacer-C: C^2 divides the P/u ranks of the ring over the Ulysses teams.
+  c.strategy = Strategy::WallFacer;
+  c.teams = 2;
+  refused(c, 4, "ulysses 2 x wallfacer 2 on 4 ranks");
+  c.keep_kv = true;
+  validate(c, 8);
+  c.keep_kv = false;
+  c.teams = 1;
   // Ulysses 3 x zigzag 2 on 6 ranks: 18 tokens split over the ranks but not into the 4
   // half-chunks of the zigzag ring; 24 do both.
   c.strategy = Strategy::Zigzag;
@@ -629,7 +651,7 @@ int test_bad_hybrids() {
   refused(c, 6, "zigzag hybrid with seq 18 on 6 ranks");
   c.seq = 24;
   validate(c, 6);
-  // keep_kv keeps WallFacer's placed K,V: nothing to keep for a ring, C = 1 or a hybrid.
+  // keep_kv keeps WallFacer's placed K,V: nothing to keep for a ring, C = 1 or a ring hybrid.
   c.keep_kv = true;
   refused(c, 6, "keep_kv with a zigzag hybrid");
   c.ulysses = 1;
@@ -729,10 +751,18 @@ int main(int argc, char** argv) {
             if (C > 1) add(Strategy::WallFacer, C, 1, /*keep_kv=*/true);
           }
         }
-        for (int u = 2; u < P && !wallfacer_only; ++u) {
+        for (int u = 2; u < P; ++u) {
           if (P % u != 0 || H % u != 0 || base.kv_heads % u != 0) continue;
-          add(Strategy::Ring, 1, u);
-          if (causal) add(Strategy::Zigzag, 1, u);
+          if (!wallfacer_only) {
+            add(Strategy::Ring, 1, u);
+            if (causal) add(Strategy::Zigzag, 1, u);
+          }
+          // Ulysses x WallFacer-C (P = 8: u = 2, C = 2, G = 1; P = 16 also G = 2 and ring-intra).
+          for (int C = 2; C * C <= P / u; ++C) {
+            if ((P / u) % (C * C) != 0 || (wallfacer_only && u != 2)) continue;
+            add(Strategy::WallFacer, C, u);
+            add(Strategy::WallFacer, C, u, /*keep_kv=*/true);
+          }
         }
 
         int64_t ring_fwd = -1;
@@ -834,7 +864,7 @@ int main(int argc, char** argv) {
           if (c.strategy == Strategy::DoubleRing && ring_fwd >= 0)
             check(p2p_fwd == ring_fwd,
                   fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));
-          if (c.strategy == Strategy::WallFacer && ring_fwd >= 0 && P > 1)
+          if (c.strategy == Strategy::WallFacer && c.ulysses == 1 && ring_fwd >= 0 && P > 1)
             check(c.teams == 1 ? p2p_fwd == ring_fwd : c.teams * p2p_fwd == ring_fwd + hop,
                   fmt::format("{}: p2p {} vs ring {}", name, p2p_fwd, ring_fwd));
           // Results.
@@ -866,6 +896,77 @@ int main(int argc, char** argv) {
               check(r.got.o == ring_o, name + ": differs from ring");
           }
           world.all_reduce_sum(errs, 5);
+        }
+      }
+    }
+  }
+  // Ulysses 2 x WallFacer-2 (P = 8; P = 16, fp32: sub-rings of 2, whose hops the masks can skip;
+  // GQA with kv_heads = U) under the masks that skip hops:
+  // documents (full and causal, the strategy's and the balanced layout) and a sliding window, fp32
+  // and bf16, against the fp64 reference and (bf16) the same attention on one rank; the counters
+  // are the schedule's sums (hops no query needs are not made).
+  if ((P == 8 && !wallfacer_only) || (P == 16 && wallfacer_only)) {
+    struct Mask {
+      bool causal;
+      int64_t window;
+      bool docs;
+      Layout layout;
+    };
+    for (const Mask& mask : {Mask{false, 0, true, Layout::Strategy},
+                             Mask{true, 0, true, Layout::Strategy},
+                             Mask{true, 0, true, Layout::Balanced}, Mask{true, S / 5, false,
+                                                                         Layout::Strategy},
+                             Mask{true, S / 8 + 3, true, Layout::Balanced}}) {
+      for (Dtype dtype : dtypes) {
+        AttnConfig c;
+        c.strategy = Strategy::WallFacer;
+        c.teams = 2;
+        c.ulysses = 2;
+        c.seq = S;
+        c.heads = H;
+        c.kv_heads = 2;
+        c.head_dim = D;
+        c.causal = mask.causal;
+        c.window = mask.window;
+        c.layout = mask.layout;
+        c.dtype = dtype;
+        c.keep_kv = mask.causal;
+        if (mask.docs) c.doc_lengths = {S / 4 + 3, 1, S / 2 - 9, S / 4 + 5};
+        const std::string name = fmt::format(
+            "ulysses2 x wallfacer C=2{} {} window {} {} layout docs {} Hkv=2 P={} {}",
+            c.keep_kv ? " keep-kv" : "", c.causal ? "causal" : "full", c.window,
+            layout_name(c.layout), c.doc_lengths.size(), P, dtype_name(dtype));
+        const auto in = make_inputs(c, 4321);
+        Run single;
+        if (dtype == Dtype::bf16) {  // the same attention, as a ring of one rank
+          AttnConfig one = c;
+          one.strategy = Strategy::Ring;
+          one.teams = one.ulysses = 1;
+          one.keep_kv = false;
+          one.layout = Layout::Strategy;
+          auto alone = world.split(rank, 0);
+          single = run(alone, one, in, failures);
+        }
+        const auto r = run(world, c, in, failures);
+        ++configs;
+        const auto sched = schedule_totals(make_schedule(c, P, rank));
+        const auto& st = r.stats;
+        check(st.p2p_bytes_fwd == sched.p2p_bytes_fwd && st.p2p_bytes_bwd == sched.p2p_bytes_bwd &&
+                  st.coll_bytes_fwd == sched.coll_bytes_fwd &&
+                  st.coll_bytes_bwd == sched.coll_bytes_bwd,
+              fmt::format("{}: counters {} {} {} {}, schedule {} {} {} {}", name, st.p2p_bytes_fwd,
+                          st.p2p_bytes_bwd, st.coll_bytes_fwd, st.coll_bytes_bwd,
+                          sched.p2p_bytes_fwd, sched.p2p_bytes_bwd, sched.coll_bytes_fwd,
+                          sched.coll_bytes_bwd));
+        check(sends_match_receives(world, r), name + ": bytes sent differ from bytes received");
+        if (rank == 0) {
+          const auto e = attention_errors(r.got, reference_attention(c, in, /*fp64=*/true));
+          std::printf("%-72s err o %.1e lse %.1e dq %.1e dk %.1e dv %.1e\n", name.c_str(), e.out,
+                      e.lse, e.dq, e.dk, e.dv);
+          check(e.within(attn_tolerance(dtype)), name + ": error above tolerance");
+          if (!single.got.o.empty())
+            check(attention_errors(r.got, single.got).within(attn_tolerance(dtype)),
+                  name + ": differs from the same attention on one rank");
         }
       }
     }

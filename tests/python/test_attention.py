@@ -6,6 +6,8 @@ reference magnitude. Prints one line per case on rank 0 and "all N cases ok" whe
 passed every case; exits 1 otherwise.
 
     mpirun -np P python3 tests/python/test_attention.py      (P = 1, 2 or 4)
+    mpirun -np 8 python3 tests/python/test_attention.py ulysses-wallfacer
+                                  (only Ulysses 2 x WallFacer-2, full and causal, documents, bf16)
 """
 
 import math
@@ -142,24 +144,31 @@ def case_numpy(strategy, teams, causal, docs, dtype):
 
 C = 2 if P % 4 == 0 else 1
 strategies = [("ring", 1), ("zigzag", 1), ("ulysses", 1), ("wallfacer", C)]
-for strategy, teams in strategies:
+if "ulysses-wallfacer" in sys.argv:
+    # Only Ulysses 2 x WallFacer-2 (8 ranks): grouped-query heads, documents, fp32 and bf16.
     for causal in (False, True):
         for docs in (None, DOCS):
-            case_torch(strategy, teams, 1, causal, docs)
-# Multi-head (no grouping), two sequences, bf16 tensors, a Ulysses x ring hybrid.
-case_torch("wallfacer", C, 1, True, None, heads=4, kv_heads=4, batch=2)
-case_torch("wallfacer", C, 1, True, DOCS, dtype="bf16")
-case_torch("zigzag", 1, 1, True, None, dtype="bf16")
-if P >= 2:
-    case_torch("zigzag", 1, 2, True, DOCS)
-# Double ring with inner rings of P/2 ranks (two groups; one rank: W = 1).
-for causal, docs, dtype in ((False, None, "fp32"), (True, DOCS, "fp32"), (True, None, "bf16")):
-    case_torch("double-ring", 1, 1, causal, docs, dtype=dtype, inner=max(1, P // 2))
-for strategy, teams in strategies:
-    case_numpy(strategy, teams, True, DOCS, "fp32")
-case_numpy("wallfacer", C, False, None, "fp32")
-case_numpy("wallfacer", C, True, None, "bf16")
-case_numpy("ring", 1, False, DOCS, "bf16")
+            case_torch("wallfacer", 2, 2, causal, docs)
+    case_torch("wallfacer", 2, 2, True, DOCS, kv_heads=2, dtype="bf16")
+else:
+    for strategy, teams in strategies:
+        for causal in (False, True):
+            for docs in (None, DOCS):
+                case_torch(strategy, teams, 1, causal, docs)
+    # Multi-head (no grouping), two sequences, bf16 tensors, a Ulysses x ring hybrid.
+    case_torch("wallfacer", C, 1, True, None, heads=4, kv_heads=4, batch=2)
+    case_torch("wallfacer", C, 1, True, DOCS, dtype="bf16")
+    case_torch("zigzag", 1, 1, True, None, dtype="bf16")
+    if P >= 2:
+        case_torch("zigzag", 1, 2, True, DOCS)
+    # Double ring with inner rings of P/2 ranks (two groups; one rank: W = 1).
+    for causal, docs, dtype in ((False, None, "fp32"), (True, DOCS, "fp32"), (True, None, "bf16")):
+        case_torch("double-ring", 1, 1, causal, docs, dtype=dtype, inner=max(1, P // 2))
+    for strategy, teams in strategies:
+        case_numpy(strategy, teams, True, DOCS, "fp32")
+    case_numpy("wallfacer", C, False, None, "fp32")
+    case_numpy("wallfacer", C, True, None, "bf16")
+    case_numpy("ring", 1, False, DOCS, "bf16")
 
 failed = world.allreduce(sum(not ok for _, _, ok in results), op=MPI.SUM)
 worst = world.gather(results, root=0)

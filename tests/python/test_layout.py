@@ -37,7 +37,10 @@ for P in (1, 2, 4, 8):
     for strategy in ("ring", "zigzag", "ulysses", "wallfacer"):
         for causal in (False, True):
             for teams in ((1, 2) if strategy == "wallfacer" and P % 4 == 0 else (1,)):
-                for u in ((1, 2) if strategy in ("ring", "zigzag") and P % 2 == 0 else (1,)):
+                # Ulysses 2 x ring, zigzag, and x WallFacer-2 (C^2 = 4 divides P / 2).
+                hybrid = (strategy in ("ring", "zigzag") and P % 2 == 0 or
+                          strategy == "wallfacer" and teams == 2 and P % 8 == 0)
+                for u in ((1, 2) if hybrid else (1,)):
                     seq = 16 * P
                     for r in range(P):
                         got = wallfacer.local_positions(seq, P, r, strategy, teams, u,

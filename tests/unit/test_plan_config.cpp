@@ -12,6 +12,8 @@
 #include "wallfacer/plan/cluster.h"
 #include "wallfacer/plan/model.h"
 #include "wallfacer/plan/placement.h"
+#include "wallfacer/plan/planner.h"
+#include "wallfacer/seqpar/schedule.h"
 #include "wallfacer/train/config.h"
 
 namespace wallfacer::plan {
@@ -349,6 +351,41 @@ TEST(PlanPlacement, EightNodesOfEightTeamsOfFour) {
   LinkCount r = count_links(64, 4, 8, Placement::RingIntra);
   EXPECT_EQ(r.ring_hops_intra, 64);
   EXPECT_EQ(r.team_pairs_intra, 16 * 2);  // members a, a+1 share a node when both in {0,1} or {2,3}
+}
+
+// Ulysses 2 x WallFacer-2 on 32 ranks (ring of 16, G = 4), nodes of 8 devices: the Ulysses team
+// stays in a node under both placements; team-intra keeps the WallFacer teams (InnerTeam) in a
+// node and splits each sub-ring of 4 over two nodes (2 of its 4 hops cross), ring-intra keeps
+// every sub-ring hop in a node and puts a team's two members 8 devices apart.
+TEST(PlanPlacement, UlyssesWallFacerPlacements) {
+  seqpar::AttnConfig cfg;
+  cfg.strategy = seqpar::Strategy::WallFacer;
+  cfg.teams = 2;
+  cfg.ulysses = 2;
+  cfg.seq = 32 * 16;
+  cfg.heads = cfg.kv_heads = 2;
+  cfg.head_dim = 8;
+  const int P = 32, u = 2;
+  const seqpar::WallFacerGeometry ring(P / u, 2);
+  for (Placement pl : {Placement::TeamIntra, Placement::RingIntra}) {
+    const std::vector<int> dev = candidate_devices({cfg.strategy, 2, u, pl, false}, P);
+    EXPECT_EQ(inverse_order(dev).size(), size_t(P));  // a permutation, else it throws
+    auto node = [&](int r) { return dev[size_t(r)] / 8; };
+    int ulysses_intra = 0, team_intra = 0, hops_intra = 0;
+    for (int r = 0; r < P; ++r) {
+      const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
+      const auto team = seqpar::group_ranks(s, seqpar::Group::Team);
+      const auto inner = seqpar::group_ranks(s, seqpar::Group::InnerTeam);
+      ulysses_intra += node(team[0]) == node(team[1]);
+      team_intra += node(inner[0]) == node(inner[1]);
+      hops_intra += node(r) == node(ring.next(r / u) * u + r % u);  // its sub-ring successor
+    }
+    EXPECT_EQ(ulysses_intra, P);
+    EXPECT_EQ(team_intra, pl == Placement::TeamIntra ? P : 0);
+    EXPECT_EQ(hops_intra, pl == Placement::TeamIntra ? P / 2 : P);
+  }
+  EXPECT_EQ((Candidate{cfg.strategy, 2, u, Placement::RingIntra, false}).label(),
+            "ulysses2 x wallfacer C=2 ring-intra");
 }
 
 TEST(PlanPlacement, OrdersArePermutations) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/seqpar/harness.h"
@@ -150,8 +151,27 @@ TEST(SeqparSchedule, HybridValidate) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  bad(hybrid(Strategy::Ulysses, 64, 4, 4, 2, false), 4, "ring or zigzag");
-  bad(hybrid(Strategy::WallFacer, 64, 4, 4, 2, false), 4, "ring or zigzag");
+  bad(hybrid(Strategy::Ulysses, 64, 4, 4, 2, false), 4, "ring, zigzag or wallfacer");
+  // Ulysses x WallFacer-C: C^2 divides the P/u ranks of the ring over the Ulysses teams.
+  auto uw = [](int64_t seq, int H, int K, int u, int C, bool causal) {
+    auto c = hybrid(Strategy::WallFacer, seq, H, K, u, causal);
+    c.teams = C;
+    return c;
+  };
+  bad(uw(64, 4, 4, 2, 2, false), 4, "C^2 = 4 to divide the 2 ranks of the ring over the Ulysses");
+  bad(uw(64, 4, 4, 4, 2, false), 8, "C^2 = 4 to divide the 2 ranks");
+  bad(uw(64, 3, 3, 2, 2, false), 8, "must divide --heads");
+  bad(uw(64, 4, 1, 2, 2, false), 8, "must divide --heads");  // kv heads
+  bad(uw(36, 4, 4, 2, 2, true), 8, "divisible by 8");        // causal: 2 x 4 half-chunks
+  EXPECT_NO_THROW(validate(uw(64, 4, 2, 2, 2, true), 8));
+  EXPECT_NO_THROW(validate(uw(64, 4, 4, 2, 2, false), 16));
+  auto kept = uw(64, 4, 4, 2, 2, false);
+  kept.keep_kv = true;
+  EXPECT_NO_THROW(validate(kept, 8));
+  kept.teams = 1;
+  bad(kept, 8, "with --teams 1 places none");
+  kept.strategy = Strategy::Ring;
+  bad(kept, 8, "ring places none");
   bad(hybrid(Strategy::Ring, 64, 4, 4, 3, false), 6, "must divide --heads");
   bad(hybrid(Strategy::Ring, 64, 4, 2, 4, false), 8, "must divide --heads");  // kv heads
   bad(hybrid(Strategy::Ring, 64, 4, 4, 4, false), 6, "must divide the 6 ranks");
@@ -202,6 +222,136 @@ TEST(SeqparSchedule, HybridTotalsEqualFormulas) {
           }
           EXPECT_EQ(bwd_sum, 2.5 * fwd_sum);
         }
+      }
+    }
+  }
+}
+
+void expect_buffers_sound(const Schedule& s, const std::string& what);
+
+AttnConfig ulysses_wallfacer(int64_t seq, int H, int K, int u, int C, bool causal, int B = 1) {
+  auto c = hybrid(Strategy::WallFacer, seq, H, K, u, causal, B);
+  c.teams = C;
+  return c;
+}
+
+// Ulysses x WallFacer-C: rank j*u + m holds rows [m*n, (m+1)*n) of ring rank j's rows in
+// WallFacer-C's layout over the P/u ring ranks (the zigzag layout when causal).
+TEST(SeqparLayout, UlyssesWallFacerPositions) {
+  // P = 8, u = 2, C = 2, causal, 32 tokens: ring rank j of 4 holds half-chunks j and 7-j of 4.
+  const auto c = ulysses_wallfacer(32, 2, 2, 2, 2, true);
+  const std::vector<std::vector<int64_t>> want = {
+      {0, 1, 2, 3},   {28, 29, 30, 31}, {4, 5, 6, 7},     {24, 25, 26, 27},
+      {8, 9, 10, 11}, {20, 21, 22, 23}, {12, 13, 14, 15}, {16, 17, 18, 19}};
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(local_positions(c, 8, r), want[size_t(r)]) << r;
+  // Without a mask: contiguous.
+  const auto full = ulysses_wallfacer(32, 2, 2, 2, 2, false);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(local_positions(full, 8, r).front(), 4 * r);
+}
+
+// The groups of a Ulysses x WallFacer-C rank: the Ulysses team, u consecutive ranks; the WallFacer
+// team, ranks (t*C + a)*u + m of ring ranks t*C + a with the same member index m.
+TEST(SeqparSchedule, UlyssesWallFacerGroups) {
+  const auto c = ulysses_wallfacer(16 * 16, 4, 4, 2, 2, false);
+  for (int r = 0; r < 16; ++r) {
+    const Schedule s = make_schedule(c, 16, r);
+    const int j = r / 2, m = r % 2, t = j / 2;
+    EXPECT_EQ(group_ranks(s, Group::Team), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
+    EXPECT_EQ(group_ranks(s, Group::InnerTeam),
+              (std::vector<int>{(t * 2 + 0) * 2 + m, (t * 2 + 1) * 2 + m}));
+    EXPECT_EQ(int(group_ranks(s, Group::World).size()), 16);
+    for (const auto* ops : {&s.fwd, &s.bwd}) {
+      for (const Op& op : *ops) {
+        if (op.kind == OpKind::Collective) {
+          EXPECT_EQ(op.group_size, int(group_ranks(s, op.group).size()));
+        }
+      }
+    }
+  }
+}
+
+// Ulysses 2 x WallFacer-2 on 8 ranks by hand: full mask, H = Hkv = 2, D = 8, 128 tokens (n = 16),
+// fp32. The inner WallFacer-2 runs on 4 ring ranks of 32 rows and 1 head (G = 1): ring ranks 1
+// and 2 place their team's K,V block (64 rows x 2 x 8 floats = 4096 B), 0 and 3 keep it. Forward
+// collectives: Ulysses sends half of q, K,V, O and LSE (16 rows x (8 + 16 + 8 + 1) x 4 B = 2112 B);
+// WallFacer's team gathers q and K,V and reduce-scatters O, LSE on 32 rows: 4224 B.
+TEST(SeqparSchedule, UlyssesWallFacerBytesByHand) {
+  const auto c = ulysses_wallfacer(128, 2, 2, 2, 2, false);
+  for (int r = 0; r < 8; ++r) {
+    const auto t = schedule_totals(make_schedule(c, 8, r));
+    const int j = r / 2;
+    EXPECT_EQ(t.p2p_bytes_fwd, j == 1 || j == 2 ? 4096 : 0) << r;
+    EXPECT_EQ(t.coll_bytes_fwd, 2112 + 4224) << r;
+  }
+}
+
+// Ulysses x WallFacer-C sends what its closed form (Ulysses in the team plus WallFacer-C over the
+// ring ranks on heads/u heads) says, fp32 and bf16, with and without keep_kv.
+TEST(SeqparSchedule, UlyssesWallFacerTotalsEqualFormulas) {
+  for (auto [P, u, C] : std::vector<std::tuple<int, int, int>>{
+           {8, 2, 2}, {16, 2, 2}, {16, 4, 2}, {32, 2, 4}, {32, 2, 2}}) {
+    for (bool causal : {false, true}) {
+      for (int K : {8, u}) {
+        auto c = ulysses_wallfacer(32 * P, 8, K, u, C, causal, 2);
+        for (int variant = 0; variant < 3; ++variant) {  // fp32, bf16, bf16 with keep_kv
+          c.dtype = variant ? Dtype::bf16 : Dtype::fp32;
+          c.keep_kv = variant == 2;
+          for (int r = 0; r < P; ++r) {
+            const Schedule s = make_schedule(c, P, r);
+            auto got = schedule_totals(s);
+            got.flops_fwd = got.flops_bwd = 0;
+            EXPECT_EQ(got, formula_totals(c, P, r))
+                << "P=" << P << " u=" << u << " C=" << C << " causal=" << causal << " K=" << K
+                << " rank " << r << " " << dtype_name(c.dtype) << (c.keep_kv ? " keep_kv" : "");
+            EXPECT_EQ(s.team_ranks, u);
+            EXPECT_EQ(s.inner_team_ranks, C);
+            expect_buffers_sound(s,
+                                 fmt::format("ulysses {} x wallfacer {} P={} rank {}", u, C, P, r));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every kept (query, key) pair of every head slice is computed exactly once, forward and backward,
+// over the ranks of a Ulysses x WallFacer-C group (rank r computes heads slice r mod u): counted
+// pair by pair for every mask (full, causal, documents, a window; the balanced layout).
+TEST(SeqparSchedule, UlyssesWallFacerComputesEveryPairOnce) {
+  for (auto [P, u, C] : std::vector<std::tuple<int, int, int>>{{8, 2, 2}, {16, 4, 2}, {16, 2, 2}}) {
+    for (int mask = 0; mask < 5; ++mask) {  // full, causal, documents, window, balanced docs
+      auto c = ulysses_wallfacer(16 * P, 4, 4, u, C, mask > 0);
+      if (mask == 2 || mask == 4) c.doc_lengths = {5 * P, 3 * P, 8 * P};
+      if (mask == 3) c.window = 3 * P + 1;
+      if (mask == 4) c.layout = Layout::Balanced;
+      const int64_t N = c.seq;
+      const kernels::DocBounds docs = doc_bounds(c);
+      for (int phase = 0; phase < 2; ++phase) {
+        std::vector<int> seen(size_t(u * N * N), 0);
+        for (int r = 0; r < P; ++r) {
+          const Schedule s = make_schedule(c, P, r);
+          for (const Op& op : phase ? s.bwd : s.fwd) {
+            if (op.kind != OpKind::Compute) continue;
+            EXPECT_EQ(op.heads, c.heads / u);
+            int64_t kept = 0;
+            for (int64_t i = op.qseg.pos0; i < op.qseg.pos0 + op.qseg.rows; ++i)
+              for (int64_t k = op.kseg.pos0; k < op.kseg.pos0 + op.kseg.rows; ++k)
+                if (kernels::kept_pairs(docs, {i, i + 1}, {k, k + 1}, c.causal, c.window) > 0) {
+                  ++seen[size_t(((r % u) * N + i) * N + k)];
+                  ++kept;
+                }
+            EXPECT_EQ(op.pairs, kept);
+          }
+        }
+        for (int m = 0; m < u; ++m)
+          for (int64_t i = 0; i < N; ++i)
+            for (int64_t k = 0; k < N; ++k) {
+              const int want =
+                  kernels::kept_pairs(docs, {i, i + 1}, {k, k + 1}, c.causal, c.window) > 0;
+              ASSERT_EQ(seen[size_t((m * N + i) * N + k)], want)
+                  << "P=" << P << " u=" << u << " C=" << C << " mask " << mask << " phase " << phase
+                  << " slice " << m << " pair " << i << "," << k;
+            }
       }
     }
   }
@@ -862,7 +1012,7 @@ TEST(SeqparSchedule, DoubleRingValidate) {
   EXPECT_NE(msg(ring, 8).find("only to --strategy double-ring"), std::string::npos);
   auto hybrid = double_ring(64, 4, 4, 2, false);
   hybrid.ulysses = 2;
-  EXPECT_NE(msg(hybrid, 8).find("ring or zigzag"), std::string::npos);
+  EXPECT_NE(msg(hybrid, 8).find("ring, zigzag or wallfacer"), std::string::npos);
   EXPECT_TRUE(msg(double_ring(64, 4, 4, 2, true), 8).empty());
   EXPECT_TRUE(msg(double_ring(36, 4, 4, 2, false), 4).empty());
   EXPECT_FALSE(msg(double_ring(36, 4, 4, 2, true), 4).empty());  // 2P half-chunks

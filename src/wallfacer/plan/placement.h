@@ -10,6 +10,9 @@
 //   ring-intra  sub-rings on consecutive devices, so ring hops stay inside a node:
 //               device = g·(G·C) + a·G + j
 //
+// A Ulysses x WallFacer-C hybrid (plan::candidate_devices) keeps each Ulysses team of u consecutive
+// ranks on consecutive devices and orders its P/u ring ranks as above for WallFacer-C's teams.
+//
 // A placement is applied by ordering the sequence-parallel communicator by layout rank
 // (Communicator::split(0, layout_rank)): the strategies themselves never change.
 

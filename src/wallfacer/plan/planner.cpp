@@ -19,7 +19,9 @@ std::string Candidate::strategy_label() const {
 
 std::string Candidate::label() const {
   std::string s;
-  if (ulysses > 1) {
+  if (ulysses > 1 && strategy == Strategy::WallFacer) {
+    s = fmt::format("ulysses{} x wallfacer C={}", ulysses, teams);
+  } else if (ulysses > 1) {
     s = fmt::format("ulysses{} x {}", ulysses, seqpar::strategy_name(strategy));
   } else if (strategy == Strategy::WallFacer) {
     s = fmt::format("wallfacer C={}", teams);
@@ -53,6 +55,16 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
 
 std::vector<int> candidate_devices(const Candidate& c, int P) {
   TeamGroups l{P, 1, P};
+  if (c.ulysses > 1 && c.strategy == Strategy::WallFacer && c.teams > 1 && P % c.ulysses == 0) {
+    // Ulysses x WallFacer: every Ulysses team on u consecutive devices (Ulysses innermost), the
+    // ring ranks j ordered as the placement orders WallFacer's ranks on P/u devices.
+    const int u = c.ulysses, ring = P / u;
+    const std::vector<int> inner =
+        device_order({ring, c.teams, ring / (c.teams * c.teams)}, c.placement);
+    std::vector<int> dev(static_cast<size_t>(P));
+    for (int r = 0; r < P; ++r) dev[size_t(r)] = inner[size_t(r / u)] * u + r % u;
+    return dev;
+  }
   if (c.ulysses > 1) {
     l = {P, c.ulysses, P / c.ulysses};
   } else if (c.strategy == Strategy::WallFacer && c.teams > 1) {
@@ -93,11 +105,9 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
         for (int w : o.waits) out.push_back(Op::wait(w));
         break;
       case seqpar::OpKind::Collective: {
-        // World: ranks 0 .. P-1; Team: the C consecutive ranks of this rank's team.
-        const int C = o.group == seqpar::Group::World ? s.P : s.team_ranks, t0 = s.rank / C * C;
-        std::vector<int> members(static_cast<size_t>(C));
-        std::iota(members.begin(), members.end(), t0);
-        WF_CHECK(C == o.group_size, "collective of {} ranks on a group of {}", o.group_size, C);
+        const std::vector<int> members = seqpar::group_ranks(s, o.group);
+        WF_CHECK(int(members.size()) == o.group_size, "collective of {} ranks on a group of {}",
+                 o.group_size, members.size());
         Coll c = Coll::AllGather;
         switch (o.coll) {
           case seqpar::CollKind::AllGather:

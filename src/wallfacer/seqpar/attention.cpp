@@ -9,13 +9,9 @@
 namespace wallfacer::seqpar {
 namespace {
 
-// The executor of `cfg` on `group`, with the Team group of its schedule (WallFacer's teams, a
-// hybrid's Ulysses teams).
+// The executor of `cfg` on `group` (it splits the groups of its schedule's team collectives).
 Executor make_executor(const AttnConfig& cfg, comm::Communicator& group) {
-  const int r = group.rank();
-  Schedule s = make_schedule(cfg, group.size(), r);
-  const int C = s.team_ranks;
-  return Executor(std::move(s), group, group.split(r / C, r));
+  return Executor(make_schedule(cfg, group.size(), group.rank()), group);
 }
 
 template <class T>

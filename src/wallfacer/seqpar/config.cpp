@@ -73,9 +73,10 @@ namespace {
 void validate_hybrid(const AttnConfig& cfg, int P) {
   const int u = cfg.ulysses;
   const auto name = strategy_name(cfg.strategy);
-  WF_USAGE_CHECK(cfg.strategy == Strategy::Ring || cfg.strategy == Strategy::Zigzag,
-                 "--ulysses {} needs --strategy ring or zigzag (the ring over the Ulysses "
-                 "teams), not {}; use --ulysses 1 for {}",
+  WF_USAGE_CHECK(cfg.strategy == Strategy::Ring || cfg.strategy == Strategy::Zigzag ||
+                     cfg.strategy == Strategy::WallFacer,
+                 "--ulysses {} needs --strategy ring, zigzag or wallfacer (the ring over the "
+                 "Ulysses teams), not {}; use --ulysses 1 for {}",
                  u, name, name);
   WF_USAGE_CHECK(P % u == 0, "--ulysses {} must divide the {} ranks; choose a divisor of {}", u, P,
                  P);
@@ -84,11 +85,11 @@ void validate_hybrid(const AttnConfig& cfg, int P) {
                  "divisor",
                  u, cfg.heads, cfg.kv_heads);
   const int64_t rings = P / u;
-  const int64_t parts =
-      cfg.strategy == Strategy::Zigzag ? std::lcm(int64_t(P), 2 * rings) : int64_t(P);
-  WF_USAGE_CHECK(cfg.seq % parts == 0,
-                 "--seq {} must be divisible by {} for ulysses {} x {} on {} ranks", cfg.seq, parts,
-                 u, name, P);
+  const int64_t parts = uses_zigzag_layout(cfg) ? std::lcm(int64_t(P), 2 * rings) : int64_t(P);
+  WF_USAGE_CHECK(cfg.layout == Layout::Balanced || cfg.seq % parts == 0,
+                 "--seq {} must be divisible by {} for ulysses {} x {}{} on {} ranks", cfg.seq,
+                 parts, u, name,
+                 cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "", P);
 }
 
 // The steps of cfg's ring on P ranks for refine_doc_layout: at forward step t rank x computes its
@@ -195,8 +196,8 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
   // The Ulysses schedule's computes are done by the ring (with the documents and the layout).
   h.outer.doc_lengths.clear();
   h.outer.layout = Layout::Strategy;
+  h.outer.keep_kv = false;  // what the hybrid keeps is the inner WallFacer's
   h.inner = cfg;
-  h.inner.teams = 1;
   h.inner.ulysses = 1;
   h.inner.heads = cfg.heads / h.u;
   h.inner.kv_heads = cfg.kv_heads / h.u;
@@ -236,18 +237,21 @@ void validate(const AttnConfig& cfg, int P) {
   const auto name = strategy_name(cfg.strategy);
   if (!cfg.doc_lengths.empty()) doc_bounds(cfg);  // positive lengths summing to seq
   WF_USAGE_CHECK(cfg.ulysses >= 1, "--ulysses is {}; it must be at least 1", cfg.ulysses);
-  WF_USAGE_CHECK(
-      !cfg.keep_kv || (cfg.strategy == Strategy::WallFacer && cfg.teams > 1 && cfg.ulysses == 1),
-      "keep_kv keeps the placed K,V of WallFacer with teams > 1; {}{} places none "
-      "(drop keep_kv)",
-      name, cfg.ulysses > 1 ? " in a Ulysses hybrid" : "");
+  WF_USAGE_CHECK(!cfg.keep_kv || (cfg.strategy == Strategy::WallFacer && cfg.teams > 1),
+                 "keep_kv keeps the placed K,V of WallFacer with teams > 1; {}{} places none "
+                 "(drop keep_kv)",
+                 name, cfg.strategy == Strategy::WallFacer ? " with --teams 1" : "");
   if (cfg.strategy == Strategy::WallFacer) {
-    const int C = cfg.teams;
+    // A Ulysses x WallFacer hybrid runs WallFacer-C on the ring of P/ulysses ranks.
+    const int C = cfg.teams, ring = cfg.ulysses > 1 && P % cfg.ulysses == 0 ? P / cfg.ulysses : P;
     WF_USAGE_CHECK(C >= 1, "--teams is {}; it must be at least 1", C);
-    WF_USAGE_CHECK(int64_t(C) * C <= P && P % (C * C) == 0,
-                   "--teams {}: wallfacer needs C^2 = {} to divide the {} ranks; choose --teams C "
-                   "with C^2 dividing P",
-                   C, int64_t(C) * C, P);
+    WF_USAGE_CHECK(
+        int64_t(C) * C <= ring && ring % (C * C) == 0,
+        "--teams {}: wallfacer needs C^2 = {} to divide the {} ranks{}; choose --teams C "
+        "with C^2 dividing {}",
+        C, int64_t(C) * C, ring,
+        ring == P ? "" : " of the ring over the Ulysses teams (P / --ulysses)",
+        ring == P ? "P" : "P / --ulysses");
   } else {
     WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy wallfacer, not {}",
                    cfg.teams, name);

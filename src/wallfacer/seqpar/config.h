@@ -18,7 +18,8 @@ namespace wallfacer::seqpar {
 //   Zigzag     ring over the 2P half-chunk zigzag layout, which balances a causal mask.
 //   Ulysses    all-to-alls trade sequence rows for heads; needs heads and kv_heads divisible by P.
 //   WallFacer  teams of C ranks gather Q,K,V, K,V circulate on C^2 sub-rings of P/C^2 ranks, and
-//              an LSE reduce-scatter finishes; C = 1 is ring attention. Needs C^2 to divide P.
+//              an LSE reduce-scatter finishes; C = 1 is ring attention. Needs C^2 to divide P
+//              (P/ulysses in a Ulysses hybrid).
 //   DoubleRing K,V blocks circulate on inner rings of `inner` = W consecutive ranks, and an outer
 //              ring over the P/W groups brings each group the next group's blocks (one outer hop
 //              per phase from every rank at once); W = 1 or W = P is a ring. Needs W to divide P.
@@ -73,14 +74,16 @@ struct AttnConfig {
   int kv_heads = 1;     // key/value heads; H / kv_heads query heads share one (grouped-query)
   int head_dim = 0;     // D; scores are scaled by 1 / sqrt(D)
   bool causal = false;  // token i attends to tokens j <= i (global positions)
-  // > 1: a Ulysses x ring hybrid (strategy ring or zigzag). Rank r = j*ulysses + a is member a of
-  // team j (ulysses consecutive ranks); Ulysses all-to-alls run inside the team and a ring (zigzag
-  // ring) over the P/ulysses ranks with the same member index a computes on the gathered heads.
+  // > 1: a Ulysses hybrid (strategy ring, zigzag or wallfacer). Rank r = j*ulysses + a is member a
+  // of Ulysses team j (ulysses consecutive ranks: Ulysses innermost); Ulysses all-to-alls run
+  // inside the team and the strategy (ring, zigzag ring, WallFacer-C) over the P/ulysses ranks with
+  // the same member index a (ring ranks j) computes on the gathered heads.
   int ulysses = 1;
   // WallFacer-C (C > 1): the forward keeps the placed team K,V block until its backward, which then
   // needs neither the team all-gather of K,V nor the placement hop (dK,dV still go back). Costs
   // one team K,V block, (B, C*seq/P, 2, kv_heads, D), per forward not yet followed by its backward
-  // (per layer in training): the executor keeps them last in, first out.
+  // (per layer in training; a Ulysses hybrid's block has C*ulysses*seq/P rows of kv_heads/ulysses
+  // heads, as many elements): the executor keeps them last in, first out.
   bool keep_kv = false;
   // Element type of the tensors and of their messages (see Dtype).
   Dtype dtype = Dtype::fp32;
@@ -112,11 +115,12 @@ inline int team_size(const AttnConfig& cfg) { return team_size(cfg.strategy, cfg
 // cfg.doc_lengths is empty; UsageError when the lengths are not positive or do not sum to seq.
 kernels::DocBounds doc_bounds(const AttnConfig& cfg);
 
-// The two configs a Ulysses x ring hybrid is made of (its layout and its closed-form volumes are
-// theirs; its schedule is one, make_schedule): `inner`, the ring over the P/u ranks with the same
-// member index (heads/u and kv_heads/u, strategy of cfg), and `outer`, Ulysses on the u ranks of a
-// team (on seq/(P/u) tokens: the team's rows). Rank j*u + a holds rows [a*n, (a+1)*n) (n = seq/P)
-// of the rows that rank j of `inner` holds. Both have ulysses = 1.
+// The two configs a Ulysses hybrid is made of (its layout and its closed-form volumes are theirs;
+// its schedule is one, make_schedule): `inner`, the ring (zigzag ring, WallFacer-C with cfg's
+// teams) over the P/u ranks with the same member index (heads/u and kv_heads/u, strategy of cfg),
+// and `outer`, Ulysses on the u ranks of a team (on seq/(P/u) tokens: the team's rows). Rank
+// j*u + a holds rows [a*n, (a+1)*n) (n = seq/P) of the rows that rank j of `inner` holds. Both
+// have ulysses = 1.
 struct HybridConfigs {
   AttnConfig outer, inner;
   int u = 1, rings = 1;  // team size (Ulysses degree) and ring length P/u
@@ -139,8 +143,8 @@ int64_t counted_layout_window(const AttnConfig& cfg);
 //   contiguous (ring, ulysses, wallfacer without a mask): tokens [rank*n, (rank+1)*n), n = seq/P;
 //   zigzag (zigzag, causal wallfacer, causal double-ring): half-chunks rank and 2P-1-rank of
 //   2P chunks of seq/(2P);
-//   Ulysses x ring hybrid: rows [a*n, (a+1)*n) of the rows that ring rank j holds, for rank
-//   j*ulysses + a.
+//   Ulysses hybrid: rows [a*n, (a+1)*n) of the rows that ring rank j holds (in the layout of the
+//   ring, zigzag ring or WallFacer-C over P/ulysses ranks), for rank j*ulysses + a.
 //   Layout::Balanced: the runs of balanced_doc_layout refined for the steps of the strategy's
 //   ring (refine_doc_layout: the busiest rank of each step, forward and backward), ascending
 //   positions, for every strategy.

@@ -66,8 +66,21 @@ QPackParts qpack_parts(std::byte* block, Dtype dt, int batch, int64_t n, int h, 
 
 }  // namespace
 
-Executor::Executor(Schedule schedule, comm::Communicator group, comm::Communicator team)
-    : s_(std::move(schedule)), group_(std::move(group)), team_(std::move(team)) {
+namespace {
+
+// The sub-communicator of `group` for the schedule's group `g` (collective over `group`): the
+// ranks of one group share a colour, their lowest rank.
+comm::Communicator split_group(const Schedule& s, Group g, const comm::Communicator& group) {
+  return group.split(group_ranks(s, g).front(), s.rank);
+}
+
+}  // namespace
+
+Executor::Executor(Schedule schedule, comm::Communicator group)
+    : s_(std::move(schedule)),
+      group_(std::move(group)),
+      team_(split_group(s_, Group::Team, group_)) {
+  if (s_.inner_team_ranks > 1) inner_ = split_group(s_, Group::InnerTeam, group_);
   scratch_.resize(s_.buffers.size());
   if (!s_.docs.starts.empty()) doc_of_pos_ = kernels::doc_of_pos(s_.docs);
   for (size_t id = kNumUserBuffers; id < s_.buffers.size(); ++id) {
@@ -333,8 +346,21 @@ void Executor::compute(const Op& op, std::vector<comm::Request>& reqs) {
   }
 }
 
+comm::Communicator& Executor::comm_of(Group g) {
+  switch (g) {
+    case Group::Team:
+      return team_;
+    case Group::InnerTeam:
+      WF_CHECK(s_.inner_team_ranks > 1, "an InnerTeam collective without an inner team");
+      return inner_;
+    case Group::World:
+      break;
+  }
+  return group_;
+}
+
 void Executor::collective(const Op& op) {
-  auto& comm = op.group == Group::Team ? team_ : group_;
+  auto& comm = comm_of(op.group);
   WF_CHECK(comm.size() == op.group_size, "collective over {} ranks in a group of {}", op.group_size,
            comm.size());
   // bf16 buffers move as 2-byte elements (a QPack's fp32 statistics as two each).
@@ -356,13 +382,15 @@ void Executor::collective(const Op& op) {
         comm.all_to_all(f32(op.src), f32(op.dst), op.bytes / 4);
       break;
     case CollKind::ReduceScatterLse: {
+      // dst's blocks of (B, n, H, D) and (B, H, n) are, one after another, a batch of blocks * B.
       const auto& spec = s_.buffers[op.dst];
+      const int batch = s_.cfg.batch * spec.blocks;
       if (half)
-        comm.reduce_scatter_lse(b16(op.src), f32(op.src2), b16(op.dst), f32(op.dst2), s_.cfg.batch,
-                                s_.n, spec.heads, s_.cfg.head_dim, kernels::lse_merge_rows);
+        comm.reduce_scatter_lse(b16(op.src), f32(op.src2), b16(op.dst), f32(op.dst2), batch, s_.n,
+                                spec.heads, s_.cfg.head_dim, kernels::lse_merge_rows);
       else
-        comm.reduce_scatter_lse(f32(op.src), f32(op.src2), f32(op.dst), f32(op.dst2), s_.cfg.batch,
-                                s_.n, spec.heads, s_.cfg.head_dim, kernels::lse_merge_rows);
+        comm.reduce_scatter_lse(f32(op.src), f32(op.src2), f32(op.dst), f32(op.dst2), batch, s_.n,
+                                spec.heads, s_.cfg.head_dim, kernels::lse_merge_rows);
       break;
     }
   }
@@ -383,7 +411,8 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   }
   PhaseStats st;
   const auto g0 = group_.counters();
-  const auto t0 = team_.counters();
+  const comm::ByteCounters t0 = team_.counters(),
+                           i0 = s_.inner_team_ranks > 1 ? inner_.counters() : comm::ByteCounters{};
   std::vector<comm::Request> reqs(ops.size());
   std::set<int> rounds;
   const bool traced = trace::on();
@@ -433,12 +462,15 @@ PhaseStats Executor::run(const std::vector<Op>& ops, const UserTensors& user) {
   st.ms = total.ms();
   const auto& g1 = group_.counters();
   const auto& t1 = team_.counters();
+  const comm::ByteCounters i1 = s_.inner_team_ranks > 1 ? inner_.counters() : comm::ByteCounters{};
   st.p2p_bytes = g1.p2p_bytes - g0.p2p_bytes;
   st.p2p_sends = g1.p2p_sends - g0.p2p_sends;
   st.p2p_steps = int64_t(rounds.size());
-  st.coll_bytes = (g1.coll_bytes - g0.coll_bytes) + (t1.coll_bytes - t0.coll_bytes);
+  st.coll_bytes = (g1.coll_bytes - g0.coll_bytes) + (t1.coll_bytes - t0.coll_bytes) +
+                  (i1.coll_bytes - i0.coll_bytes);
   st.coll_formula_bytes = (g1.coll_formula_bytes - g0.coll_formula_bytes) +
-                          (t1.coll_formula_bytes - t0.coll_formula_bytes);
+                          (t1.coll_formula_bytes - t0.coll_formula_bytes) +
+                          (i1.coll_formula_bytes - i0.coll_formula_bytes);
   user_ = {};
   if (!kept_ids_.empty() && backward) {  // this backward's forward copies are used up
     spare_.push_back(std::move(kept_.back()));
@@ -489,6 +521,18 @@ const char* coll_name(CollKind k) {
       return "all_to_all";
   }
   return "collective";
+}
+
+const char* group_name(Group g) {
+  switch (g) {
+    case Group::World:
+      return "world";
+    case Group::Team:
+      return "team";
+    case Group::InnerTeam:
+      return "inner_team";
+  }
+  return "group";
 }
 
 }  // namespace
@@ -554,7 +598,7 @@ void Executor::trace_op(int i, int64_t start_ns) {
       break;
     case OpKind::Collective:
       trace::record(coll_name(op.coll), trace::Cat::Comm, start_ns, now,
-                    {{"group", 0, op.group == Group::Team ? "team" : "world"},
+                    {{"group", 0, group_name(op.group)},
                      {"group_size", op.group_size},
                      {"bytes", op.bytes},
                      index,

@@ -39,9 +39,9 @@ struct PhaseStats {
 
 class Executor {
  public:
-  // `team`: the group of the Team collectives (ranks rank/C*C .. +C-1 of `group`). Collective
-  // over `group`.
-  Executor(Schedule schedule, comm::Communicator group, comm::Communicator team);
+  // `group`: the schedule's World group. Collective over `group`: splits it into the schedule's
+  // Team group and, for a Ulysses x WallFacer hybrid, its InnerTeam group (group_ranks).
+  Executor(Schedule schedule, comm::Communicator group);
 
   // `ops` is the schedule's fwd or bwd. Buffers marked `kept` get a fresh copy at each forward;
   // each backward reads the newest copy not yet used and frees it (last in, first out).
@@ -85,8 +85,10 @@ class Executor {
   void note_done(size_t i);
   void end_trace();
 
+  comm::Communicator& comm_of(Group g);
+
   Schedule s_;
-  comm::Communicator group_, team_;
+  comm::Communicator group_, team_, inner_;  // inner_: only with Schedule::inner_team_ranks > 1
   std::vector<std::vector<float>> scratch_;            // sized in bytes, rounded up to whole floats
   std::vector<int> kept_ids_;                          // buffers marked kept
   std::vector<std::vector<std::vector<float>>> kept_;  // per pending forward: one per kept id

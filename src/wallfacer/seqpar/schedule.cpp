@@ -191,26 +191,24 @@ std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team
 // Where the ring steps of a schedule go: teams of C ranks (rank r = t*C + a) hold team buffers of
 // C blocks that circulate on rings of G ranks with the same member index.
 //   WallFacer-C (ring and zigzag are C = 1): the WallFacerGeometry (placement, sub-rings).
-//   Ulysses x ring hybrid (C = u): no placement; the ring runs over the G = P/u teams.
+//   Ulysses hybrid (u > 1): the same geometry over the P/u ring ranks j of world ranks j*u + m
+//   (m: the Ulysses member index, innermost): a team is the u*C world ranks of C ring ranks, and
+//   ring peers have the same m. With C = 1 (ring, zigzag) there is no placement and the ring runs
+//   over the G = P/u Ulysses teams.
 struct RingGeometry {
-  bool hybrid = false;
-  int C = 1, G = 1;
-  WallFacerGeometry wallfacer;
-  RingGeometry(const AttnConfig& c, int P, int C_)
-      : hybrid(c.ulysses > 1),
-        C(C_),
-        G(hybrid ? P / C_ : P / (C_ * C_)),
-        wallfacer(P, hybrid ? 1 : C_) {}
-  int placement_dst(int r) const { return hybrid ? r : wallfacer.placement_dst(r); }
-  int placement_src(int r) const { return hybrid ? r : wallfacer.placement_src(r); }
-  int next(int r) const { return hybrid ? ((r / C + 1) % G) * C + r % C : wallfacer.next(r); }
-  int prev(int r) const { return hybrid ? ((r / C + G - 1) % G) * C + r % C : wallfacer.prev(r); }
-  int kv_team(int r, int step) const {
-    return hybrid ? (r / C - step % G + G) % G : wallfacer.kv_team(r, step);
-  }
-  int query_team(int r, int step) const {
-    return hybrid ? (r / C - step % G + G) % G : wallfacer.query_team(r, step);
-  }
+  int u = 1;  // Ulysses degree (1: none)
+  WallFacerGeometry inner;
+  int C = 1, G = 1;  // C: world ranks (blocks) per team, u times WallFacer's C
+  RingGeometry(const AttnConfig& c, int P)
+      : u(std::max(c.ulysses, 1)), inner(P / u, team_size(c)), C(u * inner.C), G(inner.G) {}
+  bool hybrid() const { return u > 1; }
+  int world(int j, int r) const { return j * u + r % u; }  // ring rank j, r's member index
+  int placement_dst(int r) const { return world(inner.placement_dst(r / u), r); }
+  int placement_src(int r) const { return world(inner.placement_src(r / u), r); }
+  int next(int r) const { return world(inner.next(r / u), r); }
+  int prev(int r) const { return world(inner.prev(r / u), r); }
+  int kv_team(int r, int step) const { return inner.kv_team(r / u, step); }
+  int query_team(int r, int step) const { return inner.query_team(r / u, step); }
 };
 
 // Which side travels the ring: K,V blocks (the forward, and a backward that moves K,V) against
@@ -258,7 +256,7 @@ std::vector<int> origin_hops(const Schedule& s, const RingGeometry& L, Travel tr
     if (e.key == key) return e.hops;
   std::vector<int> hops(size_t(s.P), L.G - 1);
   if (!s.docs.starts.empty() || c.causal) {
-    const int C = s.team_ranks;
+    const int C = L.C;
     std::vector<std::vector<Segment>> teams(size_t(s.P / C));
     std::vector<bool> listed(teams.size(), false);
     auto team = [&](int t) -> const std::vector<Segment>& {
@@ -303,10 +301,12 @@ std::vector<int> hops_per_step(const Schedule& s, const RingGeometry& L, int r, 
   return hops;
 }
 
-// Ring, zigzag ring, WallFacer-C (ring = WallFacer-1) and the Ulysses x ring hybrids. The team
-// buffers (C blocks, block a of member a's rows) come from an all-gather in the team (WallFacer)
-// or from Ulysses' all-to-all in the team, which trades the members' rows for heads: member a then
-// holds the team's rows of heads slice a (H/u heads, Hkv/u kv heads) and the ring runs on those.
+// Ring, zigzag ring, WallFacer-C (ring = WallFacer-1) and their Ulysses hybrids. The team buffers
+// (C blocks, block a of member a's rows) come from an all-gather in the team (WallFacer) or from
+// Ulysses' all-to-all in the team, which trades the members' rows for heads: member a then holds
+// the team's rows of heads slice a (H/u heads, Hkv/u kv heads) and the ring runs on those. Ulysses
+// x WallFacer-C does both: the all-to-all gives ring rank j its u blocks of heads slice m, and
+// WallFacer's all-gather in the InnerTeam group their C*u blocks of the WallFacer team.
 // The steps, in order: the forward's team gather and placement, its ring, the return of O; the
 // backward's team gather and placement, its ring, the return of the gradients.
 class TeamRing {
@@ -317,17 +317,20 @@ class TeamRing {
         c_(s.cfg),
         P_(s.P),
         r_(s.rank),
-        C_(s.team_ranks),
-        L_(s.cfg, s.P, s.team_ranks),
-        hybrid_(L_.hybrid),
+        L_(s.cfg, s.P),
+        C_(L_.C),
+        u_(L_.u),
+        wc_(L_.inner.C),
+        hybrid_(L_.hybrid()),
+        wgroup_(hybrid_ ? Group::InnerTeam : Group::Team),
         G_(L_.G),
-        H_(hybrid_ ? c_.heads / C_ : c_.heads),
-        K_(hybrid_ ? c_.kv_heads / C_ : c_.kv_heads),
+        H_(c_.heads / u_),
+        K_(c_.kv_heads / u_),
         w_(c_.dtype),
         place_dst_(L_.placement_dst(r_)),
         place_src_(L_.placement_src(r_)),
         placed_(place_dst_ != r_),
-        keep_(c_.keep_kv && C_ > 1),
+        keep_(c_.keep_kv && wc_ > 1),
         my_team_(team_segments(c_, P_, C_, r_ / C_)),
         resident_(team_segments(c_, P_, C_, L_.kv_team(r_, 0))) {}
 
@@ -343,11 +346,20 @@ class TeamRing {
   }
 
  private:
-  // Ulysses' all-to-all in the team: `src` (C blocks, block j for member j) -> a new buffer.
+  // Ulysses' all-to-all in the team: `src` (u blocks, block j for member j) -> a new buffer.
   int trade(int src, const std::string& name) {
     const BufferSpec spec = s_.buffers[size_t(src)];
-    const int dst = b_.buffer(name, spec.fmt, C_, spec.heads, spec.dtype);
-    b_.collective(CollKind::AllToAll, Group::Team, C_, src, dst);
+    const int dst = b_.buffer(name, spec.fmt, u_, spec.heads, spec.dtype);
+    b_.collective(CollKind::AllToAll, Group::Team, u_, src, dst);
+    return dst;
+  }
+
+  // WallFacer's all-gather in its team (wc_ > 1): `src` (this ring rank's blocks) -> a new team
+  // buffer of C_ blocks.
+  int gather(int src, const std::string& name, bool kept = false) {
+    const BufferSpec spec = s_.buffers[size_t(src)];
+    const int dst = b_.buffer(name, spec.fmt, C_, spec.heads, spec.dtype, kept);
+    b_.collective(CollKind::AllGather, wgroup_, wc_, src, dst);
     return dst;
   }
 
@@ -358,19 +370,17 @@ class TeamRing {
   void forward_gather() {
     const int C = C_, K = K_, H = H_;
     const Dtype w = w_;
+    // kvl_: this ring rank's K,V rows (a hybrid's traded from the u members, its heads slice).
     if (hybrid_) {
-      kvs_ = b_.buffer("kv_shards", Fmt::KV, C, K, w);
-      b_.local(LocalKind::PackKV, -1, kvs_, -1, C);
-      kvt_ = trade(kvs_, "kv_team");
+      kvs_ = b_.buffer("kv_shards", Fmt::KV, u_, K, w);
+      b_.local(LocalKind::PackKV, -1, kvs_, -1, u_);
+      kvl_ = trade(kvs_, wc_ > 1 ? "kv_local" : "kv_team");
     } else {
-      kvl_ = kvt_ = b_.buffer("kv_local", Fmt::KV, 1, K, w);
+      kvl_ = b_.buffer("kv_local", Fmt::KV, 1, K, w);
       b_.local(LocalKind::PackKV, -1, kvl_);
     }
-    if (C > 1 && !hybrid_) {
-      kvt_ =
-          b_.buffer(keep_ && !placed_ ? "kv_kept" : "kv_team", Fmt::KV, C, K, w, keep_ && !placed_);
-      b_.collective(CollKind::AllGather, Group::Team, C, kvl_, kvt_);
-    }
+    kvt_ =
+        wc_ > 1 ? gather(kvl_, keep_ && !placed_ ? "kv_kept" : "kv_team", keep_ && !placed_) : kvl_;
     // The K,V blocks that circulate, and the placed one: the block of forward step 0 and the
     // backward's resident K,V (or, when K,V travel, the block of its step 0). Without keep_kv it
     // lives in kv_ring0, which the ring first writes at step 1, when step 0 is done with it (and
@@ -390,13 +400,11 @@ class TeamRing {
       b_.next_round();
     }
     if (hybrid_) {
-      const int qs = b_.buffer("q_shards", Fmt::Rows, C, H, w);
-      b_.local(LocalKind::Shard, kInQ, qs, -1, C);
-      qt_ = trade(qs, "q_team");
-    } else if (C > 1) {
-      qt_ = b_.buffer("q_team", Fmt::Rows, C, H, w);
-      b_.collective(CollKind::AllGather, Group::Team, C, kInQ, qt_);
+      const int qs = b_.buffer("q_shards", Fmt::Rows, u_, H, w);
+      b_.local(LocalKind::Shard, kInQ, qs, -1, u_);
+      qt_ = trade(qs, wc_ > 1 ? "q_local" : "q_team");
     }
+    if (wc_ > 1) qt_ = gather(qt_, "q_team");
     b_.wait({ps, pr});
   }
 
@@ -425,39 +433,42 @@ class TeamRing {
     }
   }
 
-  // O and LSE back to the rows' owners.
+  // O and LSE back to the rows' owners: reduce-scattered with the LSE combine in the team
+  // (WallFacer), then traded back and merged (hybrid).
   void forward_output() {
-    const int C = C_;
-    if (hybrid_) {
-      // O back to the rows' owners as the tensors travel (rounded to bf16 once); LSE stays fp32.
-      const int os = trade(b_.as_dtype(oacc_, "o_team_wire", w_), "o_shards");
-      const int ls = trade(lacc_, "lse_shards");
-      b_.local(LocalKind::Merge, os, kOutO, -1, C);
-      b_.local(LocalKind::Merge, ls, kOutLse, -1, C);
-    } else if (C > 1) {
-      // The partial O travel as the tensors do (rounded to bf16 once); LSE stays fp32.
+    // The partial O travel as the tensors do (rounded to bf16 once); LSE stays fp32.
+    int o = oacc_, lse = lacc_;
+    if (wc_ > 1) {
       const int owire = b_.as_dtype(oacc_, "o_team_wire", w_);
-      b_.collective(CollKind::ReduceScatterLse, Group::Team, C, owire, kOutO, lacc_, kOutLse);
-    } else if (oacc_ != kOutO) {
-      b_.local(LocalKind::Copy, oacc_, kOutO);
+      o = hybrid_ ? b_.buffer("o_heads", Fmt::Rows, u_, H_, w_) : kOutO;
+      lse = hybrid_ ? b_.buffer("lse_heads", Fmt::Stat, u_, H_, kAcc) : kOutLse;
+      b_.collective(CollKind::ReduceScatterLse, wgroup_, wc_, owire, o, lacc_, lse);
+    }
+    if (hybrid_) {
+      const int os = trade(wc_ > 1 ? o : b_.as_dtype(oacc_, "o_team_wire", w_), "o_shards");
+      const int ls = trade(lse, "lse_shards");
+      b_.local(LocalKind::Merge, os, kOutO, -1, u_);
+      b_.local(LocalKind::Merge, ls, kOutLse, -1, u_);
+    } else if (o != kOutO) {
+      b_.local(LocalKind::Copy, o, kOutO);
     }
   }
 
   // Backward: K,V packed, gathered and placed again (unless kept from the forward), the query
   // packages packed and gathered in the team (or traded).
   void backward_gather() {
-    const int C = C_, H = H_;
+    const int H = H_;
     const Dtype w = w_;
     kv_resident_ = placed_ ? kv_placed_ : kvt_;  // with keep_kv: the forward's kv_kept
     int ps = -1, pr = -1;
-    if (keep_) {
-      // kept from the forward
-    } else if (hybrid_) {
-      b_.local(LocalKind::PackKV, -1, kvs_, -1, C);
-      b_.collective(CollKind::AllToAll, Group::Team, C, kvs_, kvt_);
-    } else {
-      b_.local(LocalKind::PackKV, -1, kvl_);
-      if (C > 1) b_.collective(CollKind::AllGather, Group::Team, C, kvl_, kvt_);
+    if (!keep_) {  // else kept from the forward
+      if (hybrid_) {
+        b_.local(LocalKind::PackKV, -1, kvs_, -1, u_);
+        b_.collective(CollKind::AllToAll, Group::Team, u_, kvs_, kvl_);
+      } else {
+        b_.local(LocalKind::PackKV, -1, kvl_);
+      }
+      if (wc_ > 1) b_.collective(CollKind::AllGather, wgroup_, wc_, kvl_, kvt_);
     }
     if (placed_ && !keep_) {
       ps = b_.send(kvt_, place_dst_, kTagPlace);
@@ -465,19 +476,14 @@ class TeamRing {
       b_.next_round();
     }
     if (hybrid_) {
-      const int qps = b_.buffer("qpack_shards", Fmt::QPack, C, H, w);
-      b_.local(LocalKind::PackQPack, -1, qps, -1, C);
-      qpt_ = trade(qps, "qpack_team");
+      const int qps = b_.buffer("qpack_shards", Fmt::QPack, u_, H, w);
+      b_.local(LocalKind::PackQPack, -1, qps, -1, u_);
+      qpt_ = trade(qps, wc_ > 1 ? "qpack_local" : "qpack_team");
+    } else {
+      qpt_ = b_.buffer("qpack_local", Fmt::QPack, 1, H, w);
+      b_.local(LocalKind::PackQPack, -1, qpt_);
     }
-    const int qpl = hybrid_ ? -1 : b_.buffer("qpack_local", Fmt::QPack, 1, H, w);
-    if (!hybrid_) {
-      b_.local(LocalKind::PackQPack, -1, qpl);
-      qpt_ = qpl;
-    }
-    if (C > 1 && !hybrid_) {
-      qpt_ = b_.buffer("qpack_team", Fmt::QPack, C, H, w);
-      b_.collective(CollKind::AllGather, Group::Team, C, qpl, qpt_);
-    }
+    if (wc_ > 1) qpt_ = gather(qpt_, "qpack_team");
     b_.wait({ps, pr});
   }
 
@@ -563,18 +569,11 @@ class TeamRing {
     }
   }
 
-  // dQ and dK,dV back to the rows' owners: traded back (hybrid), or dK,dV along the inverse
-  // placement while dQ is reduce-scattered in the team, then dK,dV reduce-scattered.
+  // dQ and dK,dV back to the rows' owners: dK,dV along the inverse placement while dQ is
+  // reduce-scattered in the team, then dK,dV reduce-scattered (WallFacer); traded back and merged
+  // in fp32, rounded once by the merge (hybrid).
   void gradient_return() {
     const int C = C_;
-    if (hybrid_) {
-      // dQ and dK,dV back to the rows' owners, in fp32, rounded once by the merge.
-      const int dqs = trade(dq_team_, "dq_shards");
-      const int dkvs = trade(dkv_team_, "dkv_shards");
-      b_.local(LocalKind::Merge, dqs, kOutDq, -1, C);
-      b_.local(LocalKind::UnpackKV, dkvs, -1, -1, C);
-      return;
-    }
     int dkvt = dkv_team_, rs = -1, rr = -1;
     if (placed_) {
       dkvt = b_.buffer("dkv_team", Fmt::KV, C, K_, kAcc);
@@ -582,18 +581,26 @@ class TeamRing {
       rr = b_.recv(dkvt, place_dst_, kTagReturn);
     }
     int dq = dq_team_;
-    if (C > 1) {
-      dq = w_ != kAcc ? b_.buffer("dq_local", Fmt::Rows, 1, H_, kAcc) : kOutDq;
-      b_.collective(CollKind::ReduceScatterSum, Group::Team, C, dq_team_, dq);
+    if (wc_ > 1) {
+      dq = hybrid_      ? b_.buffer("dq_heads", Fmt::Rows, u_, H_, kAcc)
+           : w_ != kAcc ? b_.buffer("dq_local", Fmt::Rows, 1, H_, kAcc)
+                        : kOutDq;
+      b_.collective(CollKind::ReduceScatterSum, wgroup_, wc_, dq_team_, dq);
     }
-    if (dq != kOutDq) b_.local(LocalKind::Copy, dq, kOutDq);
+    if (hybrid_)
+      b_.local(LocalKind::Merge, trade(dq, "dq_shards"), kOutDq, -1, u_);
+    else if (dq != kOutDq)
+      b_.local(LocalKind::Copy, dq, kOutDq);
     b_.wait({rs, rr});
     int dkvl = dkvt;
-    if (C > 1) {
-      dkvl = b_.buffer("dkv_local", Fmt::KV, 1, K_, kAcc);
-      b_.collective(CollKind::ReduceScatterSum, Group::Team, C, dkvt, dkvl);
+    if (wc_ > 1) {
+      dkvl = b_.buffer(hybrid_ ? "dkv_heads" : "dkv_local", Fmt::KV, u_, K_, kAcc);
+      b_.collective(CollKind::ReduceScatterSum, wgroup_, wc_, dkvt, dkvl);
     }
-    b_.local(LocalKind::UnpackKV, dkvl, -1);
+    if (hybrid_)
+      b_.local(LocalKind::UnpackKV, trade(dkvl, "dkv_shards"), -1, -1, u_);
+    else
+      b_.local(LocalKind::UnpackKV, dkvl, -1);
   }
 
   // The accumulators (and the gradients that travel) are fp32; w_: the tensors and their messages.
@@ -602,9 +609,12 @@ class TeamRing {
   Schedule& s_;
   Builder& b_;
   const AttnConfig& c_;
-  const int P_, r_, C_;
+  const int P_, r_;
   const RingGeometry L_;
+  // C_: blocks of a team buffer (world ranks of a team), u_: Ulysses degree, wc_: WallFacer's C.
+  const int C_, u_, wc_;
   const bool hybrid_;
+  const Group wgroup_;   // the group of WallFacer's team collectives
   const int G_, H_, K_;  // H_, K_: the heads the ring computes (a hybrid's slice)
   const Dtype w_;
   const int place_dst_, place_src_;
@@ -955,7 +965,7 @@ bool count_backward_moves_kv(const AttnConfig& cfg, int P) {
   s.cfg.doc_lengths.clear();
   s.P = P;
   s.team_ranks = schedule_team_ranks(cfg);
-  const RingGeometry L(s.cfg, P, s.team_ranks);
+  const RingGeometry L(s.cfg, P);
   const int64_t G = L.G, D = cfg.head_dim, H = cfg.heads, K = cfg.kv_heads;
   const int64_t e = dtype_bytes(cfg.dtype);
   if (G == 1) return false;  // no hops either way
@@ -1019,6 +1029,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
   s.P = P;
   s.rank = rank;
   s.team_ranks = schedule_team_ranks(cfg);
+  s.inner_team_ranks = cfg.ulysses > 1 ? team_size(cfg) : 1;
   s.n = cfg.seq / P;
   s.bwd_moves_kv = backward_moves_kv(cfg, P);
   if (!cfg.doc_lengths.empty()) s.docs = doc_bounds(cfg);
@@ -1045,9 +1056,29 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
 }
 
 int64_t kept_elements(const AttnConfig& cfg, int P) {
-  if (!cfg.keep_kv || cfg.strategy != Strategy::WallFacer || cfg.teams <= 1 || cfg.ulysses > 1)
-    return 0;
+  // A hybrid's team block: C*u blocks of seq/P rows of kv_heads/u heads, as many elements.
+  if (!cfg.keep_kv || cfg.strategy != Strategy::WallFacer || cfg.teams <= 1) return 0;
   return int64_t(cfg.batch) * cfg.teams * (cfg.seq / P) * 2 * cfg.kv_heads * cfg.head_dim;
+}
+
+std::vector<int> group_ranks(const Schedule& s, Group g) {
+  std::vector<int> ranks;
+  switch (g) {
+    case Group::World:
+      for (int r = 0; r < s.P; ++r) ranks.push_back(r);
+      break;
+    case Group::Team:
+      for (int r = s.rank / s.team_ranks * s.team_ranks, a = 0; a < s.team_ranks; ++a)
+        ranks.push_back(r + a);
+      break;
+    case Group::InnerTeam: {
+      // Ring rank j = rank/u = t*C + a_r: the ring ranks t*C .. t*C+C-1 with member index m.
+      const int u = s.team_ranks, C = s.inner_team_ranks, j = s.rank / u, m = s.rank % u;
+      for (int a = 0; a < C; ++a) ranks.push_back((j / C * C + a) * u + m);
+      break;
+    }
+  }
+  return ranks;
 }
 
 ScheduleTotals schedule_totals(const Schedule& s) {
@@ -1092,7 +1123,13 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   validate(cfg, P);
   if (cfg.ulysses > 1) {
     const auto h = hybrid_configs(cfg, P);
-    return formula_totals(h.outer, h.u, rank % h.u) + formula_totals(h.inner, h.rings, rank / h.u);
+    ScheduleTotals t =
+        formula_totals(h.outer, h.u, rank % h.u) + formula_totals(h.inner, h.rings, rank / h.u);
+    // keep_kv: the backward's K,V are the forward's traded and gathered ones, not traded again.
+    if (kept_elements(cfg, P) > 0)
+      t.coll_bytes_bwd -= int64_t(h.u - 1) * cfg.batch * (cfg.seq / P) * 2 * (cfg.kv_heads / h.u) *
+                          cfg.head_dim * dtype_bytes(cfg.dtype);
+    return t;
   }
   ScheduleTotals t;
   // e: bytes of a tensor element (q, k, v, o, dout); f: of a statistic (lse, delta) and of a

@@ -99,7 +99,14 @@ enum class LocalKind : uint8_t {
 };
 
 enum class CollKind : uint8_t { AllGather, ReduceScatterSum, ReduceScatterLse, AllToAll };
-enum class Group : uint8_t { World, Team };
+// The group of a collective (group_ranks lists its ranks):
+//   World      the P ranks of the sequence-parallel group.
+//   Team       Schedule::team_ranks consecutive ranks: WallFacer's team, a Ulysses hybrid's
+//              Ulysses team.
+//   InnerTeam  a Ulysses x WallFacer hybrid's WallFacer team: the C = Schedule::inner_team_ranks
+//              ranks (t*C + a)*u + m, a = 0..C-1, of the ring over the Ulysses teams that share
+//              rank (t*C + a_r)*u + m's WallFacer team t and Ulysses member index m (u = ulysses).
+enum class Group : uint8_t { World, Team, InnerTeam };
 
 struct Op {
   OpKind kind = OpKind::Local;
@@ -144,6 +151,7 @@ struct Schedule {
   int P = 1, rank = 0;
   int team_ranks = 1;         // the size of the Team group (ranks rank/C*C .. +C-1): C,
                               // or a hybrid's Ulysses degree u
+  int inner_team_ranks = 1;   // the size of the InnerTeam group: a Ulysses x WallFacer hybrid's C
   int64_t n = 0;              // rows per rank
   bool bwd_moves_kv = false;  // backward: K,V travel (else the query packages)
   // The documents of cfg (cumulative lengths; empty when cfg.doc_lengths is: one document).
@@ -151,6 +159,9 @@ struct Schedule {
   std::vector<BufferSpec> buffers;  // indexed by buffer id
   std::vector<Op> fwd, bwd;
 };
+
+// The ranks of `s.rank`'s group `g`, ascending (its rank order in the group's communicator).
+std::vector<int> group_ranks(const Schedule& s, Group g);
 
 // The backward of ring, zigzag and WallFacer moves either the query packages (q, dout, lse, delta
 // out, dQ travelling back) or the K,V blocks (dK,dV travelling back) around the sub-ring, keeping
@@ -171,10 +182,13 @@ bool backward_moves_kv(const AttnConfig& cfg, int P);
 int64_t kept_elements(const AttnConfig& cfg, int P);
 
 // The schedule of `rank` (validates cfg first: UsageError when it cannot run on P ranks). A Ulysses
-// x ring hybrid (cfg.ulysses = u > 1) is one schedule too: all-to-alls of q and K,V in the team
-// (Team group of u consecutive ranks) trade the members' rows for heads, the ring (zigzag ring)
-// steps run with world peers on the team's rows of heads/u heads, and all-to-alls take O, LSE
-// back (backward: the query packages and K,V in, dQ and dK,dV back).
+// hybrid (cfg.ulysses = u > 1) is one schedule too: all-to-alls of q and K,V in the team (Team
+// group of u consecutive ranks) trade the members' rows for heads, the ring (zigzag ring) steps
+// run with world peers on the team's rows of heads/u heads, and all-to-alls take O, LSE back
+// (backward: the query packages and K,V in, dQ and dK,dV back). Ulysses x WallFacer-C runs
+// WallFacer-C on the traded rows over the P/u ranks of member index m (rank j*u + m is ring rank
+// j): its team all-gathers and reduce-scatters in the InnerTeam group, its placement and sub-ring
+// hops with world peers, between the two all-to-alls.
 Schedule make_schedule(const AttnConfig& cfg, int P, int rank);
 
 // What a schedule sends, summed without running it.

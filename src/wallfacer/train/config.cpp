@@ -607,9 +607,9 @@ void TrainConfig::validate_parallel(int P) const {
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
                  "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
   if (ulysses > 1) {
-    WF_USAGE_CHECK(strategy == seqpar::Strategy::Ring || strategy == seqpar::Strategy::Zigzag,
-                   "parallel.ulysses = {} needs parallel.strategy = 'ring' or 'zigzag' (the ring "
-                   "over the Ulysses teams), got '{}'",
+    WF_USAGE_CHECK(strategy != seqpar::Strategy::Ulysses,
+                   "parallel.ulysses = {} needs parallel.strategy = 'ring', 'zigzag' or "
+                   "'wallfacer' (the ring over the Ulysses teams), got '{}'",
                    ulysses, seqpar::strategy_name(strategy));
     const int kv = kind == ModelKind::Dit ? model.heads : model.kv_heads;
     WF_USAGE_CHECK(model.heads % ulysses == 0 && kv % ulysses == 0,

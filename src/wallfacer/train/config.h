@@ -92,7 +92,7 @@ struct TrainConfig {
   // parallel.inner: the double ring's inner ring length W (seqpar::AttnConfig::inner); 0: the
   // ranks per node, resolved when the job starts (config_as_run, seqpar::default_inner).
   int inner = 0;
-  int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag over sp / ulysses teams
+  int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag/WallFacer-C over sp / ulysses
   // WallFacer (teams > 1): keep each layer's placed K,V from its forward for its backward
   // (seqpar::AttnConfig::keep_kv): one team K,V block per layer more memory, no placement hop and
   // no K,V gather in the backward.
