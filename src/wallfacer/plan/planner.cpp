@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <unordered_map>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/plan/attention_program.h"
@@ -145,15 +146,153 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
   return prog;
 }
 
+namespace {
+
+// One rank's program reduced to what its timing depends on, relative to the rank: consecutive
+// computes merged (by kind), peers as offsets from the rank (mod P), requests renumbered in the
+// order they are made, collective groups as offsets of their members.
+struct Shape {
+  struct Step {
+    Op::Kind kind = Op::Kind::Compute;
+    int work = 0, offset = 0, tag = 0, request = 0, coll = 0;
+    double amount = 0;  // flops or bytes
+    std::vector<int> members;
+    bool operator==(const Step&) const = default;
+  };
+  std::vector<Step> steps;
+};
+
+Shape shape_of(const Program& prog, int r) {
+  const int P = prog.ranks();
+  Shape out;
+  std::unordered_map<int, int> renumbered;
+  for (const Op& o : prog.ops[size_t(r)]) {
+    Shape::Step st;
+    st.kind = o.kind;
+    switch (o.kind) {
+      case Op::Kind::Compute:
+        if (!out.steps.empty() && out.steps.back().kind == Op::Kind::Compute &&
+            out.steps.back().work == int(o.work)) {
+          out.steps.back().amount += o.flops;
+          continue;
+        }
+        st.work = int(o.work);
+        st.amount = o.flops;
+        break;
+      case Op::Kind::Send:
+      case Op::Kind::Recv:
+        st.offset = ((o.peer - r) % P + P) % P;
+        st.tag = o.tag;
+        st.amount = o.bytes;
+        st.request = renumbered.emplace(o.request, int(renumbered.size())).first->second;
+        break;
+      case Op::Kind::Wait:
+        st.request = renumbered.at(o.request);
+        break;
+      case Op::Kind::Collective:
+        st.coll = int(o.coll);
+        st.amount = o.bytes;
+        for (int m : prog.groups[size_t(o.group)]) st.members.push_back(((m - r) % P + P) % P);
+        break;
+    }
+    out.steps.push_back(std::move(st));
+  }
+  return out;
+}
+
+// Same timing: the same steps, the flops summed in another order equal within rounding.
+bool same_shape(const Shape& a, const Shape& b) {
+  if (a.steps.size() != b.steps.size()) return false;
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    Shape::Step x = a.steps[i], y = b.steps[i];
+    if (x.kind == Op::Kind::Compute && std::abs(x.amount - y.amount) <= 1e-12 * x.amount)
+      y.amount = x.amount;
+    if (!(x == y)) return false;
+  }
+  return true;
+}
+
+// Whether the shift of layout ranks by R maps devices to devices of one node, card and node pair
+// structure (node to node, card to card, one to one), and ranks 0..R-1 fill nodes of their own.
+bool machine_has_period(const Machine& m, int R) {
+  const int P = int(m.device_of.size());
+  std::unordered_map<int, int> node_to, nic_to, node_from, nic_from;
+  auto consistent = [](std::unordered_map<int, int>& to, std::unordered_map<int, int>& from, int a,
+                       int b) {
+    return to.emplace(a, b).first->second == b && from.emplace(b, a).first->second == a;
+  };
+  std::unordered_map<int, bool> rep_node;
+  for (int x = 0; x < P; ++x) {
+    const int y = (x + R) % P;
+    if (!consistent(node_to, node_from, m.node(x), m.node(y)) ||
+        !consistent(nic_to, nic_from, m.nic(x), m.nic(y)))
+      return false;
+    if (rep_node.emplace(m.node(x), x < R).first->second != (x < R)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+AttentionPrograms attention_programs(const seqpar::AttnConfig& cfg, int P, const Machine& m,
+                                     int tile_q, int tile_k, bool exact) {
+  WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
+           P);
+  // Every rank's programs, made when first needed.
+  Program all[2] = {Program(P), Program(P)};
+  std::vector<bool> made(size_t(P), false);
+  double scratch = 0;
+  int team = 1;
+  auto make = [&](int r) {
+    if (made[size_t(r)]) return;
+    made[size_t(r)] = true;
+    const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
+    scratch = std::max(scratch, scratch_of(s));
+    team = s.team_ranks;
+    emit(all[0], s, s.fwd, tile_q, tile_k);
+    emit(all[1], s, s.bwd, tile_q, tile_k);
+  };
+  make(0);
+  // The smallest period R: ranks R apart (both ways round) run the same program, collective groups
+  // repeat with it and the machine has it too.
+  auto has_period = [&](int R) {
+    if (P % R != 0 || R % team != 0 || !machine_has_period(m, R)) return false;
+    for (int x = 0; x < R; ++x)
+      for (int y : {x + R, x + P - R}) {
+        make(x);
+        make(y);
+        for (const Program& prog : all)
+          if (!same_shape(shape_of(prog, x), shape_of(prog, y))) return false;
+      }
+    return true;
+  };
+  int R = P;
+  if (!exact)
+    for (int c = 1; c < P && R == P; ++c)
+      if (has_period(c)) R = c;
+  for (int r = 0; r < R; ++r) make(r);
+  AttentionPrograms out{Program(R), Program(R), R, scratch};
+  for (int phase = 0; phase < 2; ++phase) {
+    Program& q = phase == 0 ? out.fwd : out.bwd;
+    for (int r = 0; r < R; ++r)
+      for (Op o : all[phase].ops[size_t(r)]) {
+        if (o.kind == Op::Kind::Collective) o.group = q.group(all[phase].groups[size_t(o.group)]);
+        q.ops[size_t(r)].push_back(o);
+      }
+  }
+  return out;
+}
+
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
-                                      const std::vector<int>& device_of) {
+                                      const std::vector<int>& device_of, bool exact) {
   AttentionPrediction a;
   const Machine m = Machine::from(cl, device_of, cfg.head_dim);
-  double scratch = 0;
+  const AttentionPrograms progs =
+      attention_programs(cfg, P, m, cl.attention_tile_q, cl.attention_tile_k, exact);
+  a.period = progs.period;
+  const double scratch = progs.scratch_elements;
   for (bool bwd : {false, true}) {
-    Program prog =
-        attention_program(cfg, P, bwd, cl.attention_tile_q, cl.attention_tile_k, &scratch);
-    SimResult r = simulate(prog, m);
+    SimResult r = simulate(bwd ? progs.bwd : progs.fwd, m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
     double p2p = 0, coll = 0, inter = 0;
@@ -246,6 +385,29 @@ double memory_bytes(const PlanInput& in, const AttentionPrediction& a) {
          a.scratch_elements * e + logits;
 }
 
+// The ring all-reduce of the parameters' gradients over the devices in device order. Its 2(P-1)
+// steps are alike (every member sends 1/P of the buffer to the next, the step ends with the last
+// message): unless `exact`, one of them is simulated, as P messages at once, and counted 2(P-1)
+// times.
+double ring_allreduce_s(const Cluster& cl, const std::vector<int>& devices, double bytes,
+                        bool exact) {
+  const int P = int(devices.size());
+  const std::vector<int> ring = inverse_order(devices);  // device -> layout rank
+  Program g(P);
+  if (exact) {
+    const int gid = g.group(ring);
+    for (int r = 0; r < P; ++r) g.ops[r].push_back(Op::collective(Coll::AllReduce, gid, bytes));
+    return simulate(g, Machine::from(cl, devices)).time;
+  }
+  for (int d = 0; d < P; ++d) {
+    const int r = ring[size_t(d)], next = ring[size_t((d + 1) % P)],
+              prev = ring[size_t((d + P - 1) % P)];
+    g.ops[size_t(r)] = {Op::send(next, bytes / P, 0), Op::recv(prev, bytes / P, 1), Op::wait(0),
+                        Op::wait(1)};
+  }
+  return 2.0 * (P - 1) * simulate(g, Machine::from(cl, devices)).time;
+}
+
 }  // namespace
 
 Prediction predict(const PlanInput& in, const Candidate& c) {
@@ -259,7 +421,7 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   try {
     const seqpar::AttnConfig cfg = attention_config(m, in.seq, c, attention_dtype(cl));
     seqpar::validate(cfg, P);
-    a = predict_attention(cl, cfg, P, candidate_devices(c, P));
+    a = predict_attention(cl, cfg, P, candidate_devices(c, P), in.exact);
   } catch (const UsageError& e) {
     p.reason = e.what();
     return p;
@@ -277,14 +439,9 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   p.dense_s = m.layers * passes * layer_fwd + head;
 
   // Gradient all-reduce over the group, a ring in device order.
-  if (P > 1) {
-    Program g(P);
-    std::vector<int> devices = candidate_devices(c, P), ring = inverse_order(devices);
-    const int gid = g.group(ring);
-    const double bytes = double(param_count(m)) * cl.dtype_bytes;
-    for (int r = 0; r < P; ++r) g.ops[r].push_back(Op::collective(Coll::AllReduce, gid, bytes));
-    p.grad_sync_s = simulate(g, Machine::from(cl, devices)).time;
-  }
+  if (P > 1)
+    p.grad_sync_s = ring_allreduce_s(cl, candidate_devices(c, P),
+                                     double(param_count(m)) * cl.dtype_bytes, in.exact);
   const double layer_bwd = 2 * layer_fwd + a.bwd_s;
   p.grad_sync_exposed_s = cl.grad_sync_overlap
                               ? std::max(0.0, p.grad_sync_s - (m.layers - 1) * layer_bwd)

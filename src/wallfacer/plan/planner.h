@@ -68,6 +68,10 @@ struct PlanInput {
   ModelSpec model;
   int64_t seq = 0;  // tokens per sequence
   int gpus = 0;     // devices in the sequence-parallel group (the first gpus of the cluster)
+  // Simulate every rank (plan --exact). Otherwise ranks that do the same work are simulated once
+  // (attention_programs, plan/attention_program.h) and the all-reduce's alike steps once: the same
+  // prediction within rounding, in a time that grows with the work of one period of ranks.
+  bool exact = false;
 };
 
 // Every configuration worth listing for P = input.gpus (each WallFacer C with C^2 | P, its two
@@ -79,7 +83,7 @@ Prediction predict(const PlanInput& in, const Candidate& c);
 // The most devices plan_all simulates: it replays every rank's schedule event by event, a time
 // that grows with the square of the device count; larger groups are refused with a UsageError
 // naming --gpus.
-constexpr int kMaxPlanDevices = 1024;
+constexpr int kMaxPlanDevices = 4096;
 
 // Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
 // infeasible ones (Prediction::reason says why: memory, divisibility, ...). `progress`, when
@@ -94,11 +98,12 @@ struct AttentionPrediction {
   double p2p_bytes = 0, coll_bytes = 0, inter_bytes = 0;  // fwd + bwd, busiest rank
   double scratch_elements = 0;  // largest scratch buffers of one rank (elements)
   double kept_elements = 0;     // held from the forward to the backward (keep_kv), per layer
+  int period = 0;               // ranks simulated (attention_programs)
 };
 // `device_of`: layout rank -> device of the cluster. Throws UsageError when cfg cannot run.
 // A hybrid is cfg.ulysses > 1.
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
-                                      const std::vector<int>& device_of);
+                                      const std::vector<int>& device_of, bool exact = false);
 
 // The bytes that cross node boundaries in one forward and one backward of an attention, as the
 // schedules send them (collectives by the simulator's algorithms): what each node's network card
