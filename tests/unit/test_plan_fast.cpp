@@ -67,7 +67,8 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
         const std::pair<double, double> figures[] = {
             {f->step_s, e.step_s},           {f->attn_fwd_s, e.attn_fwd_s},
             {f->attn_bwd_s, e.attn_bwd_s},   {f->grad_sync_s, e.grad_sync_s},
-            {f->memory_bytes, e.memory_bytes}, {f->p2p_bytes, e.p2p_bytes},
+            {f->memory_bytes, e.memory_bytes}, {f->attention_memory_bytes, e.attention_memory_bytes},
+            {f->p2p_bytes, e.p2p_bytes},
             {f->coll_bytes, e.coll_bytes},   {f->inter_bytes, e.inter_bytes},
             {f->tokens_per_s, e.tokens_per_s}};
         for (auto [a, b] : figures) {

@@ -271,6 +271,7 @@ AttentionPrograms attention_programs(const seqpar::AttnConfig& cfg, int P, const
     for (int c = 1; c < P && R == P; ++c)
       if (has_period(c)) R = c;
   for (int r = 0; r < R; ++r) make(r);
+  if (R == P) return {std::move(all[0]), std::move(all[1]), P, scratch};
   AttentionPrograms out{Program(R), Program(R), R, scratch};
   for (int phase = 0; phase < 2; ++phase) {
     Program& q = phase == 0 ? out.fwd : out.bwd;
@@ -451,6 +452,9 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   p.tokens_per_s = double(m.batch) * double(in.seq) / p.step_s;
   p.exposed_comm_s = m.layers * (a.exposed_fwd_s + a.exposed_bwd_s) + p.grad_sync_exposed_s;
   p.memory_bytes = memory_bytes(in, a);
+  const double e = cl.dtype_bytes;
+  p.attention_memory_bytes = tokens * 2.0 * (m.heads + m.kv_heads) * m.head_dim() * e +
+                             m.layers * a.kept_elements * e + a.scratch_elements * e;
   const double avail = cl.memory - cl.memory_reserved;
   p.feasible = p.memory_bytes <= avail;
   if (!p.feasible)
@@ -459,24 +463,58 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   return p;
 }
 
+namespace {
+
+// The families of candidates, in the order the plan lists them. A new strategy joins the plan by
+// one entry: its name and the candidates it offers for an input.
+struct CandidateFamily {
+  const char* name;
+  void (*add)(const PlanInput& in, std::vector<Candidate>& out);
+};
+
+const CandidateFamily kCandidateFamilies[] = {
+    {"ring",
+     [](const PlanInput&, std::vector<Candidate>& out) {
+       out.push_back({Strategy::Ring, 1, 1, Placement::Default});
+     }},
+    {"zigzag",
+     [](const PlanInput& in, std::vector<Candidate>& out) {
+       if (in.model.causal) out.push_back({Strategy::Zigzag, 1, 1, Placement::Default});
+     }},
+    {"ulysses",
+     [](const PlanInput&, std::vector<Candidate>& out) {
+       out.push_back({Strategy::Ulysses, 1, 1, Placement::Default});
+     }},
+    {"wallfacer",
+     [](const PlanInput& in, std::vector<Candidate>& out) {
+       const int P = in.gpus;
+       for (int C = 2; C * C <= P; ++C) {
+         out.push_back({Strategy::WallFacer, C, 1, Placement::TeamIntra});
+         // With one team per team group's sub-ring position (G = 1) both orders coincide.
+         if (P % (C * C) != 0 || P / (C * C) > 1)
+           out.push_back({Strategy::WallFacer, C, 1, Placement::RingIntra});
+       }
+     }},
+    {"ulysses x ring",
+     [](const PlanInput& in, std::vector<Candidate>& out) {
+       // The all-to-alls split the heads, K,V's included: K,V heads are not replicated, so
+       // under grouped-query attention the degree must divide the K,V heads. Degrees up to the
+       // query heads are listed; seqpar::validate marks those the K,V heads refuse infeasible.
+       const int P = in.gpus;
+       const Strategy ring = in.model.causal ? Strategy::Zigzag : Strategy::Ring;
+       for (int u = 2; u < P; ++u) {
+         if (P % u != 0 || u > in.model.heads) continue;
+         out.push_back({ring, 1, u, Placement::TeamIntra});
+         out.push_back({ring, 1, u, Placement::RingIntra});
+       }
+     }},
+};
+
+}  // namespace
+
 std::vector<Candidate> candidates(const PlanInput& in) {
-  const int P = in.gpus;
   std::vector<Candidate> out;
-  out.push_back({Strategy::Ring, 1, 1, Placement::Default});
-  if (in.model.causal) out.push_back({Strategy::Zigzag, 1, 1, Placement::Default});
-  out.push_back({Strategy::Ulysses, 1, 1, Placement::Default});
-  for (int C = 2; C * C <= P; ++C) {
-    out.push_back({Strategy::WallFacer, C, 1, Placement::TeamIntra});
-    // With one team per team group's sub-ring position (G = 1) both orders coincide.
-    if (P % (C * C) != 0 || P / (C * C) > 1)
-      out.push_back({Strategy::WallFacer, C, 1, Placement::RingIntra});
-  }
-  const Strategy ring = in.model.causal ? Strategy::Zigzag : Strategy::Ring;
-  for (int u = 2; u < P; ++u) {
-    if (P % u != 0 || u > in.model.heads) continue;
-    out.push_back({ring, 1, u, Placement::TeamIntra});
-    out.push_back({ring, 1, u, Placement::RingIntra});
-  }
+  for (const CandidateFamily& f : kCandidateFamilies) f.add(in, out);
   return out;
 }
 

@@ -59,7 +59,11 @@ struct Prediction {
   double dense_s = 0;                     // dense compute of the whole step
   double grad_sync_s = 0;                 // gradient all-reduce (whole), and its exposed part:
   double grad_sync_exposed_s = 0;
-  double memory_bytes = 0;
+  double memory_bytes = 0;  // per device, all of it (the header's list)
+  // Of it, the attention's per device: one layer's q, k, v and o (its rows, all heads), the K,V
+  // that keep_kv holds from every layer's forward to its backward, and the schedule's scratch
+  // buffers (its BufferSpecs: gathered team blocks, ring double buffers, query packages, ...).
+  double attention_memory_bytes = 0;
   double p2p_bytes = 0, coll_bytes = 0, inter_bytes = 0;  // per layer fwd+bwd, busiest rank
 };
 
