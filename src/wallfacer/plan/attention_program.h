@@ -7,28 +7,25 @@
 
 namespace wallfacer::plan {
 
-// Programs of the attention (forward or backward) of every rank, built from the seqpar schedules;
-// messages carry the schedules' bytes, which follow cfg.dtype (tensors of 4 or 2 bytes per
-// element, statistics and travelling gradients of 4).
+// Programs of the attention (forward or backward) of ranks 0..ranks-1 (0: all P), built from the
+// seqpar schedules; messages carry the schedules' bytes, which follow cfg.dtype (tensors of 4 or 2
+// bytes per element, statistics and travelling gradients of 4). Fewer ranks than P make the
+// quotient program of simulate (plan/simulator.h), right where `ranks` is a period
+// (attention_period).
 // tile_q, tile_k: the kernel tile (Cluster::attention_tile_*) by which causal work is counted.
+// scratch_elements: the largest scratch buffers of one of the ranks.
 Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q = 0,
-                          int tile_k = 0, double* scratch_elements = nullptr);
+                          int tile_k = 0, double* scratch_elements = nullptr, int ranks = 0);
 
-// The attention of one layer as the planner simulates it: the forward and backward programs of
-// ranks 0..period-1, the quotient of the whole one (simulate, "a program of R ranks") when ranks
-// `period` apart do the same work: their schedules take the same steps (computes of the same
-// flops, messages of the same bytes to the peers at the same offsets, collectives on groups that
-// repeat with the period) and the machine `m` (its device_of: layout rank -> device) repeats with
-// it too, nodes and cards included. The period is the smallest such divisor of P, found by
-// comparing each rank below it with the ranks one period after it and one before it (mod P);
-// P when there is none (a contiguous causal ring, whose ranks see different numbers of blocks) or
-// when `exact` asks for every rank. scratch_elements: the largest scratch buffers of one rank.
-struct AttentionPrograms {
-  Program fwd, bwd;
-  int period = 1;
-  double scratch_elements = 0;
-};
-AttentionPrograms attention_programs(const seqpar::AttnConfig& cfg, int P, const Machine& m,
-                                     int tile_q, int tile_k, bool exact = false);
+// The smallest period R of the attention on machine `m` (its device_of: layout rank -> device):
+// ranks R apart do the same work, so that simulating ranks 0..R-1 times them all. R divides P;
+// ranks R apart take the same steps in the forward and in the backward (computes of the same
+// FLOPs, messages of the same bytes to the peers at the same offsets, collectives on groups that
+// repeat with R), checked for each rank below R against the ranks R after it and R before it
+// (mod P); and the shift by R maps nodes to nodes and cards to cards, ranks 0..R-1 filling whole
+// nodes. P when there is none: WallFacer-C (its placement and sub-rings admit no shift), the
+// contiguous causal ring (its ranks see different numbers of blocks).
+int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
+                     int tile_k);
 
 }  // namespace wallfacer::plan

@@ -1,6 +1,7 @@
 #include "wallfacer/plan/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <numeric>
 #include <unordered_map>
@@ -134,10 +135,12 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
 }  // namespace
 
 Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q,
-                          int tile_k, double* scratch_elements) {
-  Program prog(P);
+                          int tile_k, double* scratch_elements, int ranks) {
+  if (ranks <= 0) ranks = P;
+  WF_CHECK(P % ranks == 0, "a program of {} of {} ranks", ranks, P);
+  Program prog(ranks);
   double scratch = 0;
-  for (int r = 0; r < P; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
     scratch = std::max(scratch, scratch_of(s));
     emit(prog, s, backward ? s.bwd : s.fwd, tile_q, tile_k);
@@ -234,66 +237,48 @@ bool machine_has_period(const Machine& m, int R) {
 
 }  // namespace
 
-AttentionPrograms attention_programs(const seqpar::AttnConfig& cfg, int P, const Machine& m,
-                                     int tile_q, int tile_k, bool exact) {
+int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
+                     int tile_k) {
   WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
            P);
-  // Every rank's programs, made when first needed.
-  Program all[2] = {Program(P), Program(P)};
-  std::vector<bool> made(size_t(P), false);
-  double scratch = 0;
+  // The shapes of a rank's forward and backward, made when first needed.
+  std::unordered_map<int, std::array<Shape, 2>> shapes;
   int team = 1;
-  auto make = [&](int r) {
-    if (made[size_t(r)]) return;
-    made[size_t(r)] = true;
+  auto shape = [&](int r) -> const std::array<Shape, 2>& {
+    auto it = shapes.find(r);
+    if (it != shapes.end()) return it->second;
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
-    scratch = std::max(scratch, scratch_of(s));
     team = s.team_ranks;
-    emit(all[0], s, s.fwd, tile_q, tile_k);
-    emit(all[1], s, s.bwd, tile_q, tile_k);
+    Program fwd(P), bwd(P);
+    emit(fwd, s, s.fwd, tile_q, tile_k);
+    emit(bwd, s, s.bwd, tile_q, tile_k);
+    return shapes.emplace(r, std::array<Shape, 2>{shape_of(fwd, r), shape_of(bwd, r)})
+        .first->second;
   };
-  make(0);
-  // The smallest period R: ranks R apart (both ways round) run the same program, collective groups
-  // repeat with it and the machine has it too.
+  shape(0);
   auto has_period = [&](int R) {
     if (P % R != 0 || R % team != 0 || !machine_has_period(m, R)) return false;
     for (int x = 0; x < R; ++x)
-      for (int y : {x + R, x + P - R}) {
-        make(x);
-        make(y);
-        for (const Program& prog : all)
-          if (!same_shape(shape_of(prog, x), shape_of(prog, y))) return false;
-      }
+      for (int y : {x + R, x + P - R})
+        for (int phase : {0, 1})
+          if (!same_shape(shape(x)[size_t(phase)], shape(y)[size_t(phase)])) return false;
     return true;
   };
-  int R = P;
-  if (!exact)
-    for (int c = 1; c < P && R == P; ++c)
-      if (has_period(c)) R = c;
-  for (int r = 0; r < R; ++r) make(r);
-  if (R == P) return {std::move(all[0]), std::move(all[1]), P, scratch};
-  AttentionPrograms out{Program(R), Program(R), R, scratch};
-  for (int phase = 0; phase < 2; ++phase) {
-    Program& q = phase == 0 ? out.fwd : out.bwd;
-    for (int r = 0; r < R; ++r)
-      for (Op o : all[phase].ops[size_t(r)]) {
-        if (o.kind == Op::Kind::Collective) o.group = q.group(all[phase].groups[size_t(o.group)]);
-        q.ops[size_t(r)].push_back(o);
-      }
-  }
-  return out;
+  for (int R = 1; R < P; ++R)
+    if (has_period(R)) return R;
+  return P;
 }
 
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of, bool exact) {
   AttentionPrediction a;
   const Machine m = Machine::from(cl, device_of, cfg.head_dim);
-  const AttentionPrograms progs =
-      attention_programs(cfg, P, m, cl.attention_tile_q, cl.attention_tile_k, exact);
-  a.period = progs.period;
-  const double scratch = progs.scratch_elements;
+  const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
+  a.period = exact ? P : attention_period(cfg, P, m, tile_q, tile_k);
+  double scratch = 0;
   for (bool bwd : {false, true}) {
-    SimResult r = simulate(bwd ? progs.bwd : progs.fwd, m);
+    SimResult r =
+        simulate(attention_program(cfg, P, bwd, tile_q, tile_k, &scratch, a.period), m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
     double p2p = 0, coll = 0, inter = 0;
@@ -525,10 +510,9 @@ std::vector<Prediction> plan_all(const PlanInput& in,
                  in.cluster.devices(), in.cluster.name);
   WF_USAGE_CHECK(
       in.gpus <= kMaxPlanDevices,
-      "planning for {} devices would take too long: the planner simulates every "
-      "device's schedule, in a time that grows with the square of the device count; plan "
-      "a group "
-      "of at most {} devices with --gpus N (cluster '{}' has {})",
+      "planning for {} devices would take too long: the planner simulates the schedules of "
+      "every device whose work differs, in a time that grows with the square of the device "
+      "count; plan a group of at most {} devices with --gpus N (cluster '{}' has {})",
       in.gpus, kMaxPlanDevices, in.cluster.name, in.cluster.devices());
   WF_USAGE_CHECK(in.seq >= 1, "--seq must be positive, got {}", in.seq);
   std::vector<Prediction> out;

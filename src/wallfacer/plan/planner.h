@@ -73,7 +73,7 @@ struct PlanInput {
   int64_t seq = 0;  // tokens per sequence
   int gpus = 0;     // devices in the sequence-parallel group (the first gpus of the cluster)
   // Simulate every rank (plan --exact). Otherwise ranks that do the same work are simulated once
-  // (attention_programs, plan/attention_program.h) and the all-reduce's alike steps once: the same
+  // (attention_period, plan/attention_program.h) and the all-reduce's alike steps once: the same
   // prediction within rounding, in a time that grows with the work of one period of ranks.
   bool exact = false;
 };
@@ -84,9 +84,11 @@ std::vector<Candidate> candidates(const PlanInput& in);
 
 Prediction predict(const PlanInput& in, const Candidate& c);
 
-// The most devices plan_all simulates: it replays every rank's schedule event by event, a time
-// that grows with the square of the device count; larger groups are refused with a UsageError
-// naming --gpus.
+// The most devices plan_all predicts; larger groups are refused with a UsageError naming --gpus.
+// A candidate whose ranks repeat with a period R (attention_period) costs the simulation of R
+// ranks; one without (WallFacer-C, whose placement and sub-rings admit no such shift, and the
+// contiguous causal ring, whose ranks see different numbers of blocks) still replays every
+// rank's schedule, in a time that grows with the square of the device count.
 constexpr int kMaxPlanDevices = 4096;
 
 // Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
@@ -102,7 +104,7 @@ struct AttentionPrediction {
   double p2p_bytes = 0, coll_bytes = 0, inter_bytes = 0;  // fwd + bwd, busiest rank
   double scratch_elements = 0;  // largest scratch buffers of one rank (elements)
   double kept_elements = 0;     // held from the forward to the backward (keep_kv), per layer
-  int period = 0;               // ranks simulated (attention_programs)
+  int period = 0;               // ranks simulated (attention_period)
 };
 // `device_of`: layout rank -> device of the cluster. Throws UsageError when cfg cannot run.
 // A hybrid is cfg.ulysses > 1.

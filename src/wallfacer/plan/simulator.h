@@ -134,7 +134,7 @@ struct SimSpan {
 // (what x + R receives from y + R is what x receives from y), and a device, card or node pair
 // outside them carries what its image carries. Collective groups lie within 0..R-1. The result is
 // the one of the whole program, with `ranks` holding ranks 0..R-1 (every other rank equals its
-// image). planner.h's attention_program finds R for a schedule.
+// image). attention_period (plan/attention_program.h) finds R for an attention.
 SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* spans = nullptr);
 
 }  // namespace wallfacer::plan
