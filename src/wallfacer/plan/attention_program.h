@@ -7,15 +7,12 @@
 
 namespace wallfacer::plan {
 
-// Programs of the attention (forward or backward) of ranks 0..ranks-1 (0: all P), built from the
-// seqpar schedules; messages carry the schedules' bytes, which follow cfg.dtype (tensors of 4 or 2
-// bytes per element, statistics and travelling gradients of 4). Fewer ranks than P make the
-// quotient program of simulate (plan/simulator.h), right where `ranks` is a period
-// (attention_period).
+// Programs of the attention (forward or backward) of every rank, built from the seqpar schedules;
+// messages carry the schedules' bytes, which follow cfg.dtype (tensors of 4 or 2 bytes per
+// element, statistics and travelling gradients of 4).
 // tile_q, tile_k: the kernel tile (Cluster::attention_tile_*) by which causal work is counted.
-// scratch_elements: the largest scratch buffers of one of the ranks.
 Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q = 0,
-                          int tile_k = 0, double* scratch_elements = nullptr, int ranks = 0);
+                          int tile_k = 0, double* scratch_elements = nullptr);
 
 // The smallest period R of the attention on machine `m` (its device_of: layout rank -> device):
 // ranks R apart do the same work, so that simulating ranks 0..R-1 times them all. R divides P;
@@ -25,7 +22,11 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
 // (mod P); and the shift by R maps nodes to nodes and cards to cards, ranks 0..R-1 filling whole
 // nodes. P when there is none: WallFacer-C (its placement and sub-rings admit no shift), the
 // contiguous causal ring (its ranks see different numbers of blocks).
+// When R < P: fwd and bwd (where given) receive the quotient programs of ranks 0..R-1 (simulate,
+// plan/simulator.h), consecutive computes merged into one, and scratch_elements the largest
+// scratch buffers of one rank.
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
-                     int tile_k);
+                     int tile_k, Program* fwd = nullptr, Program* bwd = nullptr,
+                     double* scratch_elements = nullptr);
 
 }  // namespace wallfacer::plan

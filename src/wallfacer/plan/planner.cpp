@@ -76,8 +76,10 @@ double scratch_of(const seqpar::Schedule& s) {
 }
 
 // Appends one rank's ops of one phase of its schedule to `prog` (layout ranks = schedule ranks).
+// merge: consecutive computes of one kind become one of their summed FLOPs (the same time within
+// rounding; a trace shows them as one).
 void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op>& ops, int tile_q,
-          int tile_k) {
+          int tile_k, bool merge = false) {
   auto& out = prog.ops[size_t(s.rank)];
   for (size_t i = 0; i < ops.size(); ++i) {
     const seqpar::Op& o = ops[i];
@@ -124,8 +126,13 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
                                                               tile_q, tile_k, s.cfg.window)) /
                               double(o.pairs)
                         : 1.0;
-        out.push_back(
-            Op::compute(o.backward ? Work::AttentionBwd : Work::AttentionFwd, o.flops * work));
+        const Work kind = o.backward ? Work::AttentionBwd : Work::AttentionFwd;
+        if (merge && !out.empty() && out.back().kind == Op::Kind::Compute &&
+            out.back().work == kind) {
+          out.back().flops += o.flops * work;
+        } else {
+          out.push_back(Op::compute(kind, o.flops * work));
+        }
         break;
       }
     }
@@ -135,12 +142,10 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
 }  // namespace
 
 Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q,
-                          int tile_k, double* scratch_elements, int ranks) {
-  if (ranks <= 0) ranks = P;
-  WF_CHECK(P % ranks == 0, "a program of {} of {} ranks", ranks, P);
-  Program prog(ranks);
+                          int tile_k, double* scratch_elements) {
+  Program prog(P);
   double scratch = 0;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r = 0; r < P; ++r) {
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
     scratch = std::max(scratch, scratch_of(s));
     emit(prog, s, backward ? s.bwd : s.fwd, tile_q, tile_k);
@@ -238,21 +243,23 @@ bool machine_has_period(const Machine& m, int R) {
 }  // namespace
 
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
-                     int tile_k) {
+                     int tile_k, Program* fwd, Program* bwd, double* scratch_elements) {
   WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
            P);
-  // The shapes of a rank's forward and backward, made when first needed.
+  // The programs (computes merged) and shapes of the ranks compared, each made once.
+  Program all[2] = {Program(P), Program(P)};
   std::unordered_map<int, std::array<Shape, 2>> shapes;
+  double scratch = 0;
   int team = 1;
   auto shape = [&](int r) -> const std::array<Shape, 2>& {
     auto it = shapes.find(r);
     if (it != shapes.end()) return it->second;
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
     team = s.team_ranks;
-    Program fwd(P), bwd(P);
-    emit(fwd, s, s.fwd, tile_q, tile_k);
-    emit(bwd, s, s.bwd, tile_q, tile_k);
-    return shapes.emplace(r, std::array<Shape, 2>{shape_of(fwd, r), shape_of(bwd, r)})
+    scratch = std::max(scratch, scratch_of(s));
+    emit(all[0], s, s.fwd, tile_q, tile_k, true);
+    emit(all[1], s, s.bwd, tile_q, tile_k, true);
+    return shapes.emplace(r, std::array<Shape, 2>{shape_of(all[0], r), shape_of(all[1], r)})
         .first->second;
   };
   shape(0);
@@ -264,9 +271,22 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
           if (!same_shape(shape(x)[size_t(phase)], shape(y)[size_t(phase)])) return false;
     return true;
   };
-  for (int R = 1; R < P; ++R)
-    if (has_period(R)) return R;
-  return P;
+  int R = 1;
+  while (R < P && !has_period(R)) ++R;
+  if (R == P) return P;
+  // The quotient programs: ranks 0..R-1, their groups renumbered.
+  for (int phase = 0; phase < 2; ++phase) {
+    Program* q = phase == 0 ? fwd : bwd;
+    if (!q) continue;
+    *q = Program(R);
+    for (int r = 0; r < R; ++r)
+      for (Op o : all[phase].ops[size_t(r)]) {
+        if (o.kind == Op::Kind::Collective) o.group = q->group(all[phase].groups[size_t(o.group)]);
+        q->ops[size_t(r)].push_back(o);
+      }
+  }
+  if (scratch_elements) *scratch_elements = scratch;
+  return R;
 }
 
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
@@ -274,11 +294,19 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   AttentionPrediction a;
   const Machine m = Machine::from(cl, device_of, cfg.head_dim);
   const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
-  a.period = exact ? P : attention_period(cfg, P, m, tile_q, tile_k);
+  Program quotient[2];
   double scratch = 0;
+  a.period = exact ? P : attention_period(cfg, P, m, tile_q, tile_k, &quotient[0], &quotient[1],
+                                          &scratch);
+  WF_USAGE_CHECK(a.period < P || P <= kMaxEveryRankDevices || exact,
+                 "not simulated: its ranks do not repeat with a period below {}, and simulating "
+                 "every rank is limited to {} devices unless --exact (hours and tens of GB at "
+                 "4,096)",
+                 P, kMaxEveryRankDevices);
   for (bool bwd : {false, true}) {
-    SimResult r =
-        simulate(attention_program(cfg, P, bwd, tile_q, tile_k, &scratch, a.period), m);
+    SimResult r = simulate(a.period < P ? quotient[bwd]
+                                        : attention_program(cfg, P, bwd, tile_q, tile_k, &scratch),
+                           m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
     double p2p = 0, coll = 0, inter = 0;

@@ -87,9 +87,13 @@ Prediction predict(const PlanInput& in, const Candidate& c);
 // The most devices plan_all predicts; larger groups are refused with a UsageError naming --gpus.
 // A candidate whose ranks repeat with a period R (attention_period) costs the simulation of R
 // ranks; one without (WallFacer-C, whose placement and sub-rings admit no such shift, and the
-// contiguous causal ring, whose ranks see different numbers of blocks) still replays every
-// rank's schedule, in a time that grows with the square of the device count.
+// contiguous causal ring, whose ranks see different numbers of blocks) replays every rank's
+// schedule, in a time and memory that grow with the square of the device count (at 1,024 devices
+// tens of seconds and a few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
+// candidate is simulated up to kMaxEveryRankDevices devices, or with PlanInput::exact; beyond,
+// predict_attention refuses it (UsageError: the plan lists it as not predicted, with the reason).
 constexpr int kMaxPlanDevices = 4096;
+constexpr int kMaxEveryRankDevices = 1024;
 
 // Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
 // infeasible ones (Prediction::reason says why: memory, divisibility, ...). `progress`, when
