@@ -83,6 +83,28 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
   std::printf("%s: worst relative difference %.3g\n", GetParam().c_str(), worst);
 }
 
+// Beyond kMaxEveryRankDevices a candidate without a period (the contiguous causal ring) is listed
+// as not predicted, with the reason, while one with a period (zigzag: the ranks of a node, 8) is
+// predicted from that many ranks.
+TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
+  PlanInput in;
+  in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
+  in.cluster.nodes = 2 * kMaxEveryRankDevices / in.cluster.devices_per_node;
+  in.model = parse_model("[model]\nlayers = 2\ndim = 256\nheads = 4\ncausal = true\n", "m");
+  in.gpus = 2 * kMaxEveryRankDevices;
+  in.seq = 4 * int64_t(in.gpus);
+  const Prediction ring = predict(in, {seqpar::Strategy::Ring, 1, 1, Placement::Default});
+  EXPECT_FALSE(ring.feasible);
+  EXPECT_NE(ring.reason.find("not simulated"), std::string::npos) << ring.reason;
+  const Prediction zigzag = predict(in, {seqpar::Strategy::Zigzag, 1, 1, Placement::Default});
+  EXPECT_TRUE(zigzag.feasible) << zigzag.reason;
+  EXPECT_GT(zigzag.attn_fwd_s, 0);
+  const auto cfg = attention_config(in.model, in.seq, zigzag.cand, attention_dtype(in.cluster));
+  EXPECT_EQ(predict_attention(in.cluster, cfg, in.gpus, candidate_devices(zigzag.cand, in.gpus))
+                .period,
+            in.cluster.devices_per_node);
+}
+
 INSTANTIATE_TEST_SUITE_P(ClusterFiles, PlanFast, ::testing::ValuesIn(cluster_files()),
                          [](const ::testing::TestParamInfo<std::string>& file) {
                            std::string n = file.param;
