@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Time `wallfacer plan` of GPT-7B at 1M tokens on 64, 256, 1024 and 4096 H100s, by default
 (ranks that do the same work simulated once) and with --exact (every rank), and write one JSON line
-per run: command, commit, wall seconds, the peak memory of the runs so far, the load before and
-after, the number of configurations and the best (docs/planner.md, "Planning at scale").
+per run: command, commit, wall seconds, CPU seconds (user + system: on a loaded machine the
+figure to compare), the peak memory of the runs so far, the load before and after, the number of
+configurations and the best (docs/planner.md, "Planning at scale").
 
 Usage: bench/plan_scale.py [path/to/wallfacer] [--exact-up-to N] > docs/data/plan-scale.jsonl
 
@@ -44,14 +45,18 @@ def main():
             cmd = [wf, "plan", "--cluster", CLUSTER, "--model", MODEL, "--seq", "1M", "--gpus",
                    str(gpus), "--json"] + (["--exact"] if exact else [])
             before = load()
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.monotonic()
             out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
             wall = time.monotonic() - t0
-            peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+            peak_kb = r1.ru_maxrss
             plan = json.loads(out.stdout)
             print(json.dumps({
                 "command": " ".join(["wallfacer"] + cmd[1:]), "commit": commit, "gpus": gpus,
-                "exact": exact, "wall_s": round(wall, 2), "peak_rss_kb_so_far": peak_kb,
+                "exact": exact, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+                "peak_rss_kb_so_far": peak_kb,
                 "load_before": before, "load_after": load(),
                 "configs": len(plan["configs"]),
                 "best": plan["best"]["label"] if plan["best"] else None,
