@@ -263,27 +263,38 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
         .first->second;
   };
   shape(0);
-  auto has_period = [&](int R) {
-    if (P % R != 0 || R % team != 0 || !machine_has_period(m, R)) return false;
-    for (int x = 0; x < R; ++x)
-      for (int y : {x + R, x + P - R})
+  // The schedules' period S: ranks S apart take the same steps.
+  auto schedules_repeat = [&](int S) {
+    if (P % S != 0 || S % team != 0) return false;
+    for (int x = 0; x < S; ++x)
+      for (int y : {x + S, x + P - S})
         for (int phase : {0, 1})
           if (!same_shape(shape(x)[size_t(phase)], shape(y)[size_t(phase)])) return false;
     return true;
   };
-  int R = 1;
-  while (R < P && !has_period(R)) ++R;
-  if (R == P) return P;
-  // The quotient programs: ranks 0..R-1, their groups renumbered.
+  int S = 1;
+  while (S < P && !schedules_repeat(S)) ++S;
+  // The period: the smallest multiple of S that the machine has too.
+  int R = S;
+  while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
+  if (R >= P) return P;
+  // The quotient programs of ranks 0..R-1: rank b + k S runs rank b's program shifted by k S.
   for (int phase = 0; phase < 2; ++phase) {
     Program* q = phase == 0 ? fwd : bwd;
     if (!q) continue;
     *q = Program(R);
-    for (int r = 0; r < R; ++r)
-      for (Op o : all[phase].ops[size_t(r)]) {
-        if (o.kind == Op::Kind::Collective) o.group = q->group(all[phase].groups[size_t(o.group)]);
-        q->ops[size_t(r)].push_back(o);
+    for (int x = 0; x < R; ++x) {
+      const int shift = x - x % S;
+      for (Op o : all[phase].ops[size_t(x % S)]) {
+        if (o.kind == Op::Kind::Send || o.kind == Op::Kind::Recv) o.peer = (o.peer + shift) % P;
+        if (o.kind == Op::Kind::Collective) {
+          std::vector<int> members = all[phase].groups[size_t(o.group)];
+          for (int& member : members) member = (member + shift) % P;
+          o.group = q->group(members);
+        }
+        q->ops[size_t(x)].push_back(o);
       }
+    }
   }
   if (scratch_elements) *scratch_elements = scratch;
   return R;
