@@ -22,6 +22,7 @@ struct PlanOptions {
   std::string cluster, model, seq;
   int gpus = 0;
   bool json = false;
+  bool exact = false;
   std::string trace, config;  // --trace FILE of the best or the --config labelled candidate
 };
 
@@ -56,6 +57,7 @@ int run_plan(const PlanOptions& o) {
   in.model = plan::load_model(o.model);
   in.seq = plan::parse_tokens(o.seq);
   in.gpus = o.gpus > 0 ? o.gpus : in.cluster.devices();
+  in.exact = o.exact;
   // A large group takes a while: say how far the search is, every few seconds, on stderr.
   const auto start = std::chrono::steady_clock::now();
   double last_report = 0;
@@ -87,6 +89,9 @@ Action setup(CLI::App& root) {
   app->add_option("--seq", o->seq, "Tokens per sequence (e.g. 131072, 128K)");
   app->add_option("--gpus", o->gpus, "Devices in the sequence-parallel group (default: all)");
   app->add_flag("--json", o->json, "Print a JSON object with `configs` and `best`");
+  app->add_flag("--exact", o->exact,
+                "Simulate every rank (the reference; by default ranks that do the same work are "
+                "simulated once)");
   app->add_option("--trace", o->trace,
                   "Write the predicted attention (one layer, forward and backward) of the best "
                   "configuration as a Chrome trace (docs/trace.md)");

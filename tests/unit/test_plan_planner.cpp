@@ -271,9 +271,25 @@ TEST(PlanPlanner, JsonCarriesTheDocumentedKeys) {
   auto j = plan_json(in, plan_all(in));
   ASSERT_TRUE(j["configs"].is_array());
   for (const char* key : {"strategy", "teams", "placement", "tokens_per_s", "step_s", "memory_gib",
-                          "feasible", "reason"})
+                          "memory_bytes_per_rank", "attention_memory_bytes_per_rank", "feasible",
+                          "reason"})
     EXPECT_TRUE(j["configs"][0].contains(key)) << key;
   EXPECT_EQ(j["best"]["label"], j["configs"][0]["label"]);
+  EXPECT_DOUBLE_EQ(j["configs"][0]["memory_bytes_per_rank"].get<double>() / (1 << 30),
+                   j["configs"][0]["memory_gib"].get<double>());
+}
+
+// The attention's memory on one rank (GQA: H = 4 query heads, 2 K,V heads of D = 32, 4-byte
+// elements), per row: the caller's q, k, v, o (H + 2 + 2 + H heads of D) and the ring schedule's
+// buffers: the packed K,V block (2 x 2 heads of D), its ring buffer (the same) and the backward's
+// query package (q and dout, 2 x H heads of D, and the lse and delta statistics, 2 x H).
+TEST(PlanPlanner, AttentionMemoryOfOneRankIsItsTensorsAndScheduleBuffers) {
+  PlanInput in = input(toy_cluster(1, 1, 1),
+                       "[model]\nlayers = 3\ndim = 128\nheads = 4\nkv_heads = 2\n", 1024, 1);
+  const Prediction p = predict(in, {seqpar::Strategy::Ring, 1, 1, Placement::Default});
+  const double tensors = (4 + 2 + 2 + 4) * 32, buffers = 2 * 2 * 32 * 2 + (2 * 4 * 32 + 2 * 4);
+  EXPECT_DOUBLE_EQ(p.attention_memory_bytes, 1024.0 * (tensors + buffers) * 4);
+  EXPECT_GT(p.memory_bytes, p.attention_memory_bytes);
 }
 
 TEST(PlanPlanner, TokenCounts) {

@@ -14,4 +14,20 @@ namespace wallfacer::plan {
 Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q = 0,
                           int tile_k = 0, double* scratch_elements = nullptr);
 
+// The smallest period R of the attention on machine `m` (its device_of: layout rank -> device):
+// ranks R apart do the same work, so that simulating ranks 0..R-1 times them all. First the
+// schedules' period S, the smallest divisor of P such that ranks S apart take the same steps in
+// the forward and in the backward (computes of the same FLOPs, messages of the same bytes to the
+// peers at the same offsets, collectives on groups that repeat with S), checked for each rank
+// below S against the ranks S after it and S before it (mod P); then R, the smallest multiple of
+// S dividing P by which the shift maps nodes to nodes and cards to cards, ranks 0..R-1 filling
+// whole nodes. P when there is none: WallFacer-C (its placement and sub-rings admit no shift), the
+// contiguous causal ring (its ranks see different numbers of blocks).
+// When R < P: fwd and bwd (where given) receive the quotient programs of ranks 0..R-1 (simulate,
+// plan/simulator.h), rank b + k S running rank b's program shifted by k S, consecutive computes
+// merged into one; scratch_elements the largest scratch buffers of one rank.
+int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
+                     int tile_k, Program* fwd = nullptr, Program* bwd = nullptr,
+                     double* scratch_elements = nullptr);
+
 }  // namespace wallfacer::plan

@@ -1,8 +1,10 @@
 #include "wallfacer/plan/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <numeric>
+#include <unordered_map>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/plan/attention_program.h"
@@ -86,8 +88,10 @@ double scratch_of(const seqpar::Schedule& s) {
 }
 
 // Appends one rank's ops of one phase of its schedule to `prog` (layout ranks = schedule ranks).
+// merge: consecutive computes of one kind become one of their summed FLOPs (the same time within
+// rounding; a trace shows them as one).
 void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op>& ops, int tile_q,
-          int tile_k) {
+          int tile_k, bool merge = false) {
   auto& out = prog.ops[size_t(s.rank)];
   for (size_t i = 0; i < ops.size(); ++i) {
     const seqpar::Op& o = ops[i];
@@ -132,8 +136,13 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
                                                               tile_q, tile_k, s.cfg.window)) /
                               double(o.pairs)
                         : 1.0;
-        out.push_back(
-            Op::compute(o.backward ? Work::AttentionBwd : Work::AttentionFwd, o.flops * work));
+        const Work kind = o.backward ? Work::AttentionBwd : Work::AttentionFwd;
+        if (merge && !out.empty() && out.back().kind == Op::Kind::Compute &&
+            out.back().work == kind) {
+          out.back().flops += o.flops * work;
+        } else {
+          out.push_back(Op::compute(kind, o.flops * work));
+        }
         break;
       }
     }
@@ -155,15 +164,170 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
   return prog;
 }
 
+namespace {
+
+// One rank's program reduced to what its timing depends on, relative to the rank: consecutive
+// computes merged (by kind), peers as offsets from the rank (mod P), requests renumbered in the
+// order they are made, collective groups as offsets of their members.
+struct Shape {
+  struct Step {
+    Op::Kind kind = Op::Kind::Compute;
+    int work = 0, offset = 0, tag = 0, request = 0, coll = 0;
+    double amount = 0;  // flops or bytes
+    std::vector<int> members;
+    bool operator==(const Step&) const = default;
+  };
+  std::vector<Step> steps;
+};
+
+Shape shape_of(const Program& prog, int r) {
+  const int P = prog.ranks();
+  Shape out;
+  std::unordered_map<int, int> renumbered;
+  for (const Op& o : prog.ops[size_t(r)]) {
+    Shape::Step st;
+    st.kind = o.kind;
+    switch (o.kind) {
+      case Op::Kind::Compute:
+        if (!out.steps.empty() && out.steps.back().kind == Op::Kind::Compute &&
+            out.steps.back().work == int(o.work)) {
+          out.steps.back().amount += o.flops;
+          continue;
+        }
+        st.work = int(o.work);
+        st.amount = o.flops;
+        break;
+      case Op::Kind::Send:
+      case Op::Kind::Recv:
+        st.offset = ((o.peer - r) % P + P) % P;
+        st.tag = o.tag;
+        st.amount = o.bytes;
+        st.request = renumbered.emplace(o.request, int(renumbered.size())).first->second;
+        break;
+      case Op::Kind::Wait:
+        st.request = renumbered.at(o.request);
+        break;
+      case Op::Kind::Collective:
+        st.coll = int(o.coll);
+        st.amount = o.bytes;
+        for (int m : prog.groups[size_t(o.group)]) st.members.push_back(((m - r) % P + P) % P);
+        break;
+    }
+    out.steps.push_back(std::move(st));
+  }
+  return out;
+}
+
+// Same timing: the same steps, the flops summed in another order equal within rounding.
+bool same_shape(const Shape& a, const Shape& b) {
+  if (a.steps.size() != b.steps.size()) return false;
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    Shape::Step x = a.steps[i], y = b.steps[i];
+    if (x.kind == Op::Kind::Compute && std::abs(x.amount - y.amount) <= 1e-12 * x.amount)
+      y.amount = x.amount;
+    if (!(x == y)) return false;
+  }
+  return true;
+}
+
+// Whether the shift of layout ranks by R maps devices to devices of one node, card and node pair
+// structure (node to node, card to card, one to one), and ranks 0..R-1 fill nodes of their own.
+bool machine_has_period(const Machine& m, int R) {
+  const int P = int(m.device_of.size());
+  std::unordered_map<int, int> node_to, nic_to, node_from, nic_from;
+  auto consistent = [](std::unordered_map<int, int>& to, std::unordered_map<int, int>& from, int a,
+                       int b) {
+    return to.emplace(a, b).first->second == b && from.emplace(b, a).first->second == a;
+  };
+  std::unordered_map<int, bool> rep_node;
+  for (int x = 0; x < P; ++x) {
+    const int y = (x + R) % P;
+    if (!consistent(node_to, node_from, m.node(x), m.node(y)) ||
+        !consistent(nic_to, nic_from, m.nic(x), m.nic(y)))
+      return false;
+    if (rep_node.emplace(m.node(x), x < R).first->second != (x < R)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
+                     int tile_k, Program* fwd, Program* bwd, double* scratch_elements) {
+  WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
+           P);
+  // The programs (computes merged) and shapes of the ranks compared, each made once.
+  Program all[2] = {Program(P), Program(P)};
+  std::unordered_map<int, std::array<Shape, 2>> shapes;
+  double scratch = 0;
+  int team = 1;
+  auto shape = [&](int r) -> const std::array<Shape, 2>& {
+    auto it = shapes.find(r);
+    if (it != shapes.end()) return it->second;
+    const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
+    team = s.team_ranks;
+    scratch = std::max(scratch, scratch_of(s));
+    emit(all[0], s, s.fwd, tile_q, tile_k, true);
+    emit(all[1], s, s.bwd, tile_q, tile_k, true);
+    return shapes.emplace(r, std::array<Shape, 2>{shape_of(all[0], r), shape_of(all[1], r)})
+        .first->second;
+  };
+  shape(0);
+  // The schedules' period S: ranks S apart take the same steps.
+  auto schedules_repeat = [&](int S) {
+    if (P % S != 0 || S % team != 0) return false;
+    for (int x = 0; x < S; ++x)
+      for (int y : {x + S, x + P - S})
+        for (int phase : {0, 1})
+          if (!same_shape(shape(x)[size_t(phase)], shape(y)[size_t(phase)])) return false;
+    return true;
+  };
+  int S = 1;
+  while (S < P && !schedules_repeat(S)) ++S;
+  // The period: the smallest multiple of S that the machine has too.
+  int R = S;
+  while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
+  if (R >= P) return P;
+  // The quotient programs of ranks 0..R-1: rank b + k S runs rank b's program shifted by k S.
+  for (int phase = 0; phase < 2; ++phase) {
+    Program* q = phase == 0 ? fwd : bwd;
+    if (!q) continue;
+    *q = Program(R);
+    for (int x = 0; x < R; ++x) {
+      const int shift = x - x % S;
+      for (Op o : all[phase].ops[size_t(x % S)]) {
+        if (o.kind == Op::Kind::Send || o.kind == Op::Kind::Recv) o.peer = (o.peer + shift) % P;
+        if (o.kind == Op::Kind::Collective) {
+          std::vector<int> members = all[phase].groups[size_t(o.group)];
+          for (int& member : members) member = (member + shift) % P;
+          o.group = q->group(members);
+        }
+        q->ops[size_t(x)].push_back(o);
+      }
+    }
+  }
+  if (scratch_elements) *scratch_elements = scratch;
+  return R;
+}
+
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
-                                      const std::vector<int>& device_of) {
+                                      const std::vector<int>& device_of, bool exact) {
   AttentionPrediction a;
   const Machine m = Machine::from(cl, device_of, cfg.head_dim);
+  const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
+  Program quotient[2];
   double scratch = 0;
+  a.period = exact ? P : attention_period(cfg, P, m, tile_q, tile_k, &quotient[0], &quotient[1],
+                                          &scratch);
+  WF_USAGE_CHECK(a.period < P || P <= kMaxEveryRankDevices || exact,
+                 "not simulated: its ranks do not repeat with a period below {}, and simulating "
+                 "every rank is limited to {} devices unless --exact (hours and tens of GB at "
+                 "4,096)",
+                 P, kMaxEveryRankDevices);
   for (bool bwd : {false, true}) {
-    Program prog =
-        attention_program(cfg, P, bwd, cl.attention_tile_q, cl.attention_tile_k, &scratch);
-    SimResult r = simulate(prog, m);
+    SimResult r = simulate(a.period < P ? quotient[bwd]
+                                        : attention_program(cfg, P, bwd, tile_q, tile_k, &scratch),
+                           m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
     double p2p = 0, coll = 0, inter = 0;
@@ -256,6 +420,29 @@ double memory_bytes(const PlanInput& in, const AttentionPrediction& a) {
          a.scratch_elements * e + logits;
 }
 
+// The ring all-reduce of the parameters' gradients over the devices in device order. Its 2(P-1)
+// steps are alike (every member sends 1/P of the buffer to the next, the step ends with the last
+// message): unless `exact`, one of them is simulated, as P messages at once, and counted 2(P-1)
+// times.
+double ring_allreduce_s(const Cluster& cl, const std::vector<int>& devices, double bytes,
+                        bool exact) {
+  const int P = int(devices.size());
+  const std::vector<int> ring = inverse_order(devices);  // device -> layout rank
+  Program g(P);
+  if (exact) {
+    const int gid = g.group(ring);
+    for (int r = 0; r < P; ++r) g.ops[r].push_back(Op::collective(Coll::AllReduce, gid, bytes));
+    return simulate(g, Machine::from(cl, devices)).time;
+  }
+  for (int d = 0; d < P; ++d) {
+    const int r = ring[size_t(d)], next = ring[size_t((d + 1) % P)],
+              prev = ring[size_t((d + P - 1) % P)];
+    g.ops[size_t(r)] = {Op::send(next, bytes / P, 0), Op::recv(prev, bytes / P, 1), Op::wait(0),
+                        Op::wait(1)};
+  }
+  return 2.0 * (P - 1) * simulate(g, Machine::from(cl, devices)).time;
+}
+
 }  // namespace
 
 Prediction predict(const PlanInput& in, const Candidate& c) {
@@ -269,7 +456,7 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   try {
     const seqpar::AttnConfig cfg = attention_config(m, in.seq, c, attention_dtype(cl));
     seqpar::validate(cfg, P);
-    a = predict_attention(cl, cfg, P, candidate_devices(c, P));
+    a = predict_attention(cl, cfg, P, candidate_devices(c, P), in.exact);
   } catch (const UsageError& e) {
     p.reason = e.what();
     return p;
@@ -287,14 +474,9 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   p.dense_s = m.layers * passes * layer_fwd + head;
 
   // Gradient all-reduce over the group, a ring in device order.
-  if (P > 1) {
-    Program g(P);
-    std::vector<int> devices = candidate_devices(c, P), ring = inverse_order(devices);
-    const int gid = g.group(ring);
-    const double bytes = double(param_count(m)) * cl.dtype_bytes;
-    for (int r = 0; r < P; ++r) g.ops[r].push_back(Op::collective(Coll::AllReduce, gid, bytes));
-    p.grad_sync_s = simulate(g, Machine::from(cl, devices)).time;
-  }
+  if (P > 1)
+    p.grad_sync_s = ring_allreduce_s(cl, candidate_devices(c, P),
+                                     double(param_count(m)) * cl.dtype_bytes, in.exact);
   const double layer_bwd = 2 * layer_fwd + a.bwd_s;
   p.grad_sync_exposed_s = cl.grad_sync_overlap
                               ? std::max(0.0, p.grad_sync_s - (m.layers - 1) * layer_bwd)
@@ -304,6 +486,9 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   p.tokens_per_s = double(m.batch) * double(in.seq) / p.step_s;
   p.exposed_comm_s = m.layers * (a.exposed_fwd_s + a.exposed_bwd_s) + p.grad_sync_exposed_s;
   p.memory_bytes = memory_bytes(in, a);
+  const double e = cl.dtype_bytes;
+  p.attention_memory_bytes = tokens * 2.0 * (m.heads + m.kv_heads) * m.head_dim() * e +
+                             m.layers * a.kept_elements * e + a.scratch_elements * e;
   const double avail = cl.memory - cl.memory_reserved;
   p.feasible = p.memory_bytes <= avail;
   if (!p.feasible)
@@ -312,24 +497,58 @@ Prediction predict(const PlanInput& in, const Candidate& c) {
   return p;
 }
 
+namespace {
+
+// The families of candidates, in the order the plan lists them. A new strategy joins the plan by
+// one entry: its name and the candidates it offers for an input.
+struct CandidateFamily {
+  const char* name;
+  void (*add)(const PlanInput& in, std::vector<Candidate>& out);
+};
+
+const CandidateFamily kCandidateFamilies[] = {
+    {"ring",
+     [](const PlanInput&, std::vector<Candidate>& out) {
+       out.push_back({Strategy::Ring, 1, 1, Placement::Default});
+     }},
+    {"zigzag",
+     [](const PlanInput& in, std::vector<Candidate>& out) {
+       if (in.model.causal) out.push_back({Strategy::Zigzag, 1, 1, Placement::Default});
+     }},
+    {"ulysses",
+     [](const PlanInput&, std::vector<Candidate>& out) {
+       out.push_back({Strategy::Ulysses, 1, 1, Placement::Default});
+     }},
+    {"wallfacer",
+     [](const PlanInput& in, std::vector<Candidate>& out) {
+       const int P = in.gpus;
+       for (int C = 2; C * C <= P; ++C) {
+         out.push_back({Strategy::WallFacer, C, 1, Placement::TeamIntra});
+         // With one team per team group's sub-ring position (G = 1) both orders coincide.
+         if (P % (C * C) != 0 || P / (C * C) > 1)
+           out.push_back({Strategy::WallFacer, C, 1, Placement::RingIntra});
+       }
+     }},
+    {"ulysses x ring",
+     [](const PlanInput& in, std::vector<Candidate>& out) {
+       // The all-to-alls split the heads, K,V's included: K,V heads are not replicated, so
+       // under grouped-query attention the degree must divide the K,V heads. Degrees up to the
+       // query heads are listed; seqpar::validate marks those the K,V heads refuse infeasible.
+       const int P = in.gpus;
+       const Strategy ring = in.model.causal ? Strategy::Zigzag : Strategy::Ring;
+       for (int u = 2; u < P; ++u) {
+         if (P % u != 0 || u > in.model.heads) continue;
+         out.push_back({ring, 1, u, Placement::TeamIntra});
+         out.push_back({ring, 1, u, Placement::RingIntra});
+       }
+     }},
+};
+
+}  // namespace
+
 std::vector<Candidate> candidates(const PlanInput& in) {
-  const int P = in.gpus;
   std::vector<Candidate> out;
-  out.push_back({Strategy::Ring, 1, 1, Placement::Default});
-  if (in.model.causal) out.push_back({Strategy::Zigzag, 1, 1, Placement::Default});
-  out.push_back({Strategy::Ulysses, 1, 1, Placement::Default});
-  for (int C = 2; C * C <= P; ++C) {
-    out.push_back({Strategy::WallFacer, C, 1, Placement::TeamIntra});
-    // With one team per team group's sub-ring position (G = 1) both orders coincide.
-    if (P % (C * C) != 0 || P / (C * C) > 1)
-      out.push_back({Strategy::WallFacer, C, 1, Placement::RingIntra});
-  }
-  const Strategy ring = in.model.causal ? Strategy::Zigzag : Strategy::Ring;
-  for (int u = 2; u < P; ++u) {
-    if (P % u != 0 || u > in.model.heads) continue;
-    out.push_back({ring, 1, u, Placement::TeamIntra});
-    out.push_back({ring, 1, u, Placement::RingIntra});
-  }
+  for (const CandidateFamily& f : kCandidateFamilies) f.add(in, out);
   return out;
 }
 
@@ -340,10 +559,9 @@ std::vector<Prediction> plan_all(const PlanInput& in,
                  in.cluster.devices(), in.cluster.name);
   WF_USAGE_CHECK(
       in.gpus <= kMaxPlanDevices,
-      "planning for {} devices would take too long: the planner simulates every "
-      "device's schedule, in a time that grows with the square of the device count; plan "
-      "a group "
-      "of at most {} devices with --gpus N (cluster '{}' has {})",
+      "planning for {} devices would take too long: the planner simulates the schedules of "
+      "every device whose work differs, in a time that grows with the square of the device "
+      "count; plan a group of at most {} devices with --gpus N (cluster '{}' has {})",
       in.gpus, kMaxPlanDevices, in.cluster.name, in.cluster.devices());
   WF_USAGE_CHECK(in.seq >= 1, "--seq must be positive, got {}", in.seq);
   std::vector<Prediction> out;

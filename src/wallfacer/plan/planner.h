@@ -59,7 +59,11 @@ struct Prediction {
   double dense_s = 0;                     // dense compute of the whole step
   double grad_sync_s = 0;                 // gradient all-reduce (whole), and its exposed part:
   double grad_sync_exposed_s = 0;
-  double memory_bytes = 0;
+  double memory_bytes = 0;  // per device, all of it (the header's list)
+  // Of it, the attention's per device: one layer's q, k, v and o (its rows, all heads), the K,V
+  // that keep_kv holds from every layer's forward to its backward, and the schedule's scratch
+  // buffers (its BufferSpecs: gathered team blocks, ring double buffers, query packages, ...).
+  double attention_memory_bytes = 0;
   double p2p_bytes = 0, coll_bytes = 0, inter_bytes = 0;  // per layer fwd+bwd, busiest rank
 };
 
@@ -68,6 +72,10 @@ struct PlanInput {
   ModelSpec model;
   int64_t seq = 0;  // tokens per sequence
   int gpus = 0;     // devices in the sequence-parallel group (the first gpus of the cluster)
+  // Simulate every rank (plan --exact). Otherwise ranks that do the same work are simulated once
+  // (attention_period, plan/attention_program.h) and the all-reduce's alike steps once: the same
+  // prediction within rounding, in a time that grows with the work of one period of ranks.
+  bool exact = false;
 };
 
 // Every configuration worth listing for P = input.gpus (each WallFacer C with C^2 | P, its two
@@ -76,10 +84,16 @@ std::vector<Candidate> candidates(const PlanInput& in);
 
 Prediction predict(const PlanInput& in, const Candidate& c);
 
-// The most devices plan_all simulates: it replays every rank's schedule event by event, a time
-// that grows with the square of the device count; larger groups are refused with a UsageError
-// naming --gpus.
-constexpr int kMaxPlanDevices = 1024;
+// The most devices plan_all predicts; larger groups are refused with a UsageError naming --gpus.
+// A candidate whose ranks repeat with a period R (attention_period) costs the simulation of R
+// ranks; one without (WallFacer-C, whose placement and sub-rings admit no such shift, and the
+// contiguous causal ring, whose ranks see different numbers of blocks) replays every rank's
+// schedule, in a time and memory that grow with the square of the device count (at 1,024 devices
+// tens of seconds and a few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
+// candidate is simulated up to kMaxEveryRankDevices devices, or with PlanInput::exact; beyond,
+// predict_attention refuses it (UsageError: the plan lists it as not predicted, with the reason).
+constexpr int kMaxPlanDevices = 4096;
+constexpr int kMaxEveryRankDevices = 1024;
 
 // Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
 // infeasible ones (Prediction::reason says why: memory, divisibility, ...). `progress`, when
@@ -94,11 +108,12 @@ struct AttentionPrediction {
   double p2p_bytes = 0, coll_bytes = 0, inter_bytes = 0;  // fwd + bwd, busiest rank
   double scratch_elements = 0;  // largest scratch buffers of one rank (elements)
   double kept_elements = 0;     // held from the forward to the backward (keep_kv), per layer
+  int period = 0;               // ranks simulated (attention_period)
 };
 // `device_of`: layout rank -> device of the cluster. Throws UsageError when cfg cannot run.
 // A hybrid is cfg.ulysses > 1.
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
-                                      const std::vector<int>& device_of);
+                                      const std::vector<int>& device_of, bool exact = false);
 
 // The bytes that cross node boundaries in one forward and one backward of an attention, as the
 // schedules send them (collectives by the simulator's algorithms): what each node's network card

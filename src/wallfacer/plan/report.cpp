@@ -62,6 +62,8 @@ nlohmann::json prediction_json(const Prediction& p) {
   j["grad_sync_s"] = p.grad_sync_s;
   j["grad_sync_exposed_s"] = p.grad_sync_exposed_s;
   j["memory_gib"] = p.memory_bytes / double(1 << 30);
+  j["memory_bytes_per_rank"] = p.memory_bytes;
+  j["attention_memory_bytes_per_rank"] = p.attention_memory_bytes;
   j["p2p_bytes_per_layer"] = p.p2p_bytes;
   j["coll_bytes_per_layer"] = p.coll_bytes;
   j["inter_node_bytes_per_layer"] = p.inter_bytes;
@@ -86,9 +88,9 @@ std::string plan_table(const PlanInput& in, const std::vector<Prediction>& preds
       "{} on {} ({} of {} devices, {} per node), seq {}, batch {}: predicted per training step\n",
       in.model.name, in.cluster.name, in.gpus, in.cluster.devices(), in.cluster.devices_per_node,
       in.seq, in.model.batch);
-  s += fmt::format("{:>3}  {:<28} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8}\n", "#",
-                   "configuration", "tokens/s", "step s", "exp. s", "attn f ms", "attn b ms",
-                   "p2p MB", "inter MB", "mem GiB");
+  s += fmt::format("{:>3}  {:<28} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n",
+                   "#", "configuration", "tokens/s", "step s", "exp. s", "attn f ms", "attn b ms",
+                   "p2p MB", "inter MB", "mem GiB", "attn GiB");
   int rank = 0;
   bool infeasible_header = false;
   for (const auto& p : preds) {
@@ -100,14 +102,16 @@ std::string plan_table(const PlanInput& in, const std::vector<Prediction>& preds
     }
     s += fmt::format(
         "{:>3}  {:<28} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.2f} {:>9.2f} {:>8.1f} {:>8.1f} "
-        "{:>8.1f}\n",
+        "{:>8.1f} {:>8.2f}\n",
         ++rank, p.cand.label() + (p.cand.keep_kv ? " +kv" : ""), p.tokens_per_s, p.step_s,
         p.exposed_comm_s, p.attn_fwd_s * 1e3, p.attn_bwd_s * 1e3, p.p2p_bytes / 1e6,
-        p.inter_bytes / 1e6, p.memory_bytes / double(1 << 30));
+        p.inter_bytes / 1e6, p.memory_bytes / double(1 << 30),
+        p.attention_memory_bytes / double(1 << 30));
   }
   s += "(exp. s: communication not hidden by compute; p2p / inter MB: per layer, forward + "
-       "backward, busiest rank; inter: bytes leaving the node; +kv: the forward's placed K,V "
-       "kept for the backward)\n";
+       "backward, busiest rank; inter: bytes leaving the node; mem: per device; attn: of it, "
+       "the attention's q, k, v, o, kept K,V and schedule buffers; +kv: the forward's placed "
+       "K,V kept for the backward)\n";
   return s;
 }
 

@@ -243,7 +243,12 @@ int node_pair(int src_node, int dst_node, int nodes) { return -2 - (src_node * n
 class Simulation {
  public:
   Simulation(const Program& prog, const Machine& m, std::vector<SimSpan>* spans)
-      : prog_(prog), m_(m), spans_(spans), P_(prog.ranks()), st_(size_t(P_)) {
+      : prog_(prog),
+        m_(m),
+        spans_(spans),
+        P_(prog.ranks()),
+        N_(int(m.device_of.size())),
+        st_(size_t(P_)) {
     check_program();
     res_.ranks.resize(size_t(P_));
     for (int r = 0; r < P_; ++r) ready_.push({0.0, r});
@@ -311,10 +316,19 @@ class Simulation {
   const Program& prog_;
   const Machine& m_;
   std::vector<SimSpan>* spans_;
-  const int P_;
+  const int P_;  // ranks simulated
+  const int N_;  // ranks of the layout (P_ < N_: the program is a quotient, see simulate)
+  // The simulated rank that layout rank `rank` behaves as.
+  int at(int rank) const { return rank % P_; }
   std::vector<RankState> st_;
   SimResult res_;
-  std::map<std::tuple<int, int, int>, std::deque<Posted>> sends_, recvs_;  // (src, dst, tag)
+  // The canonical form of a transfer between layout ranks: (src % P_, (dst - src) mod N_), the one
+  // of its orbit under the shift by P_ whose source is simulated.
+  std::pair<int, int> canonical(int src, int dst) const {
+    return {src % P_, ((dst - src) % N_ + N_) % N_};
+  }
+  // (canonical source, offset, tag) -> posted and not yet matched
+  std::map<std::tuple<int, int, int>, std::deque<Posted>> sends_, recvs_;
   std::map<std::pair<int, int>, int> arrivals_;  // (group, k) -> members arrived
   // (group, collective, bytes) -> per member: bytes it sends, of them between nodes
   std::map<std::tuple<int, int, double>, std::vector<std::pair<double, double>>> sent_;
@@ -327,8 +341,8 @@ class Simulation {
   std::unordered_map<int, int> load_;                      // resource -> active flows on it
   std::unordered_map<int, std::vector<int>> on_;           // resource -> active flows' slots
   std::vector<int> changed_;                               // resources whose load changed
-  std::map<std::pair<int, int>, std::vector<int>> inter_;  // (src, dst) -> active flows between
-                                                           // nodes (shared_duplex only)
+  // canonical (src, dst) -> active flows between nodes (shared_duplex only)
+  std::map<std::pair<int, int>, std::vector<int>> inter_;
   std::vector<uint64_t> stamp_;                            // per slot: last rerate that visited it
   uint64_t rerates_ = 0;
   double now_ = 0;
@@ -337,8 +351,8 @@ class Simulation {
 };
 
 void Simulation::check_program() const {
-  WF_CHECK(int(m_.device_of.size()) == P_, "machine has {} devices for {} ranks",
-           m_.device_of.size(), P_);
+  WF_CHECK(P_ >= 1 && N_ >= P_ && N_ % P_ == 0,
+           "machine has {} devices for {} ranks: a multiple of them is needed", N_, P_);
   for (const auto& g : prog_.groups)
     for (int r : g) WF_CHECK(r >= 0 && r < P_, "group member {} outside 0..{}", r, P_ - 1);
 }
@@ -361,7 +375,7 @@ void Simulation::add_loads(int slot, int delta) {
   if (f.pair != kNoPair) add_load(slot, f.pair, delta);
   if (f.both_ways) {
     add_load(slot, port(m_.nic(f.src), 3), delta);
-    add_load(slot, port(m_.nic(f.dst), 2), delta);
+    add_load(slot, port(m_.nic(at(f.dst)), 2), delta);
   }
 }
 
@@ -370,12 +384,12 @@ void Simulation::set_both_ways(int slot, bool both) {
   if (f.both_ways == both) return;
   if (f.both_ways) {
     add_load(slot, port(m_.nic(f.src), 3), -1);
-    add_load(slot, port(m_.nic(f.dst), 2), -1);
+    add_load(slot, port(m_.nic(at(f.dst)), 2), -1);
   }
   f.both_ways = both;
   if (both) {
     add_load(slot, port(m_.nic(f.src), 3), +1);
-    add_load(slot, port(m_.nic(f.dst), 2), +1);
+    add_load(slot, port(m_.nic(at(f.dst)), 2), +1);
   }
 }
 
@@ -386,9 +400,9 @@ void Simulation::activate(int slot) {
   f.rate = 0;
   f.both_ways = false;
   if (f.pair != kNoPair && m_.shared_duplex) {
-    auto& fwd = inter_[{f.src, f.dst}];
+    auto& fwd = inter_[canonical(f.src, f.dst)];
     fwd.push_back(slot);
-    auto back = inter_.find({f.dst, f.src});
+    auto back = inter_.find(canonical(f.dst, f.src));
     const bool reverse = back != inter_.end() && !back->second.empty();
     flows_[size_t(slot)].both_ways = reverse;
     if (reverse && fwd.size() == 1)
@@ -402,10 +416,10 @@ void Simulation::deactivate(int slot) {
   Flow& f = flows_[size_t(slot)];
   f.active = false;
   if (f.pair != kNoPair && m_.shared_duplex) {
-    auto& fwd = inter_[{f.src, f.dst}];
+    auto& fwd = inter_[canonical(f.src, f.dst)];
     fwd.erase(std::find(fwd.begin(), fwd.end(), slot));
     if (fwd.empty()) {
-      auto back = inter_.find({f.dst, f.src});
+      auto back = inter_.find(canonical(f.dst, f.src));
       if (back != inter_.end())
         for (int g : back->second) set_both_ways(g, false);
     }
@@ -429,7 +443,7 @@ void Simulation::rerate() {
       const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
       int busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
       if (f.both_ways)
-        busiest = std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(f.dst), 2)]});
+        busiest = std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(at(f.dst)), 2)]});
       double rate = bw / busiest;
       if (f.pair != kNoPair && m_.pair_bandwidth > 0)
         rate = std::min(rate, m_.pair_bandwidth / load_[f.pair]);
@@ -468,11 +482,11 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
   const bool local = m_.same_node(src, dst);
   f.active_at = now_ + (src == dst ? 0.0 : local ? m_.intra.latency : m_.inter.latency);
   if (local) {
-    f.res[0] = port(m_.device_of[src], 0), f.res[1] = port(m_.device_of[dst], 1);
+    f.res[0] = port(m_.device_of[src], 0), f.res[1] = port(m_.device_of[size_t(at(dst))], 1);
   } else {
-    f.res[0] = port(m_.nic(src), 2), f.res[1] = port(m_.nic(dst), 3);
+    f.res[0] = port(m_.nic(src), 2), f.res[1] = port(m_.nic(at(dst)), 3);
     f.pair = node_pair(m_.node(src), m_.node(dst), int(m_.device_of.size()));
-    res_.ranks[size_t(dst)].inter_recv_bytes += bytes;
+    res_.ranks[size_t(at(dst))].inter_recv_bytes += bytes;
   }
   if (src == dst) f.left = 0;
   f.seq = next_seq_++;
@@ -529,13 +543,14 @@ void Simulation::start_compute(int r, const Op& o) {
 void Simulation::post_transfer(int r, const Op& o) {
   RankState& s = st_[r];
   const bool is_send = o.kind == Op::Kind::Send;
-  WF_CHECK(o.peer >= 0 && o.peer < P_, "rank {} talks to rank {} outside 0..{}", r, o.peer, P_ - 1);
+  WF_CHECK(o.peer >= 0 && o.peer < N_, "rank {} talks to rank {} outside 0..{}", r, o.peer, N_ - 1);
   WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
   s.done[o.request] = -1;
   if (spans_) s.posted[o.request] = {int(s.pc), now_};
   Posted me{now_, o.request, o.bytes};
-  const int src = is_send ? r : o.peer, dst = is_send ? o.peer : r;
-  auto key = std::make_tuple(src, dst, o.tag);
+  const auto [src, offset] = is_send ? canonical(r, o.peer) : canonical(o.peer, r);
+  const int dst = (src + offset) % N_;
+  auto key = std::make_tuple(src, offset, o.tag);
   auto& other = is_send ? recvs_[key] : sends_[key];
   if (!other.empty()) {
     Posted them = other.front();
@@ -643,7 +658,7 @@ void Simulation::on_flow_event(int slot) {
     if (--colls_.at(done.coll).pending == 0) collective_step(done.coll);
   } else {
     complete(done.src, done.send_req, now_);
-    complete(done.dst, done.recv_req, now_);
+    complete(at(done.dst), done.recv_req, now_);
   }
 }
 
@@ -674,10 +689,10 @@ void Simulation::check_drained() const {
              st_[r].pc);
   for (auto& [key, q] : sends_)
     WF_CHECK(q.empty(), "rank {} sends to rank {} but nothing receives it", std::get<0>(key),
-             std::get<1>(key));
+             (std::get<0>(key) + std::get<1>(key)) % N_);
   for (auto& [key, q] : recvs_)
-    WF_CHECK(q.empty(), "rank {} receives from rank {} but nothing is sent", std::get<1>(key),
-             std::get<0>(key));
+    WF_CHECK(q.empty(), "rank {} receives from rank {} but nothing is sent",
+             (std::get<0>(key) + std::get<1>(key)) % N_, std::get<0>(key));
 }
 
 SimResult Simulation::result() {

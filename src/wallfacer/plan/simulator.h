@@ -125,6 +125,16 @@ struct SimSpan {
 
 // Throws wallfacer::Error on a malformed program (unmatched transfer, deadlock, bad group).
 // `spans`, when given, receives every op of every rank (in no particular order).
+//
+// A program of R ranks on a machine of N = m.device_of.size() ranks, R < N (R divides N), is the
+// quotient of a periodic program of N ranks: the caller vouches that rank x + R runs rank x's ops
+// with every peer shifted by R (mod N), and that the shift maps devices to devices, nodes to nodes
+// and cards to cards (the ranks 0..R-1 fill whole nodes). Only ranks 0..R-1 run; a transfer with
+// a rank outside them is matched and timed as its image under the shift whose source is simulated
+// (what x + R receives from y + R is what x receives from y), and a device, card or node pair
+// outside them carries what its image carries. Collective groups lie within 0..R-1. The result is
+// the one of the whole program, with `ranks` holding ranks 0..R-1 (every other rank equals its
+// image). attention_period (plan/attention_program.h) finds R for an attention.
 SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* spans = nullptr);
 
 }  // namespace wallfacer::plan

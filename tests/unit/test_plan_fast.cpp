@@ -1,0 +1,117 @@
+// The planner's fast path (ranks that do the same work simulated once, the all-reduce's alike
+// steps once) against the full simulation of every rank (PlanInput::exact), for every candidate
+// on every cluster file shipped (configs/clusters) and emulated (docs/data), up to 64 devices.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "wallfacer/plan/planner.h"
+
+namespace wallfacer::plan {
+namespace {
+
+std::string src(const std::string& rel) { return std::string(WALLFACER_SOURCE_DIR) + "/" + rel; }
+
+std::vector<std::string> cluster_files() {
+  std::vector<std::string> out;
+  for (const char* dir : {"configs/clusters", "docs/data", "docs/data/rails", "docs/data/plan"})
+    for (const auto& e : std::filesystem::directory_iterator(src(dir))) {
+      const std::string name = e.path().filename().string();
+      // docs/data also holds a model file (two-tier-model.toml).
+      if (e.path().extension() == ".toml" && name.find("model") == std::string::npos)
+        out.push_back(std::string(dir) + "/" + name);
+    }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class PlanFast : public ::testing::TestWithParam<std::string> {};
+
+// Relative difference, against the exact figure (0 when both are 0).
+double rel(double fast, double exact) {
+  return fast == exact ? 0.0 : std::abs(fast - exact) / std::max(std::abs(exact), 1e-300);
+}
+
+TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
+  const Cluster cl = load_cluster(src(GetParam()));
+  const int most = std::min(cl.devices(), 64);
+  double worst = 0;
+  for (const char* model : {"configs/models/gpt-7b.toml", "configs/models/dit-1b.toml"})
+    for (int P : {most, most / 2}) {
+      if (P < 2) continue;
+      PlanInput in;
+      in.cluster = cl;
+      in.model = load_model(src(model));
+      in.seq = 256 * 1024;
+      in.gpus = P;
+      const std::vector<Prediction> fast = plan_all(in);
+      in.exact = true;
+      const std::vector<Prediction> exact = plan_all(in);
+      ASSERT_EQ(fast.size(), exact.size());
+      for (const Prediction& e : exact) {
+        const auto f = std::find_if(fast.begin(), fast.end(), [&](const Prediction& p) {
+          return p.cand.label() == e.cand.label();
+        });
+        const std::string what = fmt::format("{} on {}, {} devices: {}", model, GetParam(), P,
+                                             e.cand.label());
+        ASSERT_NE(f, fast.end()) << what;
+        EXPECT_EQ(f->feasible, e.feasible) << what;
+        EXPECT_EQ(f->cand.keep_kv, e.cand.keep_kv) << what;
+        EXPECT_EQ(f->reason, e.reason) << what;
+        if (!e.reason.empty() && !e.feasible && e.step_s == 0) continue;  // cannot run
+        const std::pair<double, double> figures[] = {
+            {f->step_s, e.step_s},           {f->attn_fwd_s, e.attn_fwd_s},
+            {f->attn_bwd_s, e.attn_bwd_s},   {f->grad_sync_s, e.grad_sync_s},
+            {f->memory_bytes, e.memory_bytes}, {f->attention_memory_bytes, e.attention_memory_bytes},
+            {f->p2p_bytes, e.p2p_bytes},
+            {f->coll_bytes, e.coll_bytes},   {f->inter_bytes, e.inter_bytes},
+            {f->tokens_per_s, e.tokens_per_s}};
+        for (auto [a, b] : figures) {
+          EXPECT_LE(rel(a, b), 0.01) << what << ": " << a << " against " << b;
+          worst = std::max(worst, rel(a, b));
+        }
+        // The exposed communication is a difference of times: within 1% of the step.
+        EXPECT_LE(std::abs(f->exposed_comm_s - e.exposed_comm_s), 0.01 * e.step_s) << what;
+      }
+    }
+  RecordProperty("worst_relative_difference", fmt::format("{:.3g}", worst));
+  std::printf("%s: worst relative difference %.3g\n", GetParam().c_str(), worst);
+}
+
+// Beyond kMaxEveryRankDevices a candidate without a period (the contiguous causal ring) is listed
+// as not predicted, with the reason, while one with a period (zigzag: the ranks of a node, 8) is
+// predicted from that many ranks.
+TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
+  PlanInput in;
+  in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
+  in.cluster.nodes = 2 * kMaxEveryRankDevices / in.cluster.devices_per_node;
+  in.model = parse_model("[model]\nlayers = 2\ndim = 256\nheads = 4\ncausal = true\n", "m");
+  in.gpus = 2 * kMaxEveryRankDevices;
+  in.seq = 4 * int64_t(in.gpus);
+  const Prediction ring = predict(in, {seqpar::Strategy::Ring, 1, 1, Placement::Default});
+  EXPECT_FALSE(ring.feasible);
+  EXPECT_NE(ring.reason.find("not simulated"), std::string::npos) << ring.reason;
+  const Prediction zigzag = predict(in, {seqpar::Strategy::Zigzag, 1, 1, Placement::Default});
+  EXPECT_TRUE(zigzag.feasible) << zigzag.reason;
+  EXPECT_GT(zigzag.attn_fwd_s, 0);
+  const auto cfg = attention_config(in.model, in.seq, zigzag.cand, attention_dtype(in.cluster));
+  EXPECT_EQ(predict_attention(in.cluster, cfg, in.gpus, candidate_devices(zigzag.cand, in.gpus))
+                .period,
+            in.cluster.devices_per_node);
+}
+
+INSTANTIATE_TEST_SUITE_P(ClusterFiles, PlanFast, ::testing::ValuesIn(cluster_files()),
+                         [](const ::testing::TestParamInfo<std::string>& file) {
+                           std::string n = file.param;
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace wallfacer::plan
