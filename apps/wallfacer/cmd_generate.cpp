@@ -181,9 +181,9 @@ int run_generate(const GenerateArgs& a) {
   // and the continuations (the balance rule fills the shards alike however the positions come).
   const std::vector<int64_t> final_sizes = model::shard_sizes(split.held, added);
   const int64_t most = *std::max_element(final_sizes.begin(), final_sizes.end());
-  const double need = model::generate_memory_bytes(
-      m, P, std::max(split.padded, (longest + P - 1) / P * P), most,
-      model::prefill_scratch_bytes(m, attn, P, split.padded));
+  const double need =
+      model::generate_memory_bytes(m, P, std::max(split.padded, (longest + P - 1) / P * P), most,
+                                   model::prefill_scratch_bytes(m, attn, P, split.padded));
   if (need > memory_limit_bytes()) {
     const int fit = ranks_that_fit(m, P, L, a.max_new);
     const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -232,7 +232,7 @@ int run_generate(const GenerateArgs& a) {
   const double merge_ms0 = cache.merge_ms();
   const double decode_ms = decode(out);
   const double merge_ms = cache.merge_ms() - merge_ms0;  // this rank's, in the first answer
-  int32_t last = out.back();  // drawn, not yet in the cache
+  int32_t last = out.back();                             // drawn, not yet in the cache
   if (out.back() == a.eos) out.pop_back();
   const double decode_tps =
       out.size() > 1 && decode_ms > 0 ? double(out.size() - 1) / (decode_ms / 1e3) : 0.0;

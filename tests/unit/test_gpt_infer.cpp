@@ -66,7 +66,8 @@ void check(model::Arch arch, Dtype dtype) {
     }
   ASSERT_GT(scale, 0.0);
   // The same products on the same values: equal but for the order of a few sums.
-  EXPECT_LE(worst, 1e-5 * std::max(1.0, scale)) << model::arch_name(arch) << " " << dtype_name(dtype);
+  EXPECT_LE(worst, 1e-5 * std::max(1.0, scale))
+      << model::arch_name(arch) << " " << dtype_name(dtype);
 }
 
 TEST(GptInfer, LogitsOfAskedRowsAreTheTrainingForwards) {

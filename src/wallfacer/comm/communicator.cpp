@@ -112,12 +112,13 @@ int wait_all(std::vector<MPI_Request>& reqs) {
   }
 }
 
-// A collective: blocking (`blocking`), or with wait_poll_us() > 0 its nonblocking form (`start`,
-// which posts it into a request) completed by the polling wait, so that a rank waiting in a
-// collective sleeps as it does waiting for its transfers. The MPI return code.
+// A collective over `ranks` ranks: blocking (`blocking`), or with wait_poll_us() > 0 and more than
+// one rank its nonblocking form (`start`, which posts it into a request) completed by the polling
+// wait, so that a rank waiting in a collective sleeps as it does waiting for its transfers (one
+// rank waits for no one). The MPI return code.
 template <class Blocking, class Start>
-int collective(Blocking blocking, Start start) {
-  if (wait_poll_us() == 0) return blocking();
+int collective(int ranks, Blocking blocking, Start start) {
+  if (wait_poll_us() == 0 || ranks == 1) return blocking();
   std::vector<MPI_Request> req(1);
   const int rc = start(&req[0]);
   return rc != MPI_SUCCESS ? rc : wait_all(req);
@@ -494,6 +495,7 @@ struct Communicator::Impl {
       Watch w("MPI_Alltoall", kNoPeer, 0, group());
       const int n = int(count);
       check(collective(
+                size,
                 [&] { return MPI_Alltoall(send, n, mpi_type<T>(), recv, n, mpi_type<T>(), comm); },
                 [&](MPI_Request* r) {
                   return MPI_Ialltoall(send, n, mpi_type<T>(), recv, n, mpi_type<T>(), comm, r);
@@ -552,6 +554,7 @@ struct Communicator::Impl {
       Watch w("MPI_Allgather", kNoPeer, 0, group());
       const int n = int(count);
       check(collective(
+                size,
                 [&] { return MPI_Allgather(src, n, mpi_type<T>(), recv, n, mpi_type<T>(), comm); },
                 [&](MPI_Request* r) {
                   return MPI_Iallgather(src, n, mpi_type<T>(), recv, n, mpi_type<T>(), comm, r);
@@ -667,10 +670,11 @@ void all_reduce_chunked(T* buf, int64_t count, MPI_Datatype type, MPI_Op op, MPI
   for (int64_t off = 0; off < count; off += kMaxCount) {
     const int c = int(std::min(kMaxCount, count - off));
     Watch w("MPI_Allreduce", kNoPeer, 0, group);
-    check(collective([&] { return MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, op, comm); },
-                     [&](MPI_Request* r) {
-                       return MPI_Iallreduce(MPI_IN_PLACE, buf + off, c, type, op, comm, r);
-                     }),
+    check(collective(
+              n, [&] { return MPI_Allreduce(MPI_IN_PLACE, buf + off, c, type, op, comm); },
+              [&](MPI_Request* r) {
+                return MPI_Iallreduce(MPI_IN_PLACE, buf + off, c, type, op, comm, r);
+              }),
           "MPI_Allreduce", wrank);
     counters.coll_bytes += int64_t(n - 1) * c * int64_t(sizeof(T));
   }
@@ -758,8 +762,9 @@ void Communicator::agree(const std::function<void()>& f) {
 void Communicator::barrier() {
   Watch w("MPI_Barrier", kNoPeer, 0, impl_->group());
   MPI_Comm comm = impl_->comm;
-  check(collective([&] { return MPI_Barrier(comm); },
-                   [&](MPI_Request* r) { return MPI_Ibarrier(comm, r); }),
+  check(collective(
+            size(), [&] { return MPI_Barrier(comm); },
+            [&](MPI_Request* r) { return MPI_Ibarrier(comm, r); }),
         "MPI_Barrier", impl_->wrank);
 }
 

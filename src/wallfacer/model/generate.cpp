@@ -225,8 +225,8 @@ void ShardedKvCache::attend(int layer, int64_t pos, const float* q, const float*
   const auto t0 = std::chrono::steady_clock::now();
   group_.reduce_scatter_lse(o_send_.data(), lse_send_.data(), o, lse_.data(), 1, 1, H, D,
                             k::lse_merge_rows);
-  merge_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                   .count();
+  merge_ms_ +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   merge_bytes_ += int64_t(P - 1) * int64_t(H) * (D + 1) * int64_t(sizeof(float));
 }
 
@@ -362,7 +362,8 @@ const char* continue_way_name(ContinueWay way) {
 ContinueWay parse_continue_way(const std::string& name) {
   for (ContinueWay w : {ContinueWay::Auto, ContinueWay::PassKv, ContinueWay::PassQ})
     if (name == continue_way_name(w)) return w;
-  throw UsageError(fmt::format("unknown continuation way '{}': give auto, pass-kv or pass-q", name));
+  throw UsageError(
+      fmt::format("unknown continuation way '{}': give auto, pass-kv or pass-q", name));
 }
 
 ContinuePlan plan_continue(const GptConfig& cfg, const std::vector<int64_t>& held, int64_t added,
@@ -375,9 +376,9 @@ ContinuePlan plan_continue(const GptConfig& cfg, const std::vector<int64_t>& hel
   const int64_t f = int64_t(sizeof(float)) * cfg.layers * (P - 1);
   p.pass_kv_bytes = f * (p.cached + added) * 2 * Hkv * D;
   p.pass_q_bytes = f * added * (H * D + H * (D + 1));
-  p.way = want != ContinueWay::Auto ? want
+  p.way = want != ContinueWay::Auto           ? want
           : p.pass_kv_bytes <= p.pass_q_bytes ? ContinueWay::PassKv
-                                               : ContinueWay::PassQ;
+                                              : ContinueWay::PassQ;
   const std::vector<int64_t> after = shard_sizes(held, added);
   int64_t next = p.cached;
   for (size_t r = 0; r < held.size(); ++r) {
@@ -524,7 +525,8 @@ class ContinueAttention : public AttentionOp {
     for (int s = 0; s < P; ++s) {
       const int src = (r - s + P) % P, from = (r - s - 1 + P) % P;
       std::pair<comm::Request, comm::Request> req;
-      if (s + 1 < P) req = ring_step(cur, 2 * block(src) * row, next, 2 * block(from) * row, kTagKv);
+      if (s + 1 < P)
+        req = ring_step(cur, 2 * block(src) * row, next, 2 * block(from) * row, kTagKv);
       const int64_t cs = cached_[size_t(src)], bs = block(src);
       attend_cached(q, m, plan_.first[size_t(r)], cur, cur + bs * row, cs, cache_.runs(src), bs, o,
                     lse);

@@ -79,11 +79,11 @@ class ShardedKvCache : public DecoderCache {
   // Decode (collective): see DecoderCache. The new token's k, v join the shard of next_owner().
   void attend(int layer, int64_t pos, const float* q, const float* k, const float* v,
               float* o) override;
-  int64_t rows() const { return rows_; }                          // positions this rank holds
+  int64_t rows() const { return rows_; }  // positions this rank holds
   int64_t kv_row() const { return int64_t(cfg_.kv_heads) * cfg_.head_dim(); }  // floats a row
-  int64_t bytes() const { return cache_bytes(cfg_, capacity_); }  // allocated
+  int64_t bytes() const { return cache_bytes(cfg_, capacity_); }               // allocated
   int64_t capacity() const { return capacity_; }
-  const std::vector<int64_t>& held() const { return held_; }      // every rank's positions
+  const std::vector<int64_t>& held() const { return held_; }  // every rank's positions
   // Rank r's positions as runs (row0: first row in its shard), in increasing order.
   const std::vector<seqpar::PositionRun>& runs(int r) const { return runs_[size_t(r)]; }
   // Bytes this rank sent in the merges of the latest token (all layers).
@@ -136,13 +136,13 @@ enum class ContinueWay { Auto, PassKv, PassQ };
 const char* continue_way_name(ContinueWay way);           // "auto", "pass-kv", "pass-q"
 ContinueWay parse_continue_way(const std::string& name);  // UsageError when unknown
 struct ContinuePlan {
-  int64_t cached = 0, added = 0;   // N, M
-  int64_t pass_kv_bytes = 0;       // bytes every rank sends together, all layers: (P - 1)
-                                   // (N + M) 2 Hkv D 4 per layer
-  int64_t pass_q_bytes = 0;        // (P - 1) M (H D + H (D + 1)) 4 per layer
+  int64_t cached = 0, added = 0;          // N, M
+  int64_t pass_kv_bytes = 0;              // bytes every rank sends together, all layers: (P - 1)
+                                          // (N + M) 2 Hkv D 4 per layer
+  int64_t pass_q_bytes = 0;               // (P - 1) M (H D + H (D + 1)) 4 per layer
   ContinueWay way = ContinueWay::PassKv;  // the one chosen (forced, or the fewer bytes)
-  std::vector<int64_t> rows;       // per rank: its new positions
-  std::vector<int64_t> first;      // per rank: the first of them
+  std::vector<int64_t> rows;              // per rank: its new positions
+  std::vector<int64_t> first;             // per rank: the first of them
 };
 ContinuePlan plan_continue(const GptConfig& cfg, const std::vector<int64_t>& held, int64_t added,
                            ContinueWay want);

@@ -578,8 +578,7 @@ double Gpt::forward(const int32_t* tokens, const int32_t* targets) {
   return s;
 }
 
-void Gpt::forward_logits(const int32_t* tokens, const std::vector<int64_t>& rows,
-                         float* logits) {
+void Gpt::forward_logits(const int32_t* tokens, const std::vector<int64_t>& rows, float* logits) {
   WF_CHECK(use_ == GptUse::Infer, "Gpt::forward_logits needs a model built with GptUse::Infer");
   auto& a = *a_;
   const int C = cfg_.dim, V = cfg_.vocab;

@@ -27,6 +27,8 @@ std::string Candidate::label() const {
     s = fmt::format("ulysses{} x {}", ulysses, seqpar::strategy_name(strategy));
   } else if (strategy == Strategy::WallFacer) {
     s = fmt::format("wallfacer C={}", teams);
+  } else if (strategy == Strategy::DoubleRing) {
+    s = fmt::format("double-ring W={}", inner);
   } else {
     s = std::string(seqpar::strategy_name(strategy));
   }
@@ -52,6 +54,7 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
   cfg.causal = m.causal;
   cfg.ulysses = c.ulysses;
   cfg.keep_kv = c.keep_kv;
+  if (c.strategy == Strategy::DoubleRing) cfg.inner = c.inner;
   return cfg;
 }
 
@@ -252,8 +255,8 @@ bool machine_has_period(const Machine& m, int R) {
 
 }  // namespace
 
-int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
-                     int tile_k, Program* fwd, Program* bwd, double* scratch_elements) {
+int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q, int tile_k,
+                     Program* fwd, Program* bwd, double* scratch_elements) {
   WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
            P);
   // The programs (computes merged) and shapes of the ranks compared, each made once.
@@ -317,17 +320,16 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
   Program quotient[2];
   double scratch = 0;
-  a.period = exact ? P : attention_period(cfg, P, m, tile_q, tile_k, &quotient[0], &quotient[1],
-                                          &scratch);
+  a.period =
+      exact ? P : attention_period(cfg, P, m, tile_q, tile_k, &quotient[0], &quotient[1], &scratch);
   WF_USAGE_CHECK(a.period < P || P <= kMaxEveryRankDevices || exact,
                  "not simulated: its ranks do not repeat with a period below {}, and simulating "
                  "every rank is limited to {} devices unless --exact (hours and tens of GB at "
                  "4,096)",
                  P, kMaxEveryRankDevices);
   for (bool bwd : {false, true}) {
-    SimResult r = simulate(a.period < P ? quotient[bwd]
-                                        : attention_program(cfg, P, bwd, tile_q, tile_k, &scratch),
-                           m);
+    SimResult r = simulate(
+        a.period < P ? quotient[bwd] : attention_program(cfg, P, bwd, tile_q, tile_k, &scratch), m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
     double p2p = 0, coll = 0, inter = 0;
@@ -542,6 +544,32 @@ const CandidateFamily kCandidateFamilies[] = {
          out.push_back({ring, 1, u, Placement::RingIntra});
        }
      }},
+    {"double ring",
+     [](const PlanInput& in, std::vector<Candidate>& out) {
+       // Inner rings of a node's devices (the largest that divides P); a node of one device, or
+       // of all P, leaves a plain ring.
+       const int P = in.gpus, W = std::gcd(P, in.cluster.devices_per_node);
+       if (W > 1 && W < P) {
+         Candidate c{Strategy::DoubleRing, 1, 1, Placement::Default};
+         c.inner = W;
+         out.push_back(c);
+       }
+     }},
+    {"ulysses x wallfacer",
+     [](const PlanInput& in, std::vector<Candidate>& out) {
+       // Ulysses of degree u inside, WallFacer-C over the P/u ranks of each member index (the
+       // same limit of the heads as the Ulysses x ring hybrids above).
+       const int P = in.gpus;
+       for (int u = 2; u < P; ++u) {
+         if (P % u != 0 || u > in.model.heads) continue;
+         const int ring = P / u;
+         for (int C = 2; C * C <= ring; ++C) {
+           if (ring % (C * C) != 0) continue;
+           out.push_back({Strategy::WallFacer, C, u, Placement::TeamIntra});
+           if (ring / (C * C) > 1) out.push_back({Strategy::WallFacer, C, u, Placement::RingIntra});
+         }
+       }
+     }},
 };
 
 }  // namespace
@@ -569,7 +597,7 @@ std::vector<Prediction> plan_all(const PlanInput& in,
   for (Candidate c : all) {
     if (progress) progress(int(out.size()), int(all.size()));
     // WallFacer keeps the placed K,V for the backward where the memory allows.
-    if (c.strategy == Strategy::WallFacer && c.teams > 1 && c.ulysses == 1) {
+    if (c.strategy == Strategy::WallFacer && c.teams > 1) {
       c.keep_kv = true;
       Prediction kept = predict(in, c);
       if (kept.feasible) {

@@ -38,13 +38,17 @@ namespace wallfacer::plan {
 struct Candidate {
   seqpar::Strategy strategy = seqpar::Strategy::Ring;
   int teams = 1;    // C for WallFacer
-  int ulysses = 1;  // > 1 and < P: a Ulysses x ring hybrid (strategy is then Ring or Zigzag)
+  int ulysses = 1;  // > 1 and < P: a Ulysses hybrid (strategy is then Ring, Zigzag or WallFacer)
   Placement placement = Placement::Default;
+  // The double ring's inner ring length W (seqpar::AttnConfig::inner): the devices of a node.
+  int inner = 1;
   // WallFacer: the forward's placed K,V kept for the backward (seqpar::AttnConfig::keep_kv); the
   // planner keeps them when the memory allows.
   bool keep_kv = false;
-  std::string strategy_label() const;  // ring, zigzag, ulysses, wallfacer, ulysses x ring
-  // e.g. "wallfacer C=2 ring-intra", "ulysses4 x zigzag8" (keep_kv is reported apart)
+  std::string strategy_label()
+      const;  // ring, zigzag, ulysses, wallfacer, double-ring, ulysses x ..
+  // e.g. "wallfacer C=2 ring-intra", "ulysses4 x zigzag team-intra", "double-ring W=8" (keep_kv
+  // is reported apart)
   std::string label() const;
 };
 

@@ -47,6 +47,7 @@ nlohmann::json prediction_json(const Prediction& p) {
   j["label"] = p.cand.label();
   j["strategy"] = p.cand.strategy_label();
   j["teams"] = p.cand.teams;
+  j["inner"] = p.cand.inner;
   j["ulysses"] = p.cand.ulysses;
   j["placement"] = std::string(placement_name(p.cand.placement));
   j["keep_kv"] = p.cand.keep_kv;
@@ -88,8 +89,8 @@ std::string plan_table(const PlanInput& in, const std::vector<Prediction>& preds
       "{} on {} ({} of {} devices, {} per node), seq {}, batch {}: predicted per training step\n",
       in.model.name, in.cluster.name, in.gpus, in.cluster.devices(), in.cluster.devices_per_node,
       in.seq, in.model.batch);
-  s += fmt::format("{:>3}  {:<28} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n",
-                   "#", "configuration", "tokens/s", "step s", "exp. s", "attn f ms", "attn b ms",
+  s += fmt::format("{:>3}  {:<42} {:>10} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n", "#",
+                   "configuration", "tokens/s", "step s", "exp. s", "attn f ms", "attn b ms",
                    "p2p MB", "inter MB", "mem GiB", "attn GiB");
   int rank = 0;
   bool infeasible_header = false;
@@ -97,11 +98,11 @@ std::string plan_table(const PlanInput& in, const std::vector<Prediction>& preds
     if (!p.feasible) {
       if (!infeasible_header) s += "infeasible:\n";
       infeasible_header = true;
-      s += fmt::format("     {:<28} {}\n", p.cand.label(), p.reason);
+      s += fmt::format("     {:<42} {}\n", p.cand.label(), p.reason);
       continue;
     }
     s += fmt::format(
-        "{:>3}  {:<28} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.2f} {:>9.2f} {:>8.1f} {:>8.1f} "
+        "{:>3}  {:<42} {:>10.0f} {:>8.3f} {:>8.3f} {:>9.2f} {:>9.2f} {:>8.1f} {:>8.1f} "
         "{:>8.1f} {:>8.2f}\n",
         ++rank, p.cand.label() + (p.cand.keep_kv ? " +kv" : ""), p.tokens_per_s, p.step_s,
         p.exposed_comm_s, p.attn_fwd_s * 1e3, p.attn_bwd_s * 1e3, p.p2p_bytes / 1e6,
