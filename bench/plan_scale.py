@@ -6,6 +6,7 @@ figure to compare), the peak memory of the runs so far, the load before and afte
 configurations and the best (docs/planner.md, "Planning at scale").
 
 Usage: bench/plan_scale.py [path/to/wallfacer] [--exact-up-to N] > docs/data/plan-scale.jsonl
+       bench/plan_scale.py --table docs/data/plan-scale.jsonl    the table of docs/planner.md
 
 --exact-up-to N: run --exact only up to N devices (default 1024: at 4096 it takes hours).
 The cluster is docs/data/plan/h100-80gb-512x8-ib.toml: configs/clusters/h100-80gb-8x8-ib.toml
@@ -28,8 +29,30 @@ def load():
         return float(f.read().split()[0])
 
 
+def table(path):
+    """Per device count: the configurations, and the CPU seconds of --exact and of the default (the
+    latest run of each), with the load at the default's start."""
+    rows = {}
+    for line in open(path):
+        r = json.loads(line)
+        rows[(r["gpus"], r["exact"])] = r
+    print("| devices | configurations | `--exact` (CPU s) | default (CPU s) | default (wall s) | "
+          "load at its start |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for gpus in sorted({g for g, _ in rows}):
+        ex, de = rows.get((gpus, True)), rows.get((gpus, False))
+        configs = (de or ex).get("configs", "-")
+        print(f"| {gpus:,} | {configs} | {ex['cpu_s'] if ex else '-'} | "
+              f"{de['cpu_s'] if de else '-'} | {de['wall_s'] if de else '-'} | "
+              f"{de['load_before'] if de else '-'} |")
+    commits = sorted({r["commit"] for r in rows.values()})
+    print(f"\nCommits {', '.join(commits)}; CPU seconds are user + system of the `plan` process.")
+
+
 def main():
     args = sys.argv[1:]
+    if args[:1] == ["--table"]:
+        return table(args[1])
     exact_up_to = 1024
     if "--exact-up-to" in args:
         i = args.index("--exact-up-to")

@@ -106,6 +106,22 @@ done
 long=$(printf 'and the lamps were lit %.0s' $(seq 1 400))
 expect_error 2 "--max-memory too small" "fits on [0-9]* ranks" \
   mpi 2 generate --ckpt "$ck" --prompt "$long" --max-memory 0.002 --max-new 4
+# The same limit on the ranks it names: the prompt runs. Limits from the estimate on one rank down
+# to a few MB: the first that one rank refuses while at most 4 ranks hold the prompt.
+for lim in 0.03 0.02 0.015 0.01 0.008 0.006 0.005 0.004; do
+  out=$(mpi 1 generate --ckpt "$ck" --prompt "$long" --max-memory $lim --max-new 4 2>&1) && continue
+  fit=$(echo "$out" | grep -o "fits on [0-9]* ranks" | grep -o "[0-9]*")
+  [ -n "$fit" ] && [ "$fit" -le 4 ] && [ "$fit" -ge 2 ] && break
+  fit=""
+done
+if [ -z "$fit" ]; then
+  err "--max-memory: no limit refused one rank and named 2..4 ranks (last: $out)"
+else
+  mpi "$fit" generate --ckpt "$ck" --prompt "$long" --max-memory $lim --max-new 4 --json \
+    >"$work/fit.json" 2>"$work/err" ||
+    err "--max-memory $lim: refused on one rank, naming $fit ranks, but failed on them: $(cat "$work/err")"
+  echo "--max-memory $lim GiB: one rank refused; $fit ranks ran the prompt ($(grep -o '"cache_bytes_per_rank": [0-9]*' "$work/fit.json"))"
+fi
 # Bad input: one line, exit 2.
 "$py" -c "
 import struct, sys
