@@ -53,6 +53,19 @@ TEST(Ops, MatmulForwardBackward) {
   expect_close(dx, rdx, 1e-4, 1e-5);
 }
 
+// One row (a decode step's product, a matrix-vector product), with and without the bias.
+TEST(Ops, MatmulForwardOneRow) {
+  const int C = 33, OC = 21;
+  auto x = randn(C, 11), w = randn(OC * C, 12), b = randn(OC, 13);
+  Vec want = ref::matmul(to_d(x), to_d(w), 1, C, OC);
+  std::vector<float> y(OC, 9.0f);
+  matmul_fwd(y.data(), x.data(), w.data(), nullptr, 1, C, OC);  // overwrites what y held
+  expect_close(y, want, 1e-4, 1e-5);
+  matmul_fwd(y.data(), x.data(), w.data(), b.data(), 1, C, OC);
+  for (int o = 0; o < OC; ++o) want[size_t(o)] += b[size_t(o)];
+  expect_close(y, want, 1e-4, 1e-5);
+}
+
 TEST(Ops, LayerNormForwardBackward) {
   const int64_t N = 13;
   const int C = 40;

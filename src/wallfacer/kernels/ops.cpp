@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,6 +21,12 @@ void matmul_fwd(float* out, const float* inp, const float* weight, const float* 
   WF_CHECK(N >= 0 && N < (int64_t(1) << 31), "matmul_fwd: {} rows do not fit a BLAS int", N);
   if (N == 0) return;
   float beta = 0.0f;
+  if (N == 1) {  // one row (a decode step): out = weight inp, a matrix-vector product
+    if (bias) std::copy_n(bias, OC, out);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, bias ? 1.0f : 0.0f,
+                out, 1);
+    return;
+  }
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
