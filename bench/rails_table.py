@@ -25,10 +25,14 @@ from attn_times import measured_ms
 def label(r):
     s = r["strategy"]
     kv = " keep-kv" if r.get("keep_kv") else ""
+    if r["ulysses"] > 1 and s == "wallfacer":
+        return f"ulysses{r['ulysses']} x wallfacer C={r['C']}{kv} {r['placement']}"
     if r["ulysses"] > 1:
         return f"ulysses{r['ulysses']} x {s} {r['placement']}"
     if s == "wallfacer":
         return f"wallfacer C={r['C']}{kv} {r['placement']}"
+    if s == "double-ring":
+        return f"double-ring W={r['inner']}"
     return s
 
 
