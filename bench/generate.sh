@@ -71,30 +71,9 @@ results=$out/results.jsonl
 
 # The model: one training step from seed 1 at seq 256 on a small generated text, saved.
 if [[ ! -d $out/model/ckpt ]]; then
-  python3 - "$out/text.txt" <<'PY'
-import random, sys
-rng = random.Random(1)
-words = ["the", "and", "of", "to", "lamp", "door", "river", "stone", "light", "long", "context"]
-open(sys.argv[1], "w").write("".join(" ".join(rng.choice(words) for _ in range(10)) + ".\n"
-                                     for _ in range(3000)))
-PY
-  "$wf" prepare --input "$out/text.txt" --out "$out/data" --val-fraction 0.25 >/dev/null
   vocab=257
   source bench/llama_toml.sh
-  llama_model_toml "$out/model.toml"
-  cat >>"$out/model.toml" <<TOML
-[data]
-dir = "$out/data"
-[train]
-batch = 1
-seq = 256
-steps = 1
-lr = 1e-4
-eval_every = 0
-ckpt_every = 1
-seed = 1
-TOML
-  "$wf" train --config "$out/model.toml" --out "$out/model" --overwrite --progress none >/dev/null
+  llama_one_step "$out" 256 1e-4
 fi
 # prompt LENGTH: the seeded random prompt of LENGTH ids as a 1-D int32 .npy (its path).
 prompt() {

@@ -59,30 +59,8 @@ results=$out/results.jsonl
 
 # The model: one training step, exported, written as GGUF.
 if [[ ! -f $out/model.gguf ]]; then
-  python3 - "$out/text.txt" <<'PY'
-import random, sys
-rng = random.Random(1)
-words = ["the", "and", "of", "to", "lamp", "door", "river", "stone", "light", "long", "context"]
-open(sys.argv[1], "w").write("".join(" ".join(rng.choice(words) for _ in range(10)) + ".\n"
-                                     for _ in range(3000)))
-PY
-  "$wf" prepare --input "$out/text.txt" --out "$out/data" --val-fraction 0.25 >/dev/null
   source bench/llama_toml.sh
-  llama_model_toml "$out/model.toml"
-  cat >>"$out/model.toml" <<TOML
-[data]
-dir = "$out/data"
-[train]
-batch = 1
-seq = 128
-steps = 1
-lr = 1e-3
-eval_every = 0
-ckpt_every = 1
-seed = 1
-TOML
-  OMP_NUM_THREADS=$threads "$wf" train --config "$out/model.toml" --out "$out/model" --overwrite \
-    --progress none >/dev/null
+  OMP_NUM_THREADS=$threads llama_one_step "$out" 128 1e-3
   rm -rf "$out/hf"
   "$wf" export-hf "$out/model" --out "$out/hf" >/dev/null
   "$venv/bin/python" bench/gguf_from_hf.py "$out/hf" "$out/model.gguf"
