@@ -20,6 +20,9 @@
 #   wallfacer-bf16  the same with --dtype bf16 (the prefill in bf16, the decode fp32)
 #   llama.cpp       bench/llama_cpp_run.py --threads T (fp32 weights, n_batch = n_ubatch = 512)
 #   llama.cpp-fa    the same with llama.cpp's flash attention
+#   transformers    bench/hf_generate_run.py on the exported folder: PyTorch with
+#                   scaled_dot_product_attention, fp32 (the transformers venv, bench/hf_venv.sh)
+#   transformers-bf16  the same under CPU bf16 autocast
 # Appends one JSON line per run to OUT/results.jsonl (bench/record.py): the round, configuration,
 # model, threads, and the run's ttft_ms, prefill_tokens_per_s, decode_tokens_per_s.
 # bench/generate_vs_llama_cpp_table.py prints the table. llama.cpp's virtual environment is
@@ -47,12 +50,16 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 for c in $configs; do
-  [[ $c == wallfacer || $c == wallfacer-bf16 || $c == llama.cpp || $c == llama.cpp-fa ]] ||
-    { echo "generate_vs_llama_cpp.sh: configuration '$c' must be wallfacer, wallfacer-bf16, llama.cpp or llama.cpp-fa" >&2
+  [[ $c =~ ^(wallfacer|wallfacer-bf16|llama\.cpp|llama\.cpp-fa|transformers|transformers-bf16)$ ]] ||
+    { echo "generate_vs_llama_cpp.sh: configuration '$c' must be wallfacer, wallfacer-bf16, llama.cpp, llama.cpp-fa, transformers or transformers-bf16" >&2
       exit 2; }
 done
 wf=${WALLFACER:-build/wallfacer}
 [[ -x $wf ]] || { echo "generate_vs_llama_cpp.sh: $wf not found: run make build" >&2; exit 2; }
+if [[ " $configs " == *" transformers"* ]]; then
+  source bench/hf_venv.sh
+  hf_venv=$venv
+fi
 source bench/llama_cpp_venv.sh
 mkdir -p "$out"
 results=$out/results.jsonl
@@ -97,6 +104,10 @@ for round in $(seq 1 "$rounds"); do
           cmd=("$venv/bin/python" bench/llama_cpp_run.py "$out/model.gguf" "$p" --max-new "$max_new"
                --threads "$threads")
           [[ $c == llama.cpp ]] || cmd+=(--flash-attn) ;;
+        transformers | transformers-bf16)
+          cmd=("$hf_venv/bin/python" bench/hf_generate_run.py "$out/hf" "$p" --max-new "$max_new"
+               --threads "$threads")
+          [[ $c == transformers ]] || cmd+=(--bf16) ;;
       esac
       load0=$(cut -d' ' -f1-3 /proc/loadavg)
       res=$("${cmd[@]}" 2>"$out/$c-$s-$round.err" | tail -1) ||

@@ -7,7 +7,8 @@ bench/generate_vs_llama_cpp.sh appends to its OUT/results.jsonl:
 One row per prompt length and configuration: prefill tokens/s (the prompt's length over the time to
 first token) and decode tokens/s (medians over the rounds), and wallfacer's ratio to each llama.cpp
 configuration (the median of the ratios within each round). Under the table: the check that both
-engines ran the same model (the first token's logits after a 64-token prompt).
+engines ran the same model (the first token's logits after a 64-token prompt). transformers runs
+the exported folder in PyTorch (scaled_dot_product_attention), fp32 or under bf16 autocast.
 """
 import collections
 import json
@@ -18,7 +19,8 @@ from llama_sp_table import params
 
 LABELS = {"wallfacer": "wallfacer", "wallfacer-bf16": "wallfacer, bf16 prefill",
           "llama.cpp": "llama.cpp",
-          "llama.cpp-fa": "llama.cpp, flash attention"}
+          "llama.cpp-fa": "llama.cpp, flash attention", "transformers": "transformers, fp32",
+          "transformers-bf16": "transformers, bf16 autocast"}
 
 
 def main():
@@ -51,12 +53,14 @@ def main():
     m = r0["model"]
     ck = r0["check"]
     versions = sorted({r["llama_cpp_version"] for r in rows if r.get("llama_cpp_version")})
+    torch_v = sorted({f"PyTorch {r['torch_version']}, transformers {r['transformers_version']}"
+                      for r in rows if r.get("torch_version")})
     extra = [f"model.arch llama: {m['layers']} layers, dim {m['dim']}, {m['heads']} heads "
              f"({m['kv_heads']} K,V), SwiGLU {m['intermediate']}, vocab {m['vocab']}, "
-             f"{params(m) / 1e6:.1f}M parameters, fp32 weights in both engines (wallfacer's bf16 "
+             f"{params(m) / 1e6:.1f}M parameters, fp32 weights in every engine (wallfacer's bf16 "
              "prefill rounds them to bf16 for its products)",
              f"{r0['threads']} threads, greedy, {rounds_text(len({r['round'] for r in rows}))}",
-             f"llama-cpp-python {'/'.join(versions)}",
+             f"llama-cpp-python {'/'.join(versions)}", *torch_v,
              f"the same model: first token's logits after {ck['prompt_tokens']} tokens differ by "
              f"at most {ck['max_abs_diff']:.1e} (largest logit {ck['max_abs_logit']:.2f}), "
              f"greedy token {'the same' if ck['same_greedy'] else 'different'}"]
