@@ -1,5 +1,7 @@
 #include "wallfacer/model/sampler.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -110,9 +112,30 @@ void GptDecoder::norm(const float* w, const float* b) {
   }
 }
 
+namespace {
+// The OpenMP threads of one decode step. A step's norms, rotary embedding and activations are one
+// row each: a team of threads costs more than it saves there (each region's start and barrier;
+// on a busy machine a thread waits for its team's descheduled threads), so they run on one
+// thread; the attention over a cache of at least kTeamKeys positions (work in every head) takes
+// the caller's threads.
+constexpr int64_t kTeamKeys = 4096;
+class OneThread {
+ public:
+  OneThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+  int saved() const { return saved_; }
+
+ private:
+  int saved_;
+};
+}  // namespace
+
 // x (1, C) flows through the blocks like Gpt::forward; the cache keeps the keys and values and
 // runs the attention over earlier positions.
 const float* GptDecoder::step(int32_t token) {
+  const OneThread one;
   const int C = cfg_.dim, D = cfg_.head_dim(), H = cfg_.heads, Hkv = cfg_.kv_heads;
   const int Q = cfg_.qkv_dim(), M = cfg_.mlp_hidden(), F = cfg_.fc_dim();
   const int64_t pos = pos_;
@@ -124,7 +147,9 @@ const float* GptDecoder::step(int32_t token) {
     k::matmul_fwd(qkv_.data(), ln_.data(), w.qkv_w, w.qkv_b, 1, C, Q);
     k::rope_fwd(q_.data(), qkv_.data(), Q, cos_.data(), sin_.data(), 1, 1, H, D);
     k::rope_fwd(k_.data(), qkv_.data() + H * D, Q, cos_.data(), sin_.data(), 1, 1, Hkv, D);
+    if (pos >= kTeamKeys) omp_set_num_threads(one.saved());
     cache_->attend(l, pos, q_.data(), k_.data(), qkv_.data() + (H + Hkv) * D, o_.data());
+    omp_set_num_threads(1);
     k::matmul_fwd(tmp_.data(), o_.data(), w.proj_w, nullptr, 1, C, C);
     for (int c = 0; c < C; ++c) x_[size_t(c)] += tmp_[size_t(c)];
     norm(w.ln2_w, w.ln2_b);
