@@ -314,15 +314,16 @@ void Gpt::dense_bwd(const Act& din, float* dw, const Act& dout, const Act& in, c
 
 // The statistics are fp32; a bf16 output is computed into scratch, then rounded.
 void Gpt::norm_fwd(const Act& out, float* scratch, float* mean, float* rstd, const float* x,
-                   const float* w, const float* b) {
+                   const float* w, const float* b, int64_t rows) {
   const int C = cfg_.dim;
+  const int64_t n = rows < 0 ? N_ : rows;
   float* y = out.b16 ? scratch : out.f32;
   if (cfg_.rmsnorm()) {
-    k::rmsnorm_fwd(y, rstd, x, w, N_, C, float(cfg_.norm_eps));
+    k::rmsnorm_fwd(y, rstd, x, w, n, C, float(cfg_.norm_eps));
   } else {
-    k::layernorm_fwd(y, mean, rstd, x, w, b, N_, C);
+    k::layernorm_fwd(y, mean, rstd, x, w, b, n, C);
   }
-  if (out.b16) round_to_bf16(scratch, out.b16, N_ * int64_t(C));
+  if (out.b16) round_to_bf16(scratch, out.b16, n * int64_t(C));
 }
 
 void Gpt::norm_bwd(float* dx, float* dw, float* db, const float* dout, const float* x,
@@ -591,26 +592,17 @@ void Gpt::forward_logits(const int32_t* tokens, const std::vector<int64_t>& rows
   if (n == 0) return;
   std::vector<float> x(size_t(n * C)), y(size_t(n * C)), mean(static_cast<size_t>(n)),
       rstd(static_cast<size_t>(n));
+  std::vector<bf16> y16(bf ? size_t(n * C) : 0), out16(bf ? size_t(n * V) : 0);
   for (int64_t i = 0; i < n; ++i) {
     WF_CHECK(rows[size_t(i)] >= 0 && rows[size_t(i)] < N_, "forward_logits: row {} of {}",
              rows[size_t(i)], N_);
     std::copy_n(a.x_final + rows[size_t(i)] * C, C, x.begin() + i * C);
   }
-  if (cfg_.rmsnorm()) {
-    k::rmsnorm_fwd(y.data(), rstd.data(), x.data(), p_.lnf_w, n, C, float(cfg_.norm_eps));
-  } else {
-    k::layernorm_fwd(y.data(), mean.data(), rstd.data(), x.data(), p_.lnf_w, p_.lnf_b, n, C);
-  }
-  if (!bf) {
-    model::dense_fwd(Act{logits, nullptr}, Act{y.data(), nullptr}, p_.lm_head, nullptr, nullptr, n,
-                     C, V);
-    return;
-  }
-  std::vector<bf16> y16(size_t(n * C)), out16(size_t(n * V));
-  round_to_bf16(y.data(), y16.data(), n * C);
-  model::dense_fwd(Act{nullptr, out16.data()}, Act{nullptr, y16.data()}, p_.lm_head,
-                   weight16(p_.lm_head), nullptr, n, C, V);
-  widen_to_fp32(out16.data(), logits, n * V);
+  const Act normed = pick(bf, y.data(), y16.data());
+  norm_fwd(normed, y.data(), mean.data(), rstd.data(), x.data(), p_.lnf_w, p_.lnf_b, n);
+  model::dense_fwd(pick(bf, logits, out16.data()), normed, p_.lm_head, weight16(p_.lm_head),
+                   nullptr, n, C, V);
+  if (bf) widen_to_fp32(out16.data(), logits, n * V);
 }
 
 void Gpt::backward(float dloss) {

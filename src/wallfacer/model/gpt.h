@@ -189,9 +189,10 @@ class Gpt {
   void dense_bwd(const Act& din, float* dw, const Act& dout, const Act& in, const float* w, int C,
                  int OC, float* dbias = nullptr);
   // out (N, C) = norm(x) (layernorm or RMSNorm) in the dtype of out (bf16: through scratch);
-  // mean is unused by RMSNorm. The backward adds to dx, dw and db (db null for RMSNorm).
+  // mean is unused by RMSNorm; rows >= 0: that many rows instead of N. The backward adds to dx,
+  // dw and db (db null for RMSNorm).
   void norm_fwd(const Act& out, float* scratch, float* mean, float* rstd, const float* x,
-                const float* w, const float* b);
+                const float* w, const float* b, int64_t rows = -1);
   void norm_bwd(float* dx, float* dw, float* db, const float* dout, const float* x, const float* w,
                 const float* mean, const float* rstd);
   void rope_tables(const int64_t* pos, int n);  // rope_cos_, rope_sin_ for n rows
