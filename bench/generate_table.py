@@ -17,7 +17,7 @@ import sys
 
 import json
 
-from kernels_table import context, med, rounds_text
+from kernels_table import context, load_after, med, rounds_text
 from llama_sp_table import params
 
 LABELS = {"ring": "ring", "zigzag": "zigzag", "wallfacer2": "WallFacer-2",
@@ -83,9 +83,7 @@ def main():
                       if r.get("wallfacer_cpu_period_us")})
     if periods:
         extra.append("scheduling period " + "/".join(f"{p / 1000:g} ms" for p in periods))
-    after = [float(r["load_after"].split()[0]) for r in rows]
-    extra.append(f"load average {min(after):.1f}–{max(after):.1f} (1 min) at the ends of the "
-                 "runs")
+    extra.append(load_after(rows))
     print()
     print(context(rows, extra))
 

@@ -14,7 +14,7 @@ import collections
 import json
 import sys
 
-from kernels_table import context, med, rounds_text
+from kernels_table import context, load_after, med, rounds_text
 from llama_sp_table import params
 
 LABELS = {"wallfacer": "wallfacer", "wallfacer-bf16": "wallfacer, bf16 prefill",
@@ -64,9 +64,7 @@ def main():
              f"the same model: first token's logits after {ck['prompt_tokens']} tokens differ by "
              f"at most {ck['max_abs_diff']:.1e} (largest logit {ck['max_abs_logit']:.2f}), "
              f"greedy token {'the same' if ck['same_greedy'] else 'different'}"]
-    after = [float(r["load_after"].split()[0]) for r in rows]
-    extra.append(f"load average {min(after):.1f}–{max(after):.1f} (1 min) at the ends of the "
-                 "runs")
+    extra.append(load_after(rows))
     print()
     print(context(rows, extra))
 

@@ -46,6 +46,12 @@ def span(xs):
     return f"{times(min(xs))[:-1]}–{times(max(xs))}" if xs else "-"
 
 
+def load_after(rows):
+    """The load averages the runs recorded at their ends ("load_after"), as a context part."""
+    after = [float(r["load_after"].split()[0]) for r in rows]
+    return f"load average {min(after):.1f}–{max(after):.1f} (1 min) at the ends of the runs"
+
+
 def context(rows, extra=()):
     """One line: the machine, the libraries and the load of the runs."""
     r0 = rows[0]

@@ -16,7 +16,7 @@ import json
 import statistics
 import sys
 
-from kernels_table import context, med, rounds_text, span
+from kernels_table import context, load_after, med, rounds_text, span
 
 LABELS = {"wallfacer2": "WallFacer-2", "zigzag": "zigzag", "ulysses2-zigzag": "Ulysses 2 x zigzag"}
 
@@ -73,9 +73,7 @@ def main():
         extra.append(f"{nodes} emulated nodes with cards of {rate}")
     if r0.get("cpu_per_rank"):
         extra.append(f"each rank capped at {r0['cpu_per_rank']:g} of a core (--cpu-per-rank)")
-    after = [float(r["load_after"].split()[0]) for r in rows]
-    extra.append(f"load average {min(after):.1f}–{max(after):.1f} (1 min) at the ends of the "
-                 "runs")
+    extra.append(load_after(rows))
     if notes:
         print("\nRatios to zigzag per round: " + "; ".join(notes) + ".")
     print()
