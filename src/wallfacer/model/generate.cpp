@@ -165,7 +165,7 @@ ShardedKvCache::ShardedKvCache(const GptConfig& cfg, comm::Communicator& group,
 
 void ShardedKvCache::add_prefill(int layer, const float* k, const float* v,
                                  const std::vector<int64_t>& positions) {
-  const int64_t row = int64_t(cfg_.kv_heads) * cfg_.head_dim();
+  const int64_t row = kv_row();
   const size_t layer_off = size_t(layer) * size_t(capacity_) * size_t(row);
   const std::vector<seqpar::PositionRun>& mine = runs_[size_t(group_.rank())];
   for (size_t i = 0; i < positions.size(); ++i) {
@@ -246,7 +246,7 @@ const float* ShardedKvCache::values(int layer) const {
 
 void ShardedKvCache::append_rows(int layer, const float* k, const float* v, int64_t n) {
   WF_CHECK(rows_ + n <= capacity_, "KV cache shard full ({} positions, {} more)", capacity_, n);
-  const int64_t row = int64_t(cfg_.kv_heads) * cfg_.head_dim();
+  const int64_t row = kv_row();
   const size_t off = (size_t(layer) * size_t(capacity_) + size_t(rows_)) * size_t(row);
   std::copy_n(k, n * row, k_.data() + off);
   std::copy_n(v, n * row, v_.data() + off);
@@ -437,7 +437,7 @@ class ContinueAttention : public AttentionOp {
   int64_t sent_ = 0;
   std::vector<float> a_, b_;
 
-  int64_t kv_row() const { return int64_t(cfg_.kv_heads) * cfg_.head_dim(); }
+  int64_t kv_row() const { return cache_.kv_row(); }
   int64_t window() const { return cfg_.layer_window(layer_); }  // the current layer's (0: none)
   int64_t q_row() const { return int64_t(cfg_.heads) * cfg_.head_dim(); }
   k::AttnDims dims(int64_t rows, int64_t keys) const {
