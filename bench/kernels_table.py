@@ -67,7 +67,8 @@ def context(rows, extra=()):
                    for r in rows if isinstance(r.get("env"), dict) and r["env"]})
     parts = [f"{r0.get('cpu', '?')}, {r0.get('cpus', '?')} cores ({isa})",
              *([f"run with {' / '.join(envs)}"] if envs else []),
-             f"OpenBLAS core {r0.get('blas_core', '?')}", *extra,
+             f"OpenBLAS core {r0.get('blas_core', '?')}",
+             *([f"sgemm {r0['sgemm']}"] if r0.get("sgemm") else []), *extra,
              f"load average {min(loads):.1f}–{max(loads):.1f} (1 min) at the starts of the runs",
              f"commit {', '.join(commits)}"]
     return "; ".join(parts) + "."

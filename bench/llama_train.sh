@@ -7,7 +7,8 @@
 #   wallfacer_bf16  train.dtype = "bf16" at the level the CPU's dispatch picks (AVX512-BF16 here)
 #   torch_bf16      PyTorch under bf16 autocast, fp32 master weights
 #   wallfacer_fp32_avx2  train.dtype = "fp32" with WALLFACER_CPU=avx2 WALLFACER_BF16_PATH=portable
-#                   OPENBLAS_CORETYPE=Haswell: the code a CPU without AVX-512 runs
+#                   OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2: the code a CPU without
+#                   AVX-512 runs
 #   torch_fp32_avx2 PyTorch fp32 with ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
 #                   ONEDNN_MAX_CPU_ISA=AVX2: the same for PyTorch
 # and prints the tokens/s with the ratios. With OUT, every run is appended to OUT as a JSON line
@@ -46,7 +47,7 @@ ckpt_every = 0
 TOML
 shape="\"layers\": $layers, \"dim\": $dim, \"heads\": $heads, \"kv_heads\": $kv, \"intermediate\": $inter, \"vocab\": $vocab, \"seq\": $seq, \"batch\": 1, \"steps\": $steps, \"threads\": $threads"
 torch_args="--layers $layers --dim $dim --heads $heads --kv-heads $kv --intermediate $inter --vocab $vocab --seq $seq --steps $steps --threads $threads"
-avx2_wf="WALLFACER_CPU=avx2 WALLFACER_BF16_PATH=portable OPENBLAS_CORETYPE=Haswell"
+avx2_wf="WALLFACER_CPU=avx2 WALLFACER_BF16_PATH=portable OPENBLAS_CORETYPE=Haswell ONEDNN_MAX_CPU_ISA=AVX2"
 avx2_torch="ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2"
 record() {  # record RUN ROUND LOAD COMMAND JSON: appends a run to OUT when OUT is given
   [[ -z $out ]] || python3 bench/record.py "$out" --run "$1" --round "$2" --load "$3" \

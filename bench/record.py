@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Appends benchmark results to a JSON-lines file under docs/data/, each with the context that
 decides what the numbers mean: the command, the commit, the machine's load before the run, the
-CPU (model, cores, the instruction-set flags that pick the kernels' code paths) and OpenBLAS's core
-type.
+CPU (model, cores, the instruction-set flags that pick the kernels' code paths), OpenBLAS's core
+type and what computes the kernels' fp32 products (`sgemm`: oneDNN's version and instruction set).
 
   bench/record.py OUT --run KIND [--round R] -- COMMAND...
       runs COMMAND (from the repository root) and appends every line of its stdout that is a JSON
@@ -13,8 +13,8 @@ type.
 train_run() gives the training benchmarks (bench/documents_train.sh, bench/llama_sp.sh) the fields
 of a `wallfacer train` run from its metrics.jsonl and its launcher's settings.
 
-The OpenBLAS core is the result's own `blas_core` where it has one, else the one
-`wallfacer bench kernel` reports (WALLFACER, default build/wallfacer).
+The OpenBLAS core and the sgemm are the result's own `blas_core` and `sgemm` where it has them, else
+those `wallfacer bench kernel` reports (WALLFACER, default build/wallfacer).
 """
 import argparse
 import json
@@ -47,7 +47,8 @@ def cpu():
 
 # Environment variables that change which code a run takes (kernels/isa.h, kernels/attention_bf16.h,
 # OpenBLAS's and PyTorch's kernel choice), recorded when set.
-SETTINGS = ("WALLFACER_CPU", "WALLFACER_BF16_PATH", "OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY")
+SETTINGS = ("WALLFACER_CPU", "WALLFACER_BF16_PATH", "OPENBLAS_CORETYPE", "ONEDNN_MAX_CPU_ISA",
+            "ATEN_CPU_CAPABILITY")
 
 
 def settings():
@@ -55,14 +56,16 @@ def settings():
 
 
 def blas_core():
+    """The `blas_core` and `sgemm` fields of `wallfacer bench kernel --json` ({} when it fails)."""
     wf = os.environ.get("WALLFACER", os.path.join(ROOT, "build", "wallfacer"))
     try:
         out = subprocess.run([wf, "bench", "kernel", "--seq", "64", "--heads", "1", "--dtype",
                               "fp32", "--iters", "1", "--json"], capture_output=True, text=True,
                              env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=60).stdout
-        return json.loads(out.splitlines()[0])["blas_core"]
+        first = json.loads(out.splitlines()[0])
+        return {k: first[k] for k in ("blas_core", "sgemm") if k in first}
     except (OSError, IndexError, KeyError, ValueError, subprocess.TimeoutExpired):
-        return None
+        return {}
 
 
 def train_run(metrics, seq, cpu, emulate, cards):
@@ -129,9 +132,9 @@ def main():
     core = None
     with open(a.out, "a") as f:
         for r in results:
-            if "blas_core" not in r:
-                core = core or blas_core()
-                r["blas_core"] = core
+            if "blas_core" not in r or "sgemm" not in r:
+                core = blas_core() if core is None else core
+                r.update({k: v for k, v in core.items() if k not in r})
             r.update(context)
             f.write(json.dumps(r) + "\n")
     return 0

@@ -13,6 +13,7 @@
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/dense_bf16.h"
+#include "wallfacer/kernels/sgemm.h"
 
 namespace wallfacer::cli {
 namespace {
@@ -39,11 +40,11 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
   set_blas_threads(threads);
   if (!opt.json) {
     fmt::print(
-        "# wallfacer bench gemm: dense products bf16 ({} path{}) vs fp32 (cblas_sgemm, OpenBLAS "
-        "core {}), threads {}\n",
+        "# wallfacer bench gemm: dense products bf16 ({} path{}) vs fp32 (sgemm: {}), "
+        "threads {}\n",
         kernels::bf16_path_name(path),
         path == kernels::Bf16Path::avx512 ? fmt::format(", {}", kernels::dense_bf16_backend()) : "",
-        blas_core_name(), threads);
+        kernels::sgemm_backend(), threads);
     fmt::print(
         "# out (N, OC) = inp (N, C) weight (OC, C)^T + bias; dinp = dout weight; dweight += dout^T "
         "inp; FLOPs 2 N C OC each;\n# rounds of all six interleaved, best round reported; ratio = "

@@ -1,7 +1,8 @@
 // wallfacer bench kernel (and gemm, bench_gemm.cpp): the options and the output of the kernel
 // benchmark (bench/kernel_bench.h): flash-attention forward/backward GFLOP/s (fp32 and/or bf16
-// kernels) against OpenBLAS sgemm measured in the same run, one row per case and dtype (nccl-tests
-// style), or one JSON object per case and dtype. With --docs or --docs-random: the kernels of
+// kernels) against the kernels' sgemm (kernels/sgemm.h) measured in the same run, one row per case
+// and dtype (nccl-tests style), or one JSON object per case and dtype. With --docs or
+// --docs-random: the kernels of
 // --dtype on a packed sequence of documents against the same sequence without documents (the
 // speedup of skipped tiles).
 
@@ -26,6 +27,7 @@
 #include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/kernels/isa.h"
+#include "wallfacer/kernels/sgemm.h"
 #include "wallfacer/seqpar/doc_layout.h"
 
 namespace wallfacer::cli {
@@ -173,9 +175,9 @@ int run_kernel_bench(KernelBenchOptions opt) {
   const std::string_view isa = kernels::isa::name(kernels::isa::active());
   if (!opt.json) {
     fmt::print(
-        "# wallfacer bench kernel: flash attention {}, threads {}, OpenBLAS core {}, kernels "
+        "# wallfacer bench kernel: flash attention {}, threads {}, sgemm {}, kernels "
         "{}{}\n",
-        opt.dtype == "both" ? "fp32 and bf16" : opt.dtype, threads, core, isa,
+        opt.dtype == "both" ? "fp32 and bf16" : opt.dtype, threads, kernels::sgemm_backend(), isa,
         bf16 ? fmt::format(", bf16 tile products {}", kernels::bf16_path_name(path)) : "");
     fmt::print(
         "# FLOPs: fwd 4*B*H*S*S*D, bwd 2.5x fwd, halved when causal; sgemm: (n x D)(D x n);\n"
@@ -216,6 +218,7 @@ int run_kernel_bench(KernelBenchOptions opt) {
                               {"workspace_bytes", x.workspace_bytes},
                               {"peak_rss_bytes", r.peak_rss_bytes},
                               {"blas_core", core},
+                              {"sgemm", kernels::sgemm_backend()},
                               {"isa", isa},
                               {"check_err", x.check_err},
                               {"check_tol", x.check_tol}};
@@ -256,7 +259,7 @@ Action setup_bench(CLI::App& root) {
       "bench", "Benchmarks (kernel: flash attention vs sgemm; gemm: bf16 vs fp32 dense products)");
   auto opt = std::make_shared<KernelBenchOptions>();
   CLI::App* kernel = bench->add_subcommand(
-      "kernel", "Flash-attention forward/backward GFLOP/s against OpenBLAS sgemm, same threads");
+      "kernel", "Flash-attention forward/backward GFLOP/s against sgemm, same threads");
   kernel->add_option("--seq", opt->seqs, "Sequence lengths (one case each)")
       ->expected(1, 64)
       ->capture_default_str();

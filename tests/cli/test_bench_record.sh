@@ -24,10 +24,11 @@ r = rows[0]
 flags = next(l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags"))
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=src, capture_output=True,
                         text=True).stdout.strip()
-core = json.loads(subprocess.run([wf, "bench", "kernel", "--seq", "64", "--heads", "1",
-                                  "--dtype", "fp32", "--iters", "1", "--json"],
-                                 capture_output=True, text=True).stdout.splitlines()[0])["blas_core"]
-want = {"x": 1.5, "run": "probe", "round": 2, "commit": commit, "blas_core": core}
+probe = json.loads(subprocess.run([wf, "bench", "kernel", "--seq", "64", "--heads", "1",
+                                   "--dtype", "fp32", "--iters", "1", "--json"],
+                                  capture_output=True, text=True).stdout.splitlines()[0])
+want = {"x": 1.5, "run": "probe", "round": 2, "commit": commit, "blas_core": probe["blas_core"],
+        "sgemm": probe["sgemm"]}
 for k, v in want.items():
     assert r.get(k) == v, f"{k}: {r.get(k)!r}, expected {v!r}"
 assert r["command"].startswith("python3 -c import json"), r["command"]

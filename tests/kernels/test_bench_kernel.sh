@@ -14,7 +14,7 @@ import json, sys
 lines = [l for l in sys.argv[1].splitlines() if l.strip()]
 assert len(lines) == 2, f"expected 2 cases (full, causal), got {len(lines)}"
 keys = ["seq", "heads", "head_dim", "causal", "dtype", "fwd_gflops", "bwd_gflops", "sgemm_gflops",
-        "fwd_ratio", "bwd_ratio", "batch", "threads", "peak_rss_bytes", "blas_core", "isa",
+        "fwd_ratio", "bwd_ratio", "batch", "threads", "peak_rss_bytes", "blas_core", "sgemm", "isa",
         "check_err"]
 seen = set()
 for l in lines:

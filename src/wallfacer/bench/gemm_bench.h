@@ -1,6 +1,6 @@
 #pragma once
 // The dense-product benchmark (`wallfacer bench gemm`): the three products of a Transformer layer
-// in bf16 (kernels/dense_bf16.h) against fp32 (kernels/ops.h, cblas_sgemm), timed in the same
+// in bf16 (kernels/dense_bf16.h) against fp32 (kernels/ops.h, kernels/sgemm.h), timed in the same
 // rounds and spot-checked against fp64 sums of the bf16 inputs. The caller validates and prints.
 
 #include <cstdint>

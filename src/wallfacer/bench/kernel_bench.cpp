@@ -1,7 +1,5 @@
 #include "wallfacer/bench/kernel_bench.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -16,12 +14,14 @@
 #include "wallfacer/kernels/attention_params.h"
 #include "wallfacer/kernels/doc_mask.h"
 #include "wallfacer/kernels/reference/attention_ref.h"
+#include "wallfacer/kernels/sgemm.h"
 
 namespace wallfacer::bench {
 namespace {
 
-// C = A B with A (n x d), B (d x n), all threads given to OpenBLAS. n is capped so that C stays at
-// most 64 MiB; the FLOP rate of this shape no longer changes at that size.
+// C = A B with A (n x d), B (d x n), on all threads (kernels/sgemm.h, the kernels' own products). n
+// is capped so that C stays at most 64 MiB; the FLOP rate of this shape no longer changes at that
+// size.
 class SgemmProbe {
  public:
   SgemmProbe(int n, int d)
@@ -43,9 +43,8 @@ class SgemmProbe {
 
  private:
   void run() {
-    set_blas_threads(num_threads());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_, n_, d_, 1.0f, a_.data(), d_,
-                b_.data(), n_, 0.0f, c_.data(), n_);
+    kernels::sgemm(false, false, n_, n_, d_, 1.0f, a_.data(), d_, b_.data(), n_, 0.0f, c_.data(),
+                   n_);
   }
   int n_, d_;
   std::vector<float> a_, b_, c_;

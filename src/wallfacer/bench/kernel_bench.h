@@ -1,6 +1,6 @@
 #pragma once
 // The flash-attention kernel benchmark (`wallfacer bench kernel`): fp32 and bf16 forward/backward
-// timed in rounds interleaved with OpenBLAS sgemm of the same shape, spot-checked against the fp64
+// timed in rounds interleaved with the kernels' sgemm (kernels/sgemm.h) of the same shape, spot-checked against the fp64
 // reference; and the kernels (fp32 or bf16) on a packed sequence of documents against the same
 // sequence without documents. The caller validates the options and prints.
 

@@ -1,6 +1,5 @@
 #include "wallfacer/kernels/attention.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_common.h"
 #include "wallfacer/kernels/isa.h"
+#include "wallfacer/kernels/sgemm.h"
 #include "wallfacer/kernels/vec_math.h"
 
 // Compiled once per instruction-set level (kernels/isa.h).
@@ -159,7 +159,6 @@ void attn_fwd(const AttnFwdParams& p) {
   const int64_t per_thread = int64_t(bq) * bk + int64_t(bq) * D + 2 * bq;
   std::vector<float> work(per_thread * nthreads);
 
-  BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(nthreads)
   {
     float* s = work.data() + per_thread * omp_get_thread_num();
@@ -188,9 +187,8 @@ void attn_fwd(const AttnFwdParams& p) {
       detail::for_each_key_tile(
           d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.window, p.doc_of_pos,
           [&](int j0, int nk, const TileMask& mask) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, q,
-                        ld(p.q_stride.seq, D), k + j0 * p.k_stride.seq, ld(p.k_stride.seq, D), 0.0f,
-                        s, nk);
+            sgemm(false, true, nq, nk, D, p.scale, q, ld(p.q_stride.seq, D),
+                  k + j0 * p.k_stride.seq, ld(p.k_stride.seq, D), 0.0f, s, nk);
             for (int i = 0; i < nq; ++i) {
               float* srow = s + int64_t(i) * nk;
               int lo, hi;
@@ -207,8 +205,8 @@ void attn_fwd(const AttnFwdParams& p) {
               lb[i] = m + std::log(l);
               inv[i] = 1.0f / l;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, s, nk,
-                        v + j0 * p.v_stride.seq, ld(p.v_stride.seq, D), 0.0f, ob, D);
+            sgemm(false, false, nq, D, nk, 1.0f, s, nk, v + j0 * p.v_stride.seq,
+                  ld(p.v_stride.seq, D), 0.0f, ob, D);
             for (int i = 0; i < nq; ++i) {
               float* orow = ob + int64_t(i) * D;
               if (lb[i] == kNegInf) continue;
@@ -266,10 +264,10 @@ void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float*
           [&](int i0, int nq, const TileMask& mask) {
             const float* qi = q + i0 * p.q_stride.seq;
             const float* doi = dout + i0 * p.dout_stride.seq;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, p.scale, qi, ldq,
-                        k + j0 * p.k_stride.seq, ldk, 0.0f, ps, nk);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, D, 1.0f, doi, lddo,
-                        v + j0 * p.v_stride.seq, ldv, 0.0f, dps, nk);
+            sgemm(false, true, nq, nk, D, p.scale, qi, ldq, k + j0 * p.k_stride.seq, ldk, 0.0f, ps,
+                  nk);
+            sgemm(false, true, nq, nk, D, 1.0f, doi, lddo, v + j0 * p.v_stride.seq, ldv, 0.0f, dps,
+                  nk);
             for (int i = 0; i < nq; ++i) {
               float* prow = ps + int64_t(i) * nk;
               float* dprow = dps + int64_t(i) * nk;
@@ -289,12 +287,10 @@ void bwd_kv_range(const AttnBwdParams& p, const BwdTask& task, float* ps, float*
               for (int j = 0; j < nk; ++j) dprow[j] = prow[j] * (dprow[j] - dl) * p.scale;
             }
             // dV += P^T dO ; dK += dS^T Q ; dQ += dS K
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, ps, nk, doi, lddo,
-                        1.0f, dvj, lddv);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, dps, nk, qi, ldq,
-                        1.0f, dkj, lddk);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, 1.0f, dps, nk,
-                        k + j0 * p.k_stride.seq, ldk, 1.0f, dq + i0 * task.dq_seq, lddq);
+            sgemm(true, false, nk, D, nq, 1.0f, ps, nk, doi, lddo, 1.0f, dvj, lddv);
+            sgemm(true, false, nk, D, nq, 1.0f, dps, nk, qi, ldq, 1.0f, dkj, lddk);
+            sgemm(false, false, nq, D, nk, 1.0f, dps, nk, k + j0 * p.k_stride.seq, ldk, 1.0f,
+                  dq + i0 * task.dq_seq, lddq);
           });
     }
   }
@@ -338,7 +334,6 @@ void attn_bwd(const AttnBwdParams& p) {
   const int nthreads = num_threads();
   const int64_t per_thread = 2 * int64_t(tile.block_q) * tile.block_k;
   std::vector<float> work(per_thread * nthreads);
-  BlasSingleThreaded blas_guard;
   detail::run_bwd_tasks(d, p.causal, p.window, p.q_pos0, p.k_pos0, tile.block_k, nthreads, p.dq,
                         p.dq_stride, !p.accumulate, [&](const BwdTask& task, int thread) {
                           float* ps = work.data() + per_thread * thread;

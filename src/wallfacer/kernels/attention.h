@@ -37,8 +37,7 @@
 // and any other tensor); the kernels allocate their scratch per call (attn_*_workspace_bytes) and
 // keep nothing between calls.
 // Threads: each call runs OpenMP threads, as many as wallfacer uses (OMP_NUM_THREADS, else the
-// CPUs this process may use), and sets OpenBLAS to one thread for its duration, a process-wide
-// setting: call the kernels from one thread of the process at a time.
+// CPUs this process may use), each computing its tiles' products on its own (kernels/sgemm.h).
 // Errors: attn_fwd, attn_bwd, attn_bwd_preprocess and lse_merge check their arguments; bad
 // dimensions, strides or null pointers throw wallfacer::Error (core/error.h) before any work.
 // Results are deterministic for a given thread count and CPU (docs/numerics.md).

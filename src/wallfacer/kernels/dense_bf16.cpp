@@ -1,6 +1,5 @@
 #include "wallfacer/kernels/dense_bf16.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/ops.h"
 #include "wallfacer/kernels/scratch.h"
+#include "wallfacer/kernels/sgemm.h"
 
 namespace wallfacer::kernels {
 namespace {
@@ -145,10 +145,10 @@ void column_sums(float* dbias, const bf16* dout, int64_t N, int OC) {
 
 // ---- portable path: OpenMP threads, each widening its own tiles and calling sgemm ----
 //
-// Like the attention kernels, the portable path runs its own OpenMP threads and OpenBLAS with one
-// thread (BlasSingleThreaded): each thread widens the bf16 tiles it multiplies, calls sgemm on
-// them and rounds its own outputs, so the conversions run on every core, next to the products
-// that use them, and no OpenBLAS thread waits on an OpenMP one. The weight (or dout's columns, for
+// Like the attention kernels, the portable path runs its own OpenMP threads, each computing its
+// products on its own (sgemm inside a parallel region): each thread widens the bf16 tiles it
+// multiplies, calls sgemm on them and rounds its own outputs, so the conversions run on every
+// core, next to the products that use them. The weight (or dout's columns, for
 // dweight) is widened once per block, shared by the threads:
 //   forward, dinp: the weight in blocks of OC rows of at most kWideBytes of fp32 (one block unless
 //                  the layer is very large), then tiles of token rows;
@@ -193,7 +193,6 @@ void portable_fwd(bf16* out, const bf16* inp, const bf16* weight, const float* b
   const int64_t tile = tile_rows(N, threads);
   detail::Scratch shared(4 * int64_t(ob_max) * C, 0);
   float* w = shared.take(size_t(ob_max) * C);
-  BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
     const int64_t chunk = std::min<int64_t>(kChunk, ob_max);
@@ -208,8 +207,7 @@ void portable_fwd(bf16* out, const bf16* inp, const bf16* weight, const float* b
         widen_bf16(inp + n0 * C, x, rows * C);
         for (int c0 = 0; c0 < ob; c0 += int(kChunk)) {
           const int nc = int(std::min<int64_t>(kChunk, ob - c0));
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), nc, C, 1.0f, x, C,
-                      w + int64_t(c0) * C, C, 0.0f, y, nc);
+          sgemm(false, true, int(rows), nc, C, 1.0f, x, C, w + int64_t(c0) * C, C, 0.0f, y, nc);
           for (int64_t r = 0; r < rows; ++r) {
             float* __restrict row = y + r * nc;
             if (bias)
@@ -233,7 +231,6 @@ void portable_dinp(bf16* dinp, const bf16* dout, const bf16* weight, int64_t N, 
   const size_t dx_floats = one_block ? 0 : size_t(N * C);
   detail::Scratch shared(4 * (int64_t(ob_max) * C + int64_t(dx_floats)), 0);
   float *w = shared.take(size_t(ob_max) * C), *dx = shared.take(dx_floats);
-  BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
     const int64_t chunk = std::min<int64_t>(kChunk, ob_max);
@@ -256,8 +253,7 @@ void portable_dinp(bf16* dinp, const bf16* dout, const bf16* weight, int64_t N, 
         for (int c0 = 0; c0 < ob; c0 += int(kChunk)) {
           const int nc = int(std::min<int64_t>(kChunk, ob - c0));
           widen_rows(dout, OC, n0, rows, o0 + c0, nc, dy);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), C, nc, 1.0f, dy, nc,
-                      w + int64_t(c0) * C, C, 1.0f, acc, C);
+          sgemm(false, false, int(rows), C, nc, 1.0f, dy, nc, w + int64_t(c0) * C, C, 1.0f, acc, C);
         }
         if (last) round_bf16(acc, dinp + n0 * C, rows * C);
       }
@@ -273,7 +269,6 @@ void portable_dweight(float* dweight, const bf16* dout, const bf16* inp, int64_t
   const int64_t tile = tile_rows(OC, threads);
   detail::Scratch shared(4 * nb_max * C, 0);
   float* x = shared.take(size_t(nb_max * C));
-  BlasSingleThreaded blas_guard;
 #pragma omp parallel num_threads(threads)
   {
     const int64_t chunk = std::min<int64_t>(kChunk, nb_max);
@@ -288,8 +283,8 @@ void portable_dweight(float* dweight, const bf16* dout, const bf16* inp, int64_t
         for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
           const int64_t nr = std::min(kChunk, rows - r0);
           widen_rows(dout, OC, n0 + r0, nr, o0, ob, dy);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(ob), C, int(nr), 1.0f, dy,
-                      int(ob), x + r0 * C, C, 1.0f, dweight + o0 * C, C);
+          sgemm(true, false, int(ob), C, int(nr), 1.0f, dy, int(ob), x + r0 * C, C, 1.0f,
+                dweight + o0 * C, C);
         }
       }
     }

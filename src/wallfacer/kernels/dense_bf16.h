@@ -11,7 +11,7 @@
 //   avx512    oneDNN's matmul primitive (bf16 inputs, fp32 accumulation), one primitive per
 //             shape, created at its first use and kept;
 //   portable  the bf16 inputs widened to fp32 (exactly) in blocks of rows, then the fp32 kernels
-//             of kernels/ops.h (cblas_sgemm).
+//             of kernels/ops.h (kernels/sgemm.h).
 // Both compute every product exactly and sum in fp32, in orders of their own: results agree to
 // the tolerances of docs/numerics.md, not bit for bit.
 

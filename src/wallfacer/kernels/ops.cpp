@@ -10,6 +10,7 @@
 #include "wallfacer/core/bf16.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/isa.h"
+#include "wallfacer/kernels/sgemm.h"
 #include "wallfacer/kernels/vec_math.h"
 
 // Compiled once per instruction-set level (kernels/isa.h).
@@ -34,8 +35,7 @@ void matmul_fwd(float* out, const float* inp, const float* weight, const float* 
     }
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(N), OC, C, 1.0f, inp, C, weight, C, beta,
-              out, OC);
+  sgemm(false, true, int(N), OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 void matmul_bwd(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -43,12 +43,11 @@ void matmul_bwd(float* dinp, float* dweight, float* dbias, const float* dout, co
   WF_CHECK(N >= 0 && N < (int64_t(1) << 31), "matmul_bwd: {} rows do not fit a BLAS int", N);
   if (N == 0) return;
   if (dinp) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), C, OC, 1.0f, dout, OC, weight, C,
-                accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    sgemm(false, false, int(N), C, OC, 1.0f, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f,
+          dinp, C);
   }
   if (dweight) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, int(N), 1.0f, dout, OC, inp, C,
-                1.0f, dweight, C);
+    sgemm(true, false, OC, C, int(N), 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   }
   if (dbias) {
 #pragma omp parallel for schedule(static)

@@ -193,7 +193,6 @@ Calibration calibrate(comm::Communicator& world) {
   cal.threads = num_threads();
   cal.topo = comm::discover_topology();
   const comm::Topology& topo = cal.topo;
-  BlasSingleThreaded blas1;
 
   // Dense products, every rank at once (the rate one rank sees when all of them compute).
   const int64_t N = cal.gemm_n;
