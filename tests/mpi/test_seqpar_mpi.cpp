@@ -810,12 +810,12 @@ int main(int argc, char** argv) {
           check(st.attn_flops == sched.flops_fwd, name + ": flops differ from the schedule");
           if (c.strategy == Strategy::DoubleRing) {
             // What this rank handed MPI for the other groups: forward the G-1 outer K,V hops;
-            // backward those and the G dK,dV hops between groups (the first holder of each
-            // phase, home).
+            // backward those and the G-1 dK,dV partials it sends home from other groups (the
+            // partial of the phase in the home's own group stays in the group).
             const int W = c.inner, G = P / W;
             const int64_t kv = 2 * c.batch * (c.seq / P) * c.kv_heads * c.head_dim;
             const int64_t want[] = {(G - 1) * kv * dtype_bytes(c.dtype),
-                                    (G - 1) * kv * dtype_bytes(c.dtype) + (G > 1 ? G : 0) * kv * 4};
+                                    (G - 1) * kv * dtype_bytes(c.dtype) + (G - 1) * kv * 4};
             for (int phase = 0; phase < 2; ++phase) {
               const int64_t cross =
                   mpi_bytes::sum(r.handed[size_t(phase)], [&](const auto& k) {

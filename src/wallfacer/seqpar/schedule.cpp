@@ -633,10 +633,14 @@ class TeamRing {
 // Double ring (DoubleRingGeometry): the rank's rows stay and K,V blocks travel, forward and
 // backward alike: each phase's outer block over the outer ring (posted at the phase's first step,
 // it has the whole phase to arrive) and copies of it over the inner ring. Every hop is made (a
-// mask skips none). Backward: each block's dK,dV accumulator follows the block's visits (from its
-// holder at step s-1 to its holder at step s: an inner hop, or across groups at a phase's first
-// step) and after the last step goes home; every step computes into a fresh partial and then adds
-// the accumulator received, so that the accumulator's hop overlaps the next step's compute.
+// mask skips none). Backward: within a phase each block's dK,dV accumulator follows the block's
+// visits over the inner ring (from its holder at step s-1 to its holder at step s), and at the
+// phase's last step the group's partial goes home, where the home rank adds the G partials in
+// phase order. No accumulator crosses groups on the way: the outer hops carry only K,V, and a
+// partial's trip home has two phases to arrive (the home posts its receive at the phase's start and
+// waits for it two phases later), so no step waits on a hop between nodes. Every step computes into
+// a fresh partial and then adds the accumulator received, so that an inner hop overlaps the next
+// step's compute.
 class DoubleRing {
  public:
   DoubleRing(Schedule& s, Builder& b)
@@ -667,34 +671,57 @@ class DoubleRing {
     const int dq = w != kAcc ? b_.buffer("dq_acc", Fmt::Rows, 1, H, kAcc) : kOutDq;
     b_.local(LocalKind::Zero, -1, dq);
     const int home = b_.buffer("dkv_acc", Fmt::KV, 1, K, kAcc);
-    const int P = s_.P;
-    int part[2] = {home, home}, acc_in = -1, acc_send[2] = {-1, -1};
+    b_.local(LocalKind::Zero, -1, home);
+    const int P = s_.P, W = L_.W, G = L_.G;
+    // part: the partials of a phase's first W-1 steps (sent on over the inner ring); out: those of
+    // its last step (sent home); in: the partials of this rank's block arriving home.
+    int part[2] = {home, home}, out[2] = {home, home}, in[2] = {-1, -1}, acc_in = -1;
+    int part_send[2] = {-1, -1}, out_send[2] = {-1, -1}, in_recv[2] = {-1, -1};
     if (P > 1) {
-      part[0] = b_.buffer("grad_part0", Fmt::KV, 1, K, kAcc);
-      part[1] = b_.buffer("grad_part1", Fmt::KV, 1, K, kAcc);
-      acc_in = b_.buffer("grad_in", Fmt::KV, 1, K, kAcc);
+      for (int x = 0; x < 2; ++x) {
+        part[x] = b_.buffer(fmt::format("grad_part{}", x), Fmt::KV, 1, K, kAcc);
+        out[x] = b_.buffer(fmt::format("grad_out{}", x), Fmt::KV, 1, K, kAcc);
+        in[x] = b_.buffer(fmt::format("grad_home{}", x), Fmt::KV, 1, K, kAcc);
+      }
+      if (W > 1) acc_in = b_.buffer("grad_in", Fmt::KV, 1, K, kAcc);
     }
+    // The partial of phase o of this rank's own block: received into in[o % 2] (added at the
+    // start of phase o + 2, or at the end), or computed here (W = 1, phase 0: added at once).
+    auto arrive = [&](int o) {
+      if (in_recv[o % 2] < 0) return;
+      b_.wait({in_recv[o % 2]});
+      in_recv[o % 2] = -1;
+      b_.local(LocalKind::Add, in[o % 2], home);
+    };
     steps([&](int step, int kv) {
-      const int b = L_.origin(r_, step), acc = part[step % 2];
-      const int ain = step > 0 ? b_.recv(acc_in, L_.holder(b, step - 1), kTagGrad) : -1;
-      b_.wait({acc_send[step % 2]});
-      acc_send[step % 2] = -1;
+      const int b = L_.origin(r_, step), o = step / W, j = step % W;
+      const bool last = j == W - 1;
+      if (j == 0 && P > 1) {
+        if (o >= 2) arrive(o - 2);
+        const int from = L_.holder(r_, o * W + W - 1);
+        if (from != r_) in_recv[o % 2] = b_.recv(in[o % 2], from, kTagHome);
+      }
+      const int ain = j > 0 ? b_.recv(acc_in, L_.holder(b, step - 1), kTagGrad) : -1;
+      int* pending = last ? &out_send[o % 2] : &part_send[step % 2];
+      b_.wait({*pending});
+      *pending = -1;
+      const int acc = last ? out[o % 2] : part[step % 2];
       b_.local(LocalKind::Zero, -1, acc);
       b_.computes(true, qp, kv, dq, acc, mine_, block(b), H, K);
-      if (step > 0) {
+      if (j > 0) {
         b_.wait({ain});
         b_.local(LocalKind::Add, acc_in, acc);
       }
-      if (step < P - 1) {
-        acc_send[step % 2] = b_.send(acc, L_.holder(b, step + 1), kTagGrad);
-      } else if (P > 1) {
-        acc_send[step % 2] = b_.send(acc, b, kTagHome);
+      if (!last) {
+        *pending = b_.send(acc, L_.holder(b, step + 1), kTagGrad);
+      } else if (b != r_) {
+        *pending = b_.send(acc, b, kTagHome);
+      } else if (acc != home) {
+        b_.local(LocalKind::Add, acc, home);  // W = 1, phase 0: this rank's own block
       }
     });
-    if (P > 1) {
-      const int h = b_.recv(home, L_.holder(r_, P - 1), kTagHome);
-      b_.wait({h, acc_send[0], acc_send[1]});
-    }
+    for (int o = std::max(G - 2, 0); o < G; ++o) arrive(o);
+    b_.wait({part_send[0], part_send[1], out_send[0], out_send[1]});
     if (dq != kOutDq) b_.local(LocalKind::Copy, dq, kOutDq);
     b_.local(LocalKind::UnpackKV, home, -1);
   }
@@ -1147,16 +1174,18 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   }
   if (cfg.strategy == Strategy::DoubleRing) {
     // Every hop is made. Forward: P-1 K,V hops, W-1 inner ones per phase in its first W-1 steps
-    // (rounds) and one outer hop in each phase but the last. Backward: the same K,V hops and P
-    // hops of the dK,dV accumulator (one per step, the last one home), one round per step.
+    // (rounds) and one outer hop in each phase but the last. Backward: the same K,V hops and the
+    // dK,dV accumulator's: W-1 inner hops in each of the G phases and each phase's partial home
+    // (but the one that is home already: W = 1, phase 0), one round per step.
     const DoubleRingGeometry L(P, cfg.inner);
     const int64_t kv = B * n * 2 * K * D;  // elements of one K,V block
     t.p2p_bytes_fwd = (P - 1) * kv * e;
     t.p2p_sends_fwd = P - 1;
     t.p2p_steps_fwd = L.W > 1 ? int64_t(L.G) * (L.W - 1) : L.G - 1;
     if (P > 1) {
-      t.p2p_bytes_bwd = (P - 1) * kv * e + P * kv * f;
-      t.p2p_sends_bwd = 2 * int64_t(P) - 1;
+      const int64_t acc_hops = P - (L.W == 1 ? 1 : 0);
+      t.p2p_bytes_bwd = (P - 1) * kv * e + acc_hops * kv * f;
+      t.p2p_sends_bwd = P - 1 + acc_hops;
       t.p2p_steps_bwd = P;
     }
     return t;
