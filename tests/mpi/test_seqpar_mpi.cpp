@@ -810,12 +810,17 @@ int main(int argc, char** argv) {
           check(st.attn_flops == sched.flops_fwd, name + ": flops differ from the schedule");
           if (c.strategy == Strategy::DoubleRing) {
             // What this rank handed MPI for the other groups: forward the G-1 outer K,V hops;
-            // backward those and the G dK,dV hops between groups (the first holder of each
-            // phase, home).
+            // backward the G-1 outer hops of the side that travels (K,V, or the query packages:
+            // q, dout, lse, delta) and the G-1 partials of its accumulator (dK,dV, or dQ) sent
+            // home from other groups (the partial of the phase in the home's own group stays in
+            // the group).
             const int W = c.inner, G = P / W;
-            const int64_t kv = 2 * c.batch * (c.seq / P) * c.kv_heads * c.head_dim;
-            const int64_t want[] = {(G - 1) * kv * dtype_bytes(c.dtype),
-                                    (G - 1) * kv * dtype_bytes(c.dtype) + (G > 1 ? G : 0) * kv * 4};
+            const int64_t rows = c.batch * (c.seq / P), e = dtype_bytes(c.dtype);
+            const int64_t kv = 2 * rows * c.kv_heads * c.head_dim;
+            const bool bwd_kv = backward_moves_kv(c, P);
+            const int64_t hop = bwd_kv ? kv * e : rows * c.heads * (2 * c.head_dim * e + 8);
+            const int64_t acc = bwd_kv ? kv * 4 : rows * c.heads * c.head_dim * 4;
+            const int64_t want[] = {(G - 1) * kv * e, (G - 1) * (hop + acc)};
             for (int phase = 0; phase < 2; ++phase) {
               const int64_t cross =
                   mpi_bytes::sum(r.handed[size_t(phase)], [&](const auto& k) {

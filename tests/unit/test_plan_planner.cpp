@@ -376,19 +376,24 @@ TEST(PlanPlanner, CardBytesFollowTheSenderAndTheReceiverCards) {
   EXPECT_EQ(mixed.received[1], (std::vector<double>{T, T}));
 }
 
-// Rails: a double ring on 4 nodes x 2 ranks, inner rings = nodes (W = 2, G = 4), full mask. Every
-// rank's card sends (and receives) the G-1 = 3 outer K,V hops of the forward and of the backward
-// and the G = 4 dK,dV hops between groups: 10 K,V blocks (fp32), the same on every card; the ring
-// of the same config puts all its crossing hops on one card per node.
+// Rails: a double ring on 4 nodes x 2 ranks, inner rings = nodes (W = 2, G = 4), full mask, 4
+// heads (its backward moves the query packages). Every rank's card sends (and receives) the
+// G-1 = 3 outer K,V hops of the forward, the 3 outer query-package hops of the backward and the
+// 3 dQ partials sent home from other groups, the same on every card; the ring of the same config
+// puts all its crossing hops on one card per node.
 TEST(PlanPlanner, DoubleRingSpreadsTheCrossingHopsOverEveryCard) {
   seqpar::AttnConfig cfg = attn(seqpar::Strategy::DoubleRing, 1, 256, false);
   cfg.inner = 2;
   const int P = 8;
-  const double kv = 4.0 * (double(cfg.seq) / P) * 2 * cfg.kv_heads * cfg.head_dim;
+  const double rows = double(cfg.seq) / P, H = cfg.heads, D = cfg.head_dim;
+  const double kv = 4.0 * rows * 2 * cfg.kv_heads * D;
+  const double qpack = rows * H * (2 * D * 4 + 2 * 4), dq = rows * H * D * 4;
+  ASSERT_FALSE(seqpar::backward_moves_kv(cfg, P));
+  const double card = 3 * kv + 3 * qpack + 3 * dq;
   const CardBytes rails = card_bytes(cfg, P, identity(P), 2, 1);
   for (int node = 0; node < 4; ++node) {
-    EXPECT_EQ(rails.sent[node], (std::vector<double>{10 * kv, 10 * kv})) << "node " << node;
-    EXPECT_EQ(rails.received[node], (std::vector<double>{10 * kv, 10 * kv})) << "node " << node;
+    EXPECT_EQ(rails.sent[node], (std::vector<double>{card, card})) << "node " << node;
+    EXPECT_EQ(rails.received[node], (std::vector<double>{card, card})) << "node " << node;
   }
   const CardBytes ring =
       card_bytes(attn(seqpar::Strategy::Ring, 1, 256, false), P, identity(P), 2, 1);

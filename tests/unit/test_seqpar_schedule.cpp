@@ -937,35 +937,44 @@ TEST(SeqparSchedule, DoubleRingComputesEveryPairOnce) {
   }
 }
 
-// Bytes by hand, and the hops that cross groups: P = 8, W = 4, H = Hkv = 2, D = 8, n = 16 rows
-// per rank. A K,V block is 16 x 2 x 2 x 8 x e bytes (2048 fp32, 1024 bf16), a dK,dV block 2048.
-// Forward 7 K,V hops (as a ring), 1 of them (G - 1) to the other group; backward the same 7 plus
-// 8 dK,dV hops, 2 (G) of them to the other group (the phase's first holder and home).
+// Bytes by hand, and the hops that cross groups: P = 8, W = 4 (G = 2), H = 2, D = 8, n = 16 rows
+// per rank. Forward 7 K,V hops (as a ring), 1 of them (G - 1) to the other group. Backward 7 hops
+// of the side that travels and 8 of its accumulator (3 inner hops in each of the 2 phases and each
+// phase's partial home), 2 of them to the other group (the outer hop, and the partial sent home
+// from the other group):
+//   Hkv = 1: K,V travel (a K,V block 16 x 2 x 1 x 8 x e = 1024 B fp32, 512 bf16; dK,dV 1024);
+//   Hkv = 2: query packages travel (16 x 2 x (2 x 8 x e + 2 x 4) = 2304 B fp32, 1280 bf16; dQ
+//            16 x 2 x 8 x 4 = 1024), which move fewer bytes than its K,V would (2048 + 2048).
 TEST(SeqparSchedule, DoubleRingBytesByHand) {
   for (Dtype dt : {Dtype::fp32, Dtype::bf16}) {
-    auto c = double_ring(128, 2, 2, 4, false);
-    c.dtype = dt;
-    const int64_t kv = dt == Dtype::fp32 ? 2048 : 1024, grad = 2048;
-    for (int r = 0; r < 8; ++r) {
-      const Schedule s = make_schedule(c, 8, r);
-      const auto t = schedule_totals(s);
-      EXPECT_EQ(t.p2p_bytes_fwd, 7 * kv);
-      EXPECT_EQ(t.p2p_bytes_bwd, 7 * kv + 8 * grad);
-      EXPECT_EQ(t.p2p_steps_fwd, 6);  // 3 rounds of inner hops per phase, the outer hop in one
-      EXPECT_EQ(t.coll_bytes_fwd + t.coll_bytes_bwd, 0);
-      auto cross = [&](const std::vector<Op>& ops) {
-        int64_t bytes = 0;
-        for (const Op& op : ops)
-          if (op.kind == OpKind::Send && op.peer / 4 != r / 4) bytes += op.bytes;
-        return bytes;
-      };
-      EXPECT_EQ(cross(s.fwd), kv);
-      EXPECT_EQ(cross(s.bwd), kv + 2 * grad);
+    for (int K : {1, 2}) {
+      auto c = double_ring(128, 2, K, 4, false);
+      c.dtype = dt;
+      const bool fp32 = dt == Dtype::fp32;
+      const int64_t kv = (fp32 ? 1024 : 512) * K;
+      const int64_t hop = K == 1 ? kv : (fp32 ? 2304 : 1280), acc = 1024;
+      EXPECT_EQ(backward_moves_kv(c, 8), K == 1);
+      for (int r = 0; r < 8; ++r) {
+        const Schedule s = make_schedule(c, 8, r);
+        const auto t = schedule_totals(s);
+        EXPECT_EQ(t.p2p_bytes_fwd, 7 * kv);
+        EXPECT_EQ(t.p2p_bytes_bwd, 7 * hop + 8 * acc);
+        EXPECT_EQ(t.p2p_steps_fwd, 6);  // 3 rounds of inner hops per phase, the outer hop in one
+        EXPECT_EQ(t.coll_bytes_fwd + t.coll_bytes_bwd, 0);
+        auto cross = [&](const std::vector<Op>& ops) {
+          int64_t bytes = 0;
+          for (const Op& op : ops)
+            if (op.kind == OpKind::Send && op.peer / 4 != r / 4) bytes += op.bytes;
+          return bytes;
+        };
+        EXPECT_EQ(cross(s.fwd), kv);
+        EXPECT_EQ(cross(s.bwd), hop + acc);
+      }
+      // The ring of the same config sends the same forward bytes, every hop of some rank crossing.
+      auto ring = config(Strategy::Ring, 128, 2, K, 8, false);
+      ring.dtype = dt;
+      EXPECT_EQ(schedule_totals(make_schedule(ring, 8, 3)).p2p_bytes_fwd, 7 * kv);
     }
-    // The ring of the same config sends the same forward bytes, every hop of some rank crossing.
-    auto ring = config(Strategy::Ring, 128, 2, 2, 8, false);
-    ring.dtype = dt;
-    EXPECT_EQ(schedule_totals(make_schedule(ring, 8, 3)).p2p_bytes_fwd, 7 * kv);
   }
 }
 

@@ -97,7 +97,7 @@ void validate_hybrid(const AttnConfig& cfg, int P) {
 // otherwise the rows of team query_team(x, t) against its resident keys (team kv_team(x, 0)),
 // with a backward pair costing 2.5 forward ones (5 products of a tile against 2). A double ring
 // (C = 1, inner > 0) has P steps, at step t rank x's rows against the keys of origin(x, t), the
-// backward too (its K,V travel).
+// backward too when its K,V travel, and otherwise the rows of origin(x, t) against x's keys.
 std::vector<StepPattern> ring_steps(int P, int C, int inner, bool bwd_kv) {
   const WallFacerGeometry L(P, C);
   auto team = [&](int t) {
@@ -116,8 +116,13 @@ std::vector<StepPattern> ring_steps(int P, int C, int inner, bool bwd_kv) {
         fwd.keys.back().push_back({D.origin(x, t)});
       }
     }
-    bwd.queries = fwd.queries;
-    bwd.keys = fwd.keys;
+    if (bwd_kv) {
+      bwd.queries = fwd.queries;
+      bwd.keys = fwd.keys;
+    } else {  // the query packages travel: rank x's keys against the rows of origin(x, t)
+      bwd.queries = fwd.keys;
+      bwd.keys = fwd.queries;
+    }
     return {fwd, bwd};
   }
   for (int t = 0; t < L.G; ++t) {
@@ -152,14 +157,14 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   thread_local std::deque<Entry> recent;  // newest first
   const int C = cfg.ulysses <= 1 ? team_size(cfg) : 1;
   // The window counted (none without a causal mask: it keeps every pair). Which side the
-  // backward moves: a window leaves it to the schedule (counted as K,V); without one the closed
-  // forms choose (backward_moves_kv).
+  // backward moves: a window leaves it to the schedule (counted as K,V); without one, and for the
+  // double ring (which skips no hop) always, the closed forms choose (backward_moves_kv).
   const int64_t window = cfg.causal ? counted_layout_window(cfg) : 0;
   AttnConfig unwindowed = cfg;
   unwindowed.window = 0;
   unwindowed.layout_window = -1;
-  const bool bwd_kv = window > 0 || backward_moves_kv(unwindowed, P);
   const int inner = cfg.strategy == Strategy::DoubleRing ? cfg.inner : 0;
+  const bool bwd_kv = (window > 0 && inner == 0) || backward_moves_kv(unwindowed, P);
   Key key{cfg.doc_lengths, cfg.seq, window, P, C, inner, cfg.causal, bwd_kv};
   for (const Entry& e : recent)
     if (e.key == key) return e.layout.runs;

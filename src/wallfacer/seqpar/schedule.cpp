@@ -630,13 +630,19 @@ class TeamRing {
   int dq_team_ = -1, dkv_team_ = -1;
 };
 
-// Double ring (DoubleRingGeometry): the rank's rows stay and K,V blocks travel, forward and
-// backward alike: each phase's outer block over the outer ring (posted at the phase's first step,
-// it has the whole phase to arrive) and copies of it over the inner ring. Every hop is made (a
-// mask skips none). Backward: each block's dK,dV accumulator follows the block's visits (from its
-// holder at step s-1 to its holder at step s: an inner hop, or across groups at a phase's first
-// step) and after the last step goes home; every step computes into a fresh partial and then adds
-// the accumulator received, so that the accumulator's hop overlaps the next step's compute.
+// Double ring (DoubleRingGeometry): the forward keeps the rank's rows and moves K,V blocks: each
+// phase's outer block over the outer ring (posted at the phase's first step, it has the whole phase
+// to arrive) and copies of it over the inner ring. Every hop is made (a mask skips none). The
+// backward moves, the same way, whichever side moves fewer bytes (backward_moves_kv): K,V blocks
+// against the resident query package (their dK,dV accumulators travel, dQ stays), or query
+// packages (q, dout, lse, delta) against the resident K,V (their dQ accumulators travel, dK,dV
+// stay). Within a phase the travelling block's accumulator follows its visits over the inner ring
+// (from its holder at step s-1 to its holder at step s), and at the phase's last step the group's
+// partial goes home, where the home rank adds the G partials in phase order. No accumulator
+// crosses groups on the way: the outer hops carry only blocks, and a partial's trip home has two
+// phases to arrive (the home posts its receive at the phase's start and waits for it two phases
+// later), so no step waits on a hop between nodes. Every step computes into a fresh partial and
+// then adds the accumulator received, so that an inner hop overlaps the next step's compute.
 class DoubleRing {
  public:
   DoubleRing(Schedule& s, Builder& b)
@@ -645,82 +651,129 @@ class DoubleRing {
   void build() {
     const int H = s_.cfg.heads, K = s_.cfg.kv_heads;
     const Dtype w = s_.cfg.dtype;
-    kvl_ = b_.buffer("kv_local", Fmt::KV, 1, K, w);
-    for (int x = 0; x < 2; ++x) {
-      if (L_.G > 1) outer_[x] = b_.buffer(fmt::format("kv_outer{}", x), Fmt::KV, 1, K, w);
-      if (L_.W > 1) ring_[x] = b_.buffer(fmt::format("kv_ring{}", x), Fmt::KV, 1, K, w);
-    }
+    const Transport kv = transport("kv", Fmt::KV, K, kTagKV);
 
     b_.phase(&s_.fwd);
-    b_.local(LocalKind::PackKV, -1, kvl_);
+    b_.local(LocalKind::PackKV, -1, kv.local);
     const int oacc = w != kAcc ? b_.buffer("o_acc", Fmt::Rows, 1, H, kAcc) : kOutO;
     b_.local(LocalKind::InitOut, -1, oacc, kOutLse);
-    steps([&](int step, int kv) {
-      b_.computes(false, kInQ, kv, oacc, kOutLse, mine_, block(L_.origin(r_, step)), H, K);
+    steps(kv, [&](int step, int cur) {
+      b_.computes(false, kInQ, cur, oacc, kOutLse, mine_, block(L_.origin(r_, step)), H, K);
     });
     if (oacc != kOutO) b_.local(LocalKind::Copy, oacc, kOutO);
 
     b_.phase(&s_.bwd);
-    b_.local(LocalKind::PackKV, -1, kvl_);
-    const int qp = b_.buffer("qpack_local", Fmt::QPack, 1, H, w);
-    b_.local(LocalKind::PackQPack, -1, qp);
+    const bool move_kv = s_.bwd_moves_kv;
+    b_.local(LocalKind::PackKV, -1, kv.local);
+    const Transport qp = move_kv ? Transport{b_.buffer("qpack_local", Fmt::QPack, 1, H, w)}
+                                 : transport("qpack", Fmt::QPack, H, kTagQPack);
+    b_.local(LocalKind::PackQPack, -1, qp.local);
     const int dq = w != kAcc ? b_.buffer("dq_acc", Fmt::Rows, 1, H, kAcc) : kOutDq;
+    const int dkv = b_.buffer("dkv_acc", Fmt::KV, 1, K, kAcc);
     b_.local(LocalKind::Zero, -1, dq);
-    const int home = b_.buffer("dkv_acc", Fmt::KV, 1, K, kAcc);
-    const int P = s_.P;
-    int part[2] = {home, home}, acc_in = -1, acc_send[2] = {-1, -1};
+    b_.local(LocalKind::Zero, -1, dkv);
+    // The travelling side's accumulator (ends in `home`) and its format.
+    const int home = move_kv ? dkv : dq;
+    const Fmt afmt = move_kv ? Fmt::KV : Fmt::Rows;
+    const int aheads = move_kv ? K : H;
+    const int P = s_.P, W = L_.W, G = L_.G;
+    // part: the partials of a phase's first W-1 steps (sent on over the inner ring); out: those of
+    // its last step (sent home); in: the partials of this rank's block arriving home.
+    int part[2] = {home, home}, out[2] = {home, home}, in[2] = {-1, -1}, acc_in = -1;
+    int part_send[2] = {-1, -1}, out_send[2] = {-1, -1}, in_recv[2] = {-1, -1};
     if (P > 1) {
-      part[0] = b_.buffer("grad_part0", Fmt::KV, 1, K, kAcc);
-      part[1] = b_.buffer("grad_part1", Fmt::KV, 1, K, kAcc);
-      acc_in = b_.buffer("grad_in", Fmt::KV, 1, K, kAcc);
+      for (int x = 0; x < 2; ++x) {
+        part[x] = b_.buffer(fmt::format("grad_part{}", x), afmt, 1, aheads, kAcc);
+        out[x] = b_.buffer(fmt::format("grad_out{}", x), afmt, 1, aheads, kAcc);
+        in[x] = b_.buffer(fmt::format("grad_home{}", x), afmt, 1, aheads, kAcc);
+      }
+      if (W > 1) acc_in = b_.buffer("grad_in", afmt, 1, aheads, kAcc);
     }
-    steps([&](int step, int kv) {
-      const int b = L_.origin(r_, step), acc = part[step % 2];
-      const int ain = step > 0 ? b_.recv(acc_in, L_.holder(b, step - 1), kTagGrad) : -1;
-      b_.wait({acc_send[step % 2]});
-      acc_send[step % 2] = -1;
+    // The partial of phase o of this rank's own block: received into in[o % 2] (added at the
+    // start of phase o + 2, or at the end), or computed here (W = 1, phase 0: added at once).
+    auto arrive = [&](int o) {
+      if (in_recv[o % 2] < 0) return;
+      b_.wait({in_recv[o % 2]});
+      in_recv[o % 2] = -1;
+      b_.local(LocalKind::Add, in[o % 2], home);
+    };
+    steps(move_kv ? kv : qp, [&](int step, int cur) {
+      const int b = L_.origin(r_, step), o = step / W, j = step % W;
+      const bool last = j == W - 1;
+      if (j == 0 && P > 1) {
+        if (o >= 2) arrive(o - 2);
+        const int from = L_.holder(r_, o * W + W - 1);
+        if (from != r_) in_recv[o % 2] = b_.recv(in[o % 2], from, kTagHome);
+      }
+      const int ain = j > 0 ? b_.recv(acc_in, L_.holder(b, step - 1), kTagGrad) : -1;
+      int* pending = last ? &out_send[o % 2] : &part_send[step % 2];
+      b_.wait({*pending});
+      *pending = -1;
+      const int acc = last ? out[o % 2] : part[step % 2];
       b_.local(LocalKind::Zero, -1, acc);
-      b_.computes(true, qp, kv, dq, acc, mine_, block(b), H, K);
-      if (step > 0) {
+      if (move_kv)
+        b_.computes(true, qp.local, cur, dq, acc, mine_, block(b), H, K);
+      else
+        b_.computes(true, cur, kv.local, acc, dkv, block(b), mine_, H, K);
+      if (j > 0) {
         b_.wait({ain});
         b_.local(LocalKind::Add, acc_in, acc);
       }
-      if (step < P - 1) {
-        acc_send[step % 2] = b_.send(acc, L_.holder(b, step + 1), kTagGrad);
-      } else if (P > 1) {
-        acc_send[step % 2] = b_.send(acc, b, kTagHome);
+      if (!last) {
+        *pending = b_.send(acc, L_.holder(b, step + 1), kTagGrad);
+      } else if (b != r_) {
+        *pending = b_.send(acc, b, kTagHome);
+      } else if (acc != home) {
+        b_.local(LocalKind::Add, acc, home);  // W = 1, phase 0: this rank's own block
       }
     });
-    if (P > 1) {
-      const int h = b_.recv(home, L_.holder(r_, P - 1), kTagHome);
-      b_.wait({h, acc_send[0], acc_send[1]});
-    }
+    for (int o = std::max(G - 2, 0); o < G; ++o) arrive(o);
+    b_.wait({part_send[0], part_send[1], out_send[0], out_send[1]});
     if (dq != kOutDq) b_.local(LocalKind::Copy, dq, kOutDq);
-    b_.local(LocalKind::UnpackKV, home, -1);
+    b_.local(LocalKind::UnpackKV, dkv, -1);
   }
 
  private:
+  // A travelling block's buffers: the rank's own (`local`), the outer ring's two and the inner
+  // ring's two (none where that ring has one rank), and the tag of its inner hops.
+  struct Transport {
+    int local = -1;
+    int outer[2] = {-1, -1}, ring[2] = {-1, -1};
+    int tag = kTagKV;
+  };
+  Transport transport(std::string_view name, Fmt f, int heads, int tag) {
+    const Dtype w = s_.cfg.dtype;
+    Transport t{b_.buffer(fmt::format("{}_local", name), f, 1, heads, w)};
+    t.tag = tag;
+    for (int x = 0; x < 2; ++x) {
+      if (L_.G > 1) t.outer[x] = b_.buffer(fmt::format("{}_outer{}", name, x), f, 1, heads, w);
+      if (L_.W > 1) t.ring[x] = b_.buffer(fmt::format("{}_ring{}", name, x), f, 1, heads, w);
+    }
+    return t;
+  }
+
   std::vector<Segment> block(int b) const { return team_segments(s_.cfg, s_.P, 1, b); }
 
-  // The K,V transport of a forward or backward: for every step, at_step(step, the buffer of the
-  // block held) between posting the step's hops and waiting for them. The outer block of phase o
-  // is the rank's own (o = 0) or kv_outer{o % 2}; the inner steps j >= 1 use kv_ring{j % 2}.
+  // The transport of t's blocks through a forward or backward: for every step, at_step(step, the
+  // buffer of the block held) between posting the step's hops and waiting for them. The outer
+  // block of phase o is the rank's own (o = 0) or outer[o % 2]; the inner steps j >= 1 use
+  // ring[j % 2].
   template <class F>
-  void steps(F&& at_step) {
+  void steps(const Transport& t, F&& at_step) {
     const int W = L_.W, G = L_.G;
-    auto outer = [&](int o) { return o == 0 ? kvl_ : outer_[o % 2]; };
+    auto outer = [&](int o) { return o == 0 ? t.local : t.outer[o % 2]; };
     int os = -1, orv = -1;
     for (int o = 0; o < G; ++o) {
       for (int j = 0; j < W; ++j) {
-        const int cur = j == 0 ? outer(o) : ring_[j % 2];
+        const int cur = j == 0 ? outer(o) : t.ring[j % 2];
         if (j == 0 && o < G - 1) {
           os = b_.send(cur, L_.outer_next(r_), kTagOuter);
           orv = b_.recv(outer(o + 1), L_.outer_prev(r_), kTagOuter);
         }
         int is = -1, ir = -1;
         if (j < W - 1) {
-          is = b_.send(cur, L_.inner_next(r_), kTagKV);
-          ir = b_.recv(ring_[(j + 1) % 2], L_.inner_prev(r_), kTagKV);
+          is = b_.send(cur, L_.inner_next(r_), t.tag);
+          ir = b_.recv(t.ring[(j + 1) % 2], L_.inner_prev(r_), t.tag);
         }
         at_step(o * W + j, cur);
         b_.wait({is, ir});
@@ -740,7 +793,6 @@ class DoubleRing {
   const DoubleRingGeometry L_;
   const int r_;
   const std::vector<Segment> mine_;
-  int kvl_ = -1, outer_[2] = {-1, -1}, ring_[2] = {-1, -1};
 };
 
 // Ulysses: all-to-all from sequence shards to head shards, full attention on H/P heads, back.
@@ -1005,7 +1057,14 @@ bool count_backward_moves_kv(const AttnConfig& cfg, int P) {
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
   if (cfg.strategy == Strategy::Ulysses) return false;
   validate(cfg, P);
-  if (cfg.strategy == Strategy::DoubleRing) return P > 1;  // its K,V travel (DoubleRing)
+  if (cfg.strategy == Strategy::DoubleRing) {
+    // Every hop is made (DoubleRing): P-1 hops of the block and P - [W = 1] of its accumulator,
+    // per row, whatever the mask; a tie moves the query packages, as WallFacer's rule does.
+    const int64_t e = dtype_bytes(cfg.dtype), H = cfg.heads, K = cfg.kv_heads, D = cfg.head_dim;
+    const int64_t hops = P - 1, acc_hops = P - (cfg.inner == 1 ? 1 : 0);
+    return P > 1 && hops * 2 * K * D * e + acc_hops * 2 * K * D * 4 <
+                        hops * H * (2 * D * e + 2 * 4) + acc_hops * H * D * 4;
+  }
   Schedule s;
   s.cfg = cfg;
   s.cfg.doc_lengths.clear();
@@ -1147,16 +1206,21 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   }
   if (cfg.strategy == Strategy::DoubleRing) {
     // Every hop is made. Forward: P-1 K,V hops, W-1 inner ones per phase in its first W-1 steps
-    // (rounds) and one outer hop in each phase but the last. Backward: the same K,V hops and P
-    // hops of the dK,dV accumulator (one per step, the last one home), one round per step.
+    // (rounds) and one outer hop in each phase but the last. Backward: the same hops of the side
+    // that travels (K,V, or the query packages: q, dout, lse, delta) and its accumulator's (dK,dV,
+    // or dQ): W-1 inner hops in each of the G phases and each phase's partial home (but the one
+    // that is home already: W = 1, phase 0), one round per step.
     const DoubleRingGeometry L(P, cfg.inner);
     const int64_t kv = B * n * 2 * K * D;  // elements of one K,V block
     t.p2p_bytes_fwd = (P - 1) * kv * e;
     t.p2p_sends_fwd = P - 1;
     t.p2p_steps_fwd = L.W > 1 ? int64_t(L.G) * (L.W - 1) : L.G - 1;
     if (P > 1) {
-      t.p2p_bytes_bwd = (P - 1) * kv * e + P * kv * f;
-      t.p2p_sends_bwd = 2 * int64_t(P) - 1;
+      const int64_t acc_hops = P - (L.W == 1 ? 1 : 0);
+      t.p2p_bytes_bwd = backward_moves_kv(cfg, P) ? (P - 1) * kv * e + acc_hops * kv * f
+                                                  : (P - 1) * B * n * H * (2 * D * e + 2 * f) +
+                                                        acc_hops * B * n * H * D * f;
+      t.p2p_sends_bwd = P - 1 + acc_hops;
       t.p2p_steps_bwd = P;
     }
     return t;
