@@ -28,6 +28,7 @@
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
 #include "wallfacer/core/rng.h"
+#include "wallfacer/core/timer.h"
 #include "wallfacer/model/generate.h"
 #include "wallfacer/model/sampler.h"
 #include "wallfacer/train/checkpoint.h"
@@ -307,11 +308,12 @@ int run_generate(const GenerateArgs& a) {
   }
 
   // Every rank's shard: the positions it holds and the bytes it allocated.
-  // And the milliseconds it spent in the first answer's merges.
-  std::vector<double> mine(size_t(3 * P), 0.0);
+  // And the milliseconds it spent in the first answer's merges, and its peak resident set.
+  std::vector<double> mine(size_t(4 * P), 0.0);
   mine[size_t(rank)] = double(cache.rows());
   mine[size_t(P + rank)] = double(cache.bytes());
   mine[size_t(2 * P + rank)] = merge_ms;
+  mine[size_t(3 * P + rank)] = double(peak_rss_bytes());
   world.all_reduce_sum(mine.data(), int64_t(mine.size()));
   // The new tokens as text (rank 0), before anything is written.
   std::string text;
@@ -326,8 +328,9 @@ int run_generate(const GenerateArgs& a) {
   std::vector<int64_t> positions, bytes;
   std::vector<std::string> merge_ms_by_rank;
   const double decoded = out.size() > 1 ? double(out.size() - 1) : 1.0;
-  double merge_ms_sum = 0;
+  double merge_ms_sum = 0, peak_rss = 0;
   for (int r = 0; r < P; ++r) {
+    peak_rss = std::max(peak_rss, mine[size_t(3 * P + r)]);
     positions.push_back(int64_t(mine[size_t(r)]));
     bytes.push_back(int64_t(mine[size_t(P + r)]));
     merge_ms_by_rank.push_back(fmt::format("{:.4f}", mine[size_t(2 * P + r)] / decoded));
@@ -354,12 +357,14 @@ int run_generate(const GenerateArgs& a) {
         "\"merge_ms_per_token\": {:.4f}, \"merge_ms_per_token_by_rank\": [{}], "
         "\"continuations\": [{}], \"prefill_chunks\": {}, \"prefill_chunk_tokens\": {}, "
         "\"prefill_pass_kv_chunks\": {}, \"prefill_pass_q_chunks\": {}, "
-        "\"memory_estimate_bytes\": {:.0f}, \"memory_limit_bytes\": {:.0f}{}}}\n",
+        "\"memory_estimate_bytes\": {:.0f}, \"memory_limit_bytes\": {:.0f}, "
+        "\"peak_rss_bytes_per_rank\": {:.0f}{}}}\n",
         fmt::join(out, ", "), L, split.padded + L - split.prompt, P, a.strategy, a.teams, a.ulysses,
         a.dtype, ttft_ms, decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "),
         fmt::join(positions, ", "), model::cache_bytes(m, L + added), merge_bytes,
         merge_ms_sum / P / decoded, fmt::join(merge_ms_by_rank, ", "), fmt::join(conts, ", "),
         prefill.chunks, prefill.chunk_tokens, prefill.pass_kv, prefill.pass_q, est.need, limit,
+        peak_rss,
         a.tokenizer.empty()
             ? std::string()
             : ", \"text\": " + nlohmann::json(text).dump(-1, ' ', false,
