@@ -24,6 +24,20 @@ LABELS = {"ring": "ring", "zigzag": "zigzag", "wallfacer2": "WallFacer-2",
           "ulysses2-zigzag": "Ulysses 2 x zigzag"}
 
 
+def model_text(m):
+    """The context line's part naming the Llama model of a run's "model"."""
+    return (f"model.arch llama: {m['layers']} layer{'s' if m['layers'] > 1 else ''}, dim "
+            f"{m['dim']}, {m['heads']} heads ({m['kv_heads']} K,V), SwiGLU {m['intermediate']}, "
+            f"vocab {m['vocab']}, {params(m) / 1e6:.2f}M parameters, fp32")
+
+
+def caps_text(rows):
+    """The context line's part naming the runs' --cpu-per-rank caps (none: no part)."""
+    caps = sorted({r["cpu_per_rank"] for r in rows if r.get("cpu_per_rank")})
+    return [f"each rank capped at {'/'.join(f'{c:g}' for c in caps)} of a core "
+            "(--cpu-per-rank)"] if caps else []
+
+
 def main():
     emulated = "--emulated" in sys.argv[2:]
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
@@ -66,19 +80,13 @@ def main():
               f"{vs_one(key, 'decode_tokens_per_s', False)} | {r0['merge_bytes_per_token']:,} | "
               f"{mb:.2f} | {cache:,.1f} |")
     r0 = rows[0]
-    m = r0["model"]
-    extra = [f"model.arch llama: {m['layers']} layer{'s' if m['layers'] > 1 else ''}, dim "
-             f"{m['dim']}, {m['heads']} heads ({m['kv_heads']} K,V), SwiGLU {m['intermediate']}, "
-             f"vocab {m['vocab']}, {params(m) / 1e6:.2f}M parameters, fp32",
+    extra = [model_text(r0["model"]),
              f"greedy, the decode is the tokens after the first, "
              f"{rounds_text(len({r['round'] for r in rows}))}"]
     if r0.get("emulate"):
         nodes, rate = r0["emulate"].split(":")
         extra.append(f"{nodes} emulated nodes with cards of {rate}")
-    caps = sorted({r["cpu_per_rank"] for r in rows if r.get("cpu_per_rank")})
-    if caps:
-        extra.append(f"each rank capped at {'/'.join(f'{c:g}' for c in caps)} of a core "
-                     "(--cpu-per-rank)")
+    extra += caps_text(rows)
     periods = sorted({r["wallfacer_cpu_period_us"] for r in rows
                       if r.get("wallfacer_cpu_period_us")})
     if periods:

@@ -3,7 +3,7 @@
 //   mpirun -np P wallfacer generate --ckpt DIR (--prompt TEXT | --prompt-tokens FILE.npy)
 //       --max-new N [--tokenizer tokenizer.json] [--temperature T] [--top-k K] [--top-p P]
 //       [--seed S] [--strategy S --teams C --ulysses U] [--json]
-//       [--continue FILE.npy ... [--continue-way auto|pass-kv|pass-q]]
+//       [--continue FILE.npy ... [--continue-way auto|pass-kv|pass-q]] [--prefill-chunk N]
 // With --tokenizer, --prompt is encoded and the new tokens are printed as text (hf_tokenizer.h),
 // on rank 0.
 
@@ -28,6 +28,7 @@
 #include "wallfacer/core/memory.h"
 #include "wallfacer/core/npy.h"
 #include "wallfacer/core/rng.h"
+#include "wallfacer/core/timer.h"
 #include "wallfacer/model/generate.h"
 #include "wallfacer/model/sampler.h"
 #include "wallfacer/train/checkpoint.h"
@@ -54,6 +55,7 @@ struct GenerateArgs {
   std::string logits;
   std::vector<std::string> continues;  // further turns, in order
   std::string continue_way = "auto";
+  int64_t prefill_chunk = 0;  // 0: from the memory limit
 };
 
 // One continuation's figures (rank 0 prints them).
@@ -118,14 +120,19 @@ std::vector<int32_t> read_prompt(const GenerateArgs& a, int vocab, comm::Communi
 }
 
 // The fewest ranks (more than P, up to 1024) on which the estimate with the ring layout fits the
-// limit (it falls as ranks are added); 0 when 1024 do not.
-int ranks_that_fit(const model::GptConfig& m, int P, int64_t prompt, int64_t max_new) {
+// limit (it falls as ranks are added), the prompt prefilled whole or, when `chunks`, in chunks of
+// one token per rank; 0 when 1024 do not.
+int ranks_that_fit(const model::GptConfig& m, int P, int64_t prompt, int64_t max_new, bool chunks) {
   auto fits = [&](int q) {
     const int64_t padded = (prompt + q - 1) / q * q;
     const int64_t rows = (prompt + max_new + q - 1) / q + 1;
     // Ring attention's scratch is the same on every rank.
-    const double scratch = model::prefill_scratch_bytes(m, seqpar::AttnConfig{}, q, padded, false);
-    return model::generate_memory_bytes(m, q, padded, rows, scratch) <= memory_limit_bytes();
+    const seqpar::AttnConfig ring;
+    const double scratch = model::prefill_scratch_bytes(m, ring, q, padded, false);
+    const double limit = memory_limit_bytes();
+    return model::generate_memory_bytes(m, q, padded, rows, scratch) <= limit ||
+           (chunks && q < prompt &&
+            model::chunked_memory_bytes(m, ring, q, q, 0, rows, false) <= limit);
   };
   int lo = P, hi = 1024;  // fits(lo) is false; the answer is in (lo, hi] when fits(hi)
   if (!fits(hi)) return 0;
@@ -176,26 +183,67 @@ int run_generate(const GenerateArgs& a) {
   attn.ulysses = a.ulysses;
   attn.dtype = parse_dtype(a.dtype);
   const int64_t L = int64_t(prompt.size());
-  const model::PromptSplit split = model::split_prompt(m, attn, P, L);
-  // Capacity: the prompt's positions and every new token but the last (never fed back).
+  WF_USAGE_CHECK(a.prefill_chunk >= 0,
+                 "--prefill-chunk is {}; give 0 (from the memory limit) or more", a.prefill_chunk);
+  const bool fp32 = attn.dtype == Dtype::fp32;
+  WF_USAGE_CHECK(a.prefill_chunk == 0 || a.prefill_chunk >= L || fp32,
+                 "--prefill-chunk {} with --dtype {}: a prefill in chunks runs in fp32",
+                 a.prefill_chunk, a.dtype);
+  const double limit = memory_limit_bytes(), gib = 1024.0 * 1024.0 * 1024.0;
+  // The estimate of a prefill in chunks of `chunk` tokens (0: the whole prompt at once) and its
+  // cache's shard sizes: the prompt's positions and every new token but the last (never fed back)
   // and the continuations (the balance rule fills the shards alike however the positions come).
-  const std::vector<int64_t> final_sizes = model::shard_sizes(split.held, added);
-  const int64_t most = *std::max_element(final_sizes.begin(), final_sizes.end());
-  const double need =
-      model::generate_memory_bytes(m, P, std::max(split.padded, (longest + P - 1) / P * P), most,
-                                   model::prefill_scratch_bytes(m, attn, P, split.padded));
-  if (need > memory_limit_bytes()) {
-    const int fit = ranks_that_fit(m, P, L, a.max_new);
-    const double gib = 1024.0 * 1024.0 * 1024.0;
+  struct Estimate {
+    model::PromptSplit split;  // the first chunk's (the whole prompt's without chunks)
+    std::vector<int64_t> final_sizes;
+    int64_t most = 0;
+    double need = 0;
+  };
+  auto estimate = [&](int64_t chunk) {
+    Estimate e;
+    e.split = model::split_prompt(m, attn, P, chunk > 0 ? chunk : L);
+    e.final_sizes = model::shard_sizes(e.split.held, L - e.split.prompt + added);
+    e.most = *std::max_element(e.final_sizes.begin(), e.final_sizes.end());
+    e.need = chunk > 0 ? model::chunked_memory_bytes(m, attn, P, chunk, longest, e.most)
+                       : model::generate_memory_bytes(
+                             m, P, std::max(e.split.padded, (longest + P - 1) / P * P), e.most,
+                             model::prefill_scratch_bytes(m, attn, P, e.split.padded));
+    return e;
+  };
+  // The chunk: --prefill-chunk rounded up to the layout's unit, else none when the whole prompt
+  // fits the limit, else the longest that fits (fp32 only).
+  const int64_t unit = model::prefill_chunk_unit(m, attn, P);
+  int64_t chunk = (a.prefill_chunk + unit - 1) / unit * unit;
+  const Estimate whole = estimate(0);
+  if (a.prefill_chunk == 0 && whole.need > limit && fp32)
+    chunk = model::choose_prefill_chunk(m, attn, P, L, longest, whole.most + 1, limit);
+  if (chunk >= L) chunk = 0;
+  const Estimate est = chunk > 0 ? estimate(chunk) : whole;
+  const model::PromptSplit& split = est.split;
+  const std::vector<int64_t>& final_sizes = est.final_sizes;
+  if (est.need > limit) {
+    // The estimate with the chunk given, else the shortest chunk (fp32), else the whole prompt.
+    const int64_t least = chunk > 0 ? chunk : fp32 && unit < L ? unit : 0;
+    const Estimate shown = least == chunk ? est : estimate(least);
+    const int fit = ranks_that_fit(m, P, L, a.max_new, fp32);
     throw UsageError(fmt::format(
         "a prompt of {} tokens and {} new ones needs about {:.3g} GiB per rank on {} ranks (its "
-        "KV cache shard {:.3g} GiB); the limit is {:.3g} GiB (--max-memory, or this machine's "
+        "KV cache shard {:.3g} GiB{}); the limit is {:.3g} GiB (--max-memory, or this machine's "
         "memory shared by its ranks): {}",
-        L, a.max_new, need / gib, P, double(model::cache_bytes(m, most)) / gib,
-        memory_limit_bytes() / gib,
+        L, a.max_new, shown.need / gib, P, double(model::cache_bytes(m, shown.most)) / gib,
+        least > 0 ? fmt::format(", prefilled in chunks of {} tokens", least) : std::string(),
+        limit / gib,
         fit > 0 ? fmt::format("it fits on {} ranks", fit)
                 : std::string("1024 ranks would not hold it")));
   }
+  const int64_t chunks = chunk > 0 ? (L + chunk - 1) / chunk : 1;
+  if (chunks > 1 && rank == 0)
+    fmt::print(stderr, "prefill in {} chunks of {} tokens ({})\n", chunks, chunk,
+               a.prefill_chunk > 0
+                   ? fmt::format("--prefill-chunk {}", a.prefill_chunk)
+                   : fmt::format("the whole prompt's prefill needs about {:.3g} GiB per rank, "
+                                 "the limit is {:.3g} GiB",
+                                 whole.need / gib, limit / gib));
   const auto st = train::load_checkpoint(dir, 0, 0, model::gpt_num_params(m));
   model::ShardedKvCache cache(m, world, split, final_sizes[size_t(rank)]);
   const model::Sampling sampling{a.temperature, a.top_k, a.top_p};
@@ -213,8 +261,9 @@ int run_generate(const GenerateArgs& a) {
 
   world.barrier();
   const auto t0 = Clock::now();
+  model::PrefillChunks prefill;
   const std::vector<float> first =
-      model::sharded_prefill(m, st.params.data(), prompt, attn, world, cache);
+      model::chunked_prefill(m, st.params.data(), prompt, chunk, attn, world, cache, &prefill);
   std::vector<int32_t> out{pick(first.data())};
   const double ttft_ms = ms_since(t0);
   int64_t merge_bytes = 0;
@@ -259,11 +308,12 @@ int run_generate(const GenerateArgs& a) {
   }
 
   // Every rank's shard: the positions it holds and the bytes it allocated.
-  // And the milliseconds it spent in the first answer's merges.
-  std::vector<double> mine(size_t(3 * P), 0.0);
+  // And the milliseconds it spent in the first answer's merges, and its peak resident set.
+  std::vector<double> mine(size_t(4 * P), 0.0);
   mine[size_t(rank)] = double(cache.rows());
   mine[size_t(P + rank)] = double(cache.bytes());
   mine[size_t(2 * P + rank)] = merge_ms;
+  mine[size_t(3 * P + rank)] = double(peak_rss_bytes());
   world.all_reduce_sum(mine.data(), int64_t(mine.size()));
   // The new tokens as text (rank 0), before anything is written.
   std::string text;
@@ -278,8 +328,9 @@ int run_generate(const GenerateArgs& a) {
   std::vector<int64_t> positions, bytes;
   std::vector<std::string> merge_ms_by_rank;
   const double decoded = out.size() > 1 ? double(out.size() - 1) : 1.0;
-  double merge_ms_sum = 0;
+  double merge_ms_sum = 0, peak_rss = 0;
   for (int r = 0; r < P; ++r) {
+    peak_rss = std::max(peak_rss, mine[size_t(3 * P + r)]);
     positions.push_back(int64_t(mine[size_t(r)]));
     bytes.push_back(int64_t(mine[size_t(P + r)]));
     merge_ms_by_rank.push_back(fmt::format("{:.4f}", mine[size_t(2 * P + r)] / decoded));
@@ -304,11 +355,16 @@ int run_generate(const GenerateArgs& a) {
         "\"cache_bytes_by_rank\": [{}], \"cache_positions_by_rank\": [{}], "
         "\"cache_bytes_one_process\": {}, \"merge_bytes_per_token\": {}, "
         "\"merge_ms_per_token\": {:.4f}, \"merge_ms_per_token_by_rank\": [{}], "
-        "\"continuations\": [{}]{}}}\n",
-        fmt::join(out, ", "), L, split.padded, P, a.strategy, a.teams, a.ulysses, a.dtype, ttft_ms,
-        decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "), fmt::join(positions, ", "),
-        model::cache_bytes(m, L + added), merge_bytes, merge_ms_sum / P / decoded,
-        fmt::join(merge_ms_by_rank, ", "), fmt::join(conts, ", "),
+        "\"continuations\": [{}], \"prefill_chunks\": {}, \"prefill_chunk_tokens\": {}, "
+        "\"prefill_pass_kv_chunks\": {}, \"prefill_pass_q_chunks\": {}, "
+        "\"memory_estimate_bytes\": {:.0f}, \"memory_limit_bytes\": {:.0f}, "
+        "\"peak_rss_bytes_per_rank\": {:.0f}{}}}\n",
+        fmt::join(out, ", "), L, split.padded + L - split.prompt, P, a.strategy, a.teams, a.ulysses,
+        a.dtype, ttft_ms, decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "),
+        fmt::join(positions, ", "), model::cache_bytes(m, L + added), merge_bytes,
+        merge_ms_sum / P / decoded, fmt::join(merge_ms_by_rank, ", "), fmt::join(conts, ", "),
+        prefill.chunks, prefill.chunk_tokens, prefill.pass_kv, prefill.pass_q, est.need, limit,
+        peak_rss,
         a.tokenizer.empty()
             ? std::string()
             : ", \"text\": " + nlohmann::json(text).dump(-1, ' ', false,
@@ -320,7 +376,7 @@ int run_generate(const GenerateArgs& a) {
     fmt::print(stderr,
                "prompt {} tokens (padded to {} for {} on {} ranks), ttft {:.1f} ms, decode {:.1f} "
                "tokens/s, KV cache {} bytes on the fullest rank\n",
-               L, split.padded, a.strategy, P, ttft_ms, decode_tps, most_bytes);
+               L, split.padded + L - split.prompt, a.strategy, P, ttft_ms, decode_tps, most_bytes);
     for (const Turn& t : done) {
       fmt::print("{}\n", fmt::join(t.tokens, " "));
       fmt::print(stderr,
@@ -383,6 +439,12 @@ Action setup(CLI::App& root) {
                   "previous answer and prefilled against the sharded cache, then --max-new more");
   cmd->add_option("--continue-way", args->continue_way,
                   "How a turn meets the cached shards: auto (the fewer bytes) | pass-kv | pass-q")
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunk", args->prefill_chunk,
+                  "Prefill the prompt in chunks of N tokens (rounded up to the layout's multiple "
+                  "of the ranks), each against the cache of the ones before; 0: only when the "
+                  "whole prompt's prefill does not fit the memory limit, then the longest that "
+                  "fits (fp32)")
       ->capture_default_str();
   return [args]() { return run_generate(*args); };
 }

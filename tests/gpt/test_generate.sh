@@ -5,7 +5,8 @@
 # ranks, every strategy (ring, zigzag, ulysses, wallfacer C = 2, a ring x Ulysses hybrid), against
 # one process's decoder (`wallfacer sample`: the prompt fed token by token, the whole cache in one
 # place): the same tokens, logits within 1e-5; prompts whose length no layout divides (padded);
-# per-rank cache bytes of about a P-th; --max-memory refusing before allocating; bad input.
+# per-rank cache bytes of about a P-th; --max-memory refusing before allocating; a prompt whose
+# one-process cache exceeds --max-memory prefilled in chunks on 8 ranks under it; bad input.
 set -u
 source "$(dirname "$0")/common.sh"
 py=${4:-python3}
@@ -122,6 +123,79 @@ else
     err "--max-memory $lim: refused on one rank, naming $fit ranks, but failed on them: $(cat "$work/err")"
   echo "--max-memory $lim GiB: one rank refused; $fit ranks ran the prompt ($(grep -o '"cache_bytes_per_rank": [0-9]*' "$work/fit.json"))"
 fi
+
+# Chunked prefill: a prompt of 3,910 tokens whose one-process cache (1.0 MB, Llama GQA 4/2) is
+# larger than a limit of 0.0009 GiB. One rank refuses it, naming at most 8 ranks; 8 ranks run it
+# under that limit, prefilled in chunks (pass-KV and pass-Q against the cache of the earlier
+# ones): the same tokens as one process without a limit, logits within 1e-5, every rank's cache
+# and the estimate under the limit. Chunks forced by --prefill-chunk (one rank, zigzag, a window
+# model, a last chunk shorter than the others) equal the prefill in one piece.
+# check_chunks REF.npy GOT.npy REF.json GOT.json LIMIT_BYTES: LIMIT_BYTES 0 for no limit.
+check_chunks() {
+  "$py" - "$@" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.environ['GENERATE_TESTS'])
+from logits_npy import rows as npy
+ref, got = npy(sys.argv[1]), npy(sys.argv[2])
+r, g = json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
+limit = float(sys.argv[5])
+ok = r['tokens'] == g['tokens'] and len(ref) == len(got) and g['prefill_chunks'] > 1
+err = max(abs(a - b) for x, y in zip(ref, got) for a, b in zip(x, y))
+if limit > 0:
+    ok = ok and g['cache_bytes_one_process'] > limit and abs(g['memory_limit_bytes'] - limit) <= 1
+    ok = ok and g['cache_bytes_per_rank'] <= limit and g['memory_estimate_bytes'] <= limit
+print('tokens %s, max |logit error| %.3g over %d steps; %d chunks of %d tokens (pass-KV %d, '
+      'pass-Q %d); cache bytes per rank %d, one process %d, estimate %d, limit %s' %
+      ('equal' if r['tokens'] == g['tokens'] else 'DIFFER', err, len(ref), g['prefill_chunks'],
+       g['prefill_chunk_tokens'], g['prefill_pass_kv_chunks'], g['prefill_pass_q_chunks'],
+       g['cache_bytes_per_rank'], g['cache_bytes_one_process'], g['memory_estimate_bytes'],
+       int(limit) if limit > 0 else 'none'))
+sys.exit(0 if ok and err <= 1e-5 else 1)
+PY
+}
+ck=$work/run_llama
+long=$(printf 'and the lamps were lit %.0s' $(seq 1 170))
+lim=0.0009
+limit_bytes=$("$py" -c "print(int($lim * 2**30))")
+"$wf" generate --ckpt "$ck" --prompt "$long" --max-new 6 --temperature 0 --json \
+  --logits "$work/whole.npy" >"$work/whole.json" 2>"$work/err" ||
+  err "chunked prefill: the reference failed: $(cat "$work/err")"
+out=$(mpi 1 generate --ckpt "$ck" --prompt "$long" --max-new 6 --max-memory $lim 2>&1) &&
+  err "chunked prefill: one rank ran a prompt whose cache exceeds --max-memory $lim"
+fit=$(echo "$out" | grep -o "fits on [0-9]* ranks" | grep -o "[0-9]*")
+{ [ -n "$fit" ] && [ "$fit" -le 8 ]; } ||
+  err "chunked prefill: one rank's refusal names no count up to 8: $out"
+echo "--max-memory $lim GiB, one rank: $(echo "$out" | grep -o "needs about.*")"
+mpi 8 generate --ckpt "$ck" --prompt "$long" --max-new 6 --temperature 0 --max-memory $lim \
+  --json --logits "$work/chunked.npy" >"$work/chunked.json" 2>"$work/err" ||
+  err "chunked prefill: 8 ranks under --max-memory $lim failed: $(cat "$work/err")"
+grep -q "^prefill in [0-9]* chunks of [0-9]* tokens" "$work/err" ||
+  err "chunked prefill: no line naming the chunks: $(cat "$work/err")"
+res=$(check_chunks "$work/whole.npy" "$work/chunked.npy" "$work/whole.json" "$work/chunked.json" \
+  "$limit_bytes") || err "chunked prefill, 8 ranks under --max-memory $lim: $res"
+echo "chunked prefill, 8 ranks under --max-memory $lim GiB: $res"
+for r in "llama 1 ring 1000" "window 3 ring 7" "window 4 zigzag 50" "gpt 4 wallfacer 24 --teams 2"; do
+  read -r arch np strat chunk rest <<<"$r"
+  ck=$work/run_$arch
+  prompt=$long
+  [ $arch = llama ] || prompt=$(printf 'and the lamps were lit %.0s' $(seq 1 12))
+  "$wf" generate --ckpt "$ck" --prompt "$prompt" --max-new 6 --temperature 0 --json \
+    --logits "$work/whole.npy" >"$work/whole.json" 2>"$work/err" ||
+    { err "$arch: the reference failed: $(cat "$work/err")"; continue; }
+  # shellcheck disable=SC2086
+  mpi "$np" generate --ckpt "$ck" --prompt "$prompt" --max-new 6 --temperature 0 \
+    --strategy "$strat" $rest --prefill-chunk "$chunk" --json --logits "$work/chunked.npy" \
+    >"$work/chunked.json" 2>"$work/err" ||
+    { err "$arch P=$np $strat --prefill-chunk $chunk failed: $(cat "$work/err")"; continue; }
+  res=$(check_chunks "$work/whole.npy" "$work/chunked.npy" "$work/whole.json" \
+    "$work/chunked.json" 0) || err "$arch P=$np $strat $rest --prefill-chunk $chunk: $res"
+  echo "$arch ${#prompt}-token prompt, P=$np $strat $rest --prefill-chunk $chunk: $res"
+done
+expect_error 2 "--prefill-chunk -1" "--prefill-chunk is -1" \
+  mpi 2 generate --ckpt "$ck" --prompt "$long" --max-new 3 --prefill-chunk -1
+expect_error 2 "--prefill-chunk with bf16" "a prefill in chunks runs in fp32" \
+  mpi 2 generate --ckpt "$ck" --prompt "$long" --max-new 3 --prefill-chunk 8 --dtype bf16
+
 # Bad input: one line, exit 2.
 "$py" -c "
 import struct, sys

@@ -5,7 +5,8 @@
 # on one of its layers (the conversation well past it): the second turn's greedy tokens equal, and its logits are
 # within 1e-5 of, one process generating from the whole conversation as one prompt (first prompt,
 # first answer, second prompt); the bytes each way sends equal the count that picks the way, and
-# auto picks the fewer; a turn shorter than P (ranks with no new row); two turns; bad input.
+# auto picks the fewer; a turn shorter than P (ranks with no new row); a turn after a prompt
+# prefilled in chunks (--prefill-chunk); two turns; bad input.
 set -u
 source "$(dirname "$0")/common.sh"
 py=${4:-python3}
@@ -53,7 +54,7 @@ for arch in gpt llama window; do
       --json --logits "$work/ref.npy" >"$work/ref.json" 2>"$work/err" ||
       { err "$arch: reference failed: $(cat "$work/err")"; continue; }
     for r in "1 ring pass-kv" "1 ring pass-q" "2 ring pass-kv" "2 zigzag pass-q" "4 ring pass-kv" \
-        "4 ring pass-q" "4 wallfacer --teams 2 auto" "3 ring auto"; do
+        "4 ring pass-q" "4 wallfacer --teams 2 auto" "3 ring auto" "3 ring --prefill-chunk 6 auto"; do
       read -r np strat rest <<<"$r"
       way=${rest##* }
       rest=${rest% *}

@@ -69,6 +69,40 @@ TEST(Generate, RefusesAnEmptyPrompt) {
   EXPECT_THROW(split_prompt(tiny(), seqpar::AttnConfig{}, 2, 0), UsageError);
 }
 
+// The chunk under a limit: a multiple of the layout's unit, shorter than the prompt, whose
+// estimate fits, the longest such up to evening out the chunks (one more unit would not fit
+// unless the chunks stay as many); none when one unit does not fit. The estimate falls with the
+// chunk while the cache stays.
+TEST(Generate, PrefillChunkIsTheLongestThatFits) {
+  const GptConfig c = tiny();
+  for (const auto s : {seqpar::Strategy::Ring, seqpar::Strategy::Zigzag}) {
+    for (int P : {1, 3, 8}) {
+      seqpar::AttnConfig a;
+      a.strategy = s;
+      const int64_t L = 5000, unit = prefill_chunk_unit(c, a, P);
+      EXPECT_EQ(unit, s == seqpar::Strategy::Zigzag ? 2 * P : P);
+      const int64_t rows = (L + P - 1) / P + 1;
+      const double small = chunked_memory_bytes(c, a, P, unit, 0, rows);
+      const double large = chunked_memory_bytes(c, a, P, 64 * unit, 0, rows);
+      EXPECT_LT(small, large);
+      EXPECT_GT(small, double(cache_bytes(c, rows)));
+      EXPECT_EQ(choose_prefill_chunk(c, a, P, L, 0, rows, small * 0.999), 0);
+      for (const double limit : {small, (small + large) / 2, large}) {
+        const int64_t chunk = choose_prefill_chunk(c, a, P, L, 0, rows, limit);
+        ASSERT_GT(chunk, 0) << "P " << P;
+        EXPECT_EQ(chunk % unit, 0);
+        EXPECT_LT(chunk, L);
+        EXPECT_LE(chunked_memory_bytes(c, a, P, chunk, 0, rows), limit);
+        const int64_t chunks = (L + chunk - 1) / chunk;
+        const int64_t longer = chunk + unit;
+        EXPECT_TRUE(longer >= L || chunked_memory_bytes(c, a, P, longer, 0, rows) > limit ||
+                    (L + longer - 1) / longer == chunks)
+            << "P " << P << " chunk " << chunk;
+      }
+    }
+  }
+}
+
 TEST(Sampler, TopKAndTopPKeepTheMostLikelyTokens) {
   const std::vector<float> logits{0.0f, 3.0f, 1.0f, 2.9f, -1.0f};
   const int V = int(logits.size());

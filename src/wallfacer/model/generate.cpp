@@ -634,4 +634,82 @@ std::vector<float> continue_prefill(const GptConfig& cfg, const float* params,
   return logits;
 }
 
+int64_t prefill_chunk_unit(const GptConfig& cfg, const seqpar::AttnConfig& attn, int P) {
+  return int64_t(P) * (seqpar::uses_zigzag_layout(prefill_attn_config(cfg, attn, P)) ? 2 : 1);
+}
+
+double continue_scratch_bytes(const GptConfig& cfg, int P, int64_t added) {
+  const double H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim(), qr = H * D;
+  const double m = double((added + P - 1) / P);
+  // pass-Q: the circulating queries (two buffers), every rank's partials (output and LSE) and
+  // the P - 1 received for this rank's queries.
+  const double pass_q = 4.0 * (2.0 * m * qr + (double(added) + double(P - 1) * m) * (qr + H));
+  if (P == 1) return pass_q;  // one rank: pass-Q (see chunked_prefill)
+  // pass-KV runs while (N + M) 2 Hkv D <= M (2 H D + H): its blocks (two buffers of a rank's
+  // cached and new keys and values) hold at most that many positions over P, and a rounding.
+  const double positions = double(added) * (2.0 * qr + H) / (2.0 * Hkv * D);
+  const double pass_kv = 4.0 * 2.0 * 2.0 * (std::ceil(positions / P) + 2.0) * Hkv * D;
+  return std::max(pass_q, pass_kv);
+}
+
+double chunked_memory_bytes(const GptConfig& cfg, const seqpar::AttnConfig& attn, int P,
+                            int64_t chunk, int64_t turn_rows, int64_t cache_rows, bool every_rank) {
+  const int64_t rows = std::max(chunk, (turn_rows + P - 1) / P * P);
+  const double scratch = std::max(prefill_scratch_bytes(cfg, attn, P, chunk, every_rank),
+                                  continue_scratch_bytes(cfg, P, chunk));
+  return generate_memory_bytes(cfg, P, rows, cache_rows, scratch);
+}
+
+int64_t choose_prefill_chunk(const GptConfig& cfg, const seqpar::AttnConfig& attn, int P,
+                             int64_t prompt, int64_t turn_rows, int64_t cache_rows, double limit) {
+  const int64_t unit = prefill_chunk_unit(cfg, attn, P);
+  auto fits = [&](int64_t units) {
+    return chunked_memory_bytes(cfg, attn, P, units * unit, turn_rows, cache_rows) <= limit;
+  };
+  // The chunks are shorter than the prompt: 1..(prompt - 1) / unit units.
+  int64_t lo = 1, hi = (prompt - 1) / unit + 1;  // fits(lo); the answer is in [lo, hi)
+  if (hi <= lo || !fits(lo)) return 0;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  // As many chunks, of nearly equal length.
+  const int64_t chunks = (prompt + lo * unit - 1) / (lo * unit);
+  const int64_t even = ((prompt + chunks - 1) / chunks + unit - 1) / unit;
+  return (fits(even) ? even : lo) * unit;
+}
+
+std::vector<float> chunked_prefill(const GptConfig& cfg, const float* params,
+                                   const std::vector<int32_t>& prompt, int64_t chunk,
+                                   const seqpar::AttnConfig& attn, comm::Communicator& group,
+                                   ShardedKvCache& cache, PrefillChunks* done) {
+  const int64_t L = int64_t(prompt.size());
+  PrefillChunks stats;
+  if (chunk <= 0 || chunk >= L) {
+    stats.chunk_tokens = L;
+    if (done) *done = stats;
+    return sharded_prefill(cfg, params, prompt, attn, group, cache);
+  }
+  WF_CHECK(attn.dtype == Dtype::fp32, "a prefill in chunks runs in fp32");
+  stats.chunk_tokens = chunk;
+  std::vector<float> logits =
+      sharded_prefill(cfg, params, std::vector<int32_t>(prompt.begin(), prompt.begin() + chunk),
+                      attn, group, cache);
+  // The later chunks against the cache of the earlier ones; on one rank both ways send nothing
+  // and pass-Q, which keeps no copy of the cache, runs.
+  const ContinueWay way = group.size() == 1 ? ContinueWay::PassQ : ContinueWay::Auto;
+  for (int64_t at = chunk; at < L; at += chunk) {
+    const int64_t n = std::min(chunk, L - at);
+    const std::vector<int32_t> tokens(prompt.begin() + at, prompt.begin() + at + n);
+    const ContinuePlan plan = plan_continue(cfg, cache.held(), n, way);
+    int64_t sent = 0;
+    logits = continue_prefill(cfg, params, tokens, plan, group, cache, &sent);
+    ++stats.chunks;
+    ++(plan.way == ContinueWay::PassKv ? stats.pass_kv : stats.pass_q);
+    stats.sent_bytes += sent;
+  }
+  if (done) *done = stats;
+  return logits;
+}
+
 }  // namespace wallfacer::model

@@ -154,4 +154,42 @@ std::vector<float> continue_prefill(const GptConfig& cfg, const float* params,
                                     comm::Communicator& group, ShardedKvCache& cache,
                                     int64_t* sent);
 
+// Chunked prefill (docs/generate.md, "Memory"): a prompt whose prefill does not fit a rank's
+// memory runs in chunks of `chunk` tokens, in order: the first one by sharded_prefill (its split,
+// split_prompt(..., chunk), is the cache's), each later one by continue_prefill against the cache
+// of the chunks before it (pass-KV or pass-Q, the fewer bytes; pass-Q on one rank), so that a
+// rank holds the activations of a chunk's rows, never the prompt's, and only the cache grows.
+// The multiple a chunk's length keeps: P, or 2P for the zigzag layout (no chunk is padded).
+int64_t prefill_chunk_unit(const GptConfig& cfg, const seqpar::AttnConfig& attn, int P);
+// The memory one rank needs to prefill a prompt in chunks of `chunk` tokens (a multiple of the
+// unit), whose other turns run at most `turn_rows` tokens together (0: none), and hold a cache
+// shard of `cache_rows` positions: generate_memory_bytes of the larger of the chunk and the turn,
+// with the larger of the first chunk's DistAttention scratch and a later chunk's continuation
+// scratch (continue_scratch_bytes).
+double chunked_memory_bytes(const GptConfig& cfg, const seqpar::AttnConfig& attn, int P,
+                            int64_t chunk, int64_t turn_rows, int64_t cache_rows,
+                            bool every_rank = true);
+// The largest buffers of a continuation of `added` tokens over P ranks whose way is chosen by
+// the bytes (pass-KV only while it sends no more than pass-Q, which bounds its blocks by
+// `added`).
+double continue_scratch_bytes(const GptConfig& cfg, int P, int64_t added);
+// The chunk length for a prompt of `prompt` tokens under `limit` bytes: the largest multiple of
+// the unit below the prompt whose chunked_memory_bytes fits, then shortened (still a multiple
+// of the unit) to spread the prompt evenly over as many chunks; 0 when not even one unit fits.
+int64_t choose_prefill_chunk(const GptConfig& cfg, const seqpar::AttnConfig& attn, int P,
+                             int64_t prompt, int64_t turn_rows, int64_t cache_rows, double limit);
+// What a chunked prefill did: its chunks, the length of each but the last, how many ran pass-KV
+// and pass-Q, and the bytes this rank sent in them.
+struct PrefillChunks {
+  int64_t chunks = 1, chunk_tokens = 0, pass_kv = 0, pass_q = 0, sent_bytes = 0;
+};
+// Runs the prefill of `prompt` in chunks of `chunk` tokens (collective; one chunk when `chunk` is
+// 0 or at least the prompt), filling `cache`, built with split_prompt(cfg, attn, P,
+// min(chunk, prompt)) and the capacity of the whole prompt. Returns the logits (V) after the
+// last prompt token, the same on every rank. More than one chunk needs attn.dtype fp32.
+std::vector<float> chunked_prefill(const GptConfig& cfg, const float* params,
+                                   const std::vector<int32_t>& prompt, int64_t chunk,
+                                   const seqpar::AttnConfig& attn, comm::Communicator& group,
+                                   ShardedKvCache& cache, PrefillChunks* done = nullptr);
+
 }  // namespace wallfacer::model
