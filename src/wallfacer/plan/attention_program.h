@@ -26,8 +26,11 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
 // When R < P: fwd and bwd (where given) receive the quotient programs of ranks 0..R-1 (simulate,
 // plan/simulator.h), rank b + k S running rank b's program shifted by k S, consecutive computes
 // merged into one; scratch_elements the largest scratch buffers of one rank.
+// When R = P and every_rank: fwd and bwd (where given) receive the programs of every rank, each
+// rank's schedule made once (those the search made are not made again), consecutive computes
+// merged; scratch_elements as above.
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
                      int tile_k, Program* fwd = nullptr, Program* bwd = nullptr,
-                     double* scratch_elements = nullptr);
+                     double* scratch_elements = nullptr, bool every_rank = false);
 
 }  // namespace wallfacer::plan

@@ -154,16 +154,30 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
 
 }  // namespace
 
-Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q,
-                          int tile_k, double* scratch_elements) {
-  Program prog(P);
+namespace {
+
+// The forward and the backward programs of every rank, each rank's schedule made once.
+void attention_programs(const seqpar::AttnConfig& cfg, int P, int tile_q, int tile_k, Program* fwd,
+                        Program* bwd, double* scratch_elements) {
+  if (fwd) *fwd = Program(P);
+  if (bwd) *bwd = Program(P);
   double scratch = 0;
   for (int r = 0; r < P; ++r) {
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
     scratch = std::max(scratch, scratch_of(s));
-    emit(prog, s, backward ? s.bwd : s.fwd, tile_q, tile_k);
+    if (fwd) emit(*fwd, s, s.fwd, tile_q, tile_k);
+    if (bwd) emit(*bwd, s, s.bwd, tile_q, tile_k);
   }
   if (scratch_elements) *scratch_elements = scratch;
+}
+
+}  // namespace
+
+Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q,
+                          int tile_k, double* scratch_elements) {
+  Program prog;
+  attention_programs(cfg, P, tile_q, tile_k, backward ? nullptr : &prog, backward ? &prog : nullptr,
+                     scratch_elements);
   return prog;
 }
 
@@ -256,22 +270,29 @@ bool machine_has_period(const Machine& m, int R) {
 }  // namespace
 
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q, int tile_k,
-                     Program* fwd, Program* bwd, double* scratch_elements) {
+                     Program* fwd, Program* bwd, double* scratch_elements, bool every_rank) {
   WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
            P);
-  // The programs (computes merged) and shapes of the ranks compared, each made once.
+  // The programs (computes merged) of the ranks made so far, and the shapes of those compared:
+  // each rank's schedule made once.
   Program all[2] = {Program(P), Program(P)};
+  std::vector<bool> made(size_t(P), false);
   std::unordered_map<int, std::array<Shape, 2>> shapes;
   double scratch = 0;
   int team = 1;
-  auto shape = [&](int r) -> const std::array<Shape, 2>& {
-    auto it = shapes.find(r);
-    if (it != shapes.end()) return it->second;
+  auto make = [&](int r) {
+    if (made[size_t(r)]) return;
+    made[size_t(r)] = true;
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
     team = s.team_ranks;
     scratch = std::max(scratch, scratch_of(s));
     emit(all[0], s, s.fwd, tile_q, tile_k, true);
     emit(all[1], s, s.bwd, tile_q, tile_k, true);
+  };
+  auto shape = [&](int r) -> const std::array<Shape, 2>& {
+    auto it = shapes.find(r);
+    if (it != shapes.end()) return it->second;
+    make(r);
     return shapes.emplace(r, std::array<Shape, 2>{shape_of(all[0], r), shape_of(all[1], r)})
         .first->second;
   };
@@ -290,7 +311,15 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   // The period: the smallest multiple of S that the machine has too.
   int R = S;
   while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
-  if (R >= P) return P;
+  if (R >= P) {
+    if (every_rank) {  // every rank's programs, computes merged
+      for (int r = 0; r < P; ++r) make(r);
+      if (fwd) *fwd = std::move(all[0]);
+      if (bwd) *bwd = std::move(all[1]);
+      if (scratch_elements) *scratch_elements = scratch;
+    }
+    return P;
+  }
   // The quotient programs of ranks 0..R-1: rank b + k S runs rank b's program shifted by k S.
   for (int phase = 0; phase < 2; ++phase) {
     Program* q = phase == 0 ? fwd : bwd;
@@ -318,18 +347,24 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   AttentionPrediction a;
   const Machine m = Machine::from(cl, device_of, cfg.head_dim);
   const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
-  Program quotient[2];
+  // The programs simulated: one period of ranks (the quotient), or every rank's (computes merged
+  // unless exact).
+  Program prog[2];
   double scratch = 0;
-  a.period =
-      exact ? P : attention_period(cfg, P, m, tile_q, tile_k, &quotient[0], &quotient[1], &scratch);
+  if (exact) {
+    a.period = P;
+    attention_programs(cfg, P, tile_q, tile_k, &prog[0], &prog[1], &scratch);
+  } else {
+    a.period = attention_period(cfg, P, m, tile_q, tile_k, &prog[0], &prog[1], &scratch,
+                                P <= kMaxEveryRankDevices);
+  }
   WF_USAGE_CHECK(a.period < P || P <= kMaxEveryRankDevices || exact,
                  "not simulated: its ranks do not repeat with a period below {}, and simulating "
                  "every rank is limited to {} devices unless --exact (hours and tens of GB at "
                  "4,096)",
                  P, kMaxEveryRankDevices);
   for (bool bwd : {false, true}) {
-    SimResult r = simulate(
-        a.period < P ? quotient[bwd] : attention_program(cfg, P, bwd, tile_q, tile_k, &scratch), m);
+    SimResult r = simulate(prog[bwd], m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
     double p2p = 0, coll = 0, inter = 0;
