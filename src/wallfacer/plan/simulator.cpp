@@ -266,7 +266,8 @@ class Simulation {
     int coll_k = 0;
     bool arrived = false;  // at its current collective
     bool finished = false;
-    std::map<int, double> done;  // request -> completion time (< 0 while in flight)
+    // request -> completion time: kInFlight while in flight, kUnposted before it is posted
+    std::vector<double> done;
     int waiting_for = -1;        // request it is blocked on
     double blocked_at = 0;       // when it arrived at its current wait or collective
     std::map<int, std::pair<int, double>> posted;  // request -> (op, post time), for spans
@@ -285,6 +286,14 @@ class Simulation {
     int pending = 0;
   };
   using Ready = std::pair<double, int>;  // (time, rank)
+  static constexpr double kInFlight = -1, kUnposted = -2;
+  // Hash of a (canonical source, offset, tag) key.
+  struct KeyHash {
+    size_t operator()(const std::tuple<int, int, int>& k) const {
+      const auto [a, b, c] = k;
+      return std::hash<uint64_t>()((uint64_t(uint32_t(a)) << 32 | uint32_t(b)) * 31 + uint32_t(c));
+    }
+  };
 
   void check_program() const;
   // Drops stale events; the next flow event, or nullptr when none.
@@ -328,7 +337,7 @@ class Simulation {
     return {src % P_, ((dst - src) % N_ + N_) % N_};
   }
   // (canonical source, offset, tag) -> posted and not yet matched
-  std::map<std::tuple<int, int, int>, std::deque<Posted>> sends_, recvs_;
+  std::unordered_map<std::tuple<int, int, int>, std::deque<Posted>, KeyHash> sends_, recvs_;
   std::map<std::pair<int, int>, int> arrivals_;  // (group, k) -> members arrived
   // (group, collective, bytes) -> per member: bytes it sends, of them between nodes
   std::map<std::tuple<int, int, double>, std::vector<std::pair<double, double>>> sent_;
@@ -463,7 +472,7 @@ void Simulation::span(int rank, size_t op, double t0, double t1) {
 
 void Simulation::complete(int rank, int request, double t) {
   RankState& s = st_[rank];
-  s.done[request] = t;
+  s.done[size_t(request)] = t;
   if (spans_) {
     auto [op, t0] = s.posted.at(request);
     span(rank, size_t(op), t0, t);
@@ -544,8 +553,10 @@ void Simulation::post_transfer(int r, const Op& o) {
   RankState& s = st_[r];
   const bool is_send = o.kind == Op::Kind::Send;
   WF_CHECK(o.peer >= 0 && o.peer < N_, "rank {} talks to rank {} outside 0..{}", r, o.peer, N_ - 1);
-  WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
-  s.done[o.request] = -1;
+  WF_CHECK(o.request >= 0, "rank {} posts request {}", r, o.request);
+  if (s.done.size() <= size_t(o.request)) s.done.resize(size_t(o.request) + 1, kUnposted);
+  WF_CHECK(s.done[size_t(o.request)] == kUnposted, "rank {} reuses request {}", r, o.request);
+  s.done[size_t(o.request)] = kInFlight;
   if (spans_) s.posted[o.request] = {int(s.pc), now_};
   Posted me{now_, o.request, o.bytes};
   const auto [src, offset] = is_send ? canonical(r, o.peer) : canonical(o.peer, r);
@@ -567,9 +578,10 @@ void Simulation::post_transfer(int r, const Op& o) {
 
 bool Simulation::pass_wait(int r, const Op& o) {
   RankState& s = st_[r];
-  auto it = s.done.find(o.request);
-  WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r, o.request);
-  if (it->second < 0) {
+  WF_CHECK(o.request >= 0 && size_t(o.request) < s.done.size() &&
+               s.done[size_t(o.request)] != kUnposted,
+           "rank {} waits for request {} it never posted", r, o.request);
+  if (s.done[size_t(o.request)] == kInFlight) {
     s.waiting_for = o.request;
     s.blocked_at = now_;
     ++s.pc;  // resumes after the wait
