@@ -29,8 +29,16 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
 // When R = P and every_rank: fwd and bwd (where given) receive the programs of every rank, each
 // rank's schedule made once (those the search made are not made again), consecutive computes
 // merged; scratch_elements as above.
+// Ulysses x WallFacer-C, whose ranks do not repeat with a shift, has another symmetry when its
+// Ulysses teams fill several whole nodes each: rotating every team by a node's devices. Where
+// `order` is given, that rotation is tried before every rank: relabelled so that it is a shift,
+// its quotient programs (of R ranks, R = P W / u with W devices per node, up to
+// kMaxEveryRankDevices) are returned with R, and `order` receives the layout rank of each
+// relabelled rank (empty when the ranks are not relabelled): the quotient runs on the machine
+// whose device_of[y] is m.device_of[order[y]].
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
                      int tile_k, Program* fwd = nullptr, Program* bwd = nullptr,
-                     double* scratch_elements = nullptr, bool every_rank = false);
+                     double* scratch_elements = nullptr, bool every_rank = false,
+                     std::vector<int>* order = nullptr);
 
 }  // namespace wallfacer::plan

@@ -4,6 +4,8 @@
 #include <array>
 #include <functional>
 #include <numeric>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "wallfacer/core/error.h"
@@ -267,10 +269,118 @@ bool machine_has_period(const Machine& m, int R) {
   return true;
 }
 
+// Whether the shift by R (mod P) maps group g (members in its order) onto itself, member i to
+// member i + k for one k, and the steps of collective c on it onto themselves.
+bool collective_maps_onto_itself(Coll c, const std::vector<int>& g, double bytes, int P, int R) {
+  const int n = int(g.size());
+  std::unordered_map<int, int> pos;
+  for (int i = 0; i < n; ++i) pos.emplace(g[size_t(i)], i);
+  auto image = [&](int i) {
+    auto it = pos.find((g[size_t(i)] + R) % P);
+    return it == pos.end() ? -1 : it->second;
+  };
+  const int k = image(0);
+  for (int i = 0; i < n; ++i)
+    if (k < 0 || image(i) != (i + k) % n) return false;
+  for (const auto& step : collective_steps(c, n, bytes)) {
+    std::set<std::tuple<int, int, double>> before, after;
+    for (const CollTransfer& t : step) {
+      before.insert({t.from, t.to, t.bytes});
+      after.insert({(t.from + k) % n, (t.to + k) % n, t.bytes});
+    }
+    if (before != after) return false;
+  }
+  return true;
+}
+
+// Same shape but for the order of collective groups' members (a group that a shift maps onto
+// itself lists them from another member: collective_maps_onto_itself checks the order).
+bool same_shape_any_order(Shape a, Shape b) {
+  for (Shape* x : {&a, &b})
+    for (Shape::Step& st : x->steps) std::sort(st.members.begin(), st.members.end());
+  return same_shape(a, b);
+}
+
+// Ulysses x WallFacer-C: WallFacer's placement, sub-rings and team gathers act on the ring ranks j
+// and keep a rank's member index m in its Ulysses team (rank j u + m), so rotating every Ulysses
+// team by W members (m -> m + W mod u) maps the schedules onto themselves (the team's all-to-alls
+// onto themselves). When a team fills u / W > 1 whole nodes (W: devices per node), the rotation
+// maps nodes to nodes, and relabelled so that it is the shift by R = P W / u (rank j u + m is
+// j W + m mod W + (m / W) R), the first node of every team is the quotient. Returns R, with the
+// quotient programs (computes merged) and `order` (relabelled rank -> layout rank), or P when the
+// rotation does not apply or the schedules or the machine do not have it (checked on ranks
+// 0, R - 1 and a few between against their images).
+template <class Make>
+int rotated_quotient(const seqpar::AttnConfig& cfg, int P, const Machine& m, Make& make,
+                     Program (&all)[2], Program* fwd, Program* bwd, std::vector<int>* order) {
+  const int u = cfg.ulysses, W = m.devices_per_node;
+  if (cfg.strategy != seqpar::Strategy::WallFacer || u <= W || u % W != 0 || !order) return P;
+  const int R = P / u * W;
+  if (R > kMaxEveryRankDevices) return P;
+  auto layout = [&](int y) {  // relabelled -> layout rank
+    const int k = y / R, o = y % R;
+    return o / W * u + o % W + k * W;
+  };
+  auto relabel = [&](int x) { return x / u * W + x % u % W + x % u / W * R; };
+  Machine q = m;
+  for (int y = 0; y < P; ++y) q.device_of[size_t(y)] = m.device_of[size_t(layout(y))];
+  if (!machine_has_period(q, R)) return P;
+  // The relabelled programs of ranks y (and, to check them, of some images y + R).
+  Program moved[2] = {Program(P), Program(P)};
+  auto move = [&](int y) {
+    const int x = layout(y);
+    make(x);
+    for (int phase = 0; phase < 2; ++phase) {
+      auto& out = moved[phase].ops[size_t(y)];
+      if (!out.empty()) continue;
+      for (Op o : all[phase].ops[size_t(x)]) {
+        if (o.kind == Op::Kind::Send || o.kind == Op::Kind::Recv) o.peer = relabel(o.peer);
+        if (o.kind == Op::Kind::Collective) {
+          std::vector<int> members = all[phase].groups[size_t(o.group)];
+          for (int& member : members) member = relabel(member);
+          // A group with members on both sides of R must be one that the shift maps onto itself.
+          const auto outside =
+              std::count_if(members.begin(), members.end(), [&](int r) { return r >= R; });
+          if (outside > 0 && outside < std::ssize(members) &&
+              !collective_maps_onto_itself(o.coll, members, o.bytes, P, R))
+            return false;
+          o.group = moved[phase].group(members);
+        }
+        out.push_back(o);
+      }
+    }
+    return true;
+  };
+  for (int y = 0; y < R; ++y)
+    if (!move(y)) return P;
+  for (int y : {0, R - 1, R / 2, W - 1, W}) {
+    if (y >= R || !move(y + R)) return P;
+    for (int phase = 0; phase < 2; ++phase)
+      if (!same_shape_any_order(shape_of(moved[phase], y), shape_of(moved[phase], y + R))) return P;
+  }
+  for (int phase = 0; phase < 2; ++phase) {
+    Program* out = phase == 0 ? fwd : bwd;
+    if (!out) continue;
+    *out = Program(R);
+    for (int y = 0; y < R; ++y) {
+      for (Op o : moved[phase].ops[size_t(y)]) {
+        if (o.kind == Op::Kind::Collective)
+          o.group = out->group(moved[phase].groups[size_t(o.group)]);
+        out->ops[size_t(y)].push_back(o);
+      }
+    }
+  }
+  order->resize(size_t(P));
+  for (int y = 0; y < P; ++y) (*order)[size_t(y)] = layout(y);
+  return R;
+}
+
 }  // namespace
 
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q, int tile_k,
-                     Program* fwd, Program* bwd, double* scratch_elements, bool every_rank) {
+                     Program* fwd, Program* bwd, double* scratch_elements, bool every_rank,
+                     std::vector<int>* order) {
+  if (order) order->clear();
   WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
            P);
   // The programs (computes merged) of the ranks made so far, and the shapes of those compared:
@@ -312,6 +422,11 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   int R = S;
   while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
   if (R >= P) {
+    const int rotated = rotated_quotient(cfg, P, m, make, all, fwd, bwd, order);
+    if (rotated < P) {
+      if (scratch_elements) *scratch_elements = scratch;
+      return rotated;
+    }
     if (every_rank) {  // every rank's programs, computes merged
       for (int r = 0; r < P; ++r) make(r);
       if (fwd) *fwd = std::move(all[0]);
@@ -345,7 +460,7 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of, bool exact) {
   AttentionPrediction a;
-  const Machine m = Machine::from(cl, device_of, cfg.head_dim);
+  Machine m = Machine::from(cl, device_of, cfg.head_dim);
   const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
   // The programs simulated: one period of ranks (the quotient), or every rank's (computes merged
   // unless exact).
@@ -355,8 +470,11 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     a.period = P;
     attention_programs(cfg, P, tile_q, tile_k, &prog[0], &prog[1], &scratch);
   } else {
+    std::vector<int> order;
     a.period = attention_period(cfg, P, m, tile_q, tile_k, &prog[0], &prog[1], &scratch,
-                                P <= kMaxEveryRankDevices);
+                                P <= kMaxEveryRankDevices, &order);
+    if (!order.empty())  // the quotient's ranks relabelled: the machine too
+      for (int y = 0; y < P; ++y) m.device_of[size_t(y)] = device_of[size_t(order[size_t(y)])];
   }
   WF_USAGE_CHECK(a.period < P || P <= kMaxEveryRankDevices || exact,
                  "not simulated: its ranks do not repeat with a period below {}, and simulating "

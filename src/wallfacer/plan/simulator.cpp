@@ -268,8 +268,8 @@ class Simulation {
     bool finished = false;
     // request -> completion time: kInFlight while in flight, kUnposted before it is posted
     std::vector<double> done;
-    int waiting_for = -1;        // request it is blocked on
-    double blocked_at = 0;       // when it arrived at its current wait or collective
+    int waiting_for = -1;   // request it is blocked on
+    double blocked_at = 0;  // when it arrived at its current wait or collective
     std::map<int, std::pair<int, double>> posted;  // request -> (op, post time), for spans
   };
   struct Posted {
@@ -296,6 +296,10 @@ class Simulation {
   };
 
   void check_program() const;
+  // The members of group g that run (the others are images of them, see simulate).
+  int simulated_members(const std::vector<int>& g) const {
+    return int(std::count_if(g.begin(), g.end(), [&](int r) { return r < P_; }));
+  }
   // Drops stale events; the next flow event, or nullptr when none.
   const FlowEvent* next_flow_event();
   void on_flow_event(int slot);
@@ -347,12 +351,12 @@ class Simulation {
   std::vector<int> free_slots_;
   uint64_t next_seq_ = 0;
   std::priority_queue<FlowEvent, std::vector<FlowEvent>, std::greater<>> events_;
-  std::unordered_map<int, int> load_;                      // resource -> active flows on it
-  std::unordered_map<int, std::vector<int>> on_;           // resource -> active flows' slots
-  std::vector<int> changed_;                               // resources whose load changed
+  std::unordered_map<int, int> load_;             // resource -> active flows on it
+  std::unordered_map<int, std::vector<int>> on_;  // resource -> active flows' slots
+  std::vector<int> changed_;                      // resources whose load changed
   // canonical (src, dst) -> active flows between nodes (shared_duplex only)
   std::map<std::pair<int, int>, std::vector<int>> inter_;
-  std::vector<uint64_t> stamp_;                            // per slot: last rerate that visited it
+  std::vector<uint64_t> stamp_;  // per slot: last rerate that visited it
   uint64_t rerates_ = 0;
   double now_ = 0;
   std::map<int, CollRun> colls_;
@@ -362,8 +366,10 @@ class Simulation {
 void Simulation::check_program() const {
   WF_CHECK(P_ >= 1 && N_ >= P_ && N_ % P_ == 0,
            "machine has {} devices for {} ranks: a multiple of them is needed", N_, P_);
-  for (const auto& g : prog_.groups)
-    for (int r : g) WF_CHECK(r >= 0 && r < P_, "group member {} outside 0..{}", r, P_ - 1);
+  for (const auto& g : prog_.groups) {
+    for (int r : g) WF_CHECK(r >= 0 && r < N_, "group member {} outside 0..{}", r, N_ - 1);
+    WF_CHECK(simulated_members(g) > 0, "a group of ranks outside 0..{} alone", P_ - 1);
+  }
 }
 
 void Simulation::add_load(int slot, int resource, int delta) {
@@ -452,7 +458,8 @@ void Simulation::rerate() {
       const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
       int busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
       if (f.both_ways)
-        busiest = std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(at(f.dst)), 2)]});
+        busiest =
+            std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(at(f.dst)), 2)]});
       double rate = bw / busiest;
       if (f.pair != kNoPair && m_.pair_bandwidth > 0)
         rate = std::min(rate, m_.pair_bandwidth / load_[f.pair]);
@@ -524,6 +531,7 @@ void Simulation::collective_step(int id) {
   const auto& g = prog_.groups[c.group];
   if (c.step == c.steps.size()) {
     for (int member : g) {
+      if (member >= P_) continue;  // an image of a member that runs
       ready_.push({now_, member});
       span(member, st_[member].pc - 1, st_[member].blocked_at, now_);
     }
@@ -532,7 +540,7 @@ void Simulation::collective_step(int id) {
   }
   c.pending = 0;
   for (const CollTransfer& t : c.steps[c.step])
-    if (t.from != t.to)
+    if (t.from != t.to && g[size_t(t.from)] < P_)
       add_flow(g[size_t(t.from)], g[size_t(t.to)], t.bytes, -1, -1, id), ++c.pending;
   ++c.step;
   if (c.pending == 0) collective_step(id);
@@ -578,9 +586,9 @@ void Simulation::post_transfer(int r, const Op& o) {
 
 bool Simulation::pass_wait(int r, const Op& o) {
   RankState& s = st_[r];
-  WF_CHECK(o.request >= 0 && size_t(o.request) < s.done.size() &&
-               s.done[size_t(o.request)] != kUnposted,
-           "rank {} waits for request {} it never posted", r, o.request);
+  WF_CHECK(
+      o.request >= 0 && size_t(o.request) < s.done.size() && s.done[size_t(o.request)] != kUnposted,
+      "rank {} waits for request {} it never posted", r, o.request);
   if (s.done[size_t(o.request)] == kInFlight) {
     s.waiting_for = o.request;
     s.blocked_at = now_;
@@ -612,7 +620,7 @@ void Simulation::arrive_collective(int r, const Op& o) {
   ++s.coll_k;
   ++s.pc;
   s.blocked_at = now_;
-  if (++arrived == int(g.size())) {
+  if (++arrived == simulated_members(g)) {
     const int id = next_coll_++;
     colls_[id] = {o.group, collective_steps(o.coll, int(g.size()), o.bytes)};
     collective_step(id);
