@@ -250,8 +250,11 @@ bool same_shape(const Shape& a, const Shape& b) {
 }
 
 // Whether the shift of layout ranks by R maps devices to devices of one node, card and node pair
-// structure (node to node, card to card, one to one), and ranks 0..R-1 fill nodes of their own.
+// structure (node to node, card to card, one to one), and ranks 0..R-1 fill nodes of their own:
+// or cards of their own, where a node's cards share nothing (no cap on a pair of nodes, no shared
+// duplex), so that every card a simulated rank uses carries simulated ranks alone.
 bool machine_has_period(const Machine& m, int R) {
+  const bool by_card = m.pair_bandwidth <= 0 && !m.shared_duplex;
   const int P = int(m.device_of.size());
   std::unordered_map<int, int> node_to, nic_to, node_from, nic_from;
   auto consistent = [](std::unordered_map<int, int>& to, std::unordered_map<int, int>& from, int a,
@@ -264,7 +267,8 @@ bool machine_has_period(const Machine& m, int R) {
     if (!consistent(node_to, node_from, m.node(x), m.node(y)) ||
         !consistent(nic_to, nic_from, m.nic(x), m.nic(y)))
       return false;
-    if (rep_node.emplace(m.node(x), x < R).first->second != (x < R)) return false;
+    if (rep_node.emplace(by_card ? m.nic(x) : m.node(x), x < R).first->second != (x < R))
+      return false;
   }
   return true;
 }
@@ -303,25 +307,24 @@ bool same_shape_any_order(Shape a, Shape b) {
 
 // Ulysses x WallFacer-C: WallFacer's placement, sub-rings and team gathers act on the ring ranks j
 // and keep a rank's member index m in its Ulysses team (rank j u + m), so rotating every Ulysses
-// team by W members (m -> m + W mod u) maps the schedules onto themselves (the team's all-to-alls
-// onto themselves). When a team fills u / W > 1 whole nodes (W: devices per node), the rotation
-// maps nodes to nodes, and relabelled so that it is the shift by R = P W / u (rank j u + m is
-// j W + m mod W + (m / W) R), the first node of every team is the quotient. Returns R, with the
-// quotient programs (computes merged) and `order` (relabelled rank -> layout rank), or P when the
-// rotation does not apply or the schedules or the machine do not have it (checked on ranks
-// 0, R - 1 and a few between against their images).
+// team by d members (m -> m + d mod u) maps the schedules onto themselves (the team's all-to-alls
+// onto themselves). Relabelled so that the rotation is the shift by R = P d / u (rank j u + m is
+// j d + m mod d + (m / d) R), members 0..d-1 of every team are the quotient, where the machine has
+// that period (machine_has_period: d a node's devices when a team fills whole nodes, 1 where
+// every device has a card of its own and no node-pair cap). The smallest such d is taken. Returns
+// R, with the quotient programs (computes merged) and `order` (relabelled rank -> layout rank), or
+// P when the rotation does not apply, R would exceed kMaxEveryRankDevices, or the schedules do
+// not have it (checked on ranks 0, R - 1 and a few between against their images).
 template <class Make>
-int rotated_quotient(const seqpar::AttnConfig& cfg, int P, const Machine& m, Make& make,
-                     Program (&all)[2], Program* fwd, Program* bwd, std::vector<int>* order) {
-  const int u = cfg.ulysses, W = m.devices_per_node;
-  if (cfg.strategy != seqpar::Strategy::WallFacer || u <= W || u % W != 0 || !order) return P;
-  const int R = P / u * W;
-  if (R > kMaxEveryRankDevices) return P;
+int rotated_quotient_by(const seqpar::AttnConfig& cfg, int P, const Machine& m, Make& make,
+                        Program (&all)[2], Program* fwd, Program* bwd, std::vector<int>* order,
+                        int d) {
+  const int u = cfg.ulysses, R = P / u * d;
   auto layout = [&](int y) {  // relabelled -> layout rank
     const int k = y / R, o = y % R;
-    return o / W * u + o % W + k * W;
+    return o / d * u + o % d + k * d;
   };
-  auto relabel = [&](int x) { return x / u * W + x % u % W + x % u / W * R; };
+  auto relabel = [&](int x) { return x / u * d + x % u % d + x % u / d * R; };
   Machine q = m;
   for (int y = 0; y < P; ++y) q.device_of[size_t(y)] = m.device_of[size_t(layout(y))];
   if (!machine_has_period(q, R)) return P;
@@ -353,8 +356,9 @@ int rotated_quotient(const seqpar::AttnConfig& cfg, int P, const Machine& m, Mak
   };
   for (int y = 0; y < R; ++y)
     if (!move(y)) return P;
-  for (int y : {0, R - 1, R / 2, W - 1, W}) {
-    if (y >= R || !move(y + R)) return P;
+  for (int y : {0, R - 1, R / 2, d - 1, d}) {
+    if (y >= R) continue;
+    if (!move(y + R)) return P;
     for (int phase = 0; phase < 2; ++phase)
       if (!same_shape_any_order(shape_of(moved[phase], y), shape_of(moved[phase], y + R))) return P;
   }
@@ -373,6 +377,20 @@ int rotated_quotient(const seqpar::AttnConfig& cfg, int P, const Machine& m, Mak
   order->resize(size_t(P));
   for (int y = 0; y < P; ++y) (*order)[size_t(y)] = layout(y);
   return R;
+}
+
+// rotated_quotient_by the smallest d that the machine and the schedules have.
+template <class Make>
+int rotated_quotient(const seqpar::AttnConfig& cfg, int P, const Machine& m, Make& make,
+                     Program (&all)[2], Program* fwd, Program* bwd, std::vector<int>* order) {
+  const int u = cfg.ulysses;
+  if (cfg.strategy != seqpar::Strategy::WallFacer || u <= 1 || !order) return P;
+  for (int d = 1; d < u; ++d) {
+    if (u % d != 0 || P / u * d > kMaxEveryRankDevices) continue;
+    const int R = rotated_quotient_by(cfg, P, m, make, all, fwd, bwd, order, d);
+    if (R < P) return R;
+  }
+  return P;
 }
 
 }  // namespace
@@ -422,7 +440,9 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   int R = S;
   while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
   if (R >= P) {
-    const int rotated = rotated_quotient(cfg, P, m, make, all, fwd, bwd, order);
+    // In place of every rank: a rotation's quotient (above kMaxEveryRankDevices it would still
+    // simulate 512 to 2,048 ranks of rings 4 times longer, seconds to minutes each).
+    const int rotated = every_rank ? rotated_quotient(cfg, P, m, make, all, fwd, bwd, order) : P;
     if (rotated < P) {
       if (scratch_elements) *scratch_elements = scratch;
       return rotated;

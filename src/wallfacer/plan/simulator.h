@@ -129,7 +129,8 @@ struct SimSpan {
 // A program of R ranks on a machine of N = m.device_of.size() ranks, R < N (R divides N), is the
 // quotient of a periodic program of N ranks: the caller vouches that rank x + R runs rank x's ops
 // with every peer shifted by R (mod N), and that the shift maps devices to devices, nodes to nodes
-// and cards to cards (the ranks 0..R-1 fill whole nodes). Only ranks 0..R-1 run; a transfer with
+// and cards to cards (the ranks 0..R-1 fill whole nodes; whole cards suffice where no node pair
+// is capped, pair_bandwidth = 0, and no duplex shared). Only ranks 0..R-1 run; a transfer with
 // a rank outside them is matched and timed as its image under the shift whose source is simulated
 // (what x + R receives from y + R is what x receives from y), and a device, card or node pair
 // outside them carries what its image carries. A collective group lies within 0..R-1, or the
