@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from record import cpu
+import record
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 CLUSTER = "docs/data/plan/h100-80gb-512x8-ib.toml"
@@ -66,7 +66,7 @@ def main():
         exact_up_to = int(args[i + 1])
         del args[i:i + 2]
     wf = args[0] if args else "build/wallfacer"
-    machine = cpu()
+    machine = record.cpu()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.strip()
     for gpus in (64, 256, 1024, 4096):

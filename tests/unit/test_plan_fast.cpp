@@ -126,6 +126,7 @@ TEST(PlanFastRotation, UlyssesWallFacerTeamsAcrossNodesWithinOnePercentOfEveryRa
     in.seq = 256 * 1024;
     in.gpus = 64;
     int rotated = 0;
+    double worst = 0;
     for (const Candidate& c : candidates(in)) {
       if (c.ulysses <= 1 || c.strategy != seqpar::Strategy::WallFacer) continue;
       const seqpar::AttnConfig cfg =
@@ -146,12 +147,15 @@ TEST(PlanFastRotation, UlyssesWallFacerTeamsAcrossNodesWithinOnePercentOfEveryRa
                                                    {f.coll_bytes, e.coll_bytes},
                                                    {f.inter_bytes, e.inter_bytes},
                                                    {f.scratch_elements, e.scratch_elements}};
-      for (auto [a, b] : figures)
+      for (auto [a, b] : figures) {
         EXPECT_LE(rel(a, b), 0.01) << what << ": " << a << " against " << b;
+        worst = std::max(worst, rel(a, b));
+      }
       EXPECT_LE(std::abs(f.exposed_fwd_s - e.exposed_fwd_s), 0.01 * e.fwd_s) << what;
       EXPECT_LE(std::abs(f.exposed_bwd_s - e.exposed_bwd_s), 0.01 * e.bwd_s) << what;
     }
     EXPECT_GT(rotated, 0) << file;
+    std::printf("%s: %d rotated, worst relative difference %.3g\n", file, rotated, worst);
   }
 }
 
