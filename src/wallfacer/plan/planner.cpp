@@ -778,6 +778,11 @@ std::vector<Prediction> plan_all(const PlanInput& in,
         continue;
       }
       c.keep_kv = false;
+      if (kept.step_s == 0) {  // it cannot run, K,V kept or not (validate, not simulated)
+        kept.cand.keep_kv = false;
+        out.push_back(kept);
+        continue;
+      }
     }
     out.push_back(predict(in, c));
   }
