@@ -407,12 +407,11 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   std::vector<bool> made(size_t(P), false);
   std::unordered_map<int, std::array<Shape, 2>> shapes;
   double scratch = 0;
-  int team = 1;
+  const int team = cfg.ulysses > 1 ? cfg.ulysses : seqpar::team_size(cfg);  // Schedule::team_ranks
   auto make = [&](int r) {
     if (made[size_t(r)]) return;
     made[size_t(r)] = true;
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
-    team = s.team_ranks;
     scratch = std::max(scratch, scratch_of(s));
     emit(all[0], s, s.fwd, tile_q, tile_k, true);
     emit(all[1], s, s.bwd, tile_q, tile_k, true);
@@ -424,10 +423,26 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
     return shapes.emplace(r, std::array<Shape, 2>{shape_of(all[0], r), shape_of(all[1], r)})
         .first->second;
   };
-  shape(0);
-  // The schedules' period S: ranks S apart take the same steps.
+  // The schedules' period S: ranks S apart take the same steps. Before any schedule is made (the
+  // first one walks every block's hops), S must not reach a rank whose steps differ from rank
+  // 0's by construction: rank 0 sends no placement hop where WallFacer's placement keeps its team
+  // block (placement_dst(0) = 0), every rank that sends one differs; the contiguous causal ring's
+  // rank r sees r + 1 blocks, so every rank differs.
+  const int u = std::max(cfg.ulysses, 1), C = seqpar::team_size(cfg);
+  const bool wallfacer = cfg.strategy == seqpar::Strategy::WallFacer && C > 1;
+  const bool contiguous_causal_ring = cfg.strategy == seqpar::Strategy::Ring && u == 1 &&
+                                      cfg.causal && !seqpar::uses_zigzag_layout(cfg) &&
+                                      cfg.layout == seqpar::Layout::Strategy &&
+                                      cfg.doc_lengths.empty() && cfg.window <= 0;
+  auto placed = [&](int r) {  // whether world rank r sends its team block on (RingGeometry)
+    const seqpar::WallFacerGeometry inner(P / u, C);
+    return inner.placement_dst(r / u) * u + r % u != r;
+  };
+  auto differs_from_0 = [&](int r) {
+    return (contiguous_causal_ring && r != 0) || (wallfacer && placed(r) != placed(0));
+  };
   auto schedules_repeat = [&](int S) {
-    if (P % S != 0 || S % team != 0) return false;
+    if (P % S != 0 || S % team != 0 || differs_from_0(S) || differs_from_0(P - S)) return false;
     for (int x = 0; x < S; ++x)
       for (int y : {x + S, x + P - S})
         for (int phase : {0, 1})
