@@ -455,8 +455,8 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   int R = S;
   while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
   if (R >= P) {
-    // In place of every rank: a rotation's quotient (above kMaxEveryRankDevices it would still
-    // simulate 512 to 2,048 ranks of rings 4 times longer, seconds to minutes each).
+    // In place of every rank: a rotation's quotient (not above kMaxEveryRankDevices: at 4,096
+    // devices its quotients would still hold 512 to 2,048 ranks, seconds to minutes each).
     const int rotated = every_rank ? rotated_quotient(cfg, P, m, make, all, fwd, bwd, order) : P;
     if (rotated < P) {
       if (scratch_elements) *scratch_elements = scratch;
