@@ -2,8 +2,9 @@
 """Time `wallfacer plan` of GPT-7B at 1M tokens on 64, 256, 1024 and 4096 H100s, by default
 (ranks that do the same work simulated once) and with --exact (every rank), and write one JSON line
 per run: command, commit, wall seconds, CPU seconds (user + system: on a loaded machine the
-figure to compare), the peak memory of the runs so far, the load before and after, the number of
-configurations and the best (docs/planner.md, "Planning at scale").
+figure to compare), the peak memory of the runs so far, the load before and after, the CPU (model,
+cores and instruction-set flags, as bench/record.py records them), the number of configurations
+and the best (docs/planner.md, "Planning at scale").
 
 Usage: bench/plan_scale.py [path/to/wallfacer] [--exact-up-to N] > docs/data/plan-scale.jsonl
        bench/plan_scale.py --table docs/data/plan-scale.jsonl    the table of docs/planner.md
@@ -18,6 +19,8 @@ import resource
 import subprocess
 import sys
 import time
+
+import record
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 CLUSTER = "docs/data/plan/h100-80gb-512x8-ib.toml"
@@ -46,7 +49,11 @@ def table(path):
               f"{de['cpu_s'] if de else '-'} | {de['wall_s'] if de else '-'} | "
               f"{de['load_before'] if de else '-'} |")
     commits = sorted({r["commit"] for r in rows.values()})
-    print(f"\nCommits {', '.join(commits)}; CPU seconds are user + system of the `plan` process.")
+    cpus = sorted({f"{r['cpu']} ({r['cpus']} cores; {' '.join(r['cpu_flags'])})"
+                   for r in rows.values() if "cpu" in r})
+    on = f" on {'; '.join(cpus)}" if cpus else ""
+    print(f"\nCommits {', '.join(commits)}{on}; CPU seconds are user + system of the `plan` "
+          "process.")
 
 
 def main():
@@ -59,6 +66,7 @@ def main():
         exact_up_to = int(args[i + 1])
         del args[i:i + 2]
     wf = args[0] if args else "build/wallfacer"
+    machine = record.cpu()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.strip()
     for gpus in (64, 256, 1024, 4096):
@@ -80,7 +88,7 @@ def main():
                 "command": " ".join(["wallfacer"] + cmd[1:]), "commit": commit, "gpus": gpus,
                 "exact": exact, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
                 "peak_rss_kb_so_far": peak_kb,
-                "load_before": before, "load_after": load(),
+                "load_before": before, "load_after": load(), **machine,
                 "configs": len(plan["configs"]),
                 "best": plan["best"]["label"] if plan["best"] else None,
                 "best_tokens_per_s": plan["best"]["tokens_per_s"] if plan["best"] else None,

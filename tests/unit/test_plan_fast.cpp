@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "wallfacer/plan/planner.h"
+#include "wallfacer/seqpar/config.h"
 
 namespace wallfacer::plan {
 namespace {
@@ -57,19 +58,23 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
         const auto f = std::find_if(fast.begin(), fast.end(), [&](const Prediction& p) {
           return p.cand.label() == e.cand.label();
         });
-        const std::string what = fmt::format("{} on {}, {} devices: {}", model, GetParam(), P,
-                                             e.cand.label());
+        const std::string what =
+            fmt::format("{} on {}, {} devices: {}", model, GetParam(), P, e.cand.label());
         ASSERT_NE(f, fast.end()) << what;
         EXPECT_EQ(f->feasible, e.feasible) << what;
         EXPECT_EQ(f->cand.keep_kv, e.cand.keep_kv) << what;
         EXPECT_EQ(f->reason, e.reason) << what;
         if (!e.reason.empty() && !e.feasible && e.step_s == 0) continue;  // cannot run
         const std::pair<double, double> figures[] = {
-            {f->step_s, e.step_s},           {f->attn_fwd_s, e.attn_fwd_s},
-            {f->attn_bwd_s, e.attn_bwd_s},   {f->grad_sync_s, e.grad_sync_s},
-            {f->memory_bytes, e.memory_bytes}, {f->attention_memory_bytes, e.attention_memory_bytes},
+            {f->step_s, e.step_s},
+            {f->attn_fwd_s, e.attn_fwd_s},
+            {f->attn_bwd_s, e.attn_bwd_s},
+            {f->grad_sync_s, e.grad_sync_s},
+            {f->memory_bytes, e.memory_bytes},
+            {f->attention_memory_bytes, e.attention_memory_bytes},
             {f->p2p_bytes, e.p2p_bytes},
-            {f->coll_bytes, e.coll_bytes},   {f->inter_bytes, e.inter_bytes},
+            {f->coll_bytes, e.coll_bytes},
+            {f->inter_bytes, e.inter_bytes},
             {f->tokens_per_s, e.tokens_per_s}};
         for (auto [a, b] : figures) {
           EXPECT_LE(rel(a, b), 0.01) << what << ": " << a << " against " << b;
@@ -100,9 +105,58 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   EXPECT_TRUE(zigzag.feasible) << zigzag.reason;
   EXPECT_GT(zigzag.attn_fwd_s, 0);
   const auto cfg = attention_config(in.model, in.seq, zigzag.cand, attention_dtype(in.cluster));
-  EXPECT_EQ(predict_attention(in.cluster, cfg, in.gpus, candidate_devices(zigzag.cand, in.gpus))
-                .period,
-            in.cluster.devices_per_node);
+  EXPECT_EQ(
+      predict_attention(in.cluster, cfg, in.gpus, candidate_devices(zigzag.cand, in.gpus)).period,
+      in.cluster.devices_per_node);
+}
+
+// Ulysses x WallFacer-C whose Ulysses teams span whole nodes is simulated on the quotient of the
+// rotation of its teams by a node's members (attention_period): within 1% of every rank, on 64
+// devices of clusters of 2, 4 and 8 devices per node (a card per node, per device, per two; a
+// node-pair cap and shared duplex), and the rotation taken by some candidate of each.
+TEST(PlanFastRotation, UlyssesWallFacerTeamsAcrossNodesWithinOnePercentOfEveryRank) {
+  for (const char* file : {"docs/data/cluster-4x2.toml", "docs/data/rails/cluster-2x4-k4.toml",
+                           "docs/data/rails/cluster-4x4-k1.toml",
+                           "docs/data/collectives/cluster-4x2-k2-frozen-shared-duplex.toml",
+                           "configs/clusters/h100-80gb-8x8-ib.toml"}) {
+    PlanInput in;
+    in.cluster = load_cluster(src(file));
+    in.cluster.nodes = 64 / in.cluster.devices_per_node;
+    in.model = load_model(src("configs/models/gpt-7b.toml"));
+    in.seq = 256 * 1024;
+    in.gpus = 64;
+    int rotated = 0;
+    double worst = 0;
+    for (const Candidate& c : candidates(in)) {
+      if (c.ulysses <= 1 || c.strategy != seqpar::Strategy::WallFacer) continue;
+      const seqpar::AttnConfig cfg =
+          attention_config(in.model, in.seq, c, attention_dtype(in.cluster));
+      try {
+        seqpar::validate(cfg, in.gpus);
+      } catch (const std::exception&) {
+        continue;
+      }
+      const std::vector<int> devices = candidate_devices(c, in.gpus);
+      const AttentionPrediction f = predict_attention(in.cluster, cfg, in.gpus, devices);
+      const AttentionPrediction e = predict_attention(in.cluster, cfg, in.gpus, devices, true);
+      rotated += f.period < in.gpus;
+      const std::string what = fmt::format("{}: {} (period {})", file, c.label(), f.period);
+      const std::pair<double, double> figures[] = {{f.fwd_s, e.fwd_s},
+                                                   {f.bwd_s, e.bwd_s},
+                                                   {f.p2p_bytes, e.p2p_bytes},
+                                                   {f.coll_bytes, e.coll_bytes},
+                                                   {f.inter_bytes, e.inter_bytes},
+                                                   {f.scratch_elements, e.scratch_elements}};
+      for (auto [a, b] : figures) {
+        EXPECT_LE(rel(a, b), 0.01) << what << ": " << a << " against " << b;
+        worst = std::max(worst, rel(a, b));
+      }
+      EXPECT_LE(std::abs(f.exposed_fwd_s - e.exposed_fwd_s), 0.01 * e.fwd_s) << what;
+      EXPECT_LE(std::abs(f.exposed_bwd_s - e.exposed_bwd_s), 0.01 * e.bwd_s) << what;
+    }
+    EXPECT_GT(rotated, 0) << file;
+    std::printf("%s: %d rotated, worst relative difference %.3g\n", file, rotated, worst);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ClusterFiles, PlanFast, ::testing::ValuesIn(cluster_files()),

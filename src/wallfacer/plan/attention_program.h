@@ -21,13 +21,25 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
 // peers at the same offsets, collectives on groups that repeat with S), checked for each rank
 // below S against the ranks S after it and S before it (mod P); then R, the smallest multiple of
 // S dividing P by which the shift maps nodes to nodes and cards to cards, ranks 0..R-1 filling
-// whole nodes. P when there is none: WallFacer-C (its placement and sub-rings admit no shift), the
-// contiguous causal ring (its ranks see different numbers of blocks).
+// whole nodes (whole cards where the cluster caps no node pair and shares no duplex). P when there
+// is none: WallFacer-C (its placement and sub-rings admit no shift), the contiguous causal ring
+// (its ranks see different numbers of blocks).
 // When R < P: fwd and bwd (where given) receive the quotient programs of ranks 0..R-1 (simulate,
 // plan/simulator.h), rank b + k S running rank b's program shifted by k S, consecutive computes
 // merged into one; scratch_elements the largest scratch buffers of one rank.
+// When R = P and every_rank: fwd and bwd (where given) receive the programs of every rank, each
+// rank's schedule made once (those the search made are not made again), consecutive computes
+// merged; scratch_elements as above.
+// Ulysses x WallFacer-C, whose ranks do not repeat with a shift, has another symmetry: rotating
+// every Ulysses team by d members (d a node's devices where a team fills whole nodes; 1 where a
+// team lies in a node and every device has a card of its own). Where `order` is given and
+// every_rank, that rotation is tried before every rank: relabelled so that it is a shift, its
+// quotient programs (of R = P d / u ranks, u the Ulysses degree) are returned with R, and `order`
+// receives the layout rank of each relabelled rank (empty when the ranks are not relabelled): the
+// quotient runs on the machine whose device_of[y] is m.device_of[order[y]].
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
                      int tile_k, Program* fwd = nullptr, Program* bwd = nullptr,
-                     double* scratch_elements = nullptr);
+                     double* scratch_elements = nullptr, bool every_rank = false,
+                     std::vector<int>* order = nullptr);
 
 }  // namespace wallfacer::plan

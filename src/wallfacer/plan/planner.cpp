@@ -4,6 +4,8 @@
 #include <array>
 #include <functional>
 #include <numeric>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "wallfacer/core/error.h"
@@ -154,16 +156,30 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
 
 }  // namespace
 
-Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q,
-                          int tile_k, double* scratch_elements) {
-  Program prog(P);
+namespace {
+
+// The forward and the backward programs of every rank, each rank's schedule made once.
+void attention_programs(const seqpar::AttnConfig& cfg, int P, int tile_q, int tile_k, Program* fwd,
+                        Program* bwd, double* scratch_elements) {
+  if (fwd) *fwd = Program(P);
+  if (bwd) *bwd = Program(P);
   double scratch = 0;
   for (int r = 0; r < P; ++r) {
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
     scratch = std::max(scratch, scratch_of(s));
-    emit(prog, s, backward ? s.bwd : s.fwd, tile_q, tile_k);
+    if (fwd) emit(*fwd, s, s.fwd, tile_q, tile_k);
+    if (bwd) emit(*bwd, s, s.bwd, tile_q, tile_k);
   }
   if (scratch_elements) *scratch_elements = scratch;
+}
+
+}  // namespace
+
+Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, int tile_q,
+                          int tile_k, double* scratch_elements) {
+  Program prog;
+  attention_programs(cfg, P, tile_q, tile_k, backward ? nullptr : &prog, backward ? &prog : nullptr,
+                     scratch_elements);
   return prog;
 }
 
@@ -234,8 +250,11 @@ bool same_shape(const Shape& a, const Shape& b) {
 }
 
 // Whether the shift of layout ranks by R maps devices to devices of one node, card and node pair
-// structure (node to node, card to card, one to one), and ranks 0..R-1 fill nodes of their own.
+// structure (node to node, card to card, one to one), and ranks 0..R-1 fill nodes of their own:
+// or cards of their own, where a node's cards share nothing (no cap on a pair of nodes, no shared
+// duplex), so that every card a simulated rank uses carries simulated ranks alone.
 bool machine_has_period(const Machine& m, int R) {
+  const bool by_card = m.pair_bandwidth <= 0 && !m.shared_duplex;
   const int P = int(m.device_of.size());
   std::unordered_map<int, int> node_to, nic_to, node_from, nic_from;
   auto consistent = [](std::unordered_map<int, int>& to, std::unordered_map<int, int>& from, int a,
@@ -248,37 +267,182 @@ bool machine_has_period(const Machine& m, int R) {
     if (!consistent(node_to, node_from, m.node(x), m.node(y)) ||
         !consistent(nic_to, nic_from, m.nic(x), m.nic(y)))
       return false;
-    if (rep_node.emplace(m.node(x), x < R).first->second != (x < R)) return false;
+    if (rep_node.emplace(by_card ? m.nic(x) : m.node(x), x < R).first->second != (x < R))
+      return false;
   }
   return true;
+}
+
+// Whether the shift by R (mod P) maps group g (members in its order) onto itself, member i to
+// member i + k for one k, and the steps of collective c on it onto themselves.
+bool collective_maps_onto_itself(Coll c, const std::vector<int>& g, double bytes, int P, int R) {
+  const int n = int(g.size());
+  std::unordered_map<int, int> pos;
+  for (int i = 0; i < n; ++i) pos.emplace(g[size_t(i)], i);
+  auto image = [&](int i) {
+    auto it = pos.find((g[size_t(i)] + R) % P);
+    return it == pos.end() ? -1 : it->second;
+  };
+  const int k = image(0);
+  for (int i = 0; i < n; ++i)
+    if (k < 0 || image(i) != (i + k) % n) return false;
+  for (const auto& step : collective_steps(c, n, bytes)) {
+    std::set<std::tuple<int, int, double>> before, after;
+    for (const CollTransfer& t : step) {
+      before.insert({t.from, t.to, t.bytes});
+      after.insert({(t.from + k) % n, (t.to + k) % n, t.bytes});
+    }
+    if (before != after) return false;
+  }
+  return true;
+}
+
+// Same shape but for the order of collective groups' members (a group that a shift maps onto
+// itself lists them from another member: collective_maps_onto_itself checks the order).
+bool same_shape_any_order(Shape a, Shape b) {
+  for (Shape* x : {&a, &b})
+    for (Shape::Step& st : x->steps) std::sort(st.members.begin(), st.members.end());
+  return same_shape(a, b);
+}
+
+// Ulysses x WallFacer-C: WallFacer's placement, sub-rings and team gathers act on the ring ranks j
+// and keep a rank's member index m in its Ulysses team (rank j u + m), so rotating every Ulysses
+// team by d members (m -> m + d mod u) maps the schedules onto themselves (the team's all-to-alls
+// onto themselves). Relabelled so that the rotation is the shift by R = P d / u (rank j u + m is
+// j d + m mod d + (m / d) R), members 0..d-1 of every team are the quotient, where the machine has
+// that period (machine_has_period: d a node's devices when a team fills whole nodes, 1 where
+// every device has a card of its own and no node-pair cap). The smallest such d is taken. Returns
+// R, with the quotient programs (computes merged) and `order` (relabelled rank -> layout rank), or
+// P when the rotation does not apply, R would exceed kMaxEveryRankDevices, or the schedules do
+// not have it (checked on ranks 0, R - 1 and a few between against their images).
+template <class Make>
+int rotated_quotient_by(const seqpar::AttnConfig& cfg, int P, const Machine& m, Make& make,
+                        Program (&all)[2], Program* fwd, Program* bwd, std::vector<int>* order,
+                        int d) {
+  const int u = cfg.ulysses, R = P / u * d;
+  auto layout = [&](int y) {  // relabelled -> layout rank
+    const int k = y / R, o = y % R;
+    return o / d * u + o % d + k * d;
+  };
+  auto relabel = [&](int x) { return x / u * d + x % u % d + x % u / d * R; };
+  Machine q = m;
+  for (int y = 0; y < P; ++y) q.device_of[size_t(y)] = m.device_of[size_t(layout(y))];
+  if (!machine_has_period(q, R)) return P;
+  // The relabelled programs of ranks y (and, to check them, of some images y + R).
+  Program moved[2] = {Program(P), Program(P)};
+  auto move = [&](int y) {
+    const int x = layout(y);
+    make(x);
+    for (int phase = 0; phase < 2; ++phase) {
+      auto& out = moved[phase].ops[size_t(y)];
+      if (!out.empty()) continue;
+      for (Op o : all[phase].ops[size_t(x)]) {
+        if (o.kind == Op::Kind::Send || o.kind == Op::Kind::Recv) o.peer = relabel(o.peer);
+        if (o.kind == Op::Kind::Collective) {
+          std::vector<int> members = all[phase].groups[size_t(o.group)];
+          for (int& member : members) member = relabel(member);
+          // A group with members on both sides of R must be one that the shift maps onto itself.
+          const auto outside =
+              std::count_if(members.begin(), members.end(), [&](int r) { return r >= R; });
+          if (outside > 0 && outside < std::ssize(members) &&
+              !collective_maps_onto_itself(o.coll, members, o.bytes, P, R))
+            return false;
+          o.group = moved[phase].group(members);
+        }
+        out.push_back(o);
+      }
+    }
+    return true;
+  };
+  for (int y = 0; y < R; ++y)
+    if (!move(y)) return P;
+  for (int y : {0, R - 1, R / 2, d - 1, d}) {
+    if (y >= R) continue;
+    if (!move(y + R)) return P;
+    for (int phase = 0; phase < 2; ++phase)
+      if (!same_shape_any_order(shape_of(moved[phase], y), shape_of(moved[phase], y + R))) return P;
+  }
+  for (int phase = 0; phase < 2; ++phase) {
+    Program* out = phase == 0 ? fwd : bwd;
+    if (!out) continue;
+    *out = Program(R);
+    for (int y = 0; y < R; ++y) {
+      for (Op o : moved[phase].ops[size_t(y)]) {
+        if (o.kind == Op::Kind::Collective)
+          o.group = out->group(moved[phase].groups[size_t(o.group)]);
+        out->ops[size_t(y)].push_back(o);
+      }
+    }
+  }
+  order->resize(size_t(P));
+  for (int y = 0; y < P; ++y) (*order)[size_t(y)] = layout(y);
+  return R;
+}
+
+// rotated_quotient_by the smallest d that the machine and the schedules have.
+template <class Make>
+int rotated_quotient(const seqpar::AttnConfig& cfg, int P, const Machine& m, Make& make,
+                     Program (&all)[2], Program* fwd, Program* bwd, std::vector<int>* order) {
+  const int u = cfg.ulysses;
+  if (cfg.strategy != seqpar::Strategy::WallFacer || u <= 1 || !order) return P;
+  for (int d = 1; d < u; ++d) {
+    if (u % d != 0 || P / u * d > kMaxEveryRankDevices) continue;
+    const int R = rotated_quotient_by(cfg, P, m, make, all, fwd, bwd, order, d);
+    if (R < P) return R;
+  }
+  return P;
 }
 
 }  // namespace
 
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q, int tile_k,
-                     Program* fwd, Program* bwd, double* scratch_elements) {
+                     Program* fwd, Program* bwd, double* scratch_elements, bool every_rank,
+                     std::vector<int>* order) {
+  if (order) order->clear();
   WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
            P);
-  // The programs (computes merged) and shapes of the ranks compared, each made once.
+  // The programs (computes merged) of the ranks made so far, and the shapes of those compared:
+  // each rank's schedule made once.
   Program all[2] = {Program(P), Program(P)};
+  std::vector<bool> made(size_t(P), false);
   std::unordered_map<int, std::array<Shape, 2>> shapes;
   double scratch = 0;
-  int team = 1;
-  auto shape = [&](int r) -> const std::array<Shape, 2>& {
-    auto it = shapes.find(r);
-    if (it != shapes.end()) return it->second;
+  const int team = cfg.ulysses > 1 ? cfg.ulysses : seqpar::team_size(cfg);  // Schedule::team_ranks
+  auto make = [&](int r) {
+    if (made[size_t(r)]) return;
+    made[size_t(r)] = true;
     const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
-    team = s.team_ranks;
     scratch = std::max(scratch, scratch_of(s));
     emit(all[0], s, s.fwd, tile_q, tile_k, true);
     emit(all[1], s, s.bwd, tile_q, tile_k, true);
+  };
+  auto shape = [&](int r) -> const std::array<Shape, 2>& {
+    auto it = shapes.find(r);
+    if (it != shapes.end()) return it->second;
+    make(r);
     return shapes.emplace(r, std::array<Shape, 2>{shape_of(all[0], r), shape_of(all[1], r)})
         .first->second;
   };
-  shape(0);
-  // The schedules' period S: ranks S apart take the same steps.
+  // The schedules' period S: ranks S apart take the same steps. Before any schedule is made (the
+  // first one walks every block's hops), S must not reach a rank whose steps differ from rank
+  // 0's by construction: rank 0 sends no placement hop where WallFacer's placement keeps its team
+  // block (placement_dst(0) = 0), every rank that sends one differs; the contiguous causal ring's
+  // rank r sees r + 1 blocks, so every rank differs.
+  const int u = std::max(cfg.ulysses, 1), C = seqpar::team_size(cfg);
+  const bool wallfacer = cfg.strategy == seqpar::Strategy::WallFacer && C > 1;
+  const bool contiguous_causal_ring = cfg.strategy == seqpar::Strategy::Ring && u == 1 &&
+                                      cfg.causal && !seqpar::uses_zigzag_layout(cfg) &&
+                                      cfg.layout == seqpar::Layout::Strategy &&
+                                      cfg.doc_lengths.empty() && cfg.window <= 0;
+  auto placed = [&](int r) {  // whether world rank r sends its team block on (RingGeometry)
+    const seqpar::WallFacerGeometry inner(P / u, C);
+    return inner.placement_dst(r / u) * u + r % u != r;
+  };
+  auto differs_from_0 = [&](int r) {
+    return (contiguous_causal_ring && r != 0) || (wallfacer && placed(r) != placed(0));
+  };
   auto schedules_repeat = [&](int S) {
-    if (P % S != 0 || S % team != 0) return false;
+    if (P % S != 0 || S % team != 0 || differs_from_0(S) || differs_from_0(P - S)) return false;
     for (int x = 0; x < S; ++x)
       for (int y : {x + S, x + P - S})
         for (int phase : {0, 1})
@@ -290,7 +454,22 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   // The period: the smallest multiple of S that the machine has too.
   int R = S;
   while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
-  if (R >= P) return P;
+  if (R >= P) {
+    // In place of every rank: a rotation's quotient (not above kMaxEveryRankDevices: at 4,096
+    // devices its quotients would still hold 512 to 2,048 ranks, seconds to minutes each).
+    const int rotated = every_rank ? rotated_quotient(cfg, P, m, make, all, fwd, bwd, order) : P;
+    if (rotated < P) {
+      if (scratch_elements) *scratch_elements = scratch;
+      return rotated;
+    }
+    if (every_rank) {  // every rank's programs, computes merged
+      for (int r = 0; r < P; ++r) make(r);
+      if (fwd) *fwd = std::move(all[0]);
+      if (bwd) *bwd = std::move(all[1]);
+      if (scratch_elements) *scratch_elements = scratch;
+    }
+    return P;
+  }
   // The quotient programs of ranks 0..R-1: rank b + k S runs rank b's program shifted by k S.
   for (int phase = 0; phase < 2; ++phase) {
     Program* q = phase == 0 ? fwd : bwd;
@@ -316,20 +495,29 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of, bool exact) {
   AttentionPrediction a;
-  const Machine m = Machine::from(cl, device_of, cfg.head_dim);
+  Machine m = Machine::from(cl, device_of, cfg.head_dim);
   const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
-  Program quotient[2];
+  // The programs simulated: one period of ranks (the quotient), or every rank's (computes merged
+  // unless exact).
+  Program prog[2];
   double scratch = 0;
-  a.period =
-      exact ? P : attention_period(cfg, P, m, tile_q, tile_k, &quotient[0], &quotient[1], &scratch);
+  if (exact) {
+    a.period = P;
+    attention_programs(cfg, P, tile_q, tile_k, &prog[0], &prog[1], &scratch);
+  } else {
+    std::vector<int> order;
+    a.period = attention_period(cfg, P, m, tile_q, tile_k, &prog[0], &prog[1], &scratch,
+                                P <= kMaxEveryRankDevices, &order);
+    if (!order.empty())  // the quotient's ranks relabelled: the machine too
+      for (int y = 0; y < P; ++y) m.device_of[size_t(y)] = device_of[size_t(order[size_t(y)])];
+  }
   WF_USAGE_CHECK(a.period < P || P <= kMaxEveryRankDevices || exact,
                  "not simulated: its ranks do not repeat with a period below {}, and simulating "
                  "every rank is limited to {} devices unless --exact (hours and tens of GB at "
                  "4,096)",
                  P, kMaxEveryRankDevices);
   for (bool bwd : {false, true}) {
-    SimResult r = simulate(
-        a.period < P ? quotient[bwd] : attention_program(cfg, P, bwd, tile_q, tile_k, &scratch), m);
+    SimResult r = simulate(prog[bwd], m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
     (bwd ? a.exposed_bwd_s : a.exposed_fwd_s) = r.exposed_comm;
     double p2p = 0, coll = 0, inter = 0;
@@ -605,6 +793,11 @@ std::vector<Prediction> plan_all(const PlanInput& in,
         continue;
       }
       c.keep_kv = false;
+      if (kept.step_s == 0) {  // it cannot run, K,V kept or not (validate, not simulated)
+        kept.cand.keep_kv = false;
+        out.push_back(kept);
+        continue;
+      }
     }
     out.push_back(predict(in, c));
   }

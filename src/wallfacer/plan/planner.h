@@ -92,8 +92,9 @@ Prediction predict(const PlanInput& in, const Candidate& c);
 // A candidate whose ranks repeat with a period R (attention_period) costs the simulation of R
 // ranks; one without (WallFacer-C, whose placement and sub-rings admit no such shift, and the
 // contiguous causal ring, whose ranks see different numbers of blocks) replays every rank's
-// schedule, in a time and memory that grow with the square of the device count (at 1,024 devices
-// tens of seconds and a few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
+// schedule (Ulysses x WallFacer-C one Ulysses team member in d, attention_period's rotation), in a
+// time and memory that grow with the square of the device count (at 1,024 devices seconds and a
+// few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
 // candidate is simulated up to kMaxEveryRankDevices devices, or with PlanInput::exact; beyond,
 // predict_attention refuses it (UsageError: the plan lists it as not predicted, with the reason).
 constexpr int kMaxPlanDevices = 4096;

@@ -266,9 +266,10 @@ class Simulation {
     int coll_k = 0;
     bool arrived = false;  // at its current collective
     bool finished = false;
-    std::map<int, double> done;  // request -> completion time (< 0 while in flight)
-    int waiting_for = -1;        // request it is blocked on
-    double blocked_at = 0;       // when it arrived at its current wait or collective
+    // request -> completion time: kInFlight while in flight, kUnposted before it is posted
+    std::vector<double> done;
+    int waiting_for = -1;   // request it is blocked on
+    double blocked_at = 0;  // when it arrived at its current wait or collective
     std::map<int, std::pair<int, double>> posted;  // request -> (op, post time), for spans
   };
   struct Posted {
@@ -285,8 +286,20 @@ class Simulation {
     int pending = 0;
   };
   using Ready = std::pair<double, int>;  // (time, rank)
+  static constexpr double kInFlight = -1, kUnposted = -2;
+  // Hash of a (canonical source, offset, tag) key.
+  struct KeyHash {
+    size_t operator()(const std::tuple<int, int, int>& k) const {
+      const auto [a, b, c] = k;
+      return std::hash<uint64_t>()((uint64_t(uint32_t(a)) << 32 | uint32_t(b)) * 31 + uint32_t(c));
+    }
+  };
 
   void check_program() const;
+  // The members of group g that run (the others are images of them, see simulate).
+  int simulated_members(const std::vector<int>& g) const {
+    return int(std::count_if(g.begin(), g.end(), [&](int r) { return r < P_; }));
+  }
   // Drops stale events; the next flow event, or nullptr when none.
   const FlowEvent* next_flow_event();
   void on_flow_event(int slot);
@@ -328,7 +341,7 @@ class Simulation {
     return {src % P_, ((dst - src) % N_ + N_) % N_};
   }
   // (canonical source, offset, tag) -> posted and not yet matched
-  std::map<std::tuple<int, int, int>, std::deque<Posted>> sends_, recvs_;
+  std::unordered_map<std::tuple<int, int, int>, std::deque<Posted>, KeyHash> sends_, recvs_;
   std::map<std::pair<int, int>, int> arrivals_;  // (group, k) -> members arrived
   // (group, collective, bytes) -> per member: bytes it sends, of them between nodes
   std::map<std::tuple<int, int, double>, std::vector<std::pair<double, double>>> sent_;
@@ -338,12 +351,12 @@ class Simulation {
   std::vector<int> free_slots_;
   uint64_t next_seq_ = 0;
   std::priority_queue<FlowEvent, std::vector<FlowEvent>, std::greater<>> events_;
-  std::unordered_map<int, int> load_;                      // resource -> active flows on it
-  std::unordered_map<int, std::vector<int>> on_;           // resource -> active flows' slots
-  std::vector<int> changed_;                               // resources whose load changed
+  std::unordered_map<int, int> load_;             // resource -> active flows on it
+  std::unordered_map<int, std::vector<int>> on_;  // resource -> active flows' slots
+  std::vector<int> changed_;                      // resources whose load changed
   // canonical (src, dst) -> active flows between nodes (shared_duplex only)
   std::map<std::pair<int, int>, std::vector<int>> inter_;
-  std::vector<uint64_t> stamp_;                            // per slot: last rerate that visited it
+  std::vector<uint64_t> stamp_;  // per slot: last rerate that visited it
   uint64_t rerates_ = 0;
   double now_ = 0;
   std::map<int, CollRun> colls_;
@@ -353,8 +366,10 @@ class Simulation {
 void Simulation::check_program() const {
   WF_CHECK(P_ >= 1 && N_ >= P_ && N_ % P_ == 0,
            "machine has {} devices for {} ranks: a multiple of them is needed", N_, P_);
-  for (const auto& g : prog_.groups)
-    for (int r : g) WF_CHECK(r >= 0 && r < P_, "group member {} outside 0..{}", r, P_ - 1);
+  for (const auto& g : prog_.groups) {
+    for (int r : g) WF_CHECK(r >= 0 && r < N_, "group member {} outside 0..{}", r, N_ - 1);
+    WF_CHECK(simulated_members(g) > 0, "a group of ranks outside 0..{} alone", P_ - 1);
+  }
 }
 
 void Simulation::add_load(int slot, int resource, int delta) {
@@ -443,7 +458,8 @@ void Simulation::rerate() {
       const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
       int busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
       if (f.both_ways)
-        busiest = std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(at(f.dst)), 2)]});
+        busiest =
+            std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(at(f.dst)), 2)]});
       double rate = bw / busiest;
       if (f.pair != kNoPair && m_.pair_bandwidth > 0)
         rate = std::min(rate, m_.pair_bandwidth / load_[f.pair]);
@@ -463,7 +479,7 @@ void Simulation::span(int rank, size_t op, double t0, double t1) {
 
 void Simulation::complete(int rank, int request, double t) {
   RankState& s = st_[rank];
-  s.done[request] = t;
+  s.done[size_t(request)] = t;
   if (spans_) {
     auto [op, t0] = s.posted.at(request);
     span(rank, size_t(op), t0, t);
@@ -515,6 +531,7 @@ void Simulation::collective_step(int id) {
   const auto& g = prog_.groups[c.group];
   if (c.step == c.steps.size()) {
     for (int member : g) {
+      if (member >= P_) continue;  // an image of a member that runs
       ready_.push({now_, member});
       span(member, st_[member].pc - 1, st_[member].blocked_at, now_);
     }
@@ -523,7 +540,7 @@ void Simulation::collective_step(int id) {
   }
   c.pending = 0;
   for (const CollTransfer& t : c.steps[c.step])
-    if (t.from != t.to)
+    if (t.from != t.to && g[size_t(t.from)] < P_)
       add_flow(g[size_t(t.from)], g[size_t(t.to)], t.bytes, -1, -1, id), ++c.pending;
   ++c.step;
   if (c.pending == 0) collective_step(id);
@@ -544,8 +561,10 @@ void Simulation::post_transfer(int r, const Op& o) {
   RankState& s = st_[r];
   const bool is_send = o.kind == Op::Kind::Send;
   WF_CHECK(o.peer >= 0 && o.peer < N_, "rank {} talks to rank {} outside 0..{}", r, o.peer, N_ - 1);
-  WF_CHECK(!s.done.count(o.request), "rank {} reuses request {}", r, o.request);
-  s.done[o.request] = -1;
+  WF_CHECK(o.request >= 0, "rank {} posts request {}", r, o.request);
+  if (s.done.size() <= size_t(o.request)) s.done.resize(size_t(o.request) + 1, kUnposted);
+  WF_CHECK(s.done[size_t(o.request)] == kUnposted, "rank {} reuses request {}", r, o.request);
+  s.done[size_t(o.request)] = kInFlight;
   if (spans_) s.posted[o.request] = {int(s.pc), now_};
   Posted me{now_, o.request, o.bytes};
   const auto [src, offset] = is_send ? canonical(r, o.peer) : canonical(o.peer, r);
@@ -567,9 +586,10 @@ void Simulation::post_transfer(int r, const Op& o) {
 
 bool Simulation::pass_wait(int r, const Op& o) {
   RankState& s = st_[r];
-  auto it = s.done.find(o.request);
-  WF_CHECK(it != s.done.end(), "rank {} waits for request {} it never posted", r, o.request);
-  if (it->second < 0) {
+  WF_CHECK(
+      o.request >= 0 && size_t(o.request) < s.done.size() && s.done[size_t(o.request)] != kUnposted,
+      "rank {} waits for request {} it never posted", r, o.request);
+  if (s.done[size_t(o.request)] == kInFlight) {
     s.waiting_for = o.request;
     s.blocked_at = now_;
     ++s.pc;  // resumes after the wait
@@ -600,7 +620,7 @@ void Simulation::arrive_collective(int r, const Op& o) {
   ++s.coll_k;
   ++s.pc;
   s.blocked_at = now_;
-  if (++arrived == int(g.size())) {
+  if (++arrived == simulated_members(g)) {
     const int id = next_coll_++;
     colls_[id] = {o.group, collective_steps(o.coll, int(g.size()), o.bytes)};
     collective_step(id);

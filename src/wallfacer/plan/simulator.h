@@ -129,12 +129,17 @@ struct SimSpan {
 // A program of R ranks on a machine of N = m.device_of.size() ranks, R < N (R divides N), is the
 // quotient of a periodic program of N ranks: the caller vouches that rank x + R runs rank x's ops
 // with every peer shifted by R (mod N), and that the shift maps devices to devices, nodes to nodes
-// and cards to cards (the ranks 0..R-1 fill whole nodes). Only ranks 0..R-1 run; a transfer with
+// and cards to cards (the ranks 0..R-1 fill whole nodes; whole cards suffice where no node pair
+// is capped, pair_bandwidth = 0, and no duplex shared). Only ranks 0..R-1 run; a transfer with
 // a rank outside them is matched and timed as its image under the shift whose source is simulated
 // (what x + R receives from y + R is what x receives from y), and a device, card or node pair
-// outside them carries what its image carries. Collective groups lie within 0..R-1. The result is
-// the one of the whole program, with `ranks` holding ranks 0..R-1 (every other rank equals its
-// image). attention_period (plan/attention_program.h) finds R for an attention.
+// outside them carries what its image carries. A collective group lies within 0..R-1, or the
+// shift maps it onto itself and its algorithm's steps onto themselves (each transfer from member
+// i to member j onto the one from i + k to j + k, k the positions the shift moves a member by):
+// such a collective starts when its members inside 0..R-1 arrived, and only their transfers run
+// (the others' are their images). The result is the one of the whole program, with `ranks`
+// holding ranks 0..R-1 (every other rank equals its image). attention_period
+// (plan/attention_program.h) finds R for an attention.
 SimResult simulate(const Program& prog, const Machine& m, std::vector<SimSpan>* spans = nullptr);
 
 }  // namespace wallfacer::plan
