@@ -300,6 +300,15 @@ PYBIND11_MODULE(_wallfacer, m) {
   m.def("local_positions", &wp::local_positions, py::arg("seq"), py::arg("world"), py::arg("rank"),
         py::arg("strategy"), py::arg("teams"), py::arg("ulysses"), py::arg("docs"),
         py::arg("causal"), py::arg("layout"), py::arg("inner"));
+  m.def(
+      "uses_zigzag_layout",
+      [](const std::string& strategy, bool causal) {
+        wallfacer::seqpar::AttnConfig cfg;
+        cfg.strategy = wallfacer::seqpar::parse_strategy(strategy);
+        cfg.causal = causal;
+        return wallfacer::seqpar::uses_zigzag_layout(cfg);
+      },
+      py::arg("strategy"), py::arg("causal"));
   m.def("load_tokens", &wp::load_tokens, py::arg("path"));
   m.def("set_timeout", &wallfacer::comm::set_timeout, py::arg("seconds"));
   m.def("timeout", &wallfacer::comm::timeout);

@@ -216,7 +216,7 @@ AttnRequest parse_request(const AttnOptions& o) {
                  "per node)",
                  o.inner);
   // Counted without running: the default inner rings are the nodes of --node-size ranks.
-  if (o.count > 0 && cfg.strategy == seqpar::Strategy::DoubleRing && cfg.inner == 0)
+  if (o.count > 0 && seqpar::traits(cfg.strategy).has_inner && cfg.inner == 0)
     cfg.inner = seqpar::default_inner(o.node_size > 0 ? o.node_size : o.count, o.count);
   return req;
 }
@@ -341,17 +341,18 @@ Action setup(CLI::App& root) {
   auto* cmd = root.add_subcommand(
       "attn",
       "Distributed exact attention (forward + backward) on seeded inputs; run under mpirun");
-  cmd->add_option("--strategy", o->strategy, "ring | zigzag | ulysses | wallfacer | double-ring")
-      ->check(CLI::IsMember({"ring", "zigzag", "ulysses", "wallfacer", "double-ring"}));
+  add_strategy_option(*cmd, o->strategy);
   cmd->add_option("--teams", o->teams, "WallFacer team size C (C^2 must divide P)");
   cmd->add_option("--inner", o->inner,
                   "double-ring: inner ring length W, consecutive ranks (W must divide P; default: "
                   "the ranks per node, with --count those of --node-size)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ulysses", o->ulysses,
-                  "Ulysses degree U of a Ulysses hybrid: Ulysses inside teams of U consecutive "
-                  "ranks, --strategy ring, zigzag or wallfacer over the P/U ranks of each member "
-                  "index (U must divide P and the heads)")
+                  fmt::format("Ulysses degree U of a Ulysses hybrid: Ulysses inside teams of U "
+                              "consecutive ranks, --strategy {} over the P/U ranks of each member "
+                              "index (U must divide P and the heads)",
+                              seqpar::strategy_names(", ", " or ",
+                                                     [](const auto& t) { return t.hybrid_ring; })))
       ->check(CLI::PositiveNumber);
   cmd->add_option("--placement", o->placement,
                   "which ranks share a node: team-intra (teams of consecutive ranks, team "

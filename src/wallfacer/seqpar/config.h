@@ -10,28 +10,12 @@
 
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/kernels/doc_mask.h"
+#include "wallfacer/seqpar/strategy.h"
 
 namespace wallfacer::seqpar {
 
-// How the P ranks of a group share the work (docs/seqpar.md):
-//   Ring       K,V blocks circulate around all P ranks (P-1 hops per phase).
-//   Zigzag     ring over the 2P half-chunk zigzag layout, which balances a causal mask.
-//   Ulysses    all-to-alls trade sequence rows for heads; needs heads and kv_heads divisible by P.
-//   WallFacer  teams of C ranks gather Q,K,V, K,V circulate on C^2 sub-rings of P/C^2 ranks, and
-//              an LSE reduce-scatter finishes; C = 1 is ring attention. Needs C^2 to divide P
-//              (P/ulysses in a Ulysses hybrid).
-//   DoubleRing K,V blocks circulate on inner rings of `inner` = W consecutive ranks, and an outer
-//              ring over the P/W groups brings each group the next group's blocks (one outer hop
-//              per phase from every rank at once); W = 1 or W = P is a ring. Needs W to divide P.
-enum class Strategy { Ring, Zigzag, Ulysses, WallFacer, DoubleRing };
-
-// "ring" | "zigzag" | "ulysses" | "wallfacer" | "double-ring"; throws UsageError naming the bad
-// value.
-Strategy parse_strategy(std::string_view name);
-std::string_view strategy_name(Strategy s);
-// C, the size of a WallFacer team: `teams` for WallFacer, 1 for every other strategy (which
-// has no teams of its own; a hybrid's Ulysses teams are `ulysses`).
-int team_size(Strategy strategy, int teams);
+// The strategies (Strategy, parse_strategy, strategy_name, team_size) and what each needs are
+// the strategy table's (seqpar/strategy.h).
 
 // The element type of the caller's tensors and of the tensor messages (docs/seqpar.md, "bf16"):
 //   fp32  every buffer and message is fp32.

@@ -440,7 +440,7 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   a.teams = teams;
   // A double ring whose parallel.inner is still 0 (a config checked outside a job): one inner ring
   // of the sp ranks, which checks what every W dividing sp would.
-  a.inner = strategy == seqpar::Strategy::DoubleRing && inner == 0 ? sp : inner;
+  a.inner = seqpar::traits(strategy).has_inner && inner == 0 ? sp : inner;
   a.ulysses = ulysses;
   a.keep_kv = keep_kv;
   a.batch = batch / dp(P);
@@ -607,10 +607,14 @@ void TrainConfig::validate_parallel(int P) const {
   WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
                  "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
   if (ulysses > 1) {
-    WF_USAGE_CHECK(strategy != seqpar::Strategy::Ulysses,
-                   "parallel.ulysses = {} needs parallel.strategy = 'ring', 'zigzag' or "
-                   "'wallfacer' (the ring over the Ulysses teams), got '{}'",
-                   ulysses, seqpar::strategy_name(strategy));
+    WF_USAGE_CHECK(
+        seqpar::traits(strategy).hybrid_ring,
+        "parallel.ulysses = {} needs parallel.strategy = '{}' (the ring over the "
+        "Ulysses teams), got '{}'",
+        ulysses,
+        seqpar::strategy_names("', '", "' or '",
+                               [](const seqpar::StrategyTraits& t) { return t.hybrid_ring; }),
+        seqpar::strategy_name(strategy));
     const int kv = kind == ModelKind::Dit ? model.heads : model.kv_heads;
     WF_USAGE_CHECK(model.heads % ulysses == 0 && kv % ulysses == 0,
                    "parallel.ulysses = {} must divide model.heads = {} and the kv heads ({})",
