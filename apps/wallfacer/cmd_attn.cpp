@@ -186,17 +186,17 @@ AttnRequest parse_request(const AttnOptions& o) {
                  "--seq, --heads and --head-dim are required and must be positive");
   AttnRequest req;
   seqpar::AttnConfig& cfg = req.cfg;
-  cfg.strategy = seqpar::parse_strategy(o.strategy);
-  cfg.teams = o.teams;
-  cfg.inner = o.inner;
-  cfg.ulysses = o.ulysses;
+  // The strategy options alone, when parsed; with the ranks and shapes: seqpar::validate.
+  const seqpar::ParallelSpec spec{seqpar::parse_strategy(o.strategy), o.teams, o.inner, o.ulysses,
+                                  o.keep_kv};
+  seqpar::validate_parallel(spec);
+  seqpar::set_parallel(cfg, spec);
   cfg.batch = o.batch;
   cfg.seq = o.seq;
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
   cfg.head_dim = o.head_dim;
   cfg.causal = o.causal;
-  cfg.keep_kv = o.keep_kv;
   cfg.dtype = seqpar::parse_dtype(o.dtype);
   cfg.doc_lengths = seqpar::doc_lengths_from_options(o.docs, o.docs_random, o.seq, o.seed);
   cfg.layout = seqpar::parse_layout(o.layout);
@@ -211,10 +211,6 @@ AttnRequest parse_request(const AttnOptions& o) {
   req.placement = plan::parse_placement(o.placement);
   if (!o.cluster.empty()) req.cluster = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
-  WF_USAGE_CHECK(o.inner >= 0,
-                 "--inner is {}; give the inner ring length W >= 1 (or 0: the ranks "
-                 "per node)",
-                 o.inner);
   // Counted without running: the default inner rings are the nodes of --node-size ranks.
   if (o.count > 0 && seqpar::traits(cfg.strategy).has_inner && cfg.inner == 0)
     cfg.inner = seqpar::default_inner(o.node_size > 0 ? o.node_size : o.count, o.count);

@@ -54,10 +54,6 @@ std::string_view causal_note(const AttnConfig& cfg) {
 void validate_hybrid(const AttnConfig& cfg, int P) {
   const int u = cfg.ulysses;
   const auto name = strategy_name(cfg.strategy);
-  WF_USAGE_CHECK(traits(cfg.strategy).hybrid_ring,
-                 "--ulysses {} needs --strategy {} (the ring over the Ulysses teams), not {}; use "
-                 "--ulysses 1 for {}",
-                 u, strategy_names(", ", " or ", hybrid_rings), name, name);
   WF_USAGE_CHECK(P % u == 0, "--ulysses {} must divide the {} ranks; choose a divisor of {}", u, P,
                  P);
   WF_USAGE_CHECK(cfg.heads % u == 0 && cfg.kv_heads % u == 0,
@@ -183,6 +179,42 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
   return h;
 }
 
+void validate_parallel(const ParallelSpec& spec, const ParallelNames& names) {
+  const StrategyTraits& st = traits(spec.strategy);
+  const auto name = st.name;
+  WF_USAGE_CHECK(spec.teams >= 1, "{} is {}; it must be at least 1", names.teams, spec.teams);
+  WF_USAGE_CHECK(spec.ulysses >= 1, "{} is {}; it must be at least 1", names.ulysses, spec.ulysses);
+  WF_USAGE_CHECK(spec.inner >= 0,
+                 "{} is {}; give the inner ring length W >= 1 (or 0: the ranks per node)",
+                 names.inner, spec.inner);
+  WF_USAGE_CHECK(st.has_teams || spec.teams == 1, "{} {} applies only to {} {}, not {}",
+                 names.teams, spec.teams, names.strategy, strategy_names(", ", " or ", with_teams),
+                 name);
+  WF_USAGE_CHECK(st.has_inner || spec.inner == 0, "{} {} applies only to {} {}, not {}",
+                 names.inner, spec.inner, names.strategy, strategy_names(", ", " or ", with_inner),
+                 name);
+  WF_USAGE_CHECK(spec.ulysses == 1 || st.hybrid_ring,
+                 "{} {} needs {} {} (the ring over the Ulysses teams), not {}; use {} 1 for {}",
+                 names.ulysses, spec.ulysses, names.strategy,
+                 strategy_names(", ", " or ", hybrid_rings), name, names.ulysses, name);
+  WF_USAGE_CHECK(!spec.keep_kv || (st.has_teams && spec.teams > 1),
+                 "{} keeps the placed K,V of {} with teams > 1; {}{} places none (drop {})",
+                 names.keep_kv, strategy_names(", ", " or ", with_teams), name,
+                 st.has_teams ? fmt::format(" with {} 1", names.teams) : "", names.keep_kv);
+}
+
+ParallelSpec parallel_spec(const AttnConfig& cfg) {
+  return {cfg.strategy, cfg.teams, cfg.inner, cfg.ulysses, cfg.keep_kv};
+}
+
+void set_parallel(AttnConfig& cfg, const ParallelSpec& spec) {
+  cfg.strategy = spec.strategy;
+  cfg.teams = spec.teams;
+  cfg.inner = spec.inner;
+  cfg.ulysses = spec.ulysses;
+  cfg.keep_kv = spec.keep_kv;
+}
+
 void validate_window(const AttnConfig& cfg) {
   WF_USAGE_CHECK(cfg.window >= 0, "--window is {}; it must be >= 0 (0: no window)", cfg.window);
   WF_USAGE_CHECK(cfg.window == 0 || cfg.causal,
@@ -215,26 +247,17 @@ void validate(const AttnConfig& cfg, int P) {
   validate_window(cfg);
   const auto name = strategy_name(cfg.strategy);
   if (!cfg.doc_lengths.empty()) doc_bounds(cfg);  // positive lengths summing to seq
-  WF_USAGE_CHECK(cfg.ulysses >= 1, "--ulysses is {}; it must be at least 1", cfg.ulysses);
+  validate_parallel(parallel_spec(cfg));
   const StrategyTraits& st = traits(cfg.strategy);
-  WF_USAGE_CHECK(!cfg.keep_kv || (st.has_teams && cfg.teams > 1),
-                 "keep_kv keeps the placed K,V of {} with teams > 1; {}{} places none "
-                 "(drop keep_kv)",
-                 strategy_names(", ", " or ", with_teams), name,
-                 st.has_teams ? " with --teams 1" : "");
   if (st.has_teams) {
     // A Ulysses x WallFacer hybrid runs WallFacer-C on the ring of P/ulysses ranks.
     const int C = cfg.teams, ring = cfg.ulysses > 1 && P % cfg.ulysses == 0 ? P / cfg.ulysses : P;
-    WF_USAGE_CHECK(C >= 1, "--teams is {}; it must be at least 1", C);
     WF_USAGE_CHECK(int64_t(C) * C <= ring && ring % (C * C) == 0,
                    "--teams {}: {} needs C^2 = {} to divide the {} ranks{}; choose --teams C "
                    "with C^2 dividing {}",
                    C, name, int64_t(C) * C, ring,
                    ring == P ? "" : " of the ring over the Ulysses teams (P / --ulysses)",
                    ring == P ? "P" : "P / --ulysses");
-  } else {
-    WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy {}, not {}", cfg.teams,
-                   strategy_names(", ", " or ", with_teams), name);
   }
   if (st.has_inner) {
     const int W = cfg.inner;
@@ -242,9 +265,6 @@ void validate(const AttnConfig& cfg, int P) {
                    "--inner {}: {} needs an inner ring length W >= 1 dividing the {} "
                    "ranks (W consecutive ranks per inner ring, e.g. the ranks of a node)",
                    W, name, P);
-  } else {
-    WF_USAGE_CHECK(cfg.inner == 0, "--inner {} applies only to --strategy {}, not {}", cfg.inner,
-                   strategy_names(", ", " or ", with_inner), name);
   }
   if (cfg.layout == Layout::Balanced) {
     const int64_t ring = P / std::max(cfg.ulysses, 1), parts = kChunksPerRank * ring;

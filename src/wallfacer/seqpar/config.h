@@ -87,6 +87,34 @@ struct AttnConfig {
   // attention's own mask is `window` whatever this says. Otherwise as `window` (0: none).
   int64_t layout_window = -1;
 };
+// The strategy options of a group as they are given: attn's flags, a training config's parallel.*
+// keys, Python's keywords. validate_parallel checks them alone, where they are parsed; what they
+// need of the ranks and the shapes (C^2 and W dividing P, the heads divisible by the Ulysses
+// degree, ...) validate(AttnConfig, P) checks.
+struct ParallelSpec {
+  Strategy strategy = Strategy::Ring;
+  int teams = 1;         // C: 1 unless the strategy has teams (StrategyTraits::has_teams)
+  int inner = 0;         // W: 0 unless it has inner rings; 0 there too before a default is resolved
+  int ulysses = 1;       // > 1 only for a strategy that may be a hybrid's ring
+  bool keep_kv = false;  // only with teams > 1
+};
+
+// What the messages of validate_parallel call the options: attn's flags by default.
+struct ParallelNames {
+  std::string_view strategy = "--strategy", teams = "--teams", inner = "--inner",
+                   ulysses = "--ulysses", keep_kv = "keep_kv";
+};
+
+// Throws UsageError with a one-line message naming the option when the options of `spec`
+// contradict each other or are out of range: teams, ulysses >= 1, inner >= 0, teams and inner
+// only for the strategies that have them, ulysses > 1 only with a hybrid ring, keep_kv only with
+// teams > 1. The rules are the strategy table's (seqpar/strategy.h).
+void validate_parallel(const ParallelSpec& spec, const ParallelNames& names = {});
+
+// The strategy options of cfg, and cfg with those of spec.
+ParallelSpec parallel_spec(const AttnConfig& cfg);
+void set_parallel(AttnConfig& cfg, const ParallelSpec& spec);
+
 // The default inner ring length of a double ring of P consecutive ranks on nodes of
 // ranks_per_node ranks: their greatest common divisor (the ranks a node holds of each group of
 // consecutive ranks; P when the group fits in a node, which makes the double ring a ring).
