@@ -261,14 +261,16 @@ TEST(TrainConfig, StrategyOptionsAreCheckedNamingTheKeys) {
     return usage_error([&] { c.validate(4); });
   };
   EXPECT_NE(err({"parallel.teams=2"})
-                .find("parallel.teams 2 applies only to parallel.strategy "
-                      "wallfacer, not ring"),
+                .find("parallel.teams = 2 applies only to parallel.strategy = 'wallfacer', "
+                      "not 'ring'"),
             std::string::npos);
   EXPECT_NE(err({"parallel.strategy=zigzag", "parallel.inner=2"})
-                .find("parallel.inner 2 applies only to parallel.strategy double-ring, not zigzag"),
+                .find("parallel.inner = 2 applies only to parallel.strategy = 'double-ring', "
+                      "not 'zigzag'"),
             std::string::npos);
   EXPECT_NE(err({"parallel.strategy=double-ring", "parallel.ulysses=2"})
-                .find("parallel.ulysses 2 needs parallel.strategy ring, zigzag or wallfacer"),
+                .find("parallel.ulysses = 2 needs parallel.strategy = 'ring', 'zigzag' or "
+                      "'wallfacer'"),
             std::string::npos);
   EXPECT_NE(err({"parallel.keep_kv=true"}).find("parallel.keep_kv keeps the placed K,V"),
             std::string::npos);

@@ -181,26 +181,40 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
 
 void validate_parallel(const ParallelSpec& spec, const ParallelNames& names) {
   const StrategyTraits& st = traits(spec.strategy);
-  const auto name = st.name;
+  // A flag and its value ("--teams 2"), or a config's key and value ("parallel.teams = 2", a
+  // strategy quoted as TOML writes it).
+  auto text = [&](std::string_view v) {
+    return names.toml ? fmt::format("'{}'", v) : std::string(v);
+  };
+  auto option = [&](std::string_view key, const std::string& value) {
+    return names.toml ? fmt::format("{} = {}", key, value) : fmt::format("{} {}", key, value);
+  };
+  auto among = [&](bool (*pred)(const StrategyTraits&)) {
+    return names.toml ? text(strategy_names("', '", "' or '", pred))
+                      : strategy_names(", ", " or ", pred);
+  };
+  const std::string name = text(st.name);
   WF_USAGE_CHECK(spec.teams >= 1, "{} is {}; it must be at least 1", names.teams, spec.teams);
   WF_USAGE_CHECK(spec.ulysses >= 1, "{} is {}; it must be at least 1", names.ulysses, spec.ulysses);
   WF_USAGE_CHECK(spec.inner >= 0,
                  "{} is {}; give the inner ring length W >= 1 (or 0: the ranks per node)",
                  names.inner, spec.inner);
-  WF_USAGE_CHECK(st.has_teams || spec.teams == 1, "{} {} applies only to {} {}, not {}",
-                 names.teams, spec.teams, names.strategy, strategy_names(", ", " or ", with_teams),
-                 name);
-  WF_USAGE_CHECK(st.has_inner || spec.inner == 0, "{} {} applies only to {} {}, not {}",
-                 names.inner, spec.inner, names.strategy, strategy_names(", ", " or ", with_inner),
-                 name);
+  WF_USAGE_CHECK(st.has_teams || spec.teams == 1, "{} applies only to {}, not {}",
+                 option(names.teams, std::to_string(spec.teams)),
+                 option(names.strategy, among(with_teams)), name);
+  WF_USAGE_CHECK(st.has_inner || spec.inner == 0, "{} applies only to {}, not {}",
+                 option(names.inner, std::to_string(spec.inner)),
+                 option(names.strategy, among(with_inner)), name);
   WF_USAGE_CHECK(spec.ulysses == 1 || st.hybrid_ring,
-                 "{} {} needs {} {} (the ring over the Ulysses teams), not {}; use {} 1 for {}",
-                 names.ulysses, spec.ulysses, names.strategy,
-                 strategy_names(", ", " or ", hybrid_rings), name, names.ulysses, name);
+                 "{} needs {} (the ring over the Ulysses teams), not {}; use {} for {}",
+                 option(names.ulysses, std::to_string(spec.ulysses)),
+                 option(names.strategy, among(hybrid_rings)), name, option(names.ulysses, "1"),
+                 name);
   WF_USAGE_CHECK(!spec.keep_kv || (st.has_teams && spec.teams > 1),
                  "{} keeps the placed K,V of {} with teams > 1; {}{} places none (drop {})",
-                 names.keep_kv, strategy_names(", ", " or ", with_teams), name,
-                 st.has_teams ? fmt::format(" with {} 1", names.teams) : "", names.keep_kv);
+                 names.keep_kv, among(with_teams), name,
+                 st.has_teams ? fmt::format(" with {}", option(names.teams, "1")) : "",
+                 names.keep_kv);
 }
 
 ParallelSpec parallel_spec(const AttnConfig& cfg) {

@@ -99,10 +99,13 @@ struct ParallelSpec {
   bool keep_kv = false;  // only with teams > 1
 };
 
-// What the messages of validate_parallel call the options: attn's flags by default.
+// What the messages of validate_parallel call the options: attn's flags by default ("--teams 2
+// applies only to --strategy wallfacer, not ring"); with toml, a config's keys, values as TOML
+// writes them ("parallel.teams = 2 applies only to parallel.strategy = 'wallfacer', not 'ring'").
 struct ParallelNames {
   std::string_view strategy = "--strategy", teams = "--teams", inner = "--inner",
                    ulysses = "--ulysses", keep_kv = "keep_kv";
+  bool toml = false;
 };
 
 // Throws UsageError with a one-line message naming the option when the options of `spec`

@@ -64,8 +64,8 @@ std::string_view dtype_text(const std::optional<model::Dtype>& d) {
 
 // What the checks of the strategy options call them in a training config.
 constexpr seqpar::ParallelNames kParallelKeys{"parallel.strategy", "parallel.teams",
-                                              "parallel.inner", "parallel.ulysses",
-                                              "parallel.keep_kv"};
+                                              "parallel.inner",    "parallel.ulysses",
+                                              "parallel.keep_kv",  true};
 
 seqpar::Strategy read_strategy(std::string_view s) {
   try {
