@@ -66,16 +66,13 @@ seqpar::AttnConfig base_config(const std::string& strategy, int teams, int ulyss
                                const std::optional<std::vector<int64_t>>& docs,
                                const std::string& dtype, const std::string& layout, int inner) {
   seqpar::AttnConfig cfg;
-  cfg.strategy = seqpar::parse_strategy(strategy);
-  cfg.teams = teams;
-  cfg.inner = inner;
-  cfg.ulysses = ulysses;
+  const seqpar::ParallelSpec spec{seqpar::parse_strategy(strategy), teams, inner, ulysses, false};
+  seqpar::validate_parallel(spec);
+  seqpar::set_parallel(cfg, spec);
   cfg.causal = causal;
   cfg.dtype = seqpar::parse_dtype(dtype);
   cfg.layout = seqpar::parse_layout(layout);
   if (docs) cfg.doc_lengths = *docs;
-  WF_USAGE_CHECK(cfg.teams >= 1, "--teams is {}; it must be at least 1", cfg.teams);
-  WF_USAGE_CHECK(cfg.ulysses >= 1, "--ulysses is {}; it must be at least 1", cfg.ulysses);
   WF_USAGE_CHECK(cfg.layout == seqpar::Layout::Strategy || !cfg.doc_lengths.empty(),
                  "--layout balanced balances documents; give their lengths (docs)");
   return cfg;
@@ -300,6 +297,15 @@ PYBIND11_MODULE(_wallfacer, m) {
   m.def("local_positions", &wp::local_positions, py::arg("seq"), py::arg("world"), py::arg("rank"),
         py::arg("strategy"), py::arg("teams"), py::arg("ulysses"), py::arg("docs"),
         py::arg("causal"), py::arg("layout"), py::arg("inner"));
+  m.def(
+      "uses_zigzag_layout",
+      [](const std::string& strategy, bool causal) {
+        wallfacer::seqpar::AttnConfig cfg;
+        cfg.strategy = wallfacer::seqpar::parse_strategy(strategy);
+        cfg.causal = causal;
+        return wallfacer::seqpar::uses_zigzag_layout(cfg);
+      },
+      py::arg("strategy"), py::arg("causal"));
   m.def("load_tokens", &wp::load_tokens, py::arg("path"));
   m.def("set_timeout", &wallfacer::comm::set_timeout, py::arg("seconds"));
   m.def("timeout", &wallfacer::comm::timeout);

@@ -186,17 +186,17 @@ AttnRequest parse_request(const AttnOptions& o) {
                  "--seq, --heads and --head-dim are required and must be positive");
   AttnRequest req;
   seqpar::AttnConfig& cfg = req.cfg;
-  cfg.strategy = seqpar::parse_strategy(o.strategy);
-  cfg.teams = o.teams;
-  cfg.inner = o.inner;
-  cfg.ulysses = o.ulysses;
+  // The strategy options alone, when parsed; with the ranks and shapes: seqpar::validate.
+  const seqpar::ParallelSpec spec{seqpar::parse_strategy(o.strategy), o.teams, o.inner, o.ulysses,
+                                  o.keep_kv};
+  seqpar::validate_parallel(spec);
+  seqpar::set_parallel(cfg, spec);
   cfg.batch = o.batch;
   cfg.seq = o.seq;
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
   cfg.head_dim = o.head_dim;
   cfg.causal = o.causal;
-  cfg.keep_kv = o.keep_kv;
   cfg.dtype = seqpar::parse_dtype(o.dtype);
   cfg.doc_lengths = seqpar::doc_lengths_from_options(o.docs, o.docs_random, o.seq, o.seed);
   cfg.layout = seqpar::parse_layout(o.layout);
@@ -211,12 +211,8 @@ AttnRequest parse_request(const AttnOptions& o) {
   req.placement = plan::parse_placement(o.placement);
   if (!o.cluster.empty()) req.cluster = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
-  WF_USAGE_CHECK(o.inner >= 0,
-                 "--inner is {}; give the inner ring length W >= 1 (or 0: the ranks "
-                 "per node)",
-                 o.inner);
   // Counted without running: the default inner rings are the nodes of --node-size ranks.
-  if (o.count > 0 && cfg.strategy == seqpar::Strategy::DoubleRing && cfg.inner == 0)
+  if (o.count > 0 && seqpar::traits(cfg.strategy).has_inner && cfg.inner == 0)
     cfg.inner = seqpar::default_inner(o.node_size > 0 ? o.node_size : o.count, o.count);
   return req;
 }
@@ -341,17 +337,18 @@ Action setup(CLI::App& root) {
   auto* cmd = root.add_subcommand(
       "attn",
       "Distributed exact attention (forward + backward) on seeded inputs; run under mpirun");
-  cmd->add_option("--strategy", o->strategy, "ring | zigzag | ulysses | wallfacer | double-ring")
-      ->check(CLI::IsMember({"ring", "zigzag", "ulysses", "wallfacer", "double-ring"}));
+  add_strategy_option(*cmd, o->strategy);
   cmd->add_option("--teams", o->teams, "WallFacer team size C (C^2 must divide P)");
   cmd->add_option("--inner", o->inner,
                   "double-ring: inner ring length W, consecutive ranks (W must divide P; default: "
                   "the ranks per node, with --count those of --node-size)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ulysses", o->ulysses,
-                  "Ulysses degree U of a Ulysses hybrid: Ulysses inside teams of U consecutive "
-                  "ranks, --strategy ring, zigzag or wallfacer over the P/U ranks of each member "
-                  "index (U must divide P and the heads)")
+                  fmt::format("Ulysses degree U of a Ulysses hybrid: Ulysses inside teams of U "
+                              "consecutive ranks, --strategy {} over the P/U ranks of each member "
+                              "index (U must divide P and the heads)",
+                              seqpar::strategy_names(", ", " or ",
+                                                     [](const auto& t) { return t.hybrid_ring; })))
       ->check(CLI::PositiveNumber);
   cmd->add_option("--placement", o->placement,
                   "which ranks share a node: team-intra (teams of consecutive ranks, team "

@@ -160,9 +160,10 @@ Action setup(CLI::App& root) {
   cmd->add_option("--tokens", a->tokens,
                   "Token ids (.npy of integers): (batch, seq + 1) or (seq + 1); any seq (padded "
                   "at the end to what the layout takes, the padding left out of the loss)");
-  cmd->add_option("--strategy", a->strategy, "ring | zigzag | ulysses | wallfacer")
-      ->check(CLI::IsMember({"ring", "zigzag", "ulysses", "wallfacer"}))
-      ->capture_default_str();
+  // No --inner here: the strategies without inner rings.
+  add_strategy_option(*cmd, a->strategy, {}, [](const seqpar::StrategyTraits& t) {
+    return !t.has_inner;
+  })->capture_default_str();
   cmd->add_option("--teams", a->teams, "WallFacer team size C (C^2 must divide P)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ulysses", a->ulysses,

@@ -6,6 +6,9 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
+
+#include "wallfacer/seqpar/strategy.h"
 
 namespace wallfacer::cli {
 
@@ -22,6 +25,11 @@ bool register_command(int order, std::string name, Setup setup);
 // --timeout of the commands that run under mpirun, when given (main applies it to
 // comm::set_timeout before the command runs; train lets it override train.timeout).
 std::optional<double>& timeout_option();
+
+// --strategy into `out`: the choices are the names of the strategy table (seqpar/strategy.h),
+// those `pred` accepts when given; the help text is `what` (if any) and the names.
+CLI::Option* add_strategy_option(CLI::App& cmd, std::string& out, std::string_view what = {},
+                                 bool (*pred)(const seqpar::StrategyTraits&) = nullptr);
 
 }  // namespace wallfacer::cli
 

@@ -41,6 +41,16 @@ std::optional<double>& timeout_option() {
   return t;
 }
 
+CLI::Option* add_strategy_option(CLI::App& cmd, std::string& out, std::string_view what,
+                                 bool (*pred)(const seqpar::StrategyTraits&)) {
+  std::vector<std::string> names;
+  for (const seqpar::StrategyTraits& t : seqpar::strategies())
+    if (!pred || pred(t)) names.emplace_back(t.name);
+  const std::string list = seqpar::strategy_names(" | ", {}, pred);
+  return cmd.add_option("--strategy", out, what.empty() ? list : fmt::format("{}: {}", what, list))
+      ->check(CLI::IsMember(names));
+}
+
 }  // namespace wallfacer::cli
 
 namespace {

@@ -183,8 +183,8 @@ class _LayoutArgs(collections.namedtuple("_LayoutArgs",
             docs = list(self.docs or ())
             shown = ", ".join(map(str, docs[:6])) + (", ..." if len(docs) > 6 else "")
             return f"the balanced layout of the documents [{shown}]"
-        ring = ("zigzag" if self.strategy == "zigzag" or (
-            self.strategy in ("wallfacer", "double-ring") and self.causal) else "contiguous")
+        ring = ("zigzag" if _wallfacer.uses_zigzag_layout(self.strategy, self.causal)
+                else "contiguous")
         if self.ulysses > 1:
             return f"the Ulysses-{self.ulysses} x {ring} hybrid layout"
         return f"the {ring} layout"

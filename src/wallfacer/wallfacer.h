@@ -14,3 +14,4 @@
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/seqpar/attention.h"
 #include "wallfacer/seqpar/config.h"
+#include "wallfacer/seqpar/strategy.h"

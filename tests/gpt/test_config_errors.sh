@@ -40,7 +40,7 @@ expect2 "sp does not divide P" "parallel.sp = 3" mpi 2 "${t[@]}" --set parallel.
 expect2 "seq not divisible" "train.seq = 63" mpi 2 "${t[@]}" --set parallel.sp=2 --set train.seq=63
 expect2 "teams" "team" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.strategy=wallfacer --set parallel.teams=3
 expect2 "inner" "parallel.inner 3" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.strategy=double-ring --set parallel.inner=3
-expect2 "inner ring" "parallel.inner 2 applies only" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.inner=2
+expect2 "inner ring" "parallel.inner = 2 applies only" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.inner=2
 expect2 "ulysses" "parallel.ulysses = 3" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.ulysses=3
 expect2 "ulysses strategy" "parallel.strategy = 'ring', 'zigzag' or 'wallfacer'" mpi 2 "${t[@]}" --set parallel.sp=2 --set parallel.strategy=ulysses --set parallel.ulysses=2
 expect2 "missing data" "run \`wallfacer prepare\` first" "$wf" "${t[@]}" --set data.dir="$work/nothing"

@@ -735,20 +735,23 @@ int main(int argc, char** argv) {
           cases.push_back(k);
         };
         if (kv_div != 2) {
-          add(Strategy::Ring, 1);
-          if (!wallfacer_only) {
-            add(Strategy::Zigzag, 1);
-            if (H % P == 0 && base.kv_heads % P == 0) add(Strategy::Ulysses, 1);
-            // Double ring: inner rings of W = 2 (and 4) ranks; W = P/2 on 2 ranks is the outer
-            // ring alone.
-            for (int W : {1, 2, 4})
-              if (P % W == 0 && W < P && (W > 1 || P == 2))
-                add(Strategy::DoubleRing, 1, 1, false, W);
-          }
-          for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C) {
-            if (P % (C * C) != 0) continue;
-            add(Strategy::WallFacer, C);
-            if (C > 1) add(Strategy::WallFacer, C, 1, /*keep_kv=*/true);
+          // Every strategy of the table (the ring first: the others compare with it).
+          for (const StrategyTraits& t : strategies()) {
+            if (wallfacer_only && !t.has_teams && t.id != Strategy::Ring) continue;
+            if (t.splits_heads && (H % P != 0 || base.kv_heads % P != 0)) continue;
+            if (t.has_inner) {
+              // Inner rings of W = 2 (and 4) ranks; W = P/2 on 2 ranks is the outer ring alone.
+              for (int W : {1, 2, 4})
+                if (P % W == 0 && W < P && (W > 1 || P == 2)) add(t.id, 1, 1, false, W);
+            } else if (t.has_teams) {
+              for (int C = wallfacer_only ? 2 : 1; C * C <= P; ++C) {
+                if (P % (C * C) != 0) continue;
+                add(t.id, C);
+                if (C > 1) add(t.id, C, 1, /*keep_kv=*/true);
+              }
+            } else {
+              add(t.id, 1);
+            }
           }
         }
         for (int u = 2; u < P; ++u) {

@@ -31,11 +31,11 @@ TEST(GptData, LoaderFollowsTheLayout) {
   ASSERT_EQ(shard.size(), corpus);
   const int64_t S = 64;
   SequenceLoader loader(shard, S, 3);
-  for (auto strategy : {seqpar::Strategy::Ring, seqpar::Strategy::Zigzag, seqpar::Strategy::Ulysses,
-                        seqpar::Strategy::WallFacer}) {
+  for (const seqpar::StrategyTraits& t : seqpar::strategies()) {
     seqpar::AttnConfig a;
-    a.strategy = strategy;
-    a.teams = strategy == seqpar::Strategy::WallFacer ? 2 : 1;
+    a.strategy = t.id;
+    a.teams = t.has_teams ? 2 : 1;
+    a.inner = t.has_inner ? 2 : 0;
     a.seq = S;
     a.heads = a.kv_heads = 4;
     a.head_dim = 8;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "wallfacer/core/error.h"
@@ -406,6 +407,36 @@ TEST(PlanPlanner, DoubleRingSpreadsTheCrossingHopsOverEveryCard) {
 
 namespace wallfacer::plan {
 namespace {
+
+// Every strategy of the table is a candidate of a causal model on 2 nodes of 4 devices, and its
+// label starts with its name (after "ulysses<u> x " for a hybrid) and shows C and W where it has
+// them; a config of each candidate is one seqpar accepts.
+TEST(PlanPlanner, EveryStrategyIsPlannedAndLabelled) {
+  PlanInput in =
+      input(toy_cluster(2, 4, 4), "[model]\nlayers = 2\ndim = 256\nheads = 8\n", 8192, 8);
+  in.model.causal = true;
+  std::set<seqpar::Strategy> planned, hybrids;
+  for (const Candidate& c : candidates(in)) {
+    const seqpar::StrategyTraits& t = seqpar::traits(c.strategy);
+    planned.insert(c.strategy);
+    const std::string prefix = c.ulysses > 1 ? fmt::format("ulysses{} x ", c.ulysses) : "";
+    if (c.ulysses > 1) hybrids.insert(c.strategy);
+    const std::string label = c.label();
+    EXPECT_EQ(label.rfind(fmt::format("{}{}", prefix, t.name), 0), 0u) << label;
+    EXPECT_EQ(label.find(" C=") != std::string::npos, t.has_teams) << label;
+    EXPECT_EQ(label.find(" W=") != std::string::npos, t.has_inner) << label;
+    EXPECT_NO_THROW(
+        seqpar::validate(attention_config(in.model, in.seq, c, seqpar::Dtype::fp32), in.gpus))
+        << label;
+  }
+  for (const seqpar::StrategyTraits& t : seqpar::strategies()) {
+    EXPECT_TRUE(planned.count(t.id)) << t.name << " is not planned";
+    // Hybrids: a causal model's ring is the zigzag ring (the contiguous ring without the mask).
+    if (t.hybrid_ring && t.id != seqpar::Strategy::Ring) {
+      EXPECT_TRUE(hybrids.count(t.id)) << "ulysses x " << t.name << " is not planned";
+    }
+  }
+}
 
 // keep_kv: per layer one team K,V block more memory, and a backward without the placement hop;
 // the planner keeps them only while the memory allows.

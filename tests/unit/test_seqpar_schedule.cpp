@@ -13,6 +13,7 @@
 #include "wallfacer/core/error.h"
 #include "wallfacer/seqpar/harness.h"
 #include "wallfacer/seqpar/schedule.h"
+#include "wallfacer/seqpar/strategy.h"
 
 namespace wallfacer::seqpar {
 namespace {
@@ -83,11 +84,88 @@ TEST(SeqparLayout, EveryTeamGroupSeesEveryKVBlockOnce) {
   }
 }
 
+// A config of strategy t that runs on 8 ranks: WallFacer teams of 2, inner rings of 4.
+AttnConfig config_of(const StrategyTraits& t, int64_t seq, int H, int K, int D, bool causal) {
+  AttnConfig c = config(t.id, seq, H, K, D, causal, t.has_teams ? 2 : 1);
+  if (t.has_inner) c.inner = 4;
+  return c;
+}
+
+TEST(StrategyTable, NamesRulesAndBuildersOfEveryStrategy) {
+  std::set<std::string_view> names;
+  for (const StrategyTraits& t : strategies()) {
+    EXPECT_EQ(&traits(t.id), &t);
+    EXPECT_EQ(parse_strategy(t.name), t.id);
+    EXPECT_EQ(strategy_name(t.id), t.name);
+    EXPECT_TRUE(names.insert(t.name).second) << t.name;
+    EXPECT_FALSE(t.summary.empty()) << t.name;
+    EXPECT_NE(t.build, nullptr) << t.name;
+    EXPECT_NE(t.totals, nullptr) << t.name;
+    EXPECT_EQ(team_size(t.id, 3), t.has_teams ? 3 : 1);
+    // The options it has not are refused.
+    if (!t.has_teams) {
+      AttnConfig c = config_of(t, 128, 8, 8, 4, false);
+      c.teams = 2;
+      EXPECT_THROW(validate(c, 8), UsageError) << t.name;
+    }
+    if (!t.has_inner) {
+      AttnConfig c = config_of(t, 128, 8, 8, 4, false);
+      c.inner = 2;
+      EXPECT_THROW(validate(c, 8), UsageError) << t.name;
+    }
+    AttnConfig hybrid = config_of(t, 128, 8, 8, 4, false);
+    hybrid.ulysses = 2;
+    if (t.hybrid_ring) {
+      EXPECT_NO_THROW(validate(hybrid, 8)) << t.name;
+    } else {
+      EXPECT_THROW(validate(hybrid, 8), UsageError) << t.name;
+    }
+    // Heads the ranks do not divide: refused by a strategy that splits them.
+    AttnConfig few = config_of(t, 128, 4, 4, 4, false);
+    if (t.splits_heads) {
+      EXPECT_THROW(validate(few, 8), UsageError) << t.name;
+    } else {
+      EXPECT_NO_THROW(validate(few, 8)) << t.name;
+    }
+    for (bool causal : {false, true}) {
+      EXPECT_EQ(uses_zigzag_layout(config_of(t, 128, 8, 8, 4, causal)),
+                t.zigzag_layout || (causal && t.zigzag_when_causal))
+          << t.name;
+    }
+  }
+  try {
+    parse_strategy("spiral");
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "unknown strategy 'spiral': use one of ring, zigzag, ulysses, wallfacer, "
+              "double-ring");
+  }
+  EXPECT_EQ(strategy_names(" | "), "ring | zigzag | ulysses | wallfacer | double-ring");
+  EXPECT_EQ(strategy_names(", ", " or ", [](const StrategyTraits& t) { return t.hybrid_ring; }),
+            "ring, zigzag or wallfacer");
+}
+
+// Every strategy of the table: the schedule of each rank sends what its closed form says.
+TEST(StrategyTable, EveryStrategysScheduleMatchesItsClosedForm) {
+  const int P = 8;
+  for (const StrategyTraits& t : strategies()) {
+    for (int K : {16, 8}) {  // grouped-query heads too (H = 16 on 8 ranks splits for Ulysses)
+      const AttnConfig c = config_of(t, 128, 16, K, 4, false);
+      for (int r = 0; r < P; ++r) {
+        auto got = schedule_totals(make_schedule(c, P, r));
+        got.flops_fwd = got.flops_bwd = 0;
+        EXPECT_EQ(got, formula_totals(c, P, r)) << t.name << " K=" << K << " rank " << r;
+      }
+    }
+  }
+}
+
 TEST(SeqparLayout, PositionsPartitionTheSequence) {
-  for (auto s : {Strategy::Ring, Strategy::Zigzag, Strategy::Ulysses, Strategy::WallFacer}) {
+  for (const StrategyTraits& t : strategies()) {
     for (bool causal : {false, true}) {
       const int P = 8;
-      auto c = config(s, 128, 8, 8, 4, causal, s == Strategy::WallFacer ? 2 : 1);
+      auto c = config_of(t, 128, 8, 8, 4, causal);
       std::vector<int64_t> all;
       for (int r = 0; r < P; ++r) {
         auto pos = local_positions(c, P, r);

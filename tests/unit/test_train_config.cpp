@@ -172,12 +172,14 @@ TEST(TrainConfig, DtypeIsAutoFp32OrBf16ForBothModels) {
 // the key's own section; any other value is refused there, naming the key and the value, and
 // the config keeps what it had.
 TEST(TrainConfig, ChoicesAreParsedOnceAndWrittenAsGiven) {
+  std::vector<std::string> strategies;
+  for (const seqpar::StrategyTraits& t : seqpar::strategies()) strategies.emplace_back(t.name);
   const std::vector<std::pair<std::string, std::vector<std::string>>> keys = {
       {"model.kind", {"gpt", "dit"}},
       {"train.time_sampling", {"logit_normal", "uniform"}},
       {"train.dtype", {"auto", "fp32", "bf16"}},
       {"train.packing", {"none", "documents"}},
-      {"parallel.strategy", {"ring", "zigzag", "ulysses", "wallfacer"}},
+      {"parallel.strategy", strategies},
       {"parallel.checkpointing", {"none", "attention"}},
       {"parallel.layout", {"", "strategy", "balanced"}}};
   for (const auto& [key, values] : keys) {
@@ -241,11 +243,40 @@ TEST(TrainConfig, TeamSize) {
   c.set("parallel.strategy=wallfacer");
   EXPECT_EQ(c.team_size(), 2);
   EXPECT_EQ(seqpar::team_size(c.attn_config(1)), 2);
-  for (const char* s : {"ring", "zigzag", "ulysses"}) {
-    c.set(std::string("parallel.strategy=") + s);
-    EXPECT_EQ(c.team_size(), 1) << s;
-    EXPECT_EQ(seqpar::team_size(c.attn_config(1)), 1) << s;
+  for (const seqpar::StrategyTraits& t : seqpar::strategies()) {
+    c.set(fmt::format("parallel.strategy={}", t.name));
+    EXPECT_EQ(c.team_size(), t.has_teams ? 2 : 1) << t.name;
+    EXPECT_EQ(seqpar::team_size(c.attn_config(1)), t.has_teams ? 2 : 1) << t.name;
   }
+}
+
+// The strategy options are checked alone (seqpar::validate_parallel) naming the config's keys:
+// teams and inner for the strategies that have them, Ulysses over a hybrid's ring, keep_kv with
+// teams > 1.
+TEST(TrainConfig, StrategyOptionsAreCheckedNamingTheKeys) {
+  auto err = [](std::vector<std::string> sets) {
+    TrainConfig c;
+    c.sp = 4;
+    for (const auto& s : sets) c.set(s);
+    return usage_error([&] { c.validate(4); });
+  };
+  EXPECT_NE(err({"parallel.teams=2"})
+                .find("parallel.teams = 2 applies only to parallel.strategy = 'wallfacer', "
+                      "not 'ring'"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.strategy=zigzag", "parallel.inner=2"})
+                .find("parallel.inner = 2 applies only to parallel.strategy = 'double-ring', "
+                      "not 'zigzag'"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.strategy=double-ring", "parallel.ulysses=2"})
+                .find("parallel.ulysses = 2 needs parallel.strategy = 'ring', 'zigzag' or "
+                      "'wallfacer'"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.keep_kv=true"}).find("parallel.keep_kv keeps the placed K,V"),
+            std::string::npos);
+  EXPECT_NE(err({"parallel.inner=-1"}).find("parallel.inner is -1"), std::string::npos);
+  EXPECT_NE(err({"parallel.teams=0"}).find("parallel.teams is 0"), std::string::npos);
+  EXPECT_NE(err({"parallel.ulysses=0"}).find("parallel.ulysses is 0"), std::string::npos);
 }
 
 TEST(TrainConfig, IntegersForRealKeysNeedNotBeExactDoubles) {

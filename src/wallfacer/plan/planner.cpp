@@ -22,18 +22,12 @@ std::string Candidate::strategy_label() const {
 }
 
 std::string Candidate::label() const {
-  std::string s;
-  if (ulysses > 1 && strategy == Strategy::WallFacer) {
-    s = fmt::format("ulysses{} x wallfacer C={}", ulysses, teams);
-  } else if (ulysses > 1) {
-    s = fmt::format("ulysses{} x {}", ulysses, seqpar::strategy_name(strategy));
-  } else if (strategy == Strategy::WallFacer) {
-    s = fmt::format("wallfacer C={}", teams);
-  } else if (strategy == Strategy::DoubleRing) {
-    s = fmt::format("double-ring W={}", inner);
-  } else {
-    s = std::string(seqpar::strategy_name(strategy));
-  }
+  // "ulysses4 x " for a hybrid, the name, " C=2" with teams, " W=8" with inner rings.
+  const seqpar::StrategyTraits& t = seqpar::traits(strategy);
+  std::string s =
+      fmt::format("{}{}", ulysses > 1 ? fmt::format("ulysses{} x ", ulysses) : "", t.name);
+  if (t.has_teams) s = fmt::format("{} C={}", s, teams);
+  if (t.has_inner) s = fmt::format("{} W={}", s, inner);
   if (placement == Placement::Default) return s;
   return fmt::format("{} {}", s, placement_name(placement));
 }
@@ -56,13 +50,14 @@ seqpar::AttnConfig attention_config(const ModelSpec& m, int64_t seq, const Candi
   cfg.causal = m.causal;
   cfg.ulysses = c.ulysses;
   cfg.keep_kv = c.keep_kv;
-  if (c.strategy == Strategy::DoubleRing) cfg.inner = c.inner;
+  if (seqpar::traits(c.strategy).has_inner) cfg.inner = c.inner;
   return cfg;
 }
 
 std::vector<int> candidate_devices(const Candidate& c, int P) {
   TeamGroups l{P, 1, P};
-  if (c.ulysses > 1 && c.strategy == Strategy::WallFacer && c.teams > 1 && P % c.ulysses == 0) {
+  const int C = seqpar::team_size(c.strategy, c.teams);
+  if (c.ulysses > 1 && C > 1 && P % c.ulysses == 0) {
     // Ulysses x WallFacer: every Ulysses team on u consecutive devices (Ulysses innermost), the
     // ring ranks j ordered as the placement orders WallFacer's ranks on P/u devices.
     const int u = c.ulysses, ring = P / u;
@@ -74,8 +69,8 @@ std::vector<int> candidate_devices(const Candidate& c, int P) {
   }
   if (c.ulysses > 1) {
     l = {P, c.ulysses, P / c.ulysses};
-  } else if (c.strategy == Strategy::WallFacer && c.teams > 1) {
-    l = {P, c.teams, P / (c.teams * c.teams)};
+  } else if (C > 1) {
+    l = {P, C, P / (C * C)};
   }
   return device_order(l, c.placement);
 }
@@ -785,7 +780,7 @@ std::vector<Prediction> plan_all(const PlanInput& in,
   for (Candidate c : all) {
     if (progress) progress(int(out.size()), int(all.size()));
     // WallFacer keeps the placed K,V for the backward where the memory allows.
-    if (c.strategy == Strategy::WallFacer && c.teams > 1) {
+    if (seqpar::team_size(c.strategy, c.teams) > 1) {
       c.keep_kv = true;
       Prediction kept = predict(in, c);
       if (kept.feasible) {

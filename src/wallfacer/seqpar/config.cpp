@@ -12,37 +12,9 @@
 
 namespace wallfacer::seqpar {
 
-Strategy parse_strategy(std::string_view name) {
-  if (name == "ring") return Strategy::Ring;
-  if (name == "zigzag") return Strategy::Zigzag;
-  if (name == "ulysses") return Strategy::Ulysses;
-  if (name == "wallfacer") return Strategy::WallFacer;
-  if (name == "double-ring") return Strategy::DoubleRing;
-  throw UsageError(fmt::format(
-      "unknown strategy '{}': use one of ring, zigzag, ulysses, wallfacer, double-ring", name));
-}
-
-std::string_view strategy_name(Strategy s) {
-  switch (s) {
-    case Strategy::Ring:
-      return "ring";
-    case Strategy::Zigzag:
-      return "zigzag";
-    case Strategy::Ulysses:
-      return "ulysses";
-    case Strategy::WallFacer:
-      return "wallfacer";
-    case Strategy::DoubleRing:
-      return "double-ring";
-  }
-  return "?";
-}
-
 int default_inner(int ranks_per_node, int P) {
   return std::gcd(std::max(ranks_per_node, 1), std::max(P, 1));
 }
-
-int team_size(Strategy strategy, int teams) { return strategy == Strategy::WallFacer ? teams : 1; }
 
 Layout parse_layout(std::string_view name) {
   if (name == "strategy") return Layout::Strategy;
@@ -62,22 +34,26 @@ kernels::DocBounds doc_bounds(const AttnConfig& cfg) {
 
 bool uses_zigzag_layout(const AttnConfig& cfg) {
   if (cfg.layout == Layout::Balanced) return false;
-  const bool balanced_by_zigzag =
-      cfg.strategy == Strategy::WallFacer || cfg.strategy == Strategy::DoubleRing;
-  return cfg.strategy == Strategy::Zigzag || (balanced_by_zigzag && cfg.causal);
+  const StrategyTraits& t = traits(cfg.strategy);
+  return t.zigzag_layout || (t.zigzag_when_causal && cfg.causal);
 }
 
 namespace {
+
+bool hybrid_rings(const StrategyTraits& t) { return t.hybrid_ring; }
+bool with_teams(const StrategyTraits& t) { return t.has_teams; }
+bool with_inner(const StrategyTraits& t) { return t.has_inner; }
+bool keeps_heads(const StrategyTraits& t) { return !t.splits_heads; }
+
+// " (causal)" where cfg's causal mask chooses its layout (the zigzag layout of WallFacer).
+std::string_view causal_note(const AttnConfig& cfg) {
+  return cfg.causal && traits(cfg.strategy).zigzag_when_causal ? " (causal)" : "";
+}
 
 // The hybrid's own rules (validate() checks the rest: heads, teams, ...).
 void validate_hybrid(const AttnConfig& cfg, int P) {
   const int u = cfg.ulysses;
   const auto name = strategy_name(cfg.strategy);
-  WF_USAGE_CHECK(cfg.strategy == Strategy::Ring || cfg.strategy == Strategy::Zigzag ||
-                     cfg.strategy == Strategy::WallFacer,
-                 "--ulysses {} needs --strategy ring, zigzag or wallfacer (the ring over the "
-                 "Ulysses teams), not {}; use --ulysses 1 for {}",
-                 u, name, name);
   WF_USAGE_CHECK(P % u == 0, "--ulysses {} must divide the {} ranks; choose a divisor of {}", u, P,
                  P);
   WF_USAGE_CHECK(cfg.heads % u == 0 && cfg.kv_heads % u == 0,
@@ -88,8 +64,7 @@ void validate_hybrid(const AttnConfig& cfg, int P) {
   const int64_t parts = uses_zigzag_layout(cfg) ? std::lcm(int64_t(P), 2 * rings) : int64_t(P);
   WF_USAGE_CHECK(cfg.layout == Layout::Balanced || cfg.seq % parts == 0,
                  "--seq {} must be divisible by {} for ulysses {} x {}{} on {} ranks", cfg.seq,
-                 parts, u, name,
-                 cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "", P);
+                 parts, u, name, causal_note(cfg), P);
 }
 
 // The steps of cfg's ring on P ranks for refine_doc_layout: at forward step t rank x computes its
@@ -163,7 +138,7 @@ const std::vector<std::vector<kernels::PosRun>>& balanced_runs(const AttnConfig&
   AttnConfig unwindowed = cfg;
   unwindowed.window = 0;
   unwindowed.layout_window = -1;
-  const int inner = cfg.strategy == Strategy::DoubleRing ? cfg.inner : 0;
+  const int inner = traits(cfg.strategy).has_inner ? cfg.inner : 0;
   const bool bwd_kv = (window > 0 && inner == 0) || backward_moves_kv(unwindowed, P);
   Key key{cfg.doc_lengths, cfg.seq, window, P, C, inner, cfg.causal, bwd_kv};
   for (const Entry& e : recent)
@@ -209,6 +184,56 @@ HybridConfigs hybrid_configs(const AttnConfig& cfg, int P) {
   return h;
 }
 
+void validate_parallel(const ParallelSpec& spec, const ParallelNames& names) {
+  const StrategyTraits& st = traits(spec.strategy);
+  // A flag and its value ("--teams 2"), or a config's key and value ("parallel.teams = 2", a
+  // strategy quoted as TOML writes it).
+  auto text = [&](std::string_view v) {
+    return names.toml ? fmt::format("'{}'", v) : std::string(v);
+  };
+  auto option = [&](std::string_view key, const std::string& value) {
+    return names.toml ? fmt::format("{} = {}", key, value) : fmt::format("{} {}", key, value);
+  };
+  auto among = [&](bool (*pred)(const StrategyTraits&)) {
+    return names.toml ? text(strategy_names("', '", "' or '", pred))
+                      : strategy_names(", ", " or ", pred);
+  };
+  const std::string name = text(st.name);
+  WF_USAGE_CHECK(spec.teams >= 1, "{} is {}; it must be at least 1", names.teams, spec.teams);
+  WF_USAGE_CHECK(spec.ulysses >= 1, "{} is {}; it must be at least 1", names.ulysses, spec.ulysses);
+  WF_USAGE_CHECK(spec.inner >= 0,
+                 "{} is {}; give the inner ring length W >= 1 (or 0: the ranks per node)",
+                 names.inner, spec.inner);
+  WF_USAGE_CHECK(st.has_teams || spec.teams == 1, "{} applies only to {}, not {}",
+                 option(names.teams, std::to_string(spec.teams)),
+                 option(names.strategy, among(with_teams)), name);
+  WF_USAGE_CHECK(st.has_inner || spec.inner == 0, "{} applies only to {}, not {}",
+                 option(names.inner, std::to_string(spec.inner)),
+                 option(names.strategy, among(with_inner)), name);
+  WF_USAGE_CHECK(spec.ulysses == 1 || st.hybrid_ring,
+                 "{} needs {} (the ring over the Ulysses teams), not {}; use {} for {}",
+                 option(names.ulysses, std::to_string(spec.ulysses)),
+                 option(names.strategy, among(hybrid_rings)), name, option(names.ulysses, "1"),
+                 name);
+  WF_USAGE_CHECK(!spec.keep_kv || (st.has_teams && spec.teams > 1),
+                 "{} keeps the placed K,V of {} with teams > 1; {}{} places none (drop {})",
+                 names.keep_kv, among(with_teams), name,
+                 st.has_teams ? fmt::format(" with {}", option(names.teams, "1")) : "",
+                 names.keep_kv);
+}
+
+ParallelSpec parallel_spec(const AttnConfig& cfg) {
+  return {cfg.strategy, cfg.teams, cfg.inner, cfg.ulysses, cfg.keep_kv};
+}
+
+void set_parallel(AttnConfig& cfg, const ParallelSpec& spec) {
+  cfg.strategy = spec.strategy;
+  cfg.teams = spec.teams;
+  cfg.inner = spec.inner;
+  cfg.ulysses = spec.ulysses;
+  cfg.keep_kv = spec.keep_kv;
+}
+
 void validate_window(const AttnConfig& cfg) {
   WF_USAGE_CHECK(cfg.window >= 0, "--window is {}; it must be >= 0 (0: no window)", cfg.window);
   WF_USAGE_CHECK(cfg.window == 0 || cfg.causal,
@@ -241,35 +266,24 @@ void validate(const AttnConfig& cfg, int P) {
   validate_window(cfg);
   const auto name = strategy_name(cfg.strategy);
   if (!cfg.doc_lengths.empty()) doc_bounds(cfg);  // positive lengths summing to seq
-  WF_USAGE_CHECK(cfg.ulysses >= 1, "--ulysses is {}; it must be at least 1", cfg.ulysses);
-  WF_USAGE_CHECK(!cfg.keep_kv || (cfg.strategy == Strategy::WallFacer && cfg.teams > 1),
-                 "keep_kv keeps the placed K,V of WallFacer with teams > 1; {}{} places none "
-                 "(drop keep_kv)",
-                 name, cfg.strategy == Strategy::WallFacer ? " with --teams 1" : "");
-  if (cfg.strategy == Strategy::WallFacer) {
+  validate_parallel(parallel_spec(cfg));
+  const StrategyTraits& st = traits(cfg.strategy);
+  if (st.has_teams) {
     // A Ulysses x WallFacer hybrid runs WallFacer-C on the ring of P/ulysses ranks.
     const int C = cfg.teams, ring = cfg.ulysses > 1 && P % cfg.ulysses == 0 ? P / cfg.ulysses : P;
-    WF_USAGE_CHECK(C >= 1, "--teams is {}; it must be at least 1", C);
-    WF_USAGE_CHECK(
-        int64_t(C) * C <= ring && ring % (C * C) == 0,
-        "--teams {}: wallfacer needs C^2 = {} to divide the {} ranks{}; choose --teams C "
-        "with C^2 dividing {}",
-        C, int64_t(C) * C, ring,
-        ring == P ? "" : " of the ring over the Ulysses teams (P / --ulysses)",
-        ring == P ? "P" : "P / --ulysses");
-  } else {
-    WF_USAGE_CHECK(cfg.teams == 1, "--teams {} applies only to --strategy wallfacer, not {}",
-                   cfg.teams, name);
+    WF_USAGE_CHECK(int64_t(C) * C <= ring && ring % (C * C) == 0,
+                   "--teams {}: {} needs C^2 = {} to divide the {} ranks{}; choose --teams C "
+                   "with C^2 dividing {}",
+                   C, name, int64_t(C) * C, ring,
+                   ring == P ? "" : " of the ring over the Ulysses teams (P / --ulysses)",
+                   ring == P ? "P" : "P / --ulysses");
   }
-  if (cfg.strategy == Strategy::DoubleRing) {
+  if (st.has_inner) {
     const int W = cfg.inner;
     WF_USAGE_CHECK(W >= 1 && P % W == 0,
-                   "--inner {}: double-ring needs an inner ring length W >= 1 dividing the {} "
+                   "--inner {}: {} needs an inner ring length W >= 1 dividing the {} "
                    "ranks (W consecutive ranks per inner ring, e.g. the ranks of a node)",
-                   W, P);
-  } else {
-    WF_USAGE_CHECK(cfg.inner == 0, "--inner {} applies only to --strategy double-ring, not {}",
-                   cfg.inner, name);
+                   W, name, P);
   }
   if (cfg.layout == Layout::Balanced) {
     const int64_t ring = P / std::max(cfg.ulysses, 1), parts = kChunksPerRank * ring;
@@ -290,18 +304,16 @@ void validate(const AttnConfig& cfg, int P) {
   const int64_t parts = uses_zigzag_layout(cfg) ? 2 * int64_t(P) : P;
   WF_USAGE_CHECK(cfg.layout == Layout::Balanced || cfg.seq % parts == 0,
                  "--seq {} must be divisible by {} for {}{} on {} ranks{}", cfg.seq, parts, name,
-                 cfg.causal && cfg.strategy == Strategy::WallFacer ? " (causal)" : "", P,
-                 parts == P ? "" : " (2P half-chunks of the zigzag layout)");
+                 causal_note(cfg), P, parts == P ? "" : " (2P half-chunks of the zigzag layout)");
   WF_USAGE_CHECK(cfg.seq / P * int64_t(cfg.teams) <= INT_MAX,
                  "--seq {} is too long: a rank's block of {} rows exceeds the kernel's "
                  "limit of 2^31-1; use a shorter sequence or more ranks",
                  cfg.seq, cfg.seq / P * cfg.teams);
-  if (cfg.strategy == Strategy::Ulysses) {
+  if (st.splits_heads) {
     WF_USAGE_CHECK(cfg.heads % P == 0 && cfg.kv_heads % P == 0,
-                   "--strategy ulysses needs --heads ({}) and --kv-heads ({}) divisible by the {} "
-                   "ranks; use "
-                   "ring, zigzag or wallfacer, or another rank count",
-                   cfg.heads, cfg.kv_heads, P);
+                   "--strategy {} needs --heads ({}) and --kv-heads ({}) divisible by the {} "
+                   "ranks; use {}, or another rank count",
+                   name, cfg.heads, cfg.kv_heads, P, strategy_names(", ", " or ", keeps_heads));
   }
 }
 

@@ -10,28 +10,12 @@
 
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/kernels/doc_mask.h"
+#include "wallfacer/seqpar/strategy.h"
 
 namespace wallfacer::seqpar {
 
-// How the P ranks of a group share the work (docs/seqpar.md):
-//   Ring       K,V blocks circulate around all P ranks (P-1 hops per phase).
-//   Zigzag     ring over the 2P half-chunk zigzag layout, which balances a causal mask.
-//   Ulysses    all-to-alls trade sequence rows for heads; needs heads and kv_heads divisible by P.
-//   WallFacer  teams of C ranks gather Q,K,V, K,V circulate on C^2 sub-rings of P/C^2 ranks, and
-//              an LSE reduce-scatter finishes; C = 1 is ring attention. Needs C^2 to divide P
-//              (P/ulysses in a Ulysses hybrid).
-//   DoubleRing K,V blocks circulate on inner rings of `inner` = W consecutive ranks, and an outer
-//              ring over the P/W groups brings each group the next group's blocks (one outer hop
-//              per phase from every rank at once); W = 1 or W = P is a ring. Needs W to divide P.
-enum class Strategy { Ring, Zigzag, Ulysses, WallFacer, DoubleRing };
-
-// "ring" | "zigzag" | "ulysses" | "wallfacer" | "double-ring"; throws UsageError naming the bad
-// value.
-Strategy parse_strategy(std::string_view name);
-std::string_view strategy_name(Strategy s);
-// C, the size of a WallFacer team: `teams` for WallFacer, 1 for every other strategy (which
-// has no teams of its own; a hybrid's Ulysses teams are `ulysses`).
-int team_size(Strategy strategy, int teams);
+// The strategies (Strategy, parse_strategy, strategy_name, team_size) and what each needs are
+// the strategy table's (seqpar/strategy.h).
 
 // The element type of the caller's tensors and of the tensor messages (docs/seqpar.md, "bf16"):
 //   fp32  every buffer and message is fp32.
@@ -103,6 +87,37 @@ struct AttnConfig {
   // attention's own mask is `window` whatever this says. Otherwise as `window` (0: none).
   int64_t layout_window = -1;
 };
+// The strategy options of a group as they are given: attn's flags, a training config's parallel.*
+// keys, Python's keywords. validate_parallel checks them alone, where they are parsed; what they
+// need of the ranks and the shapes (C^2 and W dividing P, the heads divisible by the Ulysses
+// degree, ...) validate(AttnConfig, P) checks.
+struct ParallelSpec {
+  Strategy strategy = Strategy::Ring;
+  int teams = 1;         // C: 1 unless the strategy has teams (StrategyTraits::has_teams)
+  int inner = 0;         // W: 0 unless it has inner rings; 0 there too before a default is resolved
+  int ulysses = 1;       // > 1 only for a strategy that may be a hybrid's ring
+  bool keep_kv = false;  // only with teams > 1
+};
+
+// What the messages of validate_parallel call the options: attn's flags by default ("--teams 2
+// applies only to --strategy wallfacer, not ring"); with toml, a config's keys, values as TOML
+// writes them ("parallel.teams = 2 applies only to parallel.strategy = 'wallfacer', not 'ring'").
+struct ParallelNames {
+  std::string_view strategy = "--strategy", teams = "--teams", inner = "--inner",
+                   ulysses = "--ulysses", keep_kv = "keep_kv";
+  bool toml = false;
+};
+
+// Throws UsageError with a one-line message naming the option when the options of `spec`
+// contradict each other or are out of range: teams, ulysses >= 1, inner >= 0, teams and inner
+// only for the strategies that have them, ulysses > 1 only with a hybrid ring, keep_kv only with
+// teams > 1. The rules are the strategy table's (seqpar/strategy.h).
+void validate_parallel(const ParallelSpec& spec, const ParallelNames& names = {});
+
+// The strategy options of cfg, and cfg with those of spec.
+ParallelSpec parallel_spec(const AttnConfig& cfg);
+void set_parallel(AttnConfig& cfg, const ParallelSpec& spec);
+
 // The default inner ring length of a double ring of P consecutive ranks on nodes of
 // ranks_per_node ranks: their greatest common divisor (the ranks a node holds of each group of
 // consecutive ranks; P when the group fits in a node, which makes the double ring a ring).

@@ -847,6 +847,21 @@ void build_ulysses(Schedule& s, Builder& b) {
 
 }  // namespace
 
+void build_team_ring_schedule(Schedule& s) {
+  Builder b(s);
+  TeamRing(s, b).build();
+}
+
+void build_ulysses_schedule(Schedule& s) {
+  Builder b(s);
+  build_ulysses(s, b);
+}
+
+void build_double_ring_schedule(Schedule& s) {
+  Builder b(s);
+  DoubleRing(s, b).build();
+}
+
 int64_t block_bytes(const BufferSpec& spec, int batch, int head_dim) {
   const int64_t rows = int64_t(batch) * spec.rows * spec.heads, e = dtype_bytes(spec.dtype);
   switch (spec.fmt) {
@@ -1055,9 +1070,10 @@ bool count_backward_moves_kv(const AttnConfig& cfg, int P) {
 
 // Every rank's schedule asks: counted once per configuration (the latest few kept per thread).
 bool backward_moves_kv(const AttnConfig& cfg, int P) {
-  if (cfg.strategy == Strategy::Ulysses) return false;
+  const BackwardTravel travel = traits(cfg.strategy).backward;
+  if (travel == BackwardTravel::None) return false;
   validate(cfg, P);
-  if (cfg.strategy == Strategy::DoubleRing) {
+  if (travel == BackwardTravel::EveryHop) {
     // Every hop is made (DoubleRing): P-1 hops of the block and P - [W = 1] of its accumulator,
     // per row, whatever the mask; a tie moves the query packages, as WallFacer's rule does.
     const int64_t e = dtype_bytes(cfg.dtype), H = cfg.heads, K = cfg.kv_heads, D = cfg.head_dim;
@@ -1103,20 +1119,13 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
       {"dq", Fmt::Rows, 1, s.n, H, false, w},     {"dk", Fmt::Rows, 1, s.n, K, false, w},
       {"dv", Fmt::Rows, 1, s.n, K, false, w},     {"delta_in", Fmt::Stat, 1, s.n, H, false, f},
   };
-  Builder b(s);
-  if (cfg.strategy == Strategy::Ulysses) {
-    build_ulysses(s, b);
-  } else if (cfg.strategy == Strategy::DoubleRing) {
-    DoubleRing(s, b).build();
-  } else {
-    TeamRing(s, b).build();
-  }
+  traits(cfg.strategy).build(s);
   return s;
 }
 
 int64_t kept_elements(const AttnConfig& cfg, int P) {
   // A hybrid's team block: C*u blocks of seq/P rows of kv_heads/u heads, as many elements.
-  if (!cfg.keep_kv || cfg.strategy != Strategy::WallFacer || cfg.teams <= 1) return 0;
+  if (!cfg.keep_kv || team_size(cfg) <= 1) return 0;
   return int64_t(cfg.batch) * cfg.teams * (cfg.seq / P) * 2 * cfg.kv_heads * cfg.head_dim;
 }
 
@@ -1190,41 +1199,53 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
                           cfg.head_dim * dtype_bytes(cfg.dtype);
     return t;
   }
+  return traits(cfg.strategy).totals(cfg, P, rank);
+}
+
+// e: bytes of a tensor element (q, k, v, o, dout); f: of a statistic (lse, delta) and of a
+// gradient that travels (dq, dk, dv), fp32 whatever the dtype.
+ScheduleTotals ulysses_totals(const AttnConfig& cfg, int P, int) {
   ScheduleTotals t;
-  // e: bytes of a tensor element (q, k, v, o, dout); f: of a statistic (lse, delta) and of a
-  // gradient that travels (dq, dk, dv), fp32 whatever the dtype.
   const int64_t B = cfg.batch, n = cfg.seq / P, H = cfg.heads, K = cfg.kv_heads, D = cfg.head_dim,
                 e = dtype_bytes(cfg.dtype), f = 4;
-  if (cfg.strategy == Strategy::Ulysses) {
-    // all-to-all: (P-1)/P of the local buffer, per tensor: forward q, K,V, O (e) and LSE (f);
-    // backward the query package (q, dout: e; lse, delta: f), K,V (e), dQ and dK,dV (f).
-    const int64_t h = H / P, k = K / P;
-    t.coll_bytes_fwd = (P - 1) * B * n * ((h * D + 2 * k * D + h * D) * e + h * f);
-    t.coll_bytes_bwd =
-        (P - 1) * B * n * ((2 * h * D + 2 * k * D) * e + (2 * h + h * D + 2 * k * D) * f);
-    return t;
+  // all-to-all: (P-1)/P of the local buffer, per tensor: forward q, K,V, O (e) and LSE (f);
+  // backward the query package (q, dout: e; lse, delta: f), K,V (e), dQ and dK,dV (f).
+  const int64_t h = H / P, k = K / P;
+  t.coll_bytes_fwd = (P - 1) * B * n * ((h * D + 2 * k * D + h * D) * e + h * f);
+  t.coll_bytes_bwd =
+      (P - 1) * B * n * ((2 * h * D + 2 * k * D) * e + (2 * h + h * D + 2 * k * D) * f);
+  return t;
+}
+
+ScheduleTotals double_ring_totals(const AttnConfig& cfg, int P, int) {
+  ScheduleTotals t;
+  const int64_t B = cfg.batch, n = cfg.seq / P, H = cfg.heads, K = cfg.kv_heads, D = cfg.head_dim,
+                e = dtype_bytes(cfg.dtype), f = 4;
+  // Every hop is made. Forward: P-1 K,V hops, W-1 inner ones per phase in its first W-1 steps
+  // (rounds) and one outer hop in each phase but the last. Backward: the same hops of the side
+  // that travels (K,V, or the query packages: q, dout, lse, delta) and its accumulator's (dK,dV,
+  // or dQ): W-1 inner hops in each of the G phases and each phase's partial home (but the one
+  // that is home already: W = 1, phase 0), one round per step.
+  const DoubleRingGeometry L(P, cfg.inner);
+  const int64_t kv = B * n * 2 * K * D;  // elements of one K,V block
+  t.p2p_bytes_fwd = (P - 1) * kv * e;
+  t.p2p_sends_fwd = P - 1;
+  t.p2p_steps_fwd = L.W > 1 ? int64_t(L.G) * (L.W - 1) : L.G - 1;
+  if (P > 1) {
+    const int64_t acc_hops = P - (L.W == 1 ? 1 : 0);
+    t.p2p_bytes_bwd = backward_moves_kv(cfg, P) ? (P - 1) * kv * e + acc_hops * kv * f
+                                                : (P - 1) * B * n * H * (2 * D * e + 2 * f) +
+                                                      acc_hops * B * n * H * D * f;
+    t.p2p_sends_bwd = P - 1 + acc_hops;
+    t.p2p_steps_bwd = P;
   }
-  if (cfg.strategy == Strategy::DoubleRing) {
-    // Every hop is made. Forward: P-1 K,V hops, W-1 inner ones per phase in its first W-1 steps
-    // (rounds) and one outer hop in each phase but the last. Backward: the same hops of the side
-    // that travels (K,V, or the query packages: q, dout, lse, delta) and its accumulator's (dK,dV,
-    // or dQ): W-1 inner hops in each of the G phases and each phase's partial home (but the one
-    // that is home already: W = 1, phase 0), one round per step.
-    const DoubleRingGeometry L(P, cfg.inner);
-    const int64_t kv = B * n * 2 * K * D;  // elements of one K,V block
-    t.p2p_bytes_fwd = (P - 1) * kv * e;
-    t.p2p_sends_fwd = P - 1;
-    t.p2p_steps_fwd = L.W > 1 ? int64_t(L.G) * (L.W - 1) : L.G - 1;
-    if (P > 1) {
-      const int64_t acc_hops = P - (L.W == 1 ? 1 : 0);
-      t.p2p_bytes_bwd = backward_moves_kv(cfg, P) ? (P - 1) * kv * e + acc_hops * kv * f
-                                                  : (P - 1) * B * n * H * (2 * D * e + 2 * f) +
-                                                        acc_hops * B * n * H * D * f;
-      t.p2p_sends_bwd = P - 1 + acc_hops;
-      t.p2p_steps_bwd = P;
-    }
-    return t;
-  }
+  return t;
+}
+
+ScheduleTotals team_ring_totals(const AttnConfig& cfg, int P, int rank) {
+  ScheduleTotals t;
+  const int64_t B = cfg.batch, n = cfg.seq / P, H = cfg.heads, K = cfg.kv_heads, D = cfg.head_dim,
+                e = dtype_bytes(cfg.dtype), f = 4;
   const int64_t C = team_size(cfg);
   const WallFacerGeometry L(P, int(C));
   const int64_t G = L.G, m = C * n;  // team rows
@@ -1251,7 +1272,7 @@ ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank) {
   const int64_t kv_gather = kept ? 0 : 2 * K * D;
   t.coll_bytes_bwd =
       (C - 1) * B * n * ((2 * H * D + kv_gather) * e + 2 * H * f + (H * D + 2 * K * D) * f);
-  if (cfg.strategy == Strategy::Ring && cfg.layout == Layout::Strategy && cfg.causal &&
+  if (C == 1 && cfg.causal && !uses_zigzag_layout(cfg) && cfg.layout == Layout::Strategy &&
       cfg.doc_lengths.empty()) {
     // A contiguous causal ring (docs/documents.md, "The causal mask alone: bytes"; with a window
     // W, "Sliding windows: bytes"): the keys of rank o are seen by the queries of the d ranks after

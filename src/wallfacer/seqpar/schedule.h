@@ -211,6 +211,16 @@ ScheduleTotals operator+(const ScheduleTotals& a, const ScheduleTotals& b);
 // without skipping (an upper bound of the schedule's).
 ScheduleTotals formula_totals(const AttnConfig& cfg, int P, int rank);
 
+// The schedule builders and closed forms the strategy table (seqpar/strategy.h) points at; call
+// make_schedule and formula_totals instead, which validate first. The team ring builds ring,
+// zigzag ring and WallFacer-C, and the Ulysses hybrids of each.
+void build_team_ring_schedule(Schedule& s);
+void build_ulysses_schedule(Schedule& s);
+void build_double_ring_schedule(Schedule& s);
+ScheduleTotals team_ring_totals(const AttnConfig& cfg, int P, int rank);
+ScheduleTotals ulysses_totals(const AttnConfig& cfg, int P, int rank);
+ScheduleTotals double_ring_totals(const AttnConfig& cfg, int P, int rank);
+
 // WallFacer-C geometry (C = 1: ring). Ranks are in the sequence-parallel group.
 struct WallFacerGeometry {
   int P = 1, C = 1, G = 1, T = 1;

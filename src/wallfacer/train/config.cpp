@@ -62,6 +62,11 @@ std::string_view dtype_text(const std::optional<model::Dtype>& d) {
   return d ? dtype_name(*d) : "auto";
 }
 
+// What the checks of the strategy options call them in a training config.
+constexpr seqpar::ParallelNames kParallelKeys{"parallel.strategy", "parallel.teams",
+                                              "parallel.inner",    "parallel.ulysses",
+                                              "parallel.keep_kv",  true};
+
 seqpar::Strategy read_strategy(std::string_view s) {
   try {
     return seqpar::parse_strategy(s);
@@ -434,15 +439,16 @@ void TrainConfig::derive() {
     seq = dit_model().tokens();
 }
 
+seqpar::ParallelSpec TrainConfig::parallel_spec() const {
+  return {strategy, teams, inner, ulysses, keep_kv};
+}
+
 seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   seqpar::AttnConfig a;
-  a.strategy = strategy;
-  a.teams = teams;
+  seqpar::set_parallel(a, parallel_spec());
   // A double ring whose parallel.inner is still 0 (a config checked outside a job): one inner ring
   // of the sp ranks, which checks what every W dividing sp would.
-  a.inner = strategy == seqpar::Strategy::DoubleRing && inner == 0 ? sp : inner;
-  a.ulysses = ulysses;
-  a.keep_kv = keep_kv;
+  if (seqpar::traits(strategy).has_inner && inner == 0) a.inner = sp;
   a.batch = batch / dp(P);
   a.seq = seq;
   a.heads = model.heads;
@@ -604,31 +610,20 @@ void TrainConfig::validate_packing() const {
 }
 
 void TrainConfig::validate_parallel(int P) const {
-  WF_USAGE_CHECK(ulysses >= 1 && sp % ulysses == 0,
-                 "parallel.ulysses = {} must be a divisor of parallel.sp = {}", ulysses, sp);
-  if (ulysses > 1) {
-    WF_USAGE_CHECK(strategy != seqpar::Strategy::Ulysses,
-                   "parallel.ulysses = {} needs parallel.strategy = 'ring', 'zigzag' or "
-                   "'wallfacer' (the ring over the Ulysses teams), got '{}'",
-                   ulysses, seqpar::strategy_name(strategy));
-    const int kv = kind == ModelKind::Dit ? model.heads : model.kv_heads;
-    WF_USAGE_CHECK(model.heads % ulysses == 0 && kv % ulysses == 0,
-                   "parallel.ulysses = {} must divide model.heads = {} and the kv heads ({})",
-                   ulysses, model.heads, kv);
-  }
-  WF_USAGE_CHECK(teams >= 1, "parallel.teams must be at least 1 (got {})", teams);
-  WF_USAGE_CHECK(inner >= 0, "parallel.inner must be at least 0 (got {}; 0: the ranks per node)",
-                 inner);
+  // The strategy options alone, then what they need of sp and the model (seqpar::validate).
+  seqpar::validate_parallel(parallel_spec(), kParallelKeys);
+  WF_USAGE_CHECK(sp % ulysses == 0, "parallel.ulysses = {} must be a divisor of parallel.sp = {}",
+                 ulysses, sp);
   try {
     seqpar::validate(attn_config(P), sp);
   } catch (const UsageError& e) {
     // The layout's checks name attn's flags; a training config names its keys.
     std::string msg = e.what();
     for (const auto& [flag, key] :
-         {std::pair<std::string, std::string>{"--teams", "parallel.teams"},
-          {"--inner", "parallel.inner"},
-          {"--strategy", "parallel.strategy"},
-          {"--ulysses", "parallel.ulysses"},
+         {std::pair<std::string, std::string>{"--teams", std::string(kParallelKeys.teams)},
+          {"--inner", std::string(kParallelKeys.inner)},
+          {"--strategy", std::string(kParallelKeys.strategy)},
+          {"--ulysses", std::string(kParallelKeys.ulysses)},
           {"--kv-heads", "model.kv_heads"},
           {"--heads", "model.heads"},
           {"--head-dim", "the head size (model.dim / model.heads)"},

@@ -140,6 +140,8 @@ struct TrainConfig {
   // the clip's shape is in range (validate refuses it otherwise), unless train.packing =
   // "documents" and train.seq was given.
   void derive();
+  // parallel.strategy, teams, inner, ulysses and keep_kv (checked by validate).
+  seqpar::ParallelSpec parallel_spec() const;
   seqpar::AttnConfig attn_config(int P) const;
   // The GPT as run: model, with a model.window of train.seq or more (which keeps every causal
   // pair) run as no window.
