@@ -2,7 +2,7 @@
 // and its KV cache spread over the ranks by position (model/generate.h, docs/generate.md):
 //   mpirun -np P wallfacer generate --ckpt DIR (--prompt TEXT | --prompt-tokens FILE.npy)
 //       --max-new N [--tokenizer tokenizer.json] [--temperature T] [--top-k K] [--top-p P]
-//       [--seed S] [--strategy S --teams C --ulysses U] [--json]
+//       [--seed S] [--strategy S --teams C --inner W --ulysses U] [--json]
 //       [--continue FILE.npy ... [--continue-way auto|pass-kv|pass-q]] [--prefill-chunk N]
 // With --tokenizer, --prompt is encoded and the new tokens are printed as text (hf_tokenizer.h),
 // on rank 0.
@@ -23,6 +23,7 @@
 #include "command.h"
 #include "hf_tokenizer.h"
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/comm/topology.h"
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/memory.h"
@@ -31,6 +32,7 @@
 #include "wallfacer/core/timer.h"
 #include "wallfacer/model/generate.h"
 #include "wallfacer/model/sampler.h"
+#include "wallfacer/seqpar/strategy.h"
 #include "wallfacer/train/checkpoint.h"
 #include "wallfacer/train/config.h"
 #include "wallfacer/train/data.h"
@@ -50,6 +52,7 @@ struct GenerateArgs {
   int64_t eos = -1;
   std::string strategy = "ring";
   int teams = 1, ulysses = 1;
+  int inner = 0;               // double ring's W; 0: the ranks per node
   std::string dtype = "fp32";  // the prefill's
   bool json = false;
   std::string logits;
@@ -178,9 +181,12 @@ int run_generate(const GenerateArgs& a) {
     longest = std::max(longest, n);
   }
   seqpar::AttnConfig attn;
-  attn.strategy = seqpar::parse_strategy(a.strategy);
-  attn.teams = a.teams;
-  attn.ulysses = a.ulysses;
+  const seqpar::ParallelSpec spec{seqpar::parse_strategy(a.strategy), a.teams, a.inner, a.ulysses,
+                                  false};
+  seqpar::validate_parallel(spec);
+  seqpar::set_parallel(attn, spec);
+  if (seqpar::traits(attn.strategy).has_inner && attn.inner == 0)
+    attn.inner = seqpar::default_inner(comm::discover_topology().max_ranks_per_node(), P);
   attn.dtype = parse_dtype(a.dtype);
   const int64_t L = int64_t(prompt.size());
   WF_USAGE_CHECK(a.prefill_chunk >= 0,
@@ -349,7 +355,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.json) {
     fmt::print(
         "{{\"tokens\": [{}], \"prompt_tokens\": {}, \"padded_tokens\": {}, \"ranks\": {}, "
-        "\"strategy\": \"{}\", \"teams\": {}, \"ulysses\": {}, \"dtype\": \"{}\", "
+        "\"strategy\": \"{}\", \"teams\": {}, \"inner\": {}, \"ulysses\": {}, \"dtype\": \"{}\", "
         "\"ttft_ms\": {:.3f}, "
         "\"decode_ms\": {:.3f}, \"decode_tokens_per_s\": {:.3f}, \"cache_bytes_per_rank\": {}, "
         "\"cache_bytes_by_rank\": [{}], \"cache_positions_by_rank\": [{}], "
@@ -359,12 +365,12 @@ int run_generate(const GenerateArgs& a) {
         "\"prefill_pass_kv_chunks\": {}, \"prefill_pass_q_chunks\": {}, "
         "\"memory_estimate_bytes\": {:.0f}, \"memory_limit_bytes\": {:.0f}, "
         "\"peak_rss_bytes_per_rank\": {:.0f}{}}}\n",
-        fmt::join(out, ", "), L, split.padded + L - split.prompt, P, a.strategy, a.teams, a.ulysses,
-        a.dtype, ttft_ms, decode_ms, decode_tps, most_bytes, fmt::join(bytes, ", "),
-        fmt::join(positions, ", "), model::cache_bytes(m, L + added), merge_bytes,
-        merge_ms_sum / P / decoded, fmt::join(merge_ms_by_rank, ", "), fmt::join(conts, ", "),
-        prefill.chunks, prefill.chunk_tokens, prefill.pass_kv, prefill.pass_q, est.need, limit,
-        peak_rss,
+        fmt::join(out, ", "), L, split.padded + L - split.prompt, P, a.strategy, a.teams,
+        attn.inner, a.ulysses, a.dtype, ttft_ms, decode_ms, decode_tps, most_bytes,
+        fmt::join(bytes, ", "), fmt::join(positions, ", "), model::cache_bytes(m, L + added),
+        merge_bytes, merge_ms_sum / P / decoded, fmt::join(merge_ms_by_rank, ", "),
+        fmt::join(conts, ", "), prefill.chunks, prefill.chunk_tokens, prefill.pass_kv,
+        prefill.pass_q, est.need, limit, peak_rss,
         a.tokenizer.empty()
             ? std::string()
             : ", \"text\": " + nlohmann::json(text).dump(-1, ' ', false,
@@ -420,10 +426,12 @@ Action setup(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--eos", args->eos, "Stop at this token id (default: never)");
-  cmd->add_option("--strategy", args->strategy,
-                  "Prefill attention: ring | zigzag | ulysses | wallfacer")
-      ->capture_default_str();
+  add_strategy_option(*cmd, args->strategy, "Prefill attention")->capture_default_str();
   cmd->add_option("--teams", args->teams, "WallFacer team size C")->capture_default_str();
+  cmd->add_option("--inner", args->inner,
+                  "double-ring: inner ring length W, consecutive ranks (W must divide P; default: "
+                  "the ranks per node)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ulysses", args->ulysses, "Ulysses degree of a hybrid (ring, zigzag)")
       ->capture_default_str();
   cmd->add_option("--dtype", args->dtype,

@@ -2,7 +2,8 @@
 # wallfacer generate (docs/generate.md): greedy tokens and every step's logits of a GPT (MHA), a
 # Llama-family model (GQA 4/2, q/k/v biases, llama3 rope scaling, untied head) and a Llama with a
 # sliding window of 16 on one of its two layers (prompts of 40 and 110 tokens, 12 new) on P = 1..4
-# ranks, every strategy (ring, zigzag, ulysses, wallfacer C = 2, a ring x Ulysses hybrid), against
+# ranks, every strategy (ring, zigzag, ulysses, wallfacer C = 2, a ring x Ulysses hybrid, the double
+# ring with inner rings of 2), against
 # one process's decoder (`wallfacer sample`: the prompt fed token by token, the whole cache in one
 # place): the same tokens, logits within 1e-5; prompts whose length no layout divides (padded);
 # per-rank cache bytes of about a P-th; --max-memory refusing before allocating; a prompt whose
@@ -44,7 +45,7 @@ for arch in gpt llama window; do
     ids=$("$wf" sample --ckpt "$ck" --prompt "$prompt" --tokens $new --temperature 0 --ids \
       --logits "$work/ref.npy" 2>/dev/null | tr ' ' '\n' | tail -n +$((len + 1)) | tr '\n' ' ')
     runs=("1 ring" "2 ring" "3 ring" "4 ring" "2 zigzag" "4 zigzag" "2 ulysses" "4 wallfacer --teams 2"
-          "4 ring --ulysses 2")
+          "4 ring --ulysses 2" "4 double-ring --inner 2")
     [ $arch = gpt ] && runs+=("4 ulysses")
     for r in "${runs[@]}"; do
       read -r np strat rest <<<"$r"
