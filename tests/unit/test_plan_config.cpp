@@ -219,6 +219,12 @@ TEST(PlanConfig, ShippedModelsAndParameterCounts) {
   // Forward FLOPs per token: QKV 6 h^2, out 2 h^2, MLP 16 h^2 = 24 h^2.
   EXPECT_DOUBLE_EQ(layer_dense_flops_per_token(m7), 24.0 * 4096 * 4096);
   EXPECT_DOUBLE_EQ(head_flops_per_token(m7), 2.0 * 4096 * 257);
+  // GPT-7B with 8 K,V heads: the K and V projections (weights and biases) shrink from h to h/4
+  // outputs, 32 x 2 x (h + 1) x 3h/4 parameters fewer.
+  ModelSpec g = load_model(src("configs/models/gpt-7b-gqa8.toml"));
+  EXPECT_EQ(g.kv_heads, 8);
+  EXPECT_EQ(g.head_dim(), 128);
+  EXPECT_EQ(param_count(g), 6445215744 - 32LL * 2 * 4097 * 3072);
 }
 
 TEST(PlanConfig, TheLargestModelCountsItsParametersIn64Bits) {
