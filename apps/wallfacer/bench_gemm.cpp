@@ -37,7 +37,6 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
     check_memory(bench::gemm_case_bytes({opt.rows, opt.channels, oc}),
                  fmt::format("the gemm benchmark at --out {}", oc));
   const int threads = num_threads();
-  set_blas_threads(threads);
   if (!opt.json) {
     fmt::print(
         "# wallfacer bench gemm: dense products bf16 ({} path{}) vs fp32 (sgemm: {}), "
