@@ -212,8 +212,9 @@ AttnRequest parse_request(const AttnOptions& o) {
   if (!o.cluster.empty()) req.cluster = plan::load_cluster(o.cluster);
   WF_USAGE_CHECK(o.node_size >= 0, "--node-size is {}; it must be positive", o.node_size);
   // Counted without running: the default inner rings are the nodes of --node-size ranks.
-  if (o.count > 0 && seqpar::traits(cfg.strategy).has_inner && cfg.inner == 0)
-    cfg.inner = seqpar::default_inner(o.node_size > 0 ? o.node_size : o.count, o.count);
+  if (o.count > 0)
+    cfg.inner = seqpar::resolved_inner(cfg.strategy, cfg.inner, o.count,
+                                       o.node_size > 0 ? o.node_size : o.count);
   return req;
 }
 

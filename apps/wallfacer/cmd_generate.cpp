@@ -185,8 +185,7 @@ int run_generate(const GenerateArgs& a) {
                                   false};
   seqpar::validate_parallel(spec);
   seqpar::set_parallel(attn, spec);
-  if (seqpar::traits(attn.strategy).has_inner && attn.inner == 0)
-    attn.inner = seqpar::default_inner(comm::discover_topology().max_ranks_per_node(), P);
+  attn.inner = seqpar::resolved_inner_in_world(attn.strategy, attn.inner, P);
   attn.dtype = parse_dtype(a.dtype);
   const int64_t L = int64_t(prompt.size());
   WF_USAGE_CHECK(a.prefill_chunk >= 0,

@@ -161,6 +161,22 @@ TEST(StrategyTable, EveryStrategysScheduleMatchesItsClosedForm) {
   }
 }
 
+// The double ring's default W: the ranks a node holds of the P ranks (their gcd), for every
+// strategy with inner rings; a W given, and every strategy without inner rings, left as they are.
+TEST(StrategyTable, InnerRingLengthResolvedOnceFromTheNodes) {
+  for (const StrategyTraits& t : strategies()) {
+    if (!t.has_inner) {
+      EXPECT_EQ(resolved_inner(t.id, 0, 16, 2), 0) << t.name;
+      continue;
+    }
+    EXPECT_EQ(resolved_inner(t.id, 0, 16, 2), 2) << t.name;   // 8 nodes of 2
+    EXPECT_EQ(resolved_inner(t.id, 0, 16, 1), 1) << t.name;   // 16 nodes of 1: a ring
+    EXPECT_EQ(resolved_inner(t.id, 0, 8, 16), 8) << t.name;   // all on one node: a ring
+    EXPECT_EQ(resolved_inner(t.id, 0, 12, 8), 4) << t.name;   // nodes of 8 cut 12 ranks by 4
+    EXPECT_EQ(resolved_inner(t.id, 4, 16, 2), 4) << t.name;   // given: kept
+  }
+}
+
 TEST(SeqparLayout, PositionsPartitionTheSequence) {
   for (const StrategyTraits& t : strategies()) {
     for (bool causal : {false, true}) {

@@ -49,8 +49,7 @@ AttnRun::AttnRun(const AttnConfig& cfg, const AttnRunOptions& options)
   s.opts = options;
   s.P = s.everyone.size();
   s.topo = comm::discover_topology();
-  if (traits(cfg.strategy).has_inner && cfg.inner == 0)
-    s.cfg.inner = default_inner(s.topo.max_ranks_per_node(), s.P);
+  s.cfg.inner = resolved_inner(cfg.strategy, cfg.inner, s.P, s.topo.max_ranks_per_node());
   // Before any collective but the topology's (which every rank makes): every rank reaches the
   // same verdict.
   validate(s.cfg, s.P);

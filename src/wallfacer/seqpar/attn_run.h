@@ -46,7 +46,7 @@ class AttnRun {
   // Starts MPI; throws UsageError on every rank when cfg cannot run on the world's ranks, its
   // tensors do not fit in memory, or the trace file cannot be written (then aligns the clocks).
   // A double ring with inner = 0 takes the default inner ring length of the world's nodes
-  // (default_inner of the largest node's ranks, comm::discover_topology).
+  // (resolved_inner with the largest node's ranks, comm::discover_topology).
   AttnRun(const AttnConfig& cfg, const AttnRunOptions& options);
   ~AttnRun();
   AttnRun(const AttnRun&) = delete;

@@ -5,6 +5,7 @@
 #include <deque>
 #include <numeric>
 
+#include "wallfacer/comm/topology.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/attention.h"
 #include "wallfacer/seqpar/doc_layout.h"
@@ -14,6 +15,16 @@ namespace wallfacer::seqpar {
 
 int default_inner(int ranks_per_node, int P) {
   return std::gcd(std::max(ranks_per_node, 1), std::max(P, 1));
+}
+
+int resolved_inner(Strategy strategy, int inner, int P, int ranks_per_node) {
+  if (!traits(strategy).has_inner || inner != 0) return inner;
+  return default_inner(ranks_per_node, P);
+}
+
+int resolved_inner_in_world(Strategy strategy, int inner, int P) {
+  if (!traits(strategy).has_inner || inner != 0) return inner;
+  return default_inner(comm::discover_topology().max_ranks_per_node(), P);
 }
 
 Layout parse_layout(std::string_view name) {

@@ -123,6 +123,15 @@ void set_parallel(AttnConfig& cfg, const ParallelSpec& spec);
 // consecutive ranks; P when the group fits in a node, which makes the double ring a ring).
 int default_inner(int ranks_per_node, int P);
 
+// The inner ring length a run on P ranks uses: `inner` as given, or, for a strategy with inner
+// rings (traits(strategy).has_inner) whose inner is 0, default_inner(ranks_per_node, P). The one
+// place the default is resolved: attn, generate and training take the world's topology
+// (resolved_inner_in_world), `attn --count` its --node-size.
+int resolved_inner(Strategy strategy, int inner, int P, int ranks_per_node);
+// The same, the ranks per node from the world's topology (comm::discover_topology: a collective
+// over the world when the default is needed, so every rank calls it with the same arguments).
+int resolved_inner_in_world(Strategy strategy, int inner, int P);
+
 // The config's WallFacer team size C: team_size(strategy, teams).
 inline int team_size(const AttnConfig& cfg) { return team_size(cfg.strategy, cfg.teams); }
 

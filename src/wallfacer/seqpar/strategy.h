@@ -45,7 +45,7 @@ struct StrategyTraits {
   // other strategy runs with teams = 1 (team_size 1) and refuses another.
   bool has_teams = false;
   // --inner W (parallel.inner): the inner ring length, W >= 1 dividing P (0 for the others,
-  // which refuse another); callers resolve a default (default_inner) before building the config.
+  // which refuse another); callers resolve a default (resolved_inner) before building the config.
   bool has_inner = false;
   // Splits the heads among the ranks: heads and kv_heads divisible by P (Ulysses).
   bool splits_heads = false;

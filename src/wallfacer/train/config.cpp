@@ -447,8 +447,8 @@ seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   seqpar::AttnConfig a;
   seqpar::set_parallel(a, parallel_spec());
   // A double ring whose parallel.inner is still 0 (a config checked outside a job): one inner ring
-  // of the sp ranks, which checks what every W dividing sp would.
-  if (seqpar::traits(strategy).has_inner && inner == 0) a.inner = sp;
+  // of the sp ranks (nodes of sp ranks), which checks what every W dividing sp would.
+  a.inner = seqpar::resolved_inner(strategy, inner, sp, sp);
   a.batch = batch / dp(P);
   a.seq = seq;
   a.heads = model.heads;

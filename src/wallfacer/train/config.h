@@ -90,7 +90,7 @@ struct TrainConfig {
   seqpar::Strategy strategy = seqpar::Strategy::Ring;
   int teams = 1;
   // parallel.inner: the double ring's inner ring length W (seqpar::AttnConfig::inner); 0: the
-  // ranks per node, resolved when the job starts (config_as_run, seqpar::default_inner).
+  // ranks per node, resolved when the job starts (config_as_run, seqpar::resolved_inner_in_world).
   int inner = 0;
   int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag/WallFacer-C over sp / ulysses
   // WallFacer (teams > 1): keep each layer's placed K,V from its forward for its backward

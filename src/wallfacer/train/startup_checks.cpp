@@ -126,8 +126,7 @@ void check_training_memory(const TrainConfig& cfg, int P) {
 
 TrainConfig config_as_run(comm::Communicator& world, const TrainConfig& given) {
   TrainConfig cfg = given;
-  if (seqpar::traits(cfg.strategy).has_inner && cfg.inner == 0)
-    cfg.inner = seqpar::default_inner(comm::discover_topology().max_ranks_per_node(), cfg.sp);
+  cfg.inner = seqpar::resolved_inner_in_world(cfg.strategy, cfg.inner, cfg.sp);
   cfg.validate(world.size());
   cfg.dtype = cfg.run_dtype();
   check_same_config(world, cfg);
