@@ -16,7 +16,8 @@
 # `attn --strategy CFG --seq S --heads H --head-dim D --causal --iters K --json --cluster FILE`
 # and appends one JSON line to --out (default docs/data/rails.jsonl): the run's JSON (times,
 # predicted times, the schedule's bytes per card), the bytes each card sent and received (read from
-# the veths) per iteration, the command, the commit, the machine's load average before and after.
+# the veths) per iteration, the command, the commit, the machine's load average before and after,
+# the CPU (model, cores, instruction-set flags: bench/record.py's cpu()).
 # With --check each configuration also runs once with `--check --iters 1` (its verdict and errors
 # go into the same line; its bytes and time are not used, since the check gathers every tensor).
 # Progress goes to stderr. Needs root.
@@ -105,6 +106,8 @@ for nr in $clusters; do
       python3 - "$(tail -1 "$tmp/run.out")" "$tmp/cards.json" "$tmp/check.json" "$nr" "$k" "$cfg" \
         "$cmd" "$commit" "$load0" "$load1" >>"$out" <<'PY'
 import json, sys
+sys.path.insert(0, "bench")
+import record
 run = json.loads(sys.argv[1])
 cards = json.load(open(sys.argv[2]))
 chk = json.loads(open(sys.argv[3]).read() or "{}")
@@ -116,6 +119,8 @@ run.update({"cluster": sys.argv[4], "cards_per_node": int(sys.argv[5]), "config"
             # start-up and barriers included).
             "measured_card_bytes": {"sent": [[b / it for b in node] for node in cards["card_sent_bytes"]],
                                     "received": [[b / it for b in node] for node in cards["card_received_bytes"]]}})
+run.update(record.cpu())  # the CPU's model, cores and instruction-set flags
+run.update(record.settings())  # the code-path settings in force, when any are set
 if chk:
     run["check"] = chk.get("check")
     run["check_max_err"] = chk.get("max_err")

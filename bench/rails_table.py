@@ -44,6 +44,12 @@ def busiest(per_node):
     return max(max(node) for node in per_node)
 
 
+def cpu_of(rs):
+    """'; on CPU (flags)' for rows that record their CPU (bench/record.py's cpu()), else ''."""
+    cpus = sorted({f"{r['cpu']}, {' '.join(r['cpu_flags'])}" for r in rs if "cpu" in r})
+    return f"; on {' / '.join(cpus)}" if cpus else ""
+
+
 def load(path):
     """Runs grouped by (cluster, cards per node), in file order; the last run of a configuration
     counts (a rerun replaces an earlier one)."""
@@ -214,7 +220,7 @@ def main():
         kind = "one card per node" if cards == 1 else f"{cards} cards per node"
         print(f"\n**{n} nodes x {k} ranks, {kind}** (P = {r0['P']}, {r0['rate']} per card each way; "
               f"seq {r0['seq']}, {r0['heads']} heads of {r0['head_dim']}, causal; "
-              f"load {r0['load_before']}):\n")
+              f"load {r0['load_before']}{cpu_of(rs)}):\n")
         print("| configuration | measured ms | vs zigzag | predicted ms | predicted vs zigzag | error "
               "| busiest card MB sent / received per iter: measured | schedule | check |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
