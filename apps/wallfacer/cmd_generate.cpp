@@ -3,7 +3,8 @@
 //   mpirun -np P wallfacer generate --ckpt DIR (--prompt TEXT | --prompt-tokens FILE.npy)
 //       --max-new N [--tokenizer tokenizer.json] [--temperature T] [--top-k K] [--top-p P]
 //       [--seed S] [--strategy S --teams C --inner W --ulysses U] [--json]
-//       [--continue FILE.npy ... [--continue-way auto|pass-kv|pass-q]] [--prefill-chunk N]
+//       [--continue FILE.npy ... | --continue-text TEXT ...] [--continue-way auto|pass-kv|pass-q]
+//       [--prefill-chunk N]
 // With --tokenizer, --prompt is encoded and the new tokens are printed as text (hf_tokenizer.h),
 // on rank 0.
 
@@ -56,7 +57,8 @@ struct GenerateArgs {
   std::string dtype = "fp32";  // the prefill's
   bool json = false;
   std::string logits;
-  std::vector<std::string> continues;  // further turns, in order
+  std::vector<std::string> continues;       // further turns, in order: .npy files of ids
+  std::vector<std::string> continue_texts;  // or as text, encoded as --prompt is
   std::string continue_way = "auto";
   int64_t prefill_chunk = 0;  // 0: from the memory limit
 };
@@ -89,36 +91,40 @@ std::vector<int32_t> read_token_file(const char* flag, const std::string& path, 
   return out;
 }
 
-// The prompt's ids on every rank: --prompt-tokens, --prompt encoded by --tokenizer (on rank 0,
-// handed to the others) or --prompt as byte-level text (collective).
+// The ids of `text` given to `flag` on every rank: encoded by --tokenizer (on rank 0, handed to
+// the others) or as byte-level text (no end-of-text after it). Collective.
+std::vector<int32_t> encode_text(const GenerateArgs& a, const char* flag, const std::string& text,
+                                 int vocab, comm::Communicator& world) {
+  std::vector<int32_t> ids;
+  if (!a.tokenizer.empty()) {
+    world.agree([&] {
+      if (world.rank() == 0) ids = tokenizer_encode(a.tokenizer, text, vocab);
+    });
+    // Rank 0's ids to every rank (the others hold zeros): the length, then the ids.
+    uint64_t n = ids.size();
+    world.all_reduce_max(&n, 1);
+    std::vector<uint64_t> all(size_t(n), 0);
+    for (size_t i = 0; i < ids.size(); ++i) all[i] = uint64_t(ids[i]);
+    world.all_reduce_max(all.data(), int64_t(n));
+    ids.assign(all.begin(), all.end());
+  } else {
+    WF_USAGE_CHECK(vocab == train::kByteVocab,
+                   "{} is byte-level text, but the checkpoint's vocabulary has {} ids (not {}): "
+                   "give its tokenizer, --tokenizer tokenizer.json, or the ids as a .npy file "
+                   "(scripts/tokenize makes it)",
+                   flag, vocab, train::kByteVocab);
+    for (uint16_t t : train::tokenize_bytes(text)) ids.push_back(t);
+    ids.pop_back();  // no end-of-text after the text
+  }
+  WF_USAGE_CHECK(!ids.empty(), "{} must not be empty", flag);
+  return ids;
+}
+
+// The prompt's ids on every rank: --prompt-tokens, or --prompt (encode_text).
 std::vector<int32_t> read_prompt(const GenerateArgs& a, int vocab, comm::Communicator& world) {
   WF_USAGE_CHECK(a.has_prompt != !a.prompt_tokens.empty(),
                  "give the prompt as --prompt TEXT or --prompt-tokens FILE.npy (one of them)");
-  std::vector<int32_t> prompt;
-  if (a.has_prompt && !a.tokenizer.empty()) {
-    world.agree([&] {
-      if (world.rank() == 0) prompt = tokenizer_encode(a.tokenizer, a.prompt, vocab);
-    });
-    // Rank 0's ids to every rank (the others hold zeros): the length, then the ids.
-    uint64_t n = prompt.size();
-    world.all_reduce_max(&n, 1);
-    std::vector<uint64_t> ids(size_t(n), 0);
-    for (size_t i = 0; i < prompt.size(); ++i) ids[i] = uint64_t(prompt[i]);
-    world.all_reduce_max(ids.data(), int64_t(n));
-    return std::vector<int32_t>(ids.begin(), ids.end());
-  }
-  if (a.has_prompt) {
-    WF_USAGE_CHECK(
-        vocab == train::kByteVocab,
-        "--prompt is byte-level text, but the checkpoint's vocabulary has {} ids (not "
-        "{}): give its tokenizer, --tokenizer tokenizer.json, or --prompt-tokens FILE.npy "
-        "(scripts/tokenize makes it)",
-        vocab, train::kByteVocab);
-    for (uint16_t t : train::tokenize_bytes(a.prompt)) prompt.push_back(t);
-    prompt.pop_back();  // no end-of-text after the prompt
-    WF_USAGE_CHECK(!prompt.empty(), "--prompt must not be empty");
-    return prompt;
-  }
+  if (a.has_prompt) return encode_text(a, "--prompt", a.prompt, vocab, world);
   return read_token_file("--prompt-tokens", a.prompt_tokens, vocab);
 }
 
@@ -173,10 +179,15 @@ int run_generate(const GenerateArgs& a) {
   const model::ContinueWay way = model::parse_continue_way(a.continue_way);
   std::vector<std::vector<int32_t>> turns;
   int64_t added = a.max_new - 1, longest = 0;  // positions the cache gains after the prompt
-  for (const std::string& f : a.continues) {
-    turns.push_back(read_token_file("--continue", f, m.vocab));
+  WF_USAGE_CHECK(a.continues.empty() || a.continue_texts.empty(),
+                 "give the further turns as --continue FILE.npy or as --continue-text TEXT, not "
+                 "both (their order would be lost)");
+  for (const std::string& f : a.continues) turns.push_back(read_token_file("--continue", f, m.vocab));
+  for (const std::string& t : a.continue_texts)
+    turns.push_back(encode_text(a, "--continue-text", t, m.vocab, world));
+  for (const std::vector<int32_t>& turn : turns) {
     // The previous turn's last token (never fed back) and this turn's, then its answer.
-    const int64_t n = 1 + int64_t(turns.back().size());
+    const int64_t n = 1 + int64_t(turn.size());
     added += n + a.max_new - 1;
     longest = std::max(longest, n);
   }
@@ -444,6 +455,9 @@ Action setup(CLI::App& root) {
   cmd->add_option("--continue", args->continues,
                   "A further turn (repeatable): a 1-D .npy of token ids appended after the "
                   "previous answer and prefilled against the sharded cache, then --max-new more");
+  cmd->add_option("--continue-text", args->continue_texts,
+                  "A further turn as text (repeatable), encoded as --prompt is (byte-level, or by "
+                  "--tokenizer); instead of --continue");
   cmd->add_option("--continue-way", args->continue_way,
                   "How a turn meets the cached shards: auto (the fewer bytes) | pass-kv | pass-q")
       ->capture_default_str();

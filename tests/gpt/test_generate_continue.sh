@@ -6,7 +6,7 @@
 # within 1e-5 of, one process generating from the whole conversation as one prompt (first prompt,
 # first answer, second prompt); the bytes each way sends equal the count that picks the way, and
 # auto picks the fewer; a turn shorter than P (ranks with no new row); a turn after a prompt
-# prefilled in chunks (--prefill-chunk); two turns; bad input.
+# prefilled in chunks (--prefill-chunk); two turns, also given as text (--continue-text); bad input.
 set -u
 source "$(dirname "$0")/common.sh"
 py=${4:-python3}
@@ -94,6 +94,31 @@ print(' '.join(map(str, ids)))" "$work/got.json" "$p1")
 done
 ck=$work/run_llama
 
+# The same two turns given as text (--continue-text, encoded as --prompt is): the same ids, so the
+# same tokens and bit-identical logits as the .npy turns.
+for form in npy text; do
+  if [ $form = npy ]; then turns=(--continue "$work/t2.npy" --continue "$work/t3.npy")
+  else turns=(--continue-text " were lit" --continue-text " and the 4 doors"); fi
+  mpi 2 generate --ckpt "$ck" --prompt "$p1" --max-new $new --temperature 0 "${turns[@]}" --json \
+    --logits "$work/$form.npy" >"$work/$form.json" 2>"$work/err" ||
+    err "turns as $form failed: $(cat "$work/err")"
+done
+res=$("$py" - "$work" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.environ['GENERATE_TESTS'])
+from logits_npy import rows as npy
+w = sys.argv[1]
+a, b = (json.load(open(f'{w}/{f}.json')) for f in ('npy', 'text'))
+ta = [a['tokens']] + [c['tokens'] for c in a['continuations']]
+tb = [b['tokens']] + [c['tokens'] for c in b['continuations']]
+same = npy(f'{w}/npy.npy') == npy(f'{w}/text.npy')
+print(f"{len(tb) - 1} text turns: tokens {'equal' if ta == tb else 'DIFFER'}, logits "
+      f"{'identical' if same else 'DIFFER'}")
+sys.exit(0 if ta == tb and same and len(tb) == 3 else 1)
+PY
+) || err "--continue-text: $res"
+echo "llama P=2 --continue-text: $res"
+
 # Bad input: one line, exit 2.
 ids "" "$work/empty.npy"
 ids "" "$work/bad.npy" 1 400
@@ -103,6 +128,10 @@ expect_error 2 "unknown way" "unknown continuation way 'pass-x'" \
 expect_error 2 "empty turn" "--continue .* holds no token" mpi 2 "${g[@]}" --continue "$work/empty.npy"
 expect_error 2 "id outside the vocabulary" "id 400 at index 1 is outside the vocabulary" \
   mpi 2 "${g[@]}" --continue "$work/bad.npy"
+expect_error 2 "empty text turn" "--continue-text must not be empty" \
+  mpi 2 "${g[@]}" --continue-text ""
+expect_error 2 "both forms of turns" "as --continue FILE.npy or as --continue-text TEXT, not both" \
+  mpi 2 "${g[@]}" --continue "$work/t2.npy" --continue-text " and"
 
 [ $fail -eq 0 ] && echo "generate --continue: all checks passed"
 exit $fail
