@@ -1,6 +1,5 @@
 #include "wallfacer/kernels/ops.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -22,10 +21,9 @@ void matmul_fwd(float* out, const float* inp, const float* weight, const float* 
   WF_CHECK(N >= 0 && N < (int64_t(1) << 31), "matmul_fwd: {} rows do not fit a BLAS int", N);
   if (N == 0) return;
   float beta = 0.0f;
-  if (N == 1) {  // one row (a decode step): out = weight inp, a matrix-vector product
+  if (N == 1) {  // one row (a decode step): the product is a matrix-vector one, weight inp
     if (bias) std::copy_n(bias, OC, out);
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1, bias ? 1.0f : 0.0f,
-                out, 1);
+    sgemm(false, true, 1, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
     return;
   }
   if (bias) {
