@@ -619,5 +619,78 @@ TEST(AttnWindow, ChecksArguments) {
   EXPECT_THROW(attn_bwd(pb.bwd_params()), Error);
 }
 
+// One query row (a decode step's attention over a KV cache) takes its own path in the forward:
+// against the fp64 reference with thousands of keys (several parts of the key run), GQA and MQA,
+// batches, the causal mask cutting the keys or hiding all of them, a window, documents, at every
+// instruction-set level; and accumulated over key splits as a sharded cache merges them.
+std::vector<DocCase> one_row_cases() {
+  std::vector<DocCase> cs;
+  auto add = [&](Case c, int64_t window = 0, std::vector<int64_t> lengths = {}) {
+    c.window = window;
+    cs.push_back({c, std::move(lengths)});
+  };
+  add({1, 1, 5000, 8, 2, 64, true, 4999, 0, "decode_gqa4"});
+  add({2, 1, 4100, 4, 4, 32, false, 0, 0, "full_batch2"});
+  add({1, 1, 3000, 8, 1, 16, true, 1700, 0, "causal_cuts_keys"});
+  add({1, 1, 3000, 6, 3, 80, true, 2999, 0, "window"}, 1000);
+  add({1, 1, 300, 4, 2, 32, true, 10, 100, "keys_in_future"});
+  add({1, 1, 2500, 16, 1, 64, true, 2600, 100, "mqa_offset"});
+  add({1, 1, 4600, 4, 2, 32, true, 4599, 0, "documents"}, 0, {1000, 2500, 1100});
+  add({1, 1, 4600, 4, 2, 32, true, 4599, 0, "documents_window"}, 3000, {1000, 3600});
+  return cs;
+}
+
+TEST(AttnOneRow, ForwardMatchesTheReference) {
+  for (const DocCase& dc : one_row_cases()) {
+    SCOPED_TRACE(dc.c.name);
+    Problem pb = doc_problem(dc);
+    pb.forward();
+    const Reference ref(pb, false);
+    EXPECT_LE(rel_err(pb.o, ref.o), kTolO) << "O";
+    EXPECT_LE(rel_err(pb.lse, ref.lse), kTolLse) << "LSE";
+    for (const LevelKernels& lk : levels_this_cpu_runs()) {
+      SCOPED_TRACE(lk.name());
+      Problem pl = doc_problem(dc);
+      lk.attn_fwd(pl.fwd_params());
+      EXPECT_LE(rel_err(pl.o, ref.o), kTolO) << "O";
+      EXPECT_LE(rel_err(pl.lse, ref.lse), kTolLse) << "LSE";
+    }
+  }
+}
+
+TEST(AttnOneRow, KeySplitsAccumulateToWholeAndThreadsGiveTheSameBits) {
+  const Case c{1, 1, 6000, 8, 2, 64, true, 5999, 0, "split"};
+  Problem whole(c);
+  const Reference ref(whole, false);
+  std::vector<float> o(whole.o.size()), lse(whole.lse.size());
+  attn_fwd_init_output(whole.d, o.data(), whole.qs(), lse.data(), whole.ls());
+  const int cuts[] = {0, 100, 2500, 6000};
+  for (int part = 0; part < 3; ++part) {
+    AttnFwdParams p = whole.fwd_params();
+    p.dims.seq_k = cuts[part + 1] - cuts[part];
+    p.k_pos0 = cuts[part];
+    p.k = whole.k.data() + int64_t(cuts[part]) * p.k_stride.seq;
+    p.v = whole.v.data() + int64_t(cuts[part]) * p.v_stride.seq;
+    p.o = o.data();
+    p.lse = lse.data();
+    p.accumulate = true;
+    attn_fwd(p);
+  }
+  EXPECT_LE(rel_err(o, ref.o), kTolO);
+  EXPECT_LE(rel_err(lse, ref.lse), kTolLse);
+  // The parts are fixed by the keys, not the threads: one thread gives the bits of several.
+  Problem one(c);
+  {
+    const attn_testing::ScopedEnv threads("OMP_NUM_THREADS", "3");
+    whole.forward();
+  }
+  {
+    const attn_testing::ScopedEnv threads("OMP_NUM_THREADS", "1");
+    one.forward();
+  }
+  EXPECT_EQ(one.o, whole.o);
+  EXPECT_EQ(one.lse, whole.lse);
+}
+
 }  // namespace
 }  // namespace wallfacer::kernels

@@ -30,6 +30,9 @@ using detail::zero_rows;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
 constexpr int kBwdBlockQ = 128, kBwdBlockK = 256;
+// The one-row forward keeps G = H / Hkv rows of scores per task on the stack's 1 / l: H / Hkv is at
+// most this (checked; more takes the tiled path).
+constexpr int kMaxHeadsPerKvHeadOneRow = 64;
 
 // p[j] = exp(s[j] - shift) for j < n; returns the sum of the p[j]. Kept out of line so that it is
 // vectorised on its own rather than inside the (unvectorisable) tile loops it is called from.
@@ -133,6 +136,89 @@ int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads) {
          int64_t(sizeof(float));
 }
 
+namespace {
+
+// Keys per part of the one-row forward: its scores (the query heads of one kv head by the part's
+// keys) stay in the L1/L2 cache.
+constexpr int kRowPartKeys = 2048;
+
+// The forward of one query row (a decode step's attention over a KV cache): the keys it sees are
+// one run [lo, hi) under every mask (causal, window, documents), so each (batch, kv head, part of
+// kRowPartKeys keys) is two products over the part, reading the part's K and V rows once for all
+// the query heads that share them (with GQA the tiled path would read them once per query head),
+// and the parts' partial results are merged in key order: the same bits for any thread count.
+void attn_fwd_one_row(const AttnFwdParams& p) {
+  const AttnDims& d = p.dims;
+  const int D = d.head_dim, G = d.heads / d.kv_heads;
+  const int64_t qp = p.q_pos0;
+  int lo = 0, hi = d.seq_k;
+  if (p.causal) hi = detail::visible_keys(qp, p.k_pos0, d.seq_k);
+  if (p.window > 0) lo = detail::window_first_key(qp, p.window, p.k_pos0, d.seq_k);
+  if (p.doc_of_pos) {
+    int dlo = 0, dhi = 0;
+    detail::doc_key_range(p.doc_of_pos, qp, p.k_pos0, d.seq_k, &dlo, &dhi);
+    lo = std::max(lo, dlo);
+    hi = std::min(hi, dhi);
+  }
+  if (hi <= lo) {  // sees no key: O = 0, LSE = -inf (nothing to merge into an accumulated result)
+    if (!p.accumulate) WALLFACER_ISA::attn_fwd_init_output(d, p.o, p.o_stride, p.lse, p.lse_stride);
+    return;
+  }
+  const int parts = (hi - lo + kRowPartKeys - 1) / kRowPartKeys;
+  const int64_t tasks = int64_t(d.batch) * d.kv_heads * parts;
+  // Each task's partial result: G rows of (O, LSE).
+  std::vector<float> part_o(size_t(tasks) * size_t(G) * size_t(D)), part_lse(size_t(tasks) * G);
+  const int nthreads = int(std::min<int64_t>(num_threads(), tasks));
+  std::vector<float> work(size_t(nthreads) * size_t(G) * kRowPartKeys);
+#pragma omp parallel num_threads(nthreads)
+  {
+    float* s = work.data() + size_t(omp_get_thread_num()) * size_t(G) * kRowPartKeys;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int part = int(t % parts);
+      const int64_t bg = t / parts;
+      const int b = int(bg / d.kv_heads), g = int(bg % d.kv_heads);
+      const int j0 = lo + part * kRowPartKeys, nk = std::min(kRowPartKeys, hi - j0);
+      const float* q = p.q + b * p.q_stride.batch + int64_t(g) * G * p.q_stride.head;
+      const float* k = p.k + b * p.k_stride.batch + g * p.k_stride.head + j0 * p.k_stride.seq;
+      const float* v = p.v + b * p.v_stride.batch + g * p.v_stride.head + j0 * p.v_stride.seq;
+      float* o = part_o.data() + size_t(t) * size_t(G) * size_t(D);
+      float* lse = part_lse.data() + size_t(t) * size_t(G);
+      sgemm(false, true, G, nk, D, p.scale, q, ld(p.q_stride.head, D), k, ld(p.k_stride.seq, D),
+            0.0f, s, nk);
+      float inv[kMaxHeadsPerKvHeadOneRow];
+      for (int i = 0; i < G; ++i) {
+        float* srow = s + int64_t(i) * nk;
+        const float m = row_max(srow, nk);
+        const float l = exp_shift_sum(srow, nk, m);
+        lse[i] = m + std::log(l);
+        inv[i] = 1.0f / l;
+      }
+      sgemm(false, false, G, D, nk, 1.0f, s, nk, v, ld(p.v_stride.seq, D), 0.0f, o, D);
+      for (int i = 0; i < G; ++i)
+        for (int c = 0; c < D; ++c) o[int64_t(i) * D + c] *= inv[i];
+    }
+  }
+  // The parts merged in key order into each head's row.
+  for (int b = 0; b < d.batch; ++b)
+    for (int h = 0; h < d.heads; ++h) {
+      float* o = p.o + b * p.o_stride.batch + h * p.o_stride.head;
+      float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head;
+      if (!p.accumulate) {
+        std::fill(o, o + D, 0.0f);
+        *lse = kNegInf;
+      }
+      const int g = h / G, i = h % G;
+      for (int part = 0; part < parts; ++part) {
+        const size_t t = (size_t(b) * size_t(d.kv_heads) + size_t(g)) * size_t(parts) + size_t(part);
+        merge_row(D, o, lse, part_o.data() + (t * size_t(G) + size_t(i)) * size_t(D),
+                  part_lse[t * size_t(G) + size_t(i)]);
+      }
+    }
+}
+
+}  // namespace
+
 void attn_fwd(const AttnFwdParams& p) {
   const AttnDims& d = p.dims;
   check_dims(d);
@@ -149,6 +235,8 @@ void attn_fwd(const AttnFwdParams& p) {
     if (!p.accumulate) WALLFACER_ISA::attn_fwd_init_output(d, p.o, p.o_stride, p.lse, p.lse_stride);
     return;
   }
+  if (d.seq_q == 1 && d.heads / d.kv_heads <= kMaxHeadsPerKvHeadOneRow)
+    return attn_fwd_one_row(p);
 
   const AttnTiling tile = WALLFACER_ISA::attn_fwd_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k, D = d.head_dim;
