@@ -96,6 +96,12 @@ TEST(PlanConfig, ClusterRoundTripsThroughToml) {
   const Cluster both = parse_cluster(cluster_to_toml(a), "roundtrip");
   EXPECT_TRUE(both.inter_shared_duplex);
   EXPECT_DOUBLE_EQ(both.inter_pair_bandwidth, 6.25e8);
+  EXPECT_DOUBLE_EQ(both.duplex_sharing(), 1.0);  // shared_duplex alone: a full share
+  a.inter_duplex_sharing = 0.4375;
+  EXPECT_DOUBLE_EQ(parse_cluster(cluster_to_toml(a), "roundtrip").duplex_sharing(), 0.4375);
+  a.inter_shared_duplex = false;  // no sharing at all: the fraction is not written, nor used
+  EXPECT_EQ(parse_cluster(cluster_to_toml(a), "roundtrip").duplex_sharing(), 0.0);
+  a.inter_shared_duplex = true;
   // Every value reads back exactly: text with quotes and control characters, and numbers that
   // seven digits would round onto a bound (reserved up to memory, head dims onto each other).
   a.name = "\n\"a\\b\tc\x01";

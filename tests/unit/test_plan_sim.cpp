@@ -12,9 +12,10 @@ namespace wallfacer::plan {
 namespace {
 
 // Links: intra 10 GB/s, 2 µs; inter 1 GB/s, 20 µs. Compute 1 TFLOP/s.
+// shared_duplex: the directions share the cards fully (duplex_sharing 1).
 Machine machine(int P, int per_node, int per_nic, bool shared_duplex = false) {
   Machine m;
-  m.shared_duplex = shared_duplex;
+  m.duplex_sharing = shared_duplex ? 1.0 : 0.0;
   m.intra = {1e10, 2e-6};
   m.inter = {1e9, 2e-5};
   m.devices_per_node = per_node;
@@ -200,6 +201,37 @@ TEST(PlanSim, BothWaysBetweenTwoRanksWhereTheDirectionsShare) {
   EXPECT_NEAR(simulate(q, machine(6, 2, 1, true)).time, 2e-5 + 1e6 / 1e9, kTol);
 }
 
+// A share of the other direction (duplex_sharing s, in (0, 1)): the exchange moves at 1 / (1 + s)
+// of the card each way; a card that sends to one rank and receives from another is not slowed.
+TEST(PlanSim, BothWaysTakesItsShareOfTheOtherDirection) {
+  for (double s : {0.25, 0.5, 0.8}) {
+    Machine m = machine(6, 2, 1);
+    m.duplex_sharing = s;
+    Program p(6);
+    p.ops[0] = {Op::send(2, 1e6, 0), Op::recv(2, 1e6, 1), Op::wait(0), Op::wait(1)};
+    p.ops[2] = {Op::send(0, 1e6, 0), Op::recv(0, 1e6, 1), Op::wait(0), Op::wait(1)};
+    EXPECT_NEAR(simulate(p, m).time, 2e-5 + (1 + s) * 1e6 / 1e9, kTol) << s;
+    Program q(6);
+    q.ops[0] = {Op::send(2, 1e6, 0), Op::recv(4, 1e6, 1), Op::wait(0), Op::wait(1)};
+    q.ops[2] = {Op::recv(0, 1e6, 0), Op::wait(0)};
+    q.ops[4] = {Op::send(0, 1e6, 0), Op::wait(0)};
+    EXPECT_NEAR(simulate(q, m).time, 2e-5 + 1e6 / 1e9, kTol) << s;
+    // A one-way message of half the size beside the exchange, on node 0's card out: the card's
+    // out direction carries it and the exchange (1 + s shares) until it ends.
+    Program r(6);
+    r.ops[0] = {Op::send(2, 1e6, 0), Op::recv(2, 1e6, 1), Op::send(4, 5e5, 2), Op::wait(0),
+                Op::wait(1), Op::wait(2)};
+    r.ops[2] = {Op::send(0, 1e6, 0), Op::recv(0, 1e6, 1), Op::wait(0), Op::wait(1)};
+    r.ops[4] = {Op::recv(0, 5e5, 2), Op::wait(2)};
+    // Node 0's out port: the exchange's flow (1), its share of the reverse flow (s), the one-way
+    // flow (1): each at 1e9 / (2 + s) until the one-way flow's 5e5 bytes are through.
+    const double t1 = 5e5 * (2 + s) / 1e9;
+    // Then the exchange's flows: 1e6 - 1e9 t1 / (2 + s) bytes left each, at 1e9 / (1 + s).
+    const double left = 1e6 - 1e9 * t1 / (2 + s);
+    EXPECT_NEAR(simulate(r, m).time, 2e-5 + t1 + left * (1 + s) / 1e9, 1e-9) << s;
+  }
+}
+
 // Two pairs {0,2} and {1,3} across 2 nodes gather at once: both flows leave node 0's card. Where
 // the directions share the cards (each gather an exchange both ways), a card also carries the
 // acknowledgements of what comes in: twice the time.
@@ -353,6 +385,13 @@ TEST(PlanCalibrate, DevicesPerNic) {
   EXPECT_TRUE(pair_capped(3, 1e8, 2.5e8));
   EXPECT_FALSE(pair_capped(3, 1e8, 1.1e8));
   EXPECT_FALSE(pair_capped(1, 1e8, 5e8));
+  // Both ways at once: together (both directions) against one direction alone.
+  EXPECT_TRUE(shared_duplex(1e8, 1e8));   // half each way
+  EXPECT_FALSE(shared_duplex(1e8, 2e8));  // full duplex
+  EXPECT_DOUBLE_EQ(duplex_sharing(1e8, 1e8), 1.0);
+  EXPECT_DOUBLE_EQ(duplex_sharing(1e8, 2e8), 0.0);
+  EXPECT_DOUBLE_EQ(duplex_sharing(1e8, 1.6e8), 0.25);  // each way at 0.8: 1 / (1 + 0.25)
+  EXPECT_DOUBLE_EQ(duplex_sharing(1e8, 0.5e8), 1.0);   // slower still: clamped
 }
 
 TEST(Stats, Median) {

@@ -64,4 +64,8 @@ bool pair_capped(int transfers, double alone, double together) {
 
 bool shared_duplex(double alone, double together) { return together > 0 && together < 1.5 * alone; }
 
+double duplex_sharing(double alone, double together) {
+  return together > 0 ? std::clamp(2 * alone / together - 1, 0.0, 1.0) : 1.0;
+}
+
 }  // namespace wallfacer::plan

@@ -30,5 +30,8 @@ bool pair_capped(int transfers, double alone, double together);
 // directions summed) get clearly less than twice what one direction gets alone (`alone`): their
 // cards' rate is shared by the two directions (Cluster::inter_shared_duplex).
 bool shared_duplex(double alone, double together);
+// How much of the other direction each takes then (Cluster::inter_duplex_sharing): each direction
+// moves at together / 2 = alone / (1 + sharing), so sharing = 2 alone / together - 1, within [0, 1].
+double duplex_sharing(double alone, double together);
 
 }  // namespace wallfacer::plan

@@ -91,6 +91,11 @@ Cluster parse_cluster(std::string_view toml_text, const std::string& source) {
   c.devices_per_nic = inter.integer_or("devices_per_nic", 1, 1, c.devices_per_node);
   c.inter_pair_bandwidth = inter.number_or("pair_bandwidth", 0, 0, 1e15);
   c.inter_shared_duplex = inter.boolean_or("shared_duplex", false);
+  c.inter_duplex_sharing = inter.number_or("duplex_sharing", 1.0, 0.0, 1.0);
+  WF_USAGE_CHECK(c.inter_duplex_sharing > 0,
+                 "{}: links.inter.duplex_sharing must be in (0, 1]; for cards whose directions do "
+                 "not share, leave shared_duplex out",
+                 source);
   WF_USAGE_CHECK(c.devices_per_node % c.devices_per_nic == 0,
                  "{}: links.inter.devices_per_nic = {} must divide nodes.devices_per_node = {}",
                  source, c.devices_per_nic, c.devices_per_node);
@@ -202,7 +207,10 @@ std::string cluster_to_toml(const Cluster& c) {
       (c.inter_pair_bandwidth > 0
            ? fmt::format("pair_bandwidth = {}\n", exact(c.inter_pair_bandwidth))
            : std::string()) +
-          (c.inter_shared_duplex ? "shared_duplex = true\n" : ""),
+          (c.inter_shared_duplex ? "shared_duplex = true\n" : "") +
+          (c.inter_shared_duplex && c.inter_duplex_sharing < 1
+               ? fmt::format("duplex_sharing = {}\n", exact(c.inter_duplex_sharing))
+               : std::string()),
       c.zero, c.grad_sync_overlap ? "true" : "false");
 }
 

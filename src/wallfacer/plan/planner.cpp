@@ -249,7 +249,7 @@ bool same_shape(const Shape& a, const Shape& b) {
 // or cards of their own, where a node's cards share nothing (no cap on a pair of nodes, no shared
 // duplex), so that every card a simulated rank uses carries simulated ranks alone.
 bool machine_has_period(const Machine& m, int R) {
-  const bool by_card = m.pair_bandwidth <= 0 && !m.shared_duplex;
+  const bool by_card = m.pair_bandwidth <= 0 && m.duplex_sharing <= 0;
   const int P = int(m.device_of.size());
   std::unordered_map<int, int> node_to, nic_to, node_from, nic_from;
   auto consistent = [](std::unordered_map<int, int>& to, std::unordered_map<int, int>& from, int a,

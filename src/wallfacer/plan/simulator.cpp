@@ -78,7 +78,7 @@ Machine Machine::from(const Cluster& c, std::vector<int> device_of, int head_dim
   m.devices_per_node = c.devices_per_node;
   m.devices_per_nic = c.devices_per_nic;
   m.pair_bandwidth = c.inter_pair_bandwidth;
-  m.shared_duplex = c.inter_shared_duplex;
+  m.duplex_sharing = c.duplex_sharing();
   m.gemm_flops = c.gemm_flops;
   m.attention_fwd_flops = c.fwd_rate(head_dim);
   m.attention_bwd_flops = c.bwd_rate(head_dim);
@@ -305,7 +305,8 @@ class Simulation {
   void on_flow_event(int slot);
   // A flow's resources while active: its ports or cards, its node pair, and while both ways the
   // reverse direction of both cards. Each changes the load of the resource by `delta`.
-  void add_load(int slot, int resource, int delta);
+  // delta = +1 / -1: the flow in `slot` joins / leaves the resource, adding `weight` to its load.
+  void add_load(int slot, int resource, int delta, double weight = 1.0);
   void add_loads(int slot, int delta);
   void set_both_ways(int slot, bool both);
   void activate(int slot);
@@ -351,10 +352,10 @@ class Simulation {
   std::vector<int> free_slots_;
   uint64_t next_seq_ = 0;
   std::priority_queue<FlowEvent, std::vector<FlowEvent>, std::greater<>> events_;
-  std::unordered_map<int, int> load_;             // resource -> active flows on it
+  std::unordered_map<int, double> load_;  // resource -> active flows on it (both-ways shares)
   std::unordered_map<int, std::vector<int>> on_;  // resource -> active flows' slots
   std::vector<int> changed_;                      // resources whose load changed
-  // canonical (src, dst) -> active flows between nodes (shared_duplex only)
+  // canonical (src, dst) -> active flows between nodes (duplex_sharing > 0 only)
   std::map<std::pair<int, int>, std::vector<int>> inter_;
   std::vector<uint64_t> stamp_;  // per slot: last rerate that visited it
   uint64_t rerates_ = 0;
@@ -372,8 +373,8 @@ void Simulation::check_program() const {
   }
 }
 
-void Simulation::add_load(int slot, int resource, int delta) {
-  load_[resource] += delta;
+void Simulation::add_load(int slot, int resource, int delta, double weight) {
+  load_[resource] += delta * weight;
   auto& on = on_[resource];
   if (delta > 0) {
     on.push_back(slot);
@@ -389,8 +390,8 @@ void Simulation::add_loads(int slot, int delta) {
   add_load(slot, f.res[1], delta);
   if (f.pair != kNoPair) add_load(slot, f.pair, delta);
   if (f.both_ways) {
-    add_load(slot, port(m_.nic(f.src), 3), delta);
-    add_load(slot, port(m_.nic(at(f.dst)), 2), delta);
+    add_load(slot, port(m_.nic(f.src), 3), delta, m_.duplex_sharing);
+    add_load(slot, port(m_.nic(at(f.dst)), 2), delta, m_.duplex_sharing);
   }
 }
 
@@ -398,13 +399,13 @@ void Simulation::set_both_ways(int slot, bool both) {
   Flow& f = flows_[size_t(slot)];
   if (f.both_ways == both) return;
   if (f.both_ways) {
-    add_load(slot, port(m_.nic(f.src), 3), -1);
-    add_load(slot, port(m_.nic(at(f.dst)), 2), -1);
+    add_load(slot, port(m_.nic(f.src), 3), -1, m_.duplex_sharing);
+    add_load(slot, port(m_.nic(at(f.dst)), 2), -1, m_.duplex_sharing);
   }
   f.both_ways = both;
   if (both) {
-    add_load(slot, port(m_.nic(f.src), 3), +1);
-    add_load(slot, port(m_.nic(at(f.dst)), 2), +1);
+    add_load(slot, port(m_.nic(f.src), 3), +1, m_.duplex_sharing);
+    add_load(slot, port(m_.nic(at(f.dst)), 2), +1, m_.duplex_sharing);
   }
 }
 
@@ -414,7 +415,7 @@ void Simulation::activate(int slot) {
   f.since = now_;
   f.rate = 0;
   f.both_ways = false;
-  if (f.pair != kNoPair && m_.shared_duplex) {
+  if (f.pair != kNoPair && m_.duplex_sharing > 0) {
     auto& fwd = inter_[canonical(f.src, f.dst)];
     fwd.push_back(slot);
     auto back = inter_.find(canonical(f.dst, f.src));
@@ -430,7 +431,7 @@ void Simulation::deactivate(int slot) {
   add_loads(slot, -1);
   Flow& f = flows_[size_t(slot)];
   f.active = false;
-  if (f.pair != kNoPair && m_.shared_duplex) {
+  if (f.pair != kNoPair && m_.duplex_sharing > 0) {
     auto& fwd = inter_[canonical(f.src, f.dst)];
     fwd.erase(std::find(fwd.begin(), fwd.end(), slot));
     if (fwd.empty()) {
@@ -456,7 +457,7 @@ void Simulation::rerate() {
       stamp_[size_t(slot)] = rerates_;
       Flow& f = flows_[size_t(slot)];
       const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
-      int busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
+      double busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
       if (f.both_ways)
         busiest =
             std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(at(f.dst)), 2)]});

@@ -88,7 +88,9 @@ struct Machine {
   int devices_per_node = 1;
   int devices_per_nic = 1;
   double pair_bandwidth = 0;   // cap on the traffic between two nodes, each way (0: none)
-  bool shared_duplex = false;  // Cluster::inter_shared_duplex
+  // Cluster::duplex_sharing(): the share of the other direction a message both ways between two
+  // nodes takes (0: full duplex cards).
+  double duplex_sharing = 0;
   double gemm_flops = 1, attention_fwd_flops = 1, attention_bwd_flops = 1;
   std::vector<int> device_of;  // layout rank -> device
 

@@ -153,6 +153,7 @@ Cluster describe_machine(const Calibration& cal) {
     c.devices_per_nic =
         devices_per_nic(cal.share.transfers, cal.share.alone, cal.share.together, per_node);
     c.inter_shared_duplex = shared_duplex(cal.duplex.alone, cal.duplex.together);
+    c.inter_duplex_sharing = duplex_sharing(cal.duplex.alone, cal.duplex.together);
     if (pair_capped(cal.pair.transfers, cal.pair.alone, cal.pair.together)) {
       // The ping-pong and the card test ran between two nodes: they saw the pair's cap. The card
       // carries at least what rank 0 sent to all nodes at once; which ranks share it cannot be
