@@ -247,12 +247,16 @@ void attn_fwd(const AttnFwdParams& p) {
   const int64_t per_thread = int64_t(bq) * bk + int64_t(bq) * D + 2 * bq;
   std::vector<float> work(per_thread * nthreads);
 
+  // Each query block keeps the online softmax's running state per row: the largest score so far
+  // (mx), the sum of exp(score - mx) (sum) and O unnormalised (ob, contiguous), rescaled by
+  // exp(old mx - new mx) when a key tile raises the maximum; O and LSE are written once, after the
+  // last key tile (an accumulated call starts from the given (O, LSE): mx = LSE, sum = 1).
 #pragma omp parallel num_threads(nthreads)
   {
     float* s = work.data() + per_thread * omp_get_thread_num();
     float* ob = s + int64_t(bq) * bk;
-    float* lb = ob + int64_t(bq) * D;
-    float* inv = lb + bq;
+    float* mx = ob + int64_t(bq) * D;
+    float* sum = mx + bq;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       // Largest query blocks first: under a causal mask they carry the most work.
@@ -268,9 +272,16 @@ void attn_fwd(const AttnFwdParams& p) {
       float* o = p.o + b * p.o_stride.batch + i0 * p.o_stride.seq + h * p.o_stride.head;
       float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head + i0;
       const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
-      if (!p.accumulate) {  // start from the identity of the merge: (0, -inf)
-        zero_rows(o, p.o_stride.seq, nq, D);
-        std::fill(lse, lse + nq, kNegInf);
+      for (int i = 0; i < nq; ++i) {  // the start: nothing seen, or the given partial result
+        float* orow = ob + int64_t(i) * D;
+        const bool given = p.accumulate && lse[i] != kNegInf;
+        mx[i] = given ? lse[i] : kNegInf;
+        sum[i] = given ? 1.0f : 0.0f;
+        if (given) {
+          std::copy_n(o + int64_t(i) * p.o_stride.seq, D, orow);
+        } else {
+          std::fill(orow, orow + D, 0.0f);
+        }
       }
       detail::for_each_key_tile(
           d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.window, p.doc_of_pos,
@@ -281,27 +292,38 @@ void attn_fwd(const AttnFwdParams& p) {
               float* srow = s + int64_t(i) * nk;
               int lo, hi;
               mask.keys(i, nk, &lo, &hi);
-              const float m = hi > lo ? row_max(srow + lo, hi - lo) : kNegInf;
-              if (m == kNegInf) {
+              const float m = hi > lo ? std::max(mx[i], row_max(srow + lo, hi - lo)) : kNegInf;
+              if (hi <= lo || m == kNegInf) {  // no key of this tile for the row
                 std::fill(srow, srow + nk, 0.0f);
-                lb[i] = kNegInf;
                 continue;
               }
               const float l = exp_shift_sum(srow + lo, hi - lo, m);
               std::fill(srow, srow + lo, 0.0f);
               std::fill(srow + hi, srow + nk, 0.0f);
-              lb[i] = m + std::log(l);
-              inv[i] = 1.0f / l;
+              if (m != mx[i]) {  // a larger maximum: what came before is rescaled to it
+                const float a = mx[i] == kNegInf ? 0.0f : std::exp(mx[i] - m);
+                float* orow = ob + int64_t(i) * D;
+                for (int c = 0; c < D; ++c) orow[c] *= a;
+                sum[i] *= a;
+                mx[i] = m;
+              }
+              sum[i] += l;
             }
             sgemm(false, false, nq, D, nk, 1.0f, s, nk, v + j0 * p.v_stride.seq,
-                  ld(p.v_stride.seq, D), 0.0f, ob, D);
-            for (int i = 0; i < nq; ++i) {
-              float* orow = ob + int64_t(i) * D;
-              if (lb[i] == kNegInf) continue;
-              for (int c = 0; c < D; ++c) orow[c] *= inv[i];
-            }
-            lse_merge_rows(nq, D, o, p.o_stride.seq, lse, 1, ob, D, lb, 1);
+                  ld(p.v_stride.seq, D), 1.0f, ob, D);
           });
+      for (int i = 0; i < nq; ++i) {  // O = ob / sum, LSE = mx + log(sum); (0, -inf) for none
+        float* orow = o + int64_t(i) * p.o_stride.seq;
+        const float* src = ob + int64_t(i) * D;
+        if (sum[i] > 0) {
+          const float inv = 1.0f / sum[i];
+          for (int c = 0; c < D; ++c) orow[c] = src[c] * inv;
+          lse[i] = mx[i] + std::log(sum[i]);
+        } else {
+          std::fill(orow, orow + D, 0.0f);
+          lse[i] = kNegInf;
+        }
+      }
     }
   }
 }
