@@ -96,6 +96,7 @@ Prediction predict(const PlanInput& in, const Candidate& c);
 // time and memory that grow with the square of the device count (at 1,024 devices seconds and a
 // few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
 // candidate is simulated up to kMaxEveryRankDevices devices, or with PlanInput::exact; beyond,
+// only as a cut ring of few enough kernel calls (kMaxCutRingComputes, predict_attention), else
 // predict_attention refuses it (UsageError: the plan lists it as not predicted, with the reason).
 constexpr int kMaxPlanDevices = 4096;
 constexpr int kMaxEveryRankDevices = 1024;

@@ -244,8 +244,9 @@ HopsKey hops_key(const Schedule& s, int travel) {
 // to the last rank of the sub-ring that has kept pairs with it (0: it stays home). Without a mask
 // (neither documents nor causal) every block makes all G - 1 hops. Every rank's schedule asks for
 // the blocks it holds at each step and backward_moves_kv for all of them: computed once per
-// configuration (the latest few are kept per thread), with each team's segments listed once.
-std::vector<int> origin_hops(const Schedule& s, const RingGeometry& L, Travel travel) {
+// configuration (the latest few are kept per thread), with each team's segments listed once. The
+// reference holds until the next call.
+const std::vector<int>& origin_hops(const Schedule& s, const RingGeometry& L, Travel travel) {
   const AttnConfig& c = s.cfg;
   struct Entry {
     HopsKey key;
@@ -302,8 +303,8 @@ std::vector<int> origin_hops(const Schedule& s, const RingGeometry& L, Travel tr
     }
   }
   if (recent.size() == 4) recent.pop_back();
-  recent.push_front({std::move(key), hops});
-  return hops;
+  recent.push_front({std::move(key), std::move(hops)});
+  return recent.front().hops;
 }
 
 // The ring steps built: G, or the first Schedule::ring_steps of them.
@@ -323,7 +324,7 @@ int origin_at(const RingGeometry& L, int r, int step) {
 std::vector<int> hops_per_step(const Schedule& s, const RingGeometry& L, int r, Travel travel) {
   const int steps = steps_built(s, L);
   std::vector<int> hops(static_cast<size_t>(steps));
-  const std::vector<int> all = origin_hops(s, L, travel);
+  const std::vector<int>& all = origin_hops(s, L, travel);  // used before the next call
   for (int step = 0, o = r; step < steps; ++step, o = L.prev(o))
     hops[size_t(step)] = std::min(all[size_t(o)], steps - 1);
   return hops;
