@@ -560,7 +560,12 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   // whose blocks stop at the last rank, nor masks of documents or a window).
   const bool alike = !is_contiguous_causal_ring(cfg) && cfg.doc_lengths.empty() && cfg.window <= 0;
   const double team_blocks = 2.0 * seqpar::team_size(cfg) * std::max(cfg.ulysses, 1);
-  for (int K = kCutRingSteps; !exact && alike && G > K; K *= 2) {
+  // Cut where the three cut rings hold fewer steps than the whole one (3K - 6 < G), or where no
+  // more than a cut ring may be simulated (beyond kMaxEveryRankDevices).
+  auto cut = [&](int K) {
+    return !exact && alike && G > K && (3 * K - 6 < G || P > kMaxEveryRankDevices);
+  };
+  for (int K = kCutRingSteps; cut(K); K *= 2) {
     // Cut to K - 4, K - 2 and K steps: where the time grows by the same amount over the first
     // two steps added as over the next two, the G - K steps left out are counted at that rate.
     // Every rank may be simulated where the cut rings' kernel calls (the team's blocks against

@@ -133,8 +133,10 @@ struct AttentionPrediction {
 // ring_steps). Where the time of the forward and of the backward grows by the same amount, within
 // kSteadyRingTolerance, over the first two steps added as over the next two (two: the double
 // buffers alternate), each two of the G - K steps left out add that amount (and the bytes theirs);
-// else K doubles, up to the whole ring. Every rank of a cut ring is simulated where its kernel
-// calls, P K (2 C u)^2 (C: WallFacer's team, u: the Ulysses degree), stay below
+// else K doubles, up to the whole ring. A ring is cut where the three cut rings hold fewer steps
+// than the whole ring (3K - 6 < G), or beyond kMaxEveryRankDevices devices (where the whole ring
+// of a candidate without a period is not simulated). Every rank of a cut ring is simulated where
+// its kernel calls, P K (2 C u)^2 (C: WallFacer's team, u: the Ulysses degree), stay below
 // kMaxCutRingComputes, where no period or rotation applies.
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of, bool exact = false);
