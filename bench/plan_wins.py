@@ -9,7 +9,8 @@ For each run, one JSON line: the command, commit, CPU, load, the best configurat
 each strategy family (ring, Ulysses, Ulysses x ring, WallFacer-C, Ulysses x WallFacer-C, double
 ring) with its predicted tokens/s and the bytes one rank moves per layer, and the families with
 configurations the planner did not simulate (`not_simulated`: above 1,024 devices, those without
-a period).
+a period whose ring is not cut, docs/planner.md, "Planning at scale"); a family's best is then the
+best of those simulated, marked † in the tables.
 
 Usage: bench/plan_wins.py [path/to/wallfacer] > docs/data/plan-wins.jsonl
        bench/plan_wins.py --table docs/data/plan-wins.jsonl    the tables of docs/cluster.md
@@ -108,6 +109,8 @@ def table(path):
                     return "not simulated" if f in r.get("not_simulated", []) else "–"
                 x = fam[f]
                 s = x["label"].replace(" team-intra", "").replace(" ring-intra", " (ring-intra)")
+                if f in r.get("not_simulated", []):  # the best of those simulated
+                    s += " †"
                 if not ring:
                     return s
                 return f"{x['tokens_per_s'] / ring['tokens_per_s']:.2f}x {s}"
@@ -130,6 +133,10 @@ def table(path):
           f"{sum(r['wall_s'] for r in rows):.0f} s, load average {min(loads):.1f}–{max(loads):.1f}"
           " (1 min). Each family's column is its best configuration's predicted tokens/s over the "
           "best (zigzag) ring's.")
+    columns = ("ulysses x ring", "wallfacer", "ulysses x wallfacer", "double ring")
+    if any(f in r["families"] for r in rows for f in r.get("not_simulated", []) if f in columns):
+        print("\n† The best of the family's configurations that were simulated; others were not "
+              "(docs/planner.md, \"Planning at scale\").")
 
 
 def main():

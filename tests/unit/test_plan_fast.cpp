@@ -1,6 +1,7 @@
-// The planner's fast path (ranks that do the same work simulated once, the all-reduce's alike
-// steps once) against the full simulation of every rank (PlanInput::exact), for every candidate
-// on every cluster file shipped (configs/clusters) and emulated (docs/data), up to 64 devices.
+// The planner's fast path (ranks that do the same work simulated once, long team rings cut and
+// their steps counted, the all-reduce's alike steps once) against the full simulation of every rank
+// (PlanInput::exact), for every candidate on every cluster file shipped (configs/clusters) and
+// emulated (docs/data), up to 64 devices.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -88,9 +89,11 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
   std::printf("%s: worst relative difference %.3g\n", GetParam().c_str(), worst);
 }
 
-// Beyond kMaxEveryRankDevices a candidate without a period (the contiguous causal ring) is listed
-// as not predicted, with the reason, while one with a period (zigzag: the ranks of a node, 8) is
-// predicted from that many ranks.
+// Beyond kMaxEveryRankDevices a candidate without a period whose ring is not cut (the contiguous
+// causal ring, whose blocks stop at different ranks; WallFacer-32, a ring of 2 steps) is listed as
+// not predicted, with the reason, while a WallFacer-2 ring of 512 steps is cut
+// (predict_attention) and one with a period (zigzag: the ranks of a node, 8) is predicted from
+// that many ranks.
 TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   PlanInput in;
   in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
@@ -98,9 +101,19 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   in.model = parse_model("[model]\nlayers = 2\ndim = 256\nheads = 4\ncausal = true\n", "m");
   in.gpus = 2 * kMaxEveryRankDevices;
   in.seq = 4 * int64_t(in.gpus);
-  const Prediction ring = predict(in, {seqpar::Strategy::Ring, 1, 1, Placement::Default});
-  EXPECT_FALSE(ring.feasible);
-  EXPECT_NE(ring.reason.find("not simulated"), std::string::npos) << ring.reason;
+  for (const Candidate& c : {Candidate{seqpar::Strategy::Ring, 1, 1, Placement::Default},
+                             Candidate{seqpar::Strategy::WallFacer, 32, 1, Placement::TeamIntra}}) {
+    const Prediction p = predict(in, c);
+    EXPECT_FALSE(p.feasible) << c.label();
+    EXPECT_NE(p.reason.find("not simulated"), std::string::npos) << p.reason;
+  }
+  const Candidate wf2{seqpar::Strategy::WallFacer, 2, 1, Placement::TeamIntra};
+  EXPECT_TRUE(predict(in, wf2).feasible);
+  const auto wf2_cfg = attention_config(in.model, in.seq, wf2, attention_dtype(in.cluster));
+  const AttentionPrediction cut =
+      predict_attention(in.cluster, wf2_cfg, in.gpus, candidate_devices(wf2, in.gpus));
+  EXPECT_EQ(cut.ring_steps, kCutRingSteps);
+  EXPECT_EQ(cut.period, in.gpus);
   const Prediction zigzag = predict(in, {seqpar::Strategy::Zigzag, 1, 1, Placement::Default});
   EXPECT_TRUE(zigzag.feasible) << zigzag.reason;
   EXPECT_GT(zigzag.attn_fwd_s, 0);
@@ -108,6 +121,104 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   EXPECT_EQ(
       predict_attention(in.cluster, cfg, in.gpus, candidate_devices(zigzag.cand, in.gpus)).period,
       in.cluster.devices_per_node);
+}
+
+// A team ring of more than kCutRingSteps steps (ring, zigzag, WallFacer-C, the Ulysses hybrids) is
+// simulated cut to kCutRingSteps steps and to 2 fewer, the steps left out counted from their
+// difference where they grow steadily (predict_attention): within 1% of every rank's whole ring,
+// on every cluster file at up to 64 devices, GPT-7B (causal) and DiT-1B (not), with the cut taken
+// by some WallFacer-C candidates on 64 devices, and by Ulysses-2 x WallFacer-2 on 128 devices of
+// the files that have them.
+TEST_P(PlanFast, CutRingsWithinOnePercentOfEveryRank) {
+  const Cluster cl = load_cluster(src(GetParam()));
+  const int most = std::min(cl.devices(), 64);
+  double worst = 0;
+  int cut = 0, wallfacer = 0, hybrid = 0;
+  for (const char* model : {"configs/models/gpt-7b.toml", "configs/models/dit-1b.toml"})
+    for (int P : {most, most / 2}) {
+      if (P < 2) continue;
+      PlanInput in;
+      in.cluster = cl;
+      in.model = load_model(src(model));
+      in.seq = 256 * 1024;
+      in.gpus = P;
+      for (Candidate c : candidates(in)) {
+        c.keep_kv = seqpar::team_size(c.strategy, c.teams) > 1;
+        const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, c, attention_dtype(cl));
+        try {
+          seqpar::validate(cfg, P);
+        } catch (const std::exception&) {
+          continue;
+        }
+        const int G = team_ring_length(cfg, P);
+        if (G <= kCutRingSteps) continue;
+        const std::vector<int> devices = candidate_devices(c, P);
+        const AttentionPrediction f = predict_attention(cl, cfg, P, devices);
+        const AttentionPrediction e = predict_attention(cl, cfg, P, devices, true);
+        const std::string what = fmt::format("{} on {}, {} devices: {} (ring of {} steps)", model,
+                                             GetParam(), P, c.label(), G);
+        EXPECT_EQ(e.ring_steps, 0) << what;
+        // Cut where its steps are alike and steady within the ring (else the whole ring), never
+        // the contiguous causal ring.
+        if (c.strategy == seqpar::Strategy::Ring && c.ulysses == 1 && in.model.causal) {
+          EXPECT_EQ(f.ring_steps, 0) << what;
+        }
+        EXPECT_TRUE(f.ring_steps == 0 || (f.ring_steps >= kCutRingSteps && f.ring_steps < G))
+            << what << ": cut to " << f.ring_steps;
+        if (f.ring_steps > 0) {
+          ++cut;
+          wallfacer += c.strategy == seqpar::Strategy::WallFacer && c.ulysses == 1;
+          hybrid += c.strategy == seqpar::Strategy::WallFacer && c.ulysses > 1;
+        }
+        const std::pair<double, double> figures[] = {{f.fwd_s, e.fwd_s},
+                                                     {f.bwd_s, e.bwd_s},
+                                                     {f.p2p_bytes, e.p2p_bytes},
+                                                     {f.coll_bytes, e.coll_bytes},
+                                                     {f.inter_bytes, e.inter_bytes},
+                                                     {f.scratch_elements, e.scratch_elements}};
+        for (auto [a, b] : figures) {
+          EXPECT_LE(rel(a, b), 0.01) << what << ": " << a << " against " << b;
+          worst = std::max(worst, rel(a, b));
+        }
+        EXPECT_LE(std::abs(f.exposed_fwd_s - e.exposed_fwd_s), 0.01 * e.fwd_s) << what;
+        EXPECT_LE(std::abs(f.exposed_bwd_s - e.exposed_bwd_s), 0.01 * e.bwd_s) << what;
+      }
+    }
+  if (most == 64) {
+    EXPECT_GT(wallfacer, 0) << GetParam();
+  }
+  // Ulysses-2 x WallFacer-2, a ring of 16 steps on 128 devices (8 on 64: not cut, the cut rings
+  // would hold more steps), on the files of 512 nodes.
+  if (cl.devices() >= 128) {
+    PlanInput in;
+    in.cluster = cl;
+    in.model = load_model(src("configs/models/gpt-7b.toml"));
+    in.seq = 256 * 1024;
+    in.gpus = 128;
+    for (Placement pl : {Placement::TeamIntra, Placement::RingIntra}) {
+      Candidate c{seqpar::Strategy::WallFacer, 2, 2, pl};
+      c.keep_kv = true;
+      const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, c, attention_dtype(cl));
+      const std::vector<int> devices = candidate_devices(c, in.gpus);
+      const AttentionPrediction f = predict_attention(cl, cfg, in.gpus, devices);
+      const AttentionPrediction e = predict_attention(cl, cfg, in.gpus, devices, true);
+      const std::string what = fmt::format("{}, 128 devices: {}", GetParam(), c.label());
+      EXPECT_GE(f.ring_steps, kCutRingSteps) << what;
+      hybrid += f.ring_steps > 0;
+      for (auto [a, b] : {std::pair{f.fwd_s, e.fwd_s},
+                          {f.bwd_s, e.bwd_s},
+                          {f.p2p_bytes, e.p2p_bytes},
+                          {f.inter_bytes, e.inter_bytes}}) {
+        EXPECT_LE(rel(a, b), 0.01) << what << ": " << a << " against " << b;
+        worst = std::max(worst, rel(a, b));
+      }
+    }
+  }
+  RecordProperty("worst_relative_difference", fmt::format("{:.3g}", worst));
+  std::printf(
+      "%s: %d cut rings (%d WallFacer-C, %d Ulysses x WallFacer), worst relative "
+      "difference %.3g\n",
+      GetParam().c_str(), cut, wallfacer, hybrid, worst);
 }
 
 // Ulysses x WallFacer-C whose Ulysses teams span whole nodes is simulated on the quotient of the

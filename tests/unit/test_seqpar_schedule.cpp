@@ -2,6 +2,7 @@
 // coverage of every (query block, key block) pair, and the schedule counter against the closed-form
 // volumes and the reference counts of tests/golden/wallfacer_counts.py.
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -1132,6 +1133,51 @@ TEST(SeqparSchedule, DoubleRingValidate) {
     sum += f;
   }
   EXPECT_DOUBLE_EQ(mx / (sum / 8), 1.0);
+}
+
+// A team ring cut to its first K steps (make_schedule's ring_steps, which the planner times) is
+// the whole ring less its last G - K steps: every block makes every hop here (zigzag layout or no
+// mask), so each step left out takes one block hop from the forward and a block and a gradient
+// hop from the backward; the other ops stay. K >= G builds the whole ring.
+TEST(SeqparSchedule, CutRingIsTheWholeRingLessItsLastSteps) {
+  struct Case {
+    Strategy s;
+    int P, C, u;
+    bool causal;
+  };
+  for (const Case& k :
+       {Case{Strategy::WallFacer, 32, 2, 1, true}, Case{Strategy::WallFacer, 32, 2, 1, false},
+        Case{Strategy::WallFacer, 64, 2, 2, true}, Case{Strategy::Zigzag, 16, 1, 1, true},
+        Case{Strategy::Zigzag, 32, 1, 4, true}}) {
+    AttnConfig c = config(k.s, 64 * k.P, 8, 8, 16, k.causal, k.C);
+    c.ulysses = k.u;
+    const int G = WallFacerGeometry(k.P / k.u, k.C).G;
+    ASSERT_GE(G, 4);
+    auto count = [](const std::vector<Op>& ops, OpKind kind) {
+      return std::count_if(ops.begin(), ops.end(), [&](const Op& o) { return o.kind == kind; });
+    };
+    for (int r = 0; r < k.P; r += 3) {
+      const Schedule whole = make_schedule(c, k.P, r);
+      for (int K : {2, 3, G, G + 5}) {
+        const Schedule cut = make_schedule(c, k.P, r, K);
+        const int left = std::max(G - K, 0);
+        const std::string what = fmt::format("{} P={} C={} u={} causal={} rank {} cut to {}",
+                                             strategy_name(k.s), k.P, k.C, k.u, k.causal, r, K);
+        EXPECT_EQ(count(cut.fwd, OpKind::Send), count(whole.fwd, OpKind::Send) - left) << what;
+        EXPECT_EQ(count(cut.fwd, OpKind::Recv), count(whole.fwd, OpKind::Recv) - left) << what;
+        EXPECT_EQ(count(cut.bwd, OpKind::Send), count(whole.bwd, OpKind::Send) - 2 * left) << what;
+        EXPECT_EQ(count(cut.bwd, OpKind::Recv), count(whole.bwd, OpKind::Recv) - 2 * left) << what;
+        EXPECT_EQ(count(cut.fwd, OpKind::Collective), count(whole.fwd, OpKind::Collective)) << what;
+        EXPECT_EQ(count(cut.bwd, OpKind::Collective), count(whole.bwd, OpKind::Collective)) << what;
+        EXPECT_EQ(cut.buffers.size(), whole.buffers.size()) << what;
+        if (left == 0) {
+          EXPECT_EQ(schedule_totals(cut), schedule_totals(whole)) << what;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(make_schedule(config(Strategy::Ulysses, 64 * 8, 8, 8, 16, true), 8, 0, 3),
+               std::exception);
 }
 
 // The reference count (tests/golden/wallfacer_counts.py, the algorithm of docs/algorithm.md moved

@@ -37,9 +37,10 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
 // quotient programs (of R = P d / u ranks, u the Ulysses degree) are returned with R, and `order`
 // receives the layout rank of each relabelled rank (empty when the ranks are not relabelled): the
 // quotient runs on the machine whose device_of[y] is m.device_of[order[y]].
+// ring_steps > 0: the schedules' team ring cut to that many steps (seqpar::make_schedule).
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
                      int tile_k, Program* fwd = nullptr, Program* bwd = nullptr,
                      double* scratch_elements = nullptr, bool every_rank = false,
-                     std::vector<int>* order = nullptr);
+                     std::vector<int>* order = nullptr, int ring_steps = 0);
 
 }  // namespace wallfacer::plan

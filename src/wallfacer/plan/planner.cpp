@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -180,6 +181,13 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
 
 namespace {
 
+// The causal ring without the zigzag layout, documents or a window: rank r sees r + 1 blocks.
+bool is_contiguous_causal_ring(const seqpar::AttnConfig& cfg) {
+  return cfg.strategy == seqpar::Strategy::Ring && cfg.ulysses <= 1 && cfg.causal &&
+         !seqpar::uses_zigzag_layout(cfg) && cfg.layout == seqpar::Layout::Strategy &&
+         cfg.doc_lengths.empty() && cfg.window <= 0;
+}
+
 // One rank's program reduced to what its timing depends on, relative to the rank: consecutive
 // computes merged (by kind), peers as offsets from the rank (mod P), requests renumbered in the
 // order they are made, collective groups as offsets of their members.
@@ -281,13 +289,17 @@ bool collective_maps_onto_itself(Coll c, const std::vector<int>& g, double bytes
   const int k = image(0);
   for (int i = 0; i < n; ++i)
     if (k < 0 || image(i) != (i + k) % n) return false;
+  // Whether the algorithm's steps map onto themselves depends on (c, n, bytes, k) alone: kept.
+  thread_local std::map<std::tuple<int, int, double, int>, bool> steps_rotate;
+  const auto [it, added] = steps_rotate.emplace(std::tuple{int(c), n, bytes, k}, true);
+  if (!added) return it->second;
   for (const auto& step : collective_steps(c, n, bytes)) {
     std::set<std::tuple<int, int, double>> before, after;
     for (const CollTransfer& t : step) {
       before.insert({t.from, t.to, t.bytes});
       after.insert({(t.from + k) % n, (t.to + k) % n, t.bytes});
     }
-    if (before != after) return false;
+    if (before != after) return it->second = false;
   }
   return true;
 }
@@ -392,7 +404,7 @@ int rotated_quotient(const seqpar::AttnConfig& cfg, int P, const Machine& m, Mak
 
 int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q, int tile_k,
                      Program* fwd, Program* bwd, double* scratch_elements, bool every_rank,
-                     std::vector<int>* order) {
+                     std::vector<int>* order, int ring_steps) {
   if (order) order->clear();
   WF_CHECK(int(m.device_of.size()) == P, "machine of {} devices for {} ranks", m.device_of.size(),
            P);
@@ -406,7 +418,7 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   auto make = [&](int r) {
     if (made[size_t(r)]) return;
     made[size_t(r)] = true;
-    const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r);
+    const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r, ring_steps);
     scratch = std::max(scratch, scratch_of(s));
     emit(all[0], s, s.fwd, tile_q, tile_k, true);
     emit(all[1], s, s.bwd, tile_q, tile_k, true);
@@ -425,10 +437,7 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   // rank r sees r + 1 blocks, so every rank differs.
   const int u = std::max(cfg.ulysses, 1), C = seqpar::team_size(cfg);
   const bool wallfacer = cfg.strategy == seqpar::Strategy::WallFacer && C > 1;
-  const bool contiguous_causal_ring = cfg.strategy == seqpar::Strategy::Ring && u == 1 &&
-                                      cfg.causal && !seqpar::uses_zigzag_layout(cfg) &&
-                                      cfg.layout == seqpar::Layout::Strategy &&
-                                      cfg.doc_lengths.empty() && cfg.window <= 0;
+  const bool contiguous_causal_ring = is_contiguous_causal_ring(cfg);
   auto placed = [&](int r) {  // whether world rank r sends its team block on (RingGeometry)
     const seqpar::WallFacerGeometry inner(P / u, C);
     return inner.placement_dst(r / u) * u + r % u != r;
@@ -487,8 +496,13 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   return R;
 }
 
-AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
-                                      const std::vector<int>& device_of, bool exact) {
+namespace {
+
+// The attention simulated: every rank (exact), or one period of ranks, or every rank where allowed;
+// the team ring cut to its first ring_steps steps (0: all of them).
+AttentionPrediction simulate_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
+                                       const std::vector<int>& device_of, bool exact,
+                                       int ring_steps, bool every_rank) {
   AttentionPrediction a;
   Machine m = Machine::from(cl, device_of, cfg.head_dim);
   const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
@@ -501,16 +515,16 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     attention_programs(cfg, P, tile_q, tile_k, &prog[0], &prog[1], &scratch);
   } else {
     std::vector<int> order;
-    a.period = attention_period(cfg, P, m, tile_q, tile_k, &prog[0], &prog[1], &scratch,
-                                P <= kMaxEveryRankDevices, &order);
+    a.period = attention_period(cfg, P, m, tile_q, tile_k, &prog[0], &prog[1], &scratch, every_rank,
+                                &order, ring_steps);
     if (!order.empty())  // the quotient's ranks relabelled: the machine too
       for (int y = 0; y < P; ++y) m.device_of[size_t(y)] = device_of[size_t(order[size_t(y)])];
   }
-  WF_USAGE_CHECK(a.period < P || P <= kMaxEveryRankDevices || exact,
+  WF_USAGE_CHECK(a.period < P || every_rank || exact,
                  "not simulated: its ranks do not repeat with a period below {}, and simulating "
-                 "every rank is limited to {} devices unless --exact (hours and tens of GB at "
-                 "4,096)",
-                 P, kMaxEveryRankDevices);
+                 "every rank is limited to {} devices, or to rings cut to {} steps of at most {} "
+                 "kernel calls in all, unless --exact (hours and tens of GB at 4,096)",
+                 P, kMaxEveryRankDevices, kCutRingSteps, kMaxCutRingComputes);
   for (bool bwd : {false, true}) {
     SimResult r = simulate(prog[bwd], m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
@@ -528,6 +542,58 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   a.scratch_elements = scratch;
   a.kept_elements = double(seqpar::kept_elements(cfg, P));
   return a;
+}
+
+}  // namespace
+
+int team_ring_length(const seqpar::AttnConfig& cfg, int P) {
+  if (seqpar::traits(cfg.strategy).build != seqpar::build_team_ring_schedule) return 0;
+  const int u = std::max(cfg.ulysses, 1);
+  return seqpar::WallFacerGeometry(P / u, seqpar::team_size(cfg)).G;
+}
+
+AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
+                                      const std::vector<int>& device_of, bool exact) {
+  seqpar::validate(cfg, P);
+  const int G = team_ring_length(cfg, P);
+  // Rings whose steps are alike: every block makes every hop (not the contiguous causal ring,
+  // whose blocks stop at the last rank, nor masks of documents or a window).
+  const bool alike = !is_contiguous_causal_ring(cfg) && cfg.doc_lengths.empty() && cfg.window <= 0;
+  const double team_blocks = 2.0 * seqpar::team_size(cfg) * std::max(cfg.ulysses, 1);
+  // Cut where the three cut rings hold fewer steps than the whole one (3K - 6 < G), or where no
+  // more than a cut ring may be simulated (beyond kMaxEveryRankDevices).
+  auto cut = [&](int K) {
+    return !exact && alike && G > K && (3 * K - 6 < G || P > kMaxEveryRankDevices);
+  };
+  for (int K = kCutRingSteps; cut(K); K *= 2) {
+    // Cut to K - 4, K - 2 and K steps: where the time grows by the same amount over the first
+    // two steps added as over the next two, the G - K steps left out are counted at that rate.
+    // Every rank may be simulated where the cut rings' kernel calls (the team's blocks against
+    // the block held, per rank and step) stay few.
+    const bool every_rank = P <= kMaxEveryRankDevices ||
+                            double(P) * K * team_blocks * team_blocks <= kMaxCutRingComputes;
+    const AttentionPrediction a0 =
+        simulate_attention(cl, cfg, P, device_of, false, K - 4, every_rank);
+    const AttentionPrediction a =
+        simulate_attention(cl, cfg, P, device_of, false, K - 2, every_rank);
+    AttentionPrediction b = simulate_attention(cl, cfg, P, device_of, false, K, every_rank);
+    auto steady = [](double x0, double x1, double x2) {
+      return std::abs((x2 - x1) - (x1 - x0)) <= kSteadyRingTolerance * std::abs(x2 - x1);
+    };
+    if (!steady(a0.fwd_s, a.fwd_s, b.fwd_s) || !steady(a0.bwd_s, a.bwd_s, b.bwd_s)) continue;
+    const double per_two = double(G - K) / 2.0;
+    for (auto [x, y] : {std::pair{&b.fwd_s, a.fwd_s},
+                        {&b.bwd_s, a.bwd_s},
+                        {&b.exposed_fwd_s, a.exposed_fwd_s},
+                        {&b.exposed_bwd_s, a.exposed_bwd_s},
+                        {&b.p2p_bytes, a.p2p_bytes},
+                        {&b.coll_bytes, a.coll_bytes},
+                        {&b.inter_bytes, a.inter_bytes}})
+      *x += per_two * (*x - y);
+    b.ring_steps = K;
+    return b;
+  }
+  return simulate_attention(cl, cfg, P, device_of, exact, 0, P <= kMaxEveryRankDevices);
 }
 
 NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of) {

@@ -96,9 +96,16 @@ Prediction predict(const PlanInput& in, const Candidate& c);
 // time and memory that grow with the square of the device count (at 1,024 devices seconds and a
 // few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
 // candidate is simulated up to kMaxEveryRankDevices devices, or with PlanInput::exact; beyond,
+// only as a cut ring of few enough kernel calls (kMaxCutRingComputes, predict_attention), else
 // predict_attention refuses it (UsageError: the plan lists it as not predicted, with the reason).
 constexpr int kMaxPlanDevices = 4096;
 constexpr int kMaxEveryRankDevices = 1024;
+constexpr int kCutRingSteps = 6;
+constexpr double kSteadyRingTolerance = 1e-3;
+constexpr double kMaxCutRingComputes = 1e7;
+
+// The steps of cfg's team ring on P ranks (G = P / (u C^2)); 0 for another strategy.
+int team_ring_length(const seqpar::AttnConfig& cfg, int P);
 
 // Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
 // infeasible ones (Prediction::reason says why: memory, divisibility, ...). `progress`, when
@@ -114,9 +121,23 @@ struct AttentionPrediction {
   double scratch_elements = 0;  // largest scratch buffers of one rank (elements)
   double kept_elements = 0;     // held from the forward to the backward (keep_kv), per layer
   int period = 0;               // ranks simulated (attention_period)
+  // 0: the whole ring simulated; else the team ring cut to this many steps (and to 2 and 4
+  // fewer), the rest counted from their difference (predict_attention).
+  int ring_steps = 0;
 };
 // `device_of`: layout rank -> device of the cluster. Throws UsageError when cfg cannot run.
 // A hybrid is cfg.ulysses > 1.
+// Unless exact, a team ring (ring, zigzag, WallFacer-C and their hybrids) of G > K =
+// kCutRingSteps steps whose blocks all make every hop (not the contiguous causal ring; no
+// documents or window) is simulated cut to K - 4, K - 2 and K steps (seqpar::make_schedule's
+// ring_steps). Where the time of the forward and of the backward grows by the same amount, within
+// kSteadyRingTolerance, over the first two steps added as over the next two (two: the double
+// buffers alternate), each two of the G - K steps left out add that amount (and the bytes theirs);
+// else K doubles, up to the whole ring. A ring is cut where the three cut rings hold fewer steps
+// than the whole ring (3K - 6 < G), or beyond kMaxEveryRankDevices devices (where the whole ring
+// of a candidate without a period is not simulated). Every rank of a cut ring is simulated where
+// its kernel calls, P K (2 C u)^2 (C: WallFacer's team, u: the Ulysses degree), stay below
+// kMaxCutRingComputes, where no period or rotation applies.
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of, bool exact = false);
 

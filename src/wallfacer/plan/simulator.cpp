@@ -50,11 +50,20 @@ Op Op::collective(Coll c, int group, double bytes) {
   return o;
 }
 
+size_t Program::MembersHash::operator()(const std::vector<int>& g) const {
+  uint64_t h = 1469598103934665603ull;
+  for (int m : g) h = (h ^ uint64_t(uint32_t(m))) * 1099511628211ull;
+  return size_t(h);
+}
+
 int Program::group(const std::vector<int>& members) {
-  for (size_t i = 0; i < groups.size(); ++i)
-    if (groups[i] == members) return static_cast<int>(i);
-  groups.push_back(members);
-  return static_cast<int>(groups.size()) - 1;
+  if (index_.size() != groups.size()) {  // groups added directly, or a copy's index
+    index_.clear();
+    for (size_t i = 0; i < groups.size(); ++i) index_.emplace(groups[i], static_cast<int>(i));
+  }
+  const auto [it, added] = index_.emplace(members, static_cast<int>(groups.size()));
+  if (added) groups.push_back(members);
+  return it->second;
 }
 
 void Program::append(const Program& other) {
@@ -342,7 +351,7 @@ class Simulation {
     return {src % P_, ((dst - src) % N_ + N_) % N_};
   }
   // (canonical source, offset, tag) -> posted and not yet matched
-  std::unordered_map<std::tuple<int, int, int>, std::deque<Posted>, KeyHash> sends_, recvs_;
+  std::unordered_map<std::tuple<int, int, int>, std::vector<Posted>, KeyHash> sends_, recvs_;
   std::map<std::pair<int, int>, int> arrivals_;  // (group, k) -> members arrived
   // (group, collective, bytes) -> per member: bytes it sends, of them between nodes
   std::map<std::tuple<int, int, double>, std::vector<std::pair<double, double>>> sent_;
@@ -574,7 +583,7 @@ void Simulation::post_transfer(int r, const Op& o) {
   auto& other = is_send ? recvs_[key] : sends_[key];
   if (!other.empty()) {
     Posted them = other.front();
-    other.pop_front();
+    other.erase(other.begin());  // a queue of a few at most
     is_send ? start_flow(src, dst, me, them) : start_flow(src, dst, them, me);
   } else {
     (is_send ? sends_[key] : recvs_[key]).push_back(me);

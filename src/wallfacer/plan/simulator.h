@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "wallfacer/plan/cluster.h"
@@ -75,11 +76,18 @@ struct Program {
   std::vector<std::vector<Op>> ops;      // per layout rank
   std::vector<std::vector<int>> groups;  // member layout ranks, in ring order
   int ranks() const { return static_cast<int>(ops.size()); }
-  // Index of this group, adding it when new.
+  // Index of this group, adding it when new (found by a hash of its members, which `index` keeps
+  // for the groups listed so far; groups added to `groups` directly are indexed on the next call).
   int group(const std::vector<int>& members);
   // Appends `other` to every rank (same rank count); its groups are merged, its request ids
   // shifted past this program's.
   void append(const Program& other);
+
+ private:
+  struct MembersHash {
+    size_t operator()(const std::vector<int>& g) const;
+  };
+  std::unordered_map<std::vector<int>, int, MembersHash> index_;
 };
 
 // The machine one program runs on: the cluster's links and rates and the device of each rank.

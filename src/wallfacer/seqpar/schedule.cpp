@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <set>
 
 #include "wallfacer/core/error.h"
@@ -243,8 +244,9 @@ HopsKey hops_key(const Schedule& s, int travel) {
 // to the last rank of the sub-ring that has kept pairs with it (0: it stays home). Without a mask
 // (neither documents nor causal) every block makes all G - 1 hops. Every rank's schedule asks for
 // the blocks it holds at each step and backward_moves_kv for all of them: computed once per
-// configuration (the latest few are kept per thread), with each team's segments listed once.
-std::vector<int> origin_hops(const Schedule& s, const RingGeometry& L, Travel travel) {
+// configuration (the latest few are kept per thread), with each team's segments listed once. The
+// reference holds until the next call.
+const std::vector<int>& origin_hops(const Schedule& s, const RingGeometry& L, Travel travel) {
   const AttnConfig& c = s.cfg;
   struct Entry {
     HopsKey key;
@@ -264,26 +266,50 @@ std::vector<int> origin_hops(const Schedule& s, const RingGeometry& L, Travel tr
         teams[size_t(t)] = team_segments(c, s.P, C, t), listed[size_t(t)] = true;
       return teams[size_t(t)];
     };
+    // Without documents or a window a team pair has kept pairs when its last query is not before
+    // its first key: per team, its last query position and its first key position.
+    const bool bounds = s.docs.starts.empty() && c.window <= 0;
+    std::vector<int64_t> last_q(teams.size()), first_k(teams.size());
+    if (bounds)
+      for (size_t t = 0; t < teams.size(); ++t) {
+        last_q[t] = -1, first_k[t] = std::numeric_limits<int64_t>::max();
+        for (const Segment& seg : team(int(t))) {
+          if (seg.rows <= 0) continue;
+          last_q[t] = std::max(last_q[t], seg.pos0 + seg.rows - 1);
+          first_k[t] = std::min(first_k[t], seg.pos0);
+        }
+      }
     auto pairs = [&](int x, int step) {  // whether rank x has kept pairs at this step
-      const auto& queries = team(travel == Travel::KV ? x / C : L.query_team(x, step));
-      const auto& keys = team(L.kv_team(x, travel == Travel::KV ? step : 0));
-      for (const Segment& q : queries)
-        for (const Segment& k : keys)
+      const int qt = travel == Travel::KV ? x / C : L.query_team(x, step);
+      const int kt = L.kv_team(x, travel == Travel::KV ? step : 0);
+      if (bounds) return last_q[size_t(qt)] >= first_k[size_t(kt)];
+      for (const Segment& q : team(qt))
+        for (const Segment& k : team(kt))
           if (kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows) > 0) return true;
       return false;
     };
+    // The last step with pairs, from the end of the ring back (the rank t hops on is the one G - t
+    // hops back): mostly the first one looked at.
     for (int origin = 0; origin < s.P; ++origin) {
       int last = 0, x = origin;
-      for (int t = 1; t < L.G; ++t) {
-        x = L.next(x);
-        if (pairs(x, t)) last = t;
+      for (int t = L.G - 1; t >= 1; --t) {
+        x = L.prev(x);
+        if (pairs(x, t)) {
+          last = t;
+          break;
+        }
       }
       hops[size_t(origin)] = last;
     }
   }
   if (recent.size() == 4) recent.pop_back();
-  recent.push_front({std::move(key), hops});
-  return hops;
+  recent.push_front({std::move(key), std::move(hops)});
+  return recent.front().hops;
+}
+
+// The ring steps built: G, or the first Schedule::ring_steps of them.
+int steps_built(const Schedule& s, const RingGeometry& L) {
+  return s.ring_steps > 0 ? std::min(s.ring_steps, L.G) : L.G;
 }
 
 // The rank whose block rank r holds at ring step `step` (its holder at step 0).
@@ -294,10 +320,13 @@ int origin_at(const RingGeometry& L, int r, int step) {
 
 // Per ring step, the hops of the block that rank r holds then: r holds it when step <= hops, and
 // passes it on when step < hops.
+// A cut ring (Schedule::ring_steps) has its steps alone: hops up to its last step.
 std::vector<int> hops_per_step(const Schedule& s, const RingGeometry& L, int r, Travel travel) {
-  std::vector<int> hops(size_t(L.G));
-  const std::vector<int> all = origin_hops(s, L, travel);
-  for (int step = 0, o = r; step < L.G; ++step, o = L.prev(o)) hops[size_t(step)] = all[size_t(o)];
+  const int steps = steps_built(s, L);
+  std::vector<int> hops(static_cast<size_t>(steps));
+  const std::vector<int>& all = origin_hops(s, L, travel);  // used before the next call
+  for (int step = 0, o = r; step < steps; ++step, o = L.prev(o))
+    hops[size_t(step)] = std::min(all[size_t(o)], steps - 1);
   return hops;
 }
 
@@ -411,7 +440,7 @@ class TeamRing {
   // Forward ring: G steps, each computing the team's queries against the K,V block it holds while
   // the block goes on, only while a later rank of the sub-ring has a query that sees it.
   void forward_ring() {
-    const int C = C_, G = G_, r = r_;
+    const int C = C_, G = steps_built(s_, L_), r = r_;
     // The kernels accumulate O in fp32: the caller's o when it is fp32 and no team merges.
     if (C > 1 || w_ != kAcc) oacc_ = b_.buffer("o_team", Fmt::Rows, C, H_, kAcc);
     if (C > 1) lacc_ = b_.buffer("lse_team", Fmt::Stat, C, H_, kAcc);
@@ -492,7 +521,7 @@ class TeamRing {
   // (dK,dV travel) while the team's queries stay, whichever moves fewer bytes
   // (backward_moves_kv). Gradients travel and are summed in fp32 (docs/numerics.md).
   void backward_ring() {
-    const int C = C_, G = G_, r = r_, H = H_, K = K_;
+    const int C = C_, G = steps_built(s_, L_), r = r_, H = H_, K = K_;
     const bool move_kv = s_.bwd_moves_kv;
     // Accumulators: dQ of the team block and dK,dV of the placed K,V block. The resident side's
     // accumulator stays; the travelling side's ends in `home`.
@@ -506,7 +535,7 @@ class TeamRing {
     const int tag_t = move_kv ? kTagKV : kTagQPack;
     b_.local(LocalKind::Zero, -1, res_acc);
     int ring[2] = {-1, -1}, slot[2] = {home, -1}, acc_in = -1;
-    if (G > 1) {
+    if (G_ > 1) {
       ring[0] = move_kv ? ring0_ : b_.buffer("qpack_ring0", tfmt, C, theads, w_);
       ring[1] = move_kv ? ring1_ : b_.buffer("qpack_ring1", tfmt, C, theads, w_);
       slot[0] = b_.buffer("grad_part0", afmt, C, theads, kAcc);
@@ -564,7 +593,11 @@ class TeamRing {
       b_.next_round();
     }
     if (G > 1) {
-      const int h = own_hops == G - 1 ? b_.recv(home, L_.prev(r), kTagGrad) : -1;
+      // The last ring hop brings the gradient of the block prev(r) holds at the last step, when
+      // that block makes every hop: in the whole ring this rank's own (own_hops == G - 1).
+      const Travel travel = move_kv ? Travel::KV : Travel::Queries;
+      const bool last_in = hops_per_step(s_, L_, L_.prev(r), travel)[size_t(G - 1)] == G - 1;
+      const int h = last_in ? b_.recv(home, L_.prev(r), kTagGrad) : -1;
       b_.wait({h, home_in, acc_send[0], acc_send[1]});
     }
   }
@@ -1096,10 +1129,15 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   return moves;
 }
 
-Schedule make_schedule(const AttnConfig& cfg, int P, int rank) {
+Schedule make_schedule(const AttnConfig& cfg, int P, int rank, int ring_steps) {
   validate(cfg, P);
   WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
+  WF_CHECK(ring_steps >= 0 &&
+               (ring_steps == 0 || traits(cfg.strategy).build == build_team_ring_schedule),
+           "ring_steps {} for {}: only a team ring (ring, zigzag, wallfacer) is cut", ring_steps,
+           traits(cfg.strategy).name);
   Schedule s;
+  s.ring_steps = ring_steps;
   s.cfg = cfg;
   s.P = P;
   s.rank = rank;

@@ -154,6 +154,8 @@ struct Schedule {
   int inner_team_ranks = 1;   // the size of the InnerTeam group: a Ulysses x WallFacer hybrid's C
   int64_t n = 0;              // rows per rank
   bool bwd_moves_kv = false;  // backward: K,V travel (else the query packages)
+  // The team ring's steps built (make_schedule's ring_steps): 0, all G of them.
+  int ring_steps = 0;
   // The documents of cfg (cumulative lengths; empty when cfg.doc_lengths is: one document).
   kernels::DocBounds docs;
   std::vector<BufferSpec> buffers;  // indexed by buffer id
@@ -189,7 +191,12 @@ int64_t kept_elements(const AttnConfig& cfg, int P);
 // WallFacer-C on the traded rows over the P/u ranks of member index m (rank j*u + m is ring rank
 // j): its team all-gathers and reduce-scatters in the InnerTeam group, its placement and sub-ring
 // hops with world peers, between the two all-to-alls.
-Schedule make_schedule(const AttnConfig& cfg, int P, int rank);
+// ring_steps > 0 (ring, zigzag, WallFacer-C and their hybrids only): the ring is cut to its first
+// min(ring_steps, G) steps, each as in the whole ring, a block that goes on past the last of them
+// treated as one that makes every hop (its gradient's last hop is the ring hop from prev(rank)), so
+// that the cut ring is a ring of its own. Such a schedule computes part of the attention: the
+// planner times it (docs/planner.md, "Planning at scale"), no executor runs it.
+Schedule make_schedule(const AttnConfig& cfg, int P, int rank, int ring_steps = 0);
 
 // What a schedule sends, summed without running it.
 struct ScheduleTotals {
