@@ -17,11 +17,12 @@
 #include "wallfacer/kernels/scratch.h"
 #include "wallfacer/kernels/vec_math.h"
 
-// Two code paths (kernels/attention_bf16.h). The avx512 path is the tiled kernel below: bf16 tiles
-// packed in pairs for VDPBF16PS (detail::bf16_gemm_avx512), P and dS rounded to bf16 between the
-// products. The portable path (section "The portable path") widens the inputs to fp32 and runs this
-// level's fp32 kernel (kernels/attention.h). Compiled once per instruction-set level
-// (kernels/isa.h); the choice of path is in bf16_path.cpp.
+// Three code paths (kernels/attention_bf16.h). The avx512 and amx paths are the tiled kernel below:
+// bf16 tiles packed in pairs for VDPBF16PS (detail::bf16_gemm_avx512) or TDPBF16PS
+// (detail::bf16_gemm_amx), P and dS rounded to bf16 between the products. The portable path
+// (section "The portable path") widens the inputs to fp32 and runs this level's fp32 kernel
+// (kernels/attention.h). Compiled once per instruction-set level (kernels/isa.h); the choice of
+// path is in bf16_path.cpp.
 
 WALLFACER_ISA_BEGIN
 namespace wallfacer::kernels::WALLFACER_ISA {
@@ -64,8 +65,12 @@ static_assert(kBwdChunkQ % 2 == 0);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// The tile products of the avx512 path.
-inline void gemm(const Bf16Gemm& g) { detail::bf16_gemm_avx512(g); }
+// The tile products: VDPBF16PS on the avx512 path, TDPBF16PS on the amx path (kernels/bf16_gemm.h);
+// both read the same packed operands.
+using GemmFn = void (*)(const Bf16Gemm&);
+GemmFn gemm_of(Bf16Path path) {
+  return path == Bf16Path::amx ? detail::bf16_gemm_amx : detail::bf16_gemm_avx512;
+}
 
 // Padded head dimensions: pairs along D (the scores' products) and vectors of 16 along D (the
 // products whose columns are D).
@@ -564,6 +569,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
     return;
   }
   if (path == Bf16Path::portable) return portable_fwd(p);
+  const GemmFn gemm = gemm_of(path);
 
   const AttnTiling tile = WALLFACER_ISA::attn_fwd_bf16_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k;
@@ -742,8 +748,8 @@ using detail::BwdTask;
 
 // Backward of one kv head over key rows [j_begin, j_end), all query heads of its group: adds into
 // task.dq and writes (or adds into) the rows of dk, dv it owns.
-void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, const BwdTask& task,
-                  BwdTile& w) {
+void bwd_kv_range(const AttnBwdBf16Params& p, const BwdPacked& pk, const BwdTask& task, BwdTile& w,
+                  GemmFn gemm) {
   const AttnDims& d = p.dims;
   const HeadDims& hd = w.hd;
   const int bq = w.bq, bk = w.bk, D = hd.d;
@@ -914,6 +920,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
     return;
   }
   if (path == Bf16Path::portable) return portable_bwd(p);
+  const GemmFn gemm = gemm_of(path);
   const AttnTiling tile = bwd_tiling(d, p.causal || p.doc_of_pos != nullptr);
   const HeadDims hd(D);
   const int nthreads = num_threads();
@@ -945,7 +952,7 @@ void attn_bwd_bf16(const AttnBwdBf16Params& p) {
   detail::run_bwd_tasks(
       d, p.causal, p.window, p.q_pos0, p.k_pos0, tile.block_k, nthreads, dq_main, dq_main_stride,
       !p.accumulate && p.dq.fp32_data != nullptr,
-      [&](const BwdTask& task, int thread) { bwd_kv_range(p, pk, task, tiles[thread]); });
+      [&](const BwdTask& task, int thread) { bwd_kv_range(p, pk, task, tiles[thread], gemm); });
   if (!p.dq.bf16_data) return;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
   for (int64_t r = 0; r < int64_t(d.batch) * d.heads * d.seq_q; ++r) {

@@ -12,4 +12,12 @@ void bf16_gemm_avx512(const Bf16Gemm&) {
 }
 #endif
 
+#ifndef WALLFACER_HAVE_AMX
+// The compiler could not build bf16_gemm_amx.cpp.
+bool bf16_gemm_amx_built() { return false; }
+void bf16_gemm_amx(const Bf16Gemm&) {
+  WF_CHECK(false, "bf16_gemm_amx: this build has no AMX code (compiler too old)");
+}
+#endif
+
 }  // namespace wallfacer::kernels::detail

@@ -1,6 +1,7 @@
 #pragma once
-// Products of bf16 tiles with fp32 accumulation, with AVX512-BF16 instructions: the tile products
-// of the bf16 attention kernels' avx512 path (kernels/attention_bf16.cpp). Internal to the kernels.
+// Products of bf16 tiles with fp32 accumulation, with AVX512-BF16 or AMX instructions: the tile
+// products of the bf16 attention kernels' avx512 and amx paths (kernels/attention_bf16.cpp).
+// Internal to the kernels.
 //
 //   C (m x n, fp32) = [C +] A (m x 2 kp, bf16) B (2 kp x n, bf16)
 //
@@ -37,5 +38,15 @@ struct Bf16Gemm {
 // bf16_gemm_avx512_built() and the CPU reports avx512_bf16.
 void bf16_gemm_avx512(const Bf16Gemm& g);
 bool bf16_gemm_avx512_built();
+
+// AMX intrinsics (bf16_gemm_amx.cpp, compiled with its own -m flags): the same product with
+// TDPBF16PS on 16 x 16 tiles. Call only when bf16_amx_available() (kernels/attention_bf16.h), which
+// also holds the kernel's permission to use the tile registers. Each call loads the tile
+// configuration on the calling thread and releases the tiles before it returns. TDPBF16PS sums
+// each pair of products and the chain over t in fp32 like VDPBF16PS, but its order of rounding is
+// not documented bit for bit: the results agree with the avx512 path within a few fp32 roundings
+// (tests/unit/test_attention_bf16.cpp).
+void bf16_gemm_amx(const Bf16Gemm& g);
+bool bf16_gemm_amx_built();
 
 }  // namespace wallfacer::kernels::detail

@@ -1,0 +1,197 @@
+// The AMX code path of bf16_gemm.h. This file alone is compiled with
+// -mamx-tile -mamx-bf16 -mavx512f (no -march), so the rest of the program runs on any x86-64; it is
+// called only after bf16_amx_available() (kernels/attention_bf16.h) said yes, which includes the
+// kernel's permission to use the tile registers.
+//
+// The 8 tile registers: C 0-3 (a 32 x 32 block of C as 2 x 2 tiles of 16 x 16 fp32), A 4-5 (16 rows
+// by 16 pairs), B 6-7 (16 pairs of rows by 16 columns, the pair layout of Bf16Gemm, which is the
+// layout TDPBF16PS reads). Every tile is configured whole (16 rows of 64 bytes) for the whole call;
+// tiles at the edges of A, B and C go through zero-padded copies on the thread's stack.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "wallfacer/kernels/bf16_gemm.h"
+
+namespace wallfacer::kernels::detail {
+namespace {
+
+// Tile register numbers (gcc's intrinsics take them as literal tokens, hence macros).
+#define WF_C00 0
+#define WF_C01 1
+#define WF_C10 2
+#define WF_C11 3
+#define WF_A0 4
+#define WF_A1 5
+#define WF_B0 6
+#define WF_B1 7
+
+// The tile configuration (palette 1): every tile 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  TileConfig() {
+    for (int t = 0; t < 8; ++t) colsb[t] = 64, rows[t] = 16;
+  }
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Zero-padded copies of the edge tiles of one block.
+// (bytes: left uninitialised, each is written before it is read).
+struct alignas(64) EdgeTiles {
+  unsigned char a[2][1024], b[2][1024], c[4][1024];
+};
+
+// Where the A tile of rows [i0, i0 + 16) and pairs [t0, t0 + 16) is read from (a byte stride):
+// A itself when whole, else a zero-padded copy.
+inline const void* a_tile(const Bf16Gemm& g, int i0, int t0, unsigned char* pad, int64_t* stride) {
+  const bf16* src = g.a + i0 * g.lda + 2 * t0;
+  if (i0 + 16 <= g.m && t0 + 16 <= g.kp) {
+    *stride = g.lda * int64_t(sizeof(bf16));
+    return src;
+  }
+  const int rows = std::min(16, g.m - i0), pairs = std::min(16, g.kp - t0);
+  std::memset(pad, 0, 1024);
+  for (int r = 0; r < rows; ++r) std::memcpy(pad + 64 * r, src + r * g.lda, 4 * size_t(pairs));
+  *stride = 64;
+  return pad;
+}
+
+// The B tile of pairs [t0, t0 + 16) and columns [c0, c0 + 16) (readable whole, bf16_gemm.h).
+inline const void* b_tile(const Bf16Gemm& g, int t0, int c0, unsigned char* pad, int64_t* stride) {
+  const bf16* src = g.b + t0 * g.ldb + 2 * c0;
+  if (t0 + 16 <= g.kp) {
+    *stride = g.ldb * int64_t(sizeof(bf16));
+    return src;
+  }
+  const int pairs = g.kp - t0;
+  std::memset(pad, 0, 1024);
+  for (int t = 0; t < pairs; ++t) std::memcpy(pad + 64 * t, src + t * g.ldb, 64);
+  *stride = 64;
+  return pad;
+}
+
+inline bool c_whole(const Bf16Gemm& g, int i0, int c0) { return i0 + 16 <= g.m && c0 + 16 <= g.n; }
+
+// Where C tile (i0, c0) starts from with accumulate (null: from zero): C itself when whole, else
+// a zero-padded copy.
+inline const void* c_source(const Bf16Gemm& g, int i0, int c0, unsigned char* pad,
+                            int64_t* stride) {
+  if (!g.accumulate) return nullptr;
+  float* c = g.c + i0 * g.ldc + c0;
+  if (c_whole(g, i0, c0)) {
+    *stride = g.ldc * int64_t(sizeof(float));
+    return c;
+  }
+  const int rows = std::min(16, g.m - i0), cols = std::min(16, g.n - c0);
+  std::memset(pad, 0, 1024);
+  for (int r = 0; r < rows; ++r) std::memcpy(pad + 64 * r, c + r * g.ldc, 4 * size_t(cols));
+  *stride = 64;
+  return pad;
+}
+
+// Where C tile (i0, c0) is stored: C itself when whole, else the pad (then c_copy_back).
+inline void* c_dest(const Bf16Gemm& g, int i0, int c0, unsigned char* pad, int64_t* stride) {
+  if (c_whole(g, i0, c0)) {
+    *stride = g.ldc * int64_t(sizeof(float));
+    return g.c + i0 * g.ldc + c0;
+  }
+  *stride = 64;
+  return pad;
+}
+
+inline void c_copy_back(const Bf16Gemm& g, int i0, int c0, const unsigned char* pad) {
+  if (c_whole(g, i0, c0)) return;
+  float* c = g.c + i0 * g.ldc + c0;
+  const int rows = std::min(16, g.m - i0), cols = std::min(16, g.n - c0);
+  for (int r = 0; r < rows; ++r) std::memcpy(c + r * g.ldc, pad + 64 * r, 4 * size_t(cols));
+}
+
+#define WF_C_START(T, i0, c0, pad)                         \
+  do {                                                     \
+    int64_t stride_ = 0;                                   \
+    const void* src_ = c_source(g, i0, c0, pad, &stride_); \
+    if (src_)                                              \
+      _tile_loadd(T, src_, stride_);                       \
+    else                                                   \
+      _tile_zero(T);                                       \
+  } while (0)
+
+#define WF_C_FINISH(T, i0, c0, pad)                \
+  do {                                             \
+    int64_t stride_ = 0;                           \
+    void* dst_ = c_dest(g, i0, c0, pad, &stride_); \
+    _tile_stored(T, dst_, stride_);                \
+    c_copy_back(g, i0, c0, pad);                   \
+  } while (0)
+
+// One block of C: MT tiles of 16 rows from i0 by NT tiles of 16 columns from c0, over every pair.
+template <int MT, int NT>
+void block(const Bf16Gemm& g, int i0, int c0, EdgeTiles& e) {
+  WF_C_START(WF_C00, i0, c0, e.c[0]);
+  if constexpr (NT > 1) WF_C_START(WF_C01, i0, c0 + 16, e.c[1]);
+  if constexpr (MT > 1) WF_C_START(WF_C10, i0 + 16, c0, e.c[2]);
+  if constexpr (MT > 1 && NT > 1) WF_C_START(WF_C11, i0 + 16, c0 + 16, e.c[3]);
+  for (int t0 = 0; t0 < g.kp; t0 += 16) {
+    int64_t sa0, sa1, sb0, sb1;
+    _tile_loadd(WF_A0, a_tile(g, i0, t0, e.a[0], &sa0), sa0);
+    _tile_loadd(WF_B0, b_tile(g, t0, c0, e.b[0], &sb0), sb0);
+    _tile_dpbf16ps(WF_C00, WF_A0, WF_B0);
+    if constexpr (NT > 1) {
+      _tile_loadd(WF_B1, b_tile(g, t0, c0 + 16, e.b[1], &sb1), sb1);
+      _tile_dpbf16ps(WF_C01, WF_A0, WF_B1);
+    }
+    if constexpr (MT > 1) {
+      _tile_loadd(WF_A1, a_tile(g, i0 + 16, t0, e.a[1], &sa1), sa1);
+      _tile_dpbf16ps(WF_C10, WF_A1, WF_B0);
+      if constexpr (NT > 1) _tile_dpbf16ps(WF_C11, WF_A1, WF_B1);
+    }
+  }
+  WF_C_FINISH(WF_C00, i0, c0, e.c[0]);
+  if constexpr (NT > 1) WF_C_FINISH(WF_C01, i0, c0 + 16, e.c[1]);
+  if constexpr (MT > 1) WF_C_FINISH(WF_C10, i0 + 16, c0, e.c[2]);
+  if constexpr (MT > 1 && NT > 1) WF_C_FINISH(WF_C11, i0 + 16, c0 + 16, e.c[3]);
+}
+
+}  // namespace
+
+bool bf16_gemm_amx_built() { return true; }
+
+void bf16_gemm_amx(const Bf16Gemm& g) {
+  if (g.m <= 0 || g.n <= 0) return;
+  if (g.kp <= 0) {  // no steps: C untouched, or zero
+    if (!g.accumulate)
+      for (int i = 0; i < g.m; ++i) std::fill_n(g.c + i * g.ldc, g.n, 0.0f);
+    return;
+  }
+  // The configuration is loaded at every call (a tile user in between, oneDNN's among them, may
+  // have changed or released it) and the tiles released at the end.
+  static const TileConfig config;
+  _tile_loadconfig(&config);
+  EdgeTiles edges;
+  // Blocks of 32 columns outermost: their slice of B (kp x 32 column pairs) stays in L1 across the
+  // rows.
+  for (int c0 = 0; c0 < g.n; c0 += 32) {
+    const bool two_cols = c0 + 16 < g.n;
+    for (int i0 = 0; i0 < g.m; i0 += 32) {
+      const bool two_rows = i0 + 16 < g.m;
+      if (two_rows && two_cols)
+        block<2, 2>(g, i0, c0, edges);
+      else if (two_rows)
+        block<2, 1>(g, i0, c0, edges);
+      else if (two_cols)
+        block<1, 2>(g, i0, c0, edges);
+      else
+        block<1, 1>(g, i0, c0, edges);
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace wallfacer::kernels::detail
