@@ -272,6 +272,35 @@ TEST(Bf16Gemm, AmxWithinAnFp32ChainOfTheExactSum) {
     }
 }
 
+// The amx path's softmax row: every value within half a bf16 unit (plus fp32's rounding) of 2^x in
+// fp64, zero where 2^x is below 2^-126 (subnormal) and exactly 0 far below; the returned sum is
+// that of the stored values; nothing written past n, for lengths around the 16-lane vectors.
+TEST(Bf16Gemm, AmxSoftmaxRowWithinHalfABf16UnitOf2x) {
+  if (!bf16_amx_available()) GTEST_SKIP() << "no AMX (amx_bf16, amx_tile) on this CPU, OS or build";
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(-200.0f, 20.0f);
+  const float scale = 0.125f * 1.44269504f, shift = 2.5f;
+  for (int n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 256, 1000}) {
+    std::vector<float> sc(size_t(n) + 1);
+    for (auto& x : sc) x = dist(gen);
+    std::vector<bf16> pt(size_t(n) + 1, bf16{0x1234});
+    const float sum = detail::bf16_exp2_round_sum_amx(sc.data(), n, scale, shift, pt.data());
+    double stored = 0.0;
+    for (int j = 0; j < n; ++j) {
+      const double want = std::exp2(double(sc[j]) * scale - shift), got = to_float(pt[j]);
+      stored += got;
+      if (want < std::ldexp(1.0, -126)) {
+        EXPECT_TRUE(got == 0.0 || std::fabs(got - want) <= std::ldexp(want, -8)) << n << " " << j;
+        continue;
+      }
+      const double half_unit = std::ldexp(1.0, std::ilogb(want) - 8);  // of bf16's 8 bits
+      EXPECT_LE(std::fabs(got - want), half_unit + 1e-6 * want) << n << " at " << j;
+    }
+    EXPECT_EQ(pt[size_t(n)].bits, 0x1234) << "written past n = " << n;
+    EXPECT_NEAR(sum, stored, 1e-6 * stored) << n;
+  }
+}
+
 // --- Attention ----------------------------------------------------------------------------------
 
 // The paths a test runs: portable always, AVX512-BF16 and AMX where the CPU has them.

@@ -53,6 +53,10 @@ constexpr float kLn2 = 0.693147180559945309f;
 // with a full mask, equal with a causal one (every key tile sweeps the query side: Q, dO, their
 // transposes and dQ, from beyond the core's L2 at this length; 1024 keys are slower).
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
+// On the amx path the forward computes S and its softmax rows for this many query rows at a time:
+// 32 x 256 fp32 scores (32 KiB) stay in L1 between the product and the softmax (S = 4096 causal,
+// 2 threads: the products of 32 rows at once about 1.4x faster than those of 128).
+constexpr int kFwdChunkQAmx = 32;
 // With a causal mask or packed documents (doc_of_pos) the backward keeps 256-key tiles: more of its
 // tile pairs are skipped or run unmasked (S = 8192, 16 documents, causal: 4-9% faster than with 512
 // keys; the GPT's causal step at S = 1024 about 6% faster).
@@ -570,6 +574,8 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
   }
   if (path == Bf16Path::portable) return portable_fwd(p);
   const GemmFn gemm = gemm_of(path);
+  const bool amx = path == Bf16Path::amx;
+  const int fwd_chunk = amx ? kFwdChunkQAmx : kFwdBlockQ;
 
   const AttnTiling tile = WALLFACER_ISA::attn_fwd_bf16_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k;
@@ -624,35 +630,42 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
           d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.window, p.doc_of_pos,
           [&](int j0, int nk, const TileMask& mask) {
             const int jt = j0 / bk, nk2 = nk + nk % 2;
-            gemm({.m = nq,
-                  .n = nk,
-                  .kp = hd.d2 / 2,
-                  .a = qb,
-                  .lda = hd.d2,
-                  .b = pk.kd.data() + bhk * pk.kd_head + jt * pk.kd_tile,
-                  .ldb = 2 * bk,
-                  .c = s,
-                  .ldc = bk,
-                  .accumulate = false});
-            for (int i = 0; i < nq; ++i) {
-              float* srow = s + int64_t(i) * bk;
-              bf16* prow = pt + int64_t(i) * bk;
-              int lo = 0, hi = nk;
-              if (!mask.whole()) mask.keys(i, nk, &lo, &hi);
-              const float m_new = std::max(m[i], scaled_max(srow + lo, hi - lo, scale2));
-              if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
-                std::fill_n(prow, nk2, bf16{});
-                continue;
-              }
-              const float alpha = exp2_approx(m[i] - m_new);
-              const float sum = exp_round_sum(srow + lo, hi - lo, scale2, m_new, prow + lo);
-              std::fill(prow, prow + lo, bf16{});
-              std::fill(prow + hi, prow + nk2, bf16{});
-              l[i] = l[i] * alpha + sum;
-              m[i] = m_new;
-              if (alpha != 1.0f) {
-                float* orow = oacc + int64_t(i) * D;
-                for (int e = 0; e < D; ++e) orow[e] *= alpha;
+            // S and the softmax rows a chunk of rows at a time (all of them but on the amx path,
+            // whose products outrun the cache: there 32 rows of S stay in L1 until read back).
+            for (int c0 = 0; c0 < nq; c0 += fwd_chunk) {
+              const int nc = std::min(fwd_chunk, nq - c0);
+              gemm({.m = nc,
+                    .n = nk,
+                    .kp = hd.d2 / 2,
+                    .a = qb + int64_t(c0) * hd.d2,
+                    .lda = hd.d2,
+                    .b = pk.kd.data() + bhk * pk.kd_head + jt * pk.kd_tile,
+                    .ldb = 2 * bk,
+                    .c = s,
+                    .ldc = bk,
+                    .accumulate = false});
+              for (int i = c0; i < c0 + nc; ++i) {
+                float* srow = s + int64_t(i - c0) * bk;
+                bf16* prow = pt + int64_t(i) * bk;
+                int lo = 0, hi = nk;
+                if (!mask.whole()) mask.keys(i, nk, &lo, &hi);
+                const float m_new = std::max(m[i], scaled_max(srow + lo, hi - lo, scale2));
+                if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
+                  std::fill_n(prow, nk2, bf16{});
+                  continue;
+                }
+                const float alpha = exp2_approx(m[i] - m_new);
+                const float sum = amx ? detail::bf16_exp2_round_sum_amx(srow + lo, hi - lo, scale2,
+                                                                        m_new, prow + lo)
+                                      : exp_round_sum(srow + lo, hi - lo, scale2, m_new, prow + lo);
+                std::fill(prow, prow + lo, bf16{});
+                std::fill(prow + hi, prow + nk2, bf16{});
+                l[i] = l[i] * alpha + sum;
+                m[i] = m_new;
+                if (alpha != 1.0f) {
+                  float* orow = oacc + int64_t(i) * D;
+                  for (int e = 0; e < D; ++e) orow[e] *= alpha;
+                }
               }
             }
             gemm({.m = nq,

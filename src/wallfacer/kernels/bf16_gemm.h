@@ -49,4 +49,13 @@ bool bf16_gemm_avx512_built();
 void bf16_gemm_amx(const Bf16Gemm& g);
 bool bf16_gemm_amx_built();
 
+// The forward's softmax row on the amx path (bf16_gemm_amx.cpp, AVX-512 with AVX512-BF16):
+// pt[j] = bf16(2^(s[j] scale - shift)) for j < n, returns the fp32 sum of the rounded values.
+// 2^x is exp2_approx's (kernels/vec_math.h: the same clamp at -127, rounding of x, polynomial)
+// with 2^n applied by VSCALEFPS and the rounding to bf16 by VCVTNEPS2BF16, which reads subnormal
+// values as zero: results below 2^-126 become 0 where exp2_approx and to_bf16 would keep a
+// subnormal bf16; the rest agree with bf16(exp2_approx(...)) to within an fp32 rounding before the
+// bf16 one (s scale - shift is one fused step here).
+float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, bf16* pt);
+
 }  // namespace wallfacer::kernels::detail

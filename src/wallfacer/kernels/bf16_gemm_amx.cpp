@@ -1,14 +1,20 @@
-// The AMX code path of bf16_gemm.h. This file alone is compiled with
-// -mamx-tile -mamx-bf16 -mavx512f (no -march), so the rest of the program runs on any x86-64; it is
-// called only after bf16_amx_available() (kernels/attention_bf16.h) said yes, which includes the
-// kernel's permission to use the tile registers.
+// The AMX code path of bf16_gemm.h. This file alone is compiled with -mamx-tile -mamx-bf16
+// -mavx512f -mavx512bf16 -mavx512vl -mavx512bw (no -march), so the rest of the program runs on any
+// x86-64; it is called only after bf16_amx_available() (kernels/attention_bf16.h) said yes, which
+// includes avx512_bf16 and the kernel's permission to use the tile registers.
 //
 // The 8 tile registers: C 0-3 (a 32 x 32 block of C as 2 x 2 tiles of 16 x 16 fp32), A 4-5 (16 rows
 // by 16 pairs), B 6-7 (16 pairs of rows by 16 columns, the pair layout of Bf16Gemm, which is the
 // layout TDPBF16PS reads). Every tile is configured whole (16 rows of 64 bytes) for the whole call;
 // tiles at the edges of A, B and C go through zero-padded copies on the thread's stack.
 
+// GCC 12's AVX-512 intrinsics start their results from _mm512_undefined_*(), which
+// -W(maybe-)uninitialized report once they are inlined here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cstdint>
@@ -159,9 +165,43 @@ void block(const Bf16Gemm& g, int i0, int c0, EdgeTiles& e) {
   if constexpr (MT > 1 && NT > 1) WF_C_FINISH(WF_C11, i0 + 16, c0 + 16, e.c[3]);
 }
 
+// Steps of bf16_exp2_round_sum_amx on 16 lanes: the lanes of `keep` of bf16(2^(x scale - shift))
+// stored at pt, their widened values added to sum.
+inline void exp2_round_step(__m512 s, __m512 scale, __m512 shift, bf16* pt, __mmask16 keep,
+                            __m512& sum) {
+  const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(s, scale, shift), _mm512_set1_ps(-127.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_sub_ps(x, n);  // exact, |r| <= 1/2
+  __m512 p = _mm512_set1_ps(1.339086336e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.676031918e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550357114e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402210749e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471880e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000075e+0f));
+  const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_scalef_ps(p, n));
+  _mm256_mask_storeu_epi16(pt, keep, b);
+  const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(keep, back));
+}
+
 }  // namespace
 
 bool bf16_gemm_amx_built() { return true; }
+
+float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, bf16* pt) {
+  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  int j = 0;
+  for (; j + 32 <= n; j += 32) {
+    exp2_round_step(_mm512_loadu_ps(s + j), vscale, vshift, pt + j, 0xffff, sum0);
+    exp2_round_step(_mm512_loadu_ps(s + j + 16), vscale, vshift, pt + j + 16, 0xffff, sum1);
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 keep = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+    exp2_round_step(_mm512_maskz_loadu_ps(keep, s + j), vscale, vshift, pt + j, keep, sum0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+}
 
 void bf16_gemm_amx(const Bf16Gemm& g) {
   if (g.m <= 0 || g.n <= 0) return;

@@ -56,6 +56,7 @@ const char* amx_missing() {
   static const char* const why = []() -> const char* {
     if (!detail::bf16_gemm_amx_built()) return "this build has no AMX code";
     if (!cpu_reports_amx()) return "this CPU does not report amx_bf16 and amx_tile";
+    if (!bf16_avx512_available()) return "this CPU does not report avx512_bf16";
     if (!kernel_grants_amx()) return "the kernel refused the AMX tile state (arch_prctl)";
     return nullptr;
   }();
