@@ -55,7 +55,7 @@ constexpr float kLn2 = 0.693147180559945309f;
 constexpr int kFwdBlockQ = 128, kFwdBlockK = 256;
 // On the amx path the forward computes S and its softmax rows for this many query rows at a time:
 // 32 x 256 fp32 scores (32 KiB) stay in L1 between the product and the softmax (S = 4096 causal,
-// 2 threads: the products of 32 rows at once about 1.4x faster than those of 128).
+// 2 threads, Xeon with AMX: the forward 3% faster than with 128 rows, 16 and 64 in between).
 constexpr int kFwdChunkQAmx = 32;
 // With a causal mask or packed documents (doc_of_pos) the backward keeps 256-key tiles: more of its
 // tile pairs are skipped or run unmasked (S = 8192, 16 documents, causal: 4-9% faster than with 512
