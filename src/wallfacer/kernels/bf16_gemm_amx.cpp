@@ -165,10 +165,9 @@ void block(const Bf16Gemm& g, int i0, int c0, EdgeTiles& e) {
   if constexpr (MT > 1 && NT > 1) WF_C_FINISH(WF_C11, i0 + 16, c0 + 16, e.c[3]);
 }
 
-// Steps of bf16_exp2_round_sum_amx on 16 lanes: the lanes of `keep` of bf16(2^(x scale - shift))
-// stored at pt, their widened values added to sum.
-inline void exp2_round_step(__m512 s, __m512 scale, __m512 shift, bf16* pt, __mmask16 keep,
-                            __m512& sum) {
+// 2^(s scale - shift) on 16 lanes, in fp32: exp2_approx's steps (kernels/vec_math.h), 2^n applied
+// by VSCALEFPS.
+inline __m512 exp2_lanes(__m512 s, __m512 scale, __m512 shift) {
   const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(s, scale, shift), _mm512_set1_ps(-127.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 r = _mm512_sub_ps(x, n);  // exact, |r| <= 1/2
@@ -178,7 +177,23 @@ inline void exp2_round_step(__m512 s, __m512 scale, __m512 shift, bf16* pt, __mm
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402210749e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471880e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000075e+0f));
-  const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_scalef_ps(p, n));
+  return _mm512_scalef_ps(p, n);
+}
+
+// 32 values of bf16_exp2_round_sum_amx: rounded in one VCVTNE2PS2BF16, stored, and added to sum
+// by VDPBF16PS with ones (the products are exact; each lane adds a pair).
+inline void exp2_round_32(const float* s, __m512 scale, __m512 shift, bf16* pt, __m512& sum) {
+  const __m512bh b = _mm512_cvtne2ps_pbh(exp2_lanes(_mm512_loadu_ps(s + 16), scale, shift),
+                                         exp2_lanes(_mm512_loadu_ps(s), scale, shift));
+  _mm512_storeu_si512(static_cast<void*>(pt), (__m512i)b);
+  sum = _mm512_dpbf16_ps(sum, b, (__m512bh)_mm512_set1_epi16(0x3f80));  // bf16 1.0
+}
+
+// The lanes of `keep` of 16 values, stored, their widened values added to sum.
+inline void exp2_round_16(const float* s, __m512 scale, __m512 shift, bf16* pt, __mmask16 keep,
+                          __m512& sum) {
+  const __m256i b =
+      (__m256i)_mm512_cvtneps_pbh(exp2_lanes(_mm512_maskz_loadu_ps(keep, s), scale, shift));
   _mm256_mask_storeu_epi16(pt, keep, b);
   const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
   sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(keep, back));
@@ -192,13 +207,14 @@ float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, b
   const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
   int j = 0;
-  for (; j + 32 <= n; j += 32) {
-    exp2_round_step(_mm512_loadu_ps(s + j), vscale, vshift, pt + j, 0xffff, sum0);
-    exp2_round_step(_mm512_loadu_ps(s + j + 16), vscale, vshift, pt + j + 16, 0xffff, sum1);
+  for (; j + 64 <= n; j += 64) {
+    exp2_round_32(s + j, vscale, vshift, pt + j, sum0);
+    exp2_round_32(s + j + 32, vscale, vshift, pt + j + 32, sum1);
   }
+  for (; j + 32 <= n; j += 32) exp2_round_32(s + j, vscale, vshift, pt + j, sum0);
   for (; j < n; j += 16) {
     const __mmask16 keep = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
-    exp2_round_step(_mm512_maskz_loadu_ps(keep, s + j), vscale, vshift, pt + j, keep, sum0);
+    exp2_round_16(s + j, vscale, vshift, pt + j, keep, sum1);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
