@@ -232,7 +232,8 @@ TEST(Bf16Gemm, Avx512MatchesTheInstructionModelBitForBit) {
 // an fp32 chain of 2 kp + 1 roundings, |c - exact| <= (2 kp + 1) 2^-24 (|c0| + sum |a b|), on
 // magnitudes where nothing overflows or goes subnormal; edges of every kind (rows, columns, pairs
 // not multiples of 16, strides), C untouched with no pairs or zeroed without accumulate, and the
-// columns past n and rows past m never written.
+// columns past n and rows past m never written; bf16_gemm_amx_run block by block gives the same
+// bits.
 TEST(Bf16Gemm, AmxWithinAnFp32ChainOfTheExactSum) {
   if (!bf16_amx_available()) GTEST_SKIP() << "no AMX (amx_bf16, amx_tile) on this CPU, OS or build";
   int seed = 50;
@@ -250,6 +251,17 @@ TEST(Bf16Gemm, AmxWithinAnFp32ChainOfTheExactSum) {
       std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
       for (auto& x : c0) x = std::ldexp(dist(gen), 3);
       const auto x = run_gemm(GemmPath::amx, gc, a, b, c0);
+      // The same product block by block, last block first, under one tile configuration: the
+      // same bits.
+      std::vector<float> y = c0;
+      const detail::Bf16Gemm g{gc.m,     gc.n,   gc.kp,    a.data(), gc.lda,
+                               b.data(), gc.ldb, y.data(), gc.ldc,   gc.accumulate};
+      detail::bf16_amx_begin();
+      for (int blk = detail::bf16_gemm_amx_blocks(g) - 1; blk >= 0; --blk)
+        detail::bf16_gemm_amx_run(g, blk, 1);
+      detail::bf16_amx_end();
+      ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0)
+          << "blocks in steps differ, m " << gc.m << " n " << gc.n << " kp " << gc.kp;
       for (int i = 0; i < gc.m; ++i)
         for (int col = 0; col < gc.ldc; ++col) {
           const size_t at = size_t(i) * gc.ldc + col;

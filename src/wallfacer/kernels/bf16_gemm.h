@@ -49,6 +49,17 @@ bool bf16_gemm_avx512_built();
 void bf16_gemm_amx(const Bf16Gemm& g);
 bool bf16_gemm_amx_built();
 
+// The same product in steps, to interleave it with vector work on the calling thread (the AMX
+// unit computes while the vector units run the softmax): between bf16_amx_begin() (loads the tile
+// configuration) and bf16_amx_end() (releases the tiles), with no other tile user in between,
+// bf16_gemm_amx_run(g, first, count) computes blocks [first, first + count) of the
+// bf16_gemm_amx_blocks(g) blocks of C (32 x 32, columns outermost). Every block once, in any order
+// and split, gives the result of bf16_gemm_amx(g), bit for bit.
+void bf16_amx_begin();
+void bf16_amx_end();
+int bf16_gemm_amx_blocks(const Bf16Gemm& g);
+void bf16_gemm_amx_run(const Bf16Gemm& g, int first, int count);
+
 // The forward's softmax row on the amx path (bf16_gemm_amx.cpp, AVX-512 with AVX512-BF16):
 // pt[j] = bf16(2^(s[j] scale - shift)) for j < n, returns the fp32 sum of the rounded values.
 // 2^x is exp2_approx's (kernels/vec_math.h: the same clamp at -127, rounding of x, polynomial)

@@ -219,35 +219,51 @@ float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, b
   return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
 
-void bf16_gemm_amx(const Bf16Gemm& g) {
-  if (g.m <= 0 || g.n <= 0) return;
-  if (g.kp <= 0) {  // no steps: C untouched, or zero
-    if (!g.accumulate)
-      for (int i = 0; i < g.m; ++i) std::fill_n(g.c + i * g.ldc, g.n, 0.0f);
-    return;
-  }
-  // The configuration is loaded at every call (a tile user in between, oneDNN's among them, may
-  // have changed or released it) and the tiles released at the end.
+void bf16_amx_begin() {
   static const TileConfig config;
   _tile_loadconfig(&config);
-  EdgeTiles edges;
+}
+
+void bf16_amx_end() { _tile_release(); }
+
+int bf16_gemm_amx_blocks(const Bf16Gemm& g) {
+  if (g.m <= 0 || g.n <= 0) return 0;
+  return ((g.m + 31) / 32) * ((g.n + 31) / 32);
+}
+
+void bf16_gemm_amx_run(const Bf16Gemm& g, int first, int count) {
   // Blocks of 32 columns outermost: their slice of B (kp x 32 column pairs) stays in L1 across the
   // rows.
-  for (int c0 = 0; c0 < g.n; c0 += 32) {
-    const bool two_cols = c0 + 16 < g.n;
-    for (int i0 = 0; i0 < g.m; i0 += 32) {
-      const bool two_rows = i0 + 16 < g.m;
-      if (two_rows && two_cols)
-        block<2, 2>(g, i0, c0, edges);
-      else if (two_rows)
-        block<2, 1>(g, i0, c0, edges);
-      else if (two_cols)
-        block<1, 2>(g, i0, c0, edges);
-      else
-        block<1, 1>(g, i0, c0, edges);
+  const int row_blocks = (g.m + 31) / 32;
+  EdgeTiles edges;
+  for (int x = first; x < first + count; ++x) {
+    const int c0 = x / row_blocks * 32, i0 = x % row_blocks * 32;
+    if (g.kp <= 0) {  // no steps: C untouched, or zero
+      if (!g.accumulate)
+        for (int i = i0; i < std::min(g.m, i0 + 32); ++i)
+          std::fill_n(g.c + i * g.ldc + c0, std::min(32, g.n - c0), 0.0f);
+      continue;
     }
+    const bool two_cols = c0 + 16 < g.n, two_rows = i0 + 16 < g.m;
+    if (two_rows && two_cols)
+      block<2, 2>(g, i0, c0, edges);
+    else if (two_rows)
+      block<2, 1>(g, i0, c0, edges);
+    else if (two_cols)
+      block<1, 2>(g, i0, c0, edges);
+    else
+      block<1, 1>(g, i0, c0, edges);
   }
-  _tile_release();
+}
+
+void bf16_gemm_amx(const Bf16Gemm& g) {
+  const int blocks = bf16_gemm_amx_blocks(g);
+  if (blocks == 0) return;
+  // The configuration is loaded at every call (a tile user in between, oneDNN's among them, may
+  // have changed or released it) and the tiles released at the end.
+  bf16_amx_begin();
+  bf16_gemm_amx_run(g, 0, blocks);
+  bf16_amx_end();
 }
 
 }  // namespace wallfacer::kernels::detail
