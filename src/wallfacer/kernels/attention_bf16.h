@@ -15,9 +15,12 @@
 //                                 sums, online-softmax rescaling and delta are fp32.
 //
 // Three code paths:
-//   amx       where the CPU reports amx_bf16 and amx_tile and Linux grants the tile state: the
-//             kernels of the avx512 path with tile products on AMX tiles (TDPBF16PS, 16 x 16 fp32
-//             accumulators), the operands packed the same way.
+//   amx       where the CPU reports amx_bf16, amx_tile and avx512_bf16 and Linux grants the tile
+//             state: the kernels of the avx512 path with tile products on AMX tiles (TDPBF16PS,
+//             16 x 16 fp32 accumulators; the operands packed the same way) and the forward's
+//             softmax rows in AVX-512 (VCVTNE2PS2BF16), a chunk of 32 query rows at a time. On a
+//             Xeon with AMX (2 threads, S = 4096 causal, D = 64) about 3.5x the avx512 path and
+//             2.7x the portable one, forward and backward.
 //   avx512    where the CPU reports avx512_bf16: tiled kernels whose tile products are AVX512-BF16
 //             instructions (VDPBF16PS); the P tile (forward, backward) and the dS tile (backward)
 //             are rounded to bf16 before they enter the next product (on the amx path too).
@@ -62,9 +65,9 @@ enum class Bf16Path { portable, avx512, amx };
 Bf16Path bf16_path();
 // Whether this build and CPU can run the AVX512-BF16 path.
 bool bf16_avx512_available();
-// Whether this build, CPU and kernel can run the AMX path: the CPU reports amx_bf16 and amx_tile,
-// the OS saves the tile state and the process was granted it (arch_prctl(ARCH_REQ_XCOMP_PERM),
-// asked once per process, at the first call).
+// Whether this build, CPU and kernel can run the AMX path: the CPU reports amx_bf16, amx_tile and
+// avx512_bf16, the OS saves the tile state and the process was granted it
+// (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once per process, at the first call).
 bool bf16_amx_available();
 const char* bf16_path_name(Bf16Path path);
 
