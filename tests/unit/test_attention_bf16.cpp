@@ -313,6 +313,25 @@ TEST(Bf16Gemm, AmxSoftmaxRowWithinHalfABf16UnitOf2x) {
   }
 }
 
+// The amx path's row maximum: exactly the largest s[j] scale (-inf for no values), for lengths
+// around the vectors and the maximum anywhere in them.
+TEST(Bf16Gemm, AmxScaledMaxIsTheLargestScaledValue) {
+  if (!bf16_amx_available()) GTEST_SKIP() << "no AMX (amx_bf16, amx_tile) on this CPU, OS or build";
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<float> dist(-50.0f, -1.0f);
+  const float scale = 0.125f * 1.44269504f;
+  EXPECT_EQ(detail::bf16_scaled_max_amx(nullptr, 0, scale), kNegInf);
+  for (int n : {1, 15, 16, 17, 63, 64, 65, 100, 256})
+    for (int at : {0, n / 2, n - 1}) {
+      std::vector<float> sc(static_cast<size_t>(n));
+      for (auto& x : sc) x = dist(gen);
+      sc[size_t(at)] = -0.5f;
+      float want = kNegInf;
+      for (float x : sc) want = std::max(want, x * scale);
+      EXPECT_EQ(detail::bf16_scaled_max_amx(sc.data(), n, scale), want) << n << " " << at;
+    }
+}
+
 // --- Attention ----------------------------------------------------------------------------------
 
 // The paths a test runs: portable always, AVX512-BF16 and AMX where the CPU has them.

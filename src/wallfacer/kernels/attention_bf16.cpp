@@ -639,7 +639,9 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
               bf16* prow = pt + int64_t(i) * bk;
               int lo = 0, hi = nk;
               if (!mask.whole()) mask.keys(i, nk, &lo, &hi);
-              const float m_new = std::max(m[i], scaled_max(srow + lo, hi - lo, scale2));
+              const float m_new =
+                  std::max(m[i], amx ? detail::bf16_scaled_max_amx(srow + lo, hi - lo, scale2)
+                                     : scaled_max(srow + lo, hi - lo, scale2));
               if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
                 std::fill_n(prow, nk2, bf16{});
                 return;

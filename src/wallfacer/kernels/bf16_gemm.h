@@ -68,5 +68,7 @@ void bf16_gemm_amx_run(const Bf16Gemm& g, int first, int count);
 // subnormal bf16; the rest agree with bf16(exp2_approx(...)) to within an fp32 rounding before the
 // bf16 one (s scale - shift is one fused step here).
 float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, bf16* pt);
+// The largest s[j] scale for j < n (-inf when n = 0) on the amx path, as the kernel's scaled_max.
+float bf16_scaled_max_amx(const float* s, int n, float scale);
 
 }  // namespace wallfacer::kernels::detail

@@ -203,6 +203,24 @@ inline void exp2_round_16(const float* s, __m512 scale, __m512 shift, bf16* pt, 
 
 bool bf16_gemm_amx_built() { return true; }
 
+float bf16_scaled_max_amx(const float* s, int n, float scale) {
+  const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-__builtin_inff());
+  __m512 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+  int j = 0;
+  for (; j + 64 <= n; j += 64) {
+    m0 = _mm512_max_ps(m0, _mm512_mul_ps(_mm512_loadu_ps(s + j), vscale));
+    m1 = _mm512_max_ps(m1, _mm512_mul_ps(_mm512_loadu_ps(s + j + 16), vscale));
+    m2 = _mm512_max_ps(m2, _mm512_mul_ps(_mm512_loadu_ps(s + j + 32), vscale));
+    m3 = _mm512_max_ps(m3, _mm512_mul_ps(_mm512_loadu_ps(s + j + 48), vscale));
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 keep = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+    m0 =
+        _mm512_mask_max_ps(m0, keep, m0, _mm512_mul_ps(_mm512_maskz_loadu_ps(keep, s + j), vscale));
+  }
+  return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+}
+
 float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, bf16* pt) {
   const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
