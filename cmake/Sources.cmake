@@ -1,8 +1,8 @@
 # wallfacer_library_sources(OUT [MODULE]): the library's sources as they are compiled: every .cpp
 # under src/wallfacer (under src/wallfacer/MODULE only, with MODULE), the hot kernels
 # (WALLFACER_ISA_SOURCES) replaced by their per-level files (cmake/Isa.cmake), without the
-# *_avx512.cpp files (compiled apart with their own -m flags where the compiler has them;
-# src/wallfacer/CMakeLists.txt). The module libraries (cmake/Layers.cmake) and the fuzz build take
+# *_avx512.cpp and *_amx.cpp files (compiled apart with their own -m flags where the compiler has
+# them; src/wallfacer/CMakeLists.txt). The module libraries (cmake/Layers.cmake) and the fuzz build take
 # their sources from here.
 set(WALLFACER_ISA_SOURCES kernels/attention.cpp kernels/attention_bf16.cpp kernels/ops.cpp)  # below src/wallfacer
 
@@ -13,7 +13,7 @@ function(wallfacer_library_sources out)
     set(under ${dir}/${ARGV1})
   endif()
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${under}/*.cpp)
-  list(FILTER sources EXCLUDE REGEX "_avx512\\.cpp$")
+  list(FILTER sources EXCLUDE REGEX "_(avx512|amx)\\.cpp$")
   set(isa)
   foreach(src ${WALLFACER_ISA_SOURCES})
     set(path ${dir}/${src})

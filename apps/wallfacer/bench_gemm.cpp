@@ -42,7 +42,8 @@ int run_gemm_bench(const GemmBenchOptions& opt) {
         "# wallfacer bench gemm: dense products bf16 ({} path{}) vs fp32 (sgemm: {}), "
         "threads {}\n",
         kernels::bf16_path_name(path),
-        path == kernels::Bf16Path::avx512 ? fmt::format(", {}", kernels::dense_bf16_backend()) : "",
+        path != kernels::Bf16Path::portable ? fmt::format(", {}", kernels::dense_bf16_backend())
+                                            : "",
         kernels::sgemm_backend(), threads);
     fmt::print(
         "# out (N, OC) = inp (N, C) weight (OC, C)^T + bias; dinp = dout weight; dweight += dout^T "

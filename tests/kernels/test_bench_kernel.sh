@@ -43,7 +43,7 @@ assert len(rows) == 4, f"expected 4 rows (full, causal) x (fp32, bf16), got {len
 assert [(r["causal"], r["dtype"]) for r in rows] == [
     (False, "fp32"), (False, "bf16"), (True, "fp32"), (True, "bf16")], rows
 for fp32, bf16 in zip(rows[0::2], rows[1::2]):
-    assert bf16["bf16_path"] in ("avx512", "portable"), bf16
+    assert bf16["bf16_path"] in ("amx", "avx512", "portable"), bf16
     assert bf16["check_err"] <= bf16["check_tol"] <= 0.02, bf16
     assert bf16["check_err"] > 1e-5, "bf16 inputs against fp64 cannot agree to fp32 precision"
     for k in ["fwd", "bwd"]:

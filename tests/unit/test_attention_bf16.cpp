@@ -1,6 +1,7 @@
 // bf16 flash attention against the naive fp64 reference evaluated on the same bf16 inputs (widened
-// exactly), on both code paths; the bf16 type and the tile products underneath (the AVX512-BF16
-// ones against a model of the instruction, bit for bit). Tolerances: docs/numerics.md, "bf16
+// exactly), on every code path the CPU has (portable, avx512, amx); the bf16 type and the tile
+// products underneath (the AVX512-BF16 ones against a model of the instruction, bit for bit, the
+// AMX ones against the exact sum within an fp32 chain's bound). Tolerances: docs/numerics.md, "bf16
 // kernels".
 
 #include <fmt/format.h>
@@ -177,7 +178,7 @@ void instruction_model(const detail::Bf16Gemm& g) {
     }
 }
 
-enum class GemmPath { avx512, model };
+enum class GemmPath { avx512, amx, model };
 
 // Runs one product on a path; the B and C buffers are sized for the padding bf16_gemm.h allows.
 std::vector<float> run_gemm(GemmPath path, const GemmCase& gc, const std::vector<bf16>& a,
@@ -186,6 +187,8 @@ std::vector<float> run_gemm(GemmPath path, const GemmCase& gc, const std::vector
                      b.data(), gc.ldb, c.data(), gc.ldc,   gc.accumulate};
   if (path == GemmPath::avx512)
     detail::bf16_gemm_avx512(g);
+  else if (path == GemmPath::amx)
+    detail::bf16_gemm_amx(g);
   else
     instruction_model(g);
   return c;
@@ -223,12 +226,119 @@ TEST(Bf16Gemm, Avx512MatchesTheInstructionModelBitForBit) {
     }
 }
 
+// TDPBF16PS (the amx path) is not modelled bit for bit: on this CPU (Xeon with AMX) it matched
+// neither VDPBF16PS's model above nor the other orders tried (each pair's sum exact or rounded
+// before it is added). Against the exact sum in fp64 instead: every C element within the bound of
+// an fp32 chain of 2 kp + 1 roundings, |c - exact| <= (2 kp + 1) 2^-24 (|c0| + sum |a b|), on
+// magnitudes where nothing overflows or goes subnormal; edges of every kind (rows, columns, pairs
+// not multiples of 16, strides), C untouched with no pairs or zeroed without accumulate, and the
+// columns past n and rows past m never written; bf16_gemm_amx_run block by block gives the same
+// bits.
+TEST(Bf16Gemm, AmxWithinAnFp32ChainOfTheExactSum) {
+  if (!bf16_amx_available()) GTEST_SKIP() << "no AMX (amx_bf16, amx_tile) on this CPU, OS or build";
+  int seed = 50;
+  for (int range : {0, 20})
+    for (const GemmCase& gc :
+         {gemm_case(1, 1, 1, true), gemm_case(3, 17, 3, false), gemm_case(4, 64, 32, true),
+          gemm_case(9, 100, 33, true), gemm_case(13, 256, 128, true), gemm_case(6, 40, 1, true),
+          gemm_case(3, 20, 0, true), gemm_case(3, 20, 0, false), gemm_case(16, 16, 16, false),
+          gemm_case(32, 32, 16, true), gemm_case(33, 47, 17, true), gemm_case(128, 256, 32, false),
+          gemm_case(64, 64, 128, true), gemm_case(100, 64, 77, true)}) {
+      const auto a = random_bf16(size_t(gc.m) * gc.lda, seed++, range);
+      const auto b = random_bf16(size_t(gc.kp) * gc.ldb, seed++, range);
+      std::vector<float> c0(size_t(gc.m) * gc.ldc);
+      std::mt19937 gen(seed++);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (auto& x : c0) x = std::ldexp(dist(gen), 3);
+      const auto x = run_gemm(GemmPath::amx, gc, a, b, c0);
+      // The same product block by block, last block first, under one tile configuration: the
+      // same bits.
+      std::vector<float> y = c0;
+      const detail::Bf16Gemm g{gc.m,     gc.n,   gc.kp,    a.data(), gc.lda,
+                               b.data(), gc.ldb, y.data(), gc.ldc,   gc.accumulate};
+      detail::bf16_amx_begin();
+      for (int blk = detail::bf16_gemm_amx_blocks(g) - 1; blk >= 0; --blk)
+        detail::bf16_gemm_amx_run(g, blk, 1);
+      detail::bf16_amx_end();
+      ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0)
+          << "blocks in steps differ, m " << gc.m << " n " << gc.n << " kp " << gc.kp;
+      for (int i = 0; i < gc.m; ++i)
+        for (int col = 0; col < gc.ldc; ++col) {
+          const size_t at = size_t(i) * gc.ldc + col;
+          if (col >= gc.n) {
+            ASSERT_EQ(bits_of(x[at]), bits_of(c0[at])) << "written past n at " << i << ", " << col;
+            continue;
+          }
+          double exact = gc.accumulate ? c0[at] : 0.0, mag = std::fabs(exact);
+          for (int t = 0; t < 2 * gc.kp; ++t) {
+            const double p = double(to_float(a[size_t(i) * gc.lda + t])) *
+                             to_float(b[size_t(t / 2) * gc.ldb + 2 * col + t % 2]);
+            exact += p;
+            mag += std::fabs(p);
+          }
+          const double bound = (2 * gc.kp + 1) * std::ldexp(mag, -24);
+          ASSERT_LE(std::fabs(x[at] - exact), bound)
+              << "range " << range << " m " << gc.m << " n " << gc.n << " kp " << gc.kp << " at "
+              << i << ", " << col << ": amx " << x[at] << " exact " << exact;
+        }
+    }
+}
+
+// The amx path's softmax row: every value within half a bf16 unit (plus fp32's rounding) of 2^x in
+// fp64, zero where 2^x is below 2^-126 (subnormal) and exactly 0 far below; the returned sum is
+// that of the stored values; nothing written past n, for lengths around the 16-lane vectors.
+TEST(Bf16Gemm, AmxSoftmaxRowWithinHalfABf16UnitOf2x) {
+  if (!bf16_amx_available()) GTEST_SKIP() << "no AMX (amx_bf16, amx_tile) on this CPU, OS or build";
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(-200.0f, 20.0f);
+  const float scale = 0.125f * 1.44269504f, shift = 2.5f;
+  for (int n : {0, 1, 15, 16, 17, 31, 32, 33, 100, 256, 1000}) {
+    std::vector<float> sc(size_t(n) + 1);
+    for (auto& x : sc) x = dist(gen);
+    std::vector<bf16> pt(size_t(n) + 1, bf16{0x1234});
+    const float sum = detail::bf16_exp2_round_sum_amx(sc.data(), n, scale, shift, pt.data());
+    double stored = 0.0;
+    for (int j = 0; j < n; ++j) {
+      const double want = std::exp2(double(sc[j]) * scale - shift), got = to_float(pt[j]);
+      stored += got;
+      if (want < std::ldexp(1.0, -126)) {
+        EXPECT_TRUE(got == 0.0 || std::fabs(got - want) <= std::ldexp(want, -8)) << n << " " << j;
+        continue;
+      }
+      const double half_unit = std::ldexp(1.0, std::ilogb(want) - 8);  // of bf16's 8 bits
+      EXPECT_LE(std::fabs(got - want), half_unit + 1e-6 * want) << n << " at " << j;
+    }
+    EXPECT_EQ(pt[size_t(n)].bits, 0x1234) << "written past n = " << n;
+    EXPECT_NEAR(sum, stored, 1e-6 * stored) << n;
+  }
+}
+
+// The amx path's row maximum: exactly the largest s[j] scale (-inf for no values), for lengths
+// around the vectors and the maximum anywhere in them.
+TEST(Bf16Gemm, AmxScaledMaxIsTheLargestScaledValue) {
+  if (!bf16_amx_available()) GTEST_SKIP() << "no AMX (amx_bf16, amx_tile) on this CPU, OS or build";
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<float> dist(-50.0f, -1.0f);
+  const float scale = 0.125f * 1.44269504f;
+  EXPECT_EQ(detail::bf16_scaled_max_amx(nullptr, 0, scale), kNegInf);
+  for (int n : {1, 15, 16, 17, 63, 64, 65, 100, 256})
+    for (int at : {0, n / 2, n - 1}) {
+      std::vector<float> sc(static_cast<size_t>(n));
+      for (auto& x : sc) x = dist(gen);
+      sc[size_t(at)] = -0.5f;
+      float want = kNegInf;
+      for (float x : sc) want = std::max(want, x * scale);
+      EXPECT_EQ(detail::bf16_scaled_max_amx(sc.data(), n, scale), want) << n << " " << at;
+    }
+}
+
 // --- Attention ----------------------------------------------------------------------------------
 
-// The paths a test runs: portable always, AVX512-BF16 where the CPU has it.
+// The paths a test runs: portable always, AVX512-BF16 and AMX where the CPU has them.
 std::vector<const char*> paths() {
   std::vector<const char*> p{"portable"};
   if (bf16_avx512_available()) p.push_back("avx512");
+  if (bf16_amx_available()) p.push_back("amx");
   return p;
 }
 
@@ -679,7 +789,15 @@ TEST(AttnBf16, ChecksArguments) {
 TEST(AttnBf16, PathFromEnvironment) {
   {
     const ScopedEnv env("WALLFACER_BF16_PATH", nullptr);
-    EXPECT_EQ(bf16_path(), bf16_avx512_available() ? Bf16Path::avx512 : Bf16Path::portable);
+    EXPECT_EQ(bf16_path(), bf16_amx_available()      ? Bf16Path::amx
+                           : bf16_avx512_available() ? Bf16Path::avx512
+                                                     : Bf16Path::portable);
+  }
+  {
+    const ScopedEnv env("WALLFACER_BF16_PATH", "auto");
+    EXPECT_EQ(bf16_path(), bf16_amx_available()      ? Bf16Path::amx
+                           : bf16_avx512_available() ? Bf16Path::avx512
+                                                     : Bf16Path::portable);
   }
   {
     const ScopedEnv env("WALLFACER_BF16_PATH", "portable");
@@ -697,6 +815,21 @@ TEST(AttnBf16, PathFromEnvironment) {
       EXPECT_EQ(bf16_path(), Bf16Path::avx512);
     else
       EXPECT_THROW(bf16_path(), UsageError);
+  }
+  {
+    const ScopedEnv env("WALLFACER_BF16_PATH", "amx");
+    if (bf16_amx_available()) {
+      EXPECT_EQ(bf16_path(), Bf16Path::amx);
+      EXPECT_STREQ(bf16_path_name(Bf16Path::amx), "amx");
+    } else {
+      try {  // the message names what is missing
+        bf16_path();
+        ADD_FAILURE() << "WALLFACER_BF16_PATH=amx accepted without AMX";
+      } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("WALLFACER_BF16_PATH=amx, but"), std::string::npos)
+            << e.what();
+      }
+    }
   }
 }
 

@@ -135,6 +135,8 @@ class DenseBf16 : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     if (std::string(GetParam()) == "avx512" && !bf16_avx512_available())
       GTEST_SKIP() << "this CPU has no avx512_bf16";
+    if (std::string(GetParam()) == "amx" && !bf16_amx_available())
+      GTEST_SKIP() << "no AMX (amx_bf16, amx_tile) on this CPU, OS or build";
   }
 };
 
@@ -163,7 +165,7 @@ TEST_P(DenseBf16, EveryOpMatchesTheFp64ReferenceOnEveryShape) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, DenseBf16, ::testing::Values("portable", "avx512"),
+INSTANTIATE_TEST_SUITE_P(Paths, DenseBf16, ::testing::Values("portable", "avx512", "amx"),
                          [](const auto& path) { return std::string(path.param); });
 
 TEST(DenseBf16Paths, AgreeWithinTheToleranceOnAGptShape) {

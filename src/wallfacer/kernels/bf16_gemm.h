@@ -1,6 +1,7 @@
 #pragma once
-// Products of bf16 tiles with fp32 accumulation, with AVX512-BF16 instructions: the tile products
-// of the bf16 attention kernels' avx512 path (kernels/attention_bf16.cpp). Internal to the kernels.
+// Products of bf16 tiles with fp32 accumulation, with AVX512-BF16 or AMX instructions: the tile
+// products of the bf16 attention kernels' avx512 and amx paths (kernels/attention_bf16.cpp).
+// Internal to the kernels.
 //
 //   C (m x n, fp32) = [C +] A (m x 2 kp, bf16) B (2 kp x n, bf16)
 //
@@ -37,5 +38,37 @@ struct Bf16Gemm {
 // bf16_gemm_avx512_built() and the CPU reports avx512_bf16.
 void bf16_gemm_avx512(const Bf16Gemm& g);
 bool bf16_gemm_avx512_built();
+
+// AMX intrinsics (bf16_gemm_amx.cpp, compiled with its own -m flags): the same product with
+// TDPBF16PS on 16 x 16 tiles. Call only when bf16_amx_available() (kernels/attention_bf16.h), which
+// also holds the kernel's permission to use the tile registers. Each call loads the tile
+// configuration on the calling thread and releases the tiles before it returns. TDPBF16PS sums
+// each pair of products and the chain over t in fp32 like VDPBF16PS, but its order of rounding is
+// not documented bit for bit: the results agree with the avx512 path within a few fp32 roundings
+// (tests/unit/test_attention_bf16.cpp).
+void bf16_gemm_amx(const Bf16Gemm& g);
+bool bf16_gemm_amx_built();
+
+// The same product in steps, to interleave it with vector work on the calling thread (the AMX
+// unit computes while the vector units run the softmax): between bf16_amx_begin() (loads the tile
+// configuration) and bf16_amx_end() (releases the tiles), with no other tile user in between,
+// bf16_gemm_amx_run(g, first, count) computes blocks [first, first + count) of the
+// bf16_gemm_amx_blocks(g) blocks of C (32 x 32, columns outermost). Every block once, in any order
+// and split, gives the result of bf16_gemm_amx(g), bit for bit.
+void bf16_amx_begin();
+void bf16_amx_end();
+int bf16_gemm_amx_blocks(const Bf16Gemm& g);
+void bf16_gemm_amx_run(const Bf16Gemm& g, int first, int count);
+
+// The forward's softmax row on the amx path (bf16_gemm_amx.cpp, AVX-512 with AVX512-BF16):
+// pt[j] = bf16(2^(s[j] scale - shift)) for j < n, returns the fp32 sum of the rounded values.
+// 2^x is exp2_approx's (kernels/vec_math.h: the same clamp at -127, rounding of x, polynomial)
+// with 2^n applied by VSCALEFPS and the rounding to bf16 by VCVTNEPS2BF16, which reads subnormal
+// values as zero: results below 2^-126 become 0 where exp2_approx and to_bf16 would keep a
+// subnormal bf16; the rest agree with bf16(exp2_approx(...)) to within an fp32 rounding before the
+// bf16 one (s scale - shift is one fused step here).
+float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, bf16* pt);
+// The largest s[j] scale for j < n (-inf when n = 0) on the amx path, as the kernel's scaled_max.
+float bf16_scaled_max_amx(const float* s, int n, float scale);
 
 }  // namespace wallfacer::kernels::detail

@@ -311,7 +311,7 @@ void matmul_fwd_bf16(bf16* out, const bf16* inp, const bf16* weight, const float
       for (int o = 0; o < OC; ++o) out[n * OC + o] = bias ? to_bf16(bias[o]) : bf16{};
     return;
   }
-  if (bf16_path() == Bf16Path::avx512) {
+  if (bf16_path() != Bf16Path::portable) {  // avx512 or amx: oneDNN
     const Primitive& p =
         primitive_checked("matmul_fwd_bf16", bias ? Product::fwd_bias : Product::fwd, N, C, OC);
     run_checked("matmul_fwd_bf16", p, inp, weight, bias, out);
@@ -335,7 +335,7 @@ void matmul_bwd_bf16(bf16* dinp, float* dweight, float* dbias, const bf16* dout,
     if (dbias) column_sums(dbias, dout, N, OC);
     return;
   }
-  if (bf16_path() == Bf16Path::avx512) {
+  if (bf16_path() != Bf16Path::portable) {  // avx512 or amx: oneDNN
     if (dinp) {
       const Primitive& p = primitive_checked(
           "matmul_bwd_bf16", accumulate_dinp ? Product::dinp_accumulate : Product::dinp, N, C, OC);

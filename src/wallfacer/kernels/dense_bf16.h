@@ -6,10 +6,11 @@
 // and passes a bf16 copy (fp32_to_bf16); weight and bias gradients accumulate in fp32.
 //
 // Two code paths, chosen at each call like the bf16 attention (kernels/attention_bf16.h,
-// bf16_path()): WALLFACER_BF16_PATH unset or auto takes the AVX512-BF16 path where the CPU has
-// it, `portable` forces the portable path, `avx512` requires the other.
-//   avx512    oneDNN's matmul primitive (bf16 inputs, fp32 accumulation), one primitive per
-//             shape, created at its first use and kept;
+// bf16_path()): WALLFACER_BF16_PATH unset or auto takes the oneDNN path where the CPU has AMX or
+// AVX512-BF16, `portable` forces the portable path, `avx512` or `amx` requires the other.
+//   avx512, amx  oneDNN's matmul primitive (bf16 inputs, fp32 accumulation; oneDNN picks its AMX
+//             or AVX512-BF16 kernels by the CPU), one primitive per shape, created at its first
+//             use and kept;
 //   portable  the bf16 inputs widened to fp32 (exactly) in blocks of rows, then the fp32 kernels
 //             of kernels/ops.h (kernels/sgemm.h).
 // Both compute every product exactly and sum in fp32, in orders of their own: results agree to

@@ -1,0 +1,287 @@
+// The AMX code path of bf16_gemm.h. This file alone is compiled with -mamx-tile -mamx-bf16
+// -mavx512f -mavx512bf16 -mavx512vl -mavx512bw (no -march), so the rest of the program runs on any
+// x86-64; it is called only after bf16_amx_available() (kernels/attention_bf16.h) said yes, which
+// includes avx512_bf16 and the kernel's permission to use the tile registers.
+//
+// The 8 tile registers: C 0-3 (a 32 x 32 block of C as 2 x 2 tiles of 16 x 16 fp32), A 4-5 (16 rows
+// by 16 pairs), B 6-7 (16 pairs of rows by 16 columns, the pair layout of Bf16Gemm, which is the
+// layout TDPBF16PS reads). Every tile is configured whole (16 rows of 64 bytes) for the whole call;
+// tiles at the edges of A, B and C go through zero-padded copies on the thread's stack.
+
+// GCC 12's AVX-512 intrinsics start their results from _mm512_undefined_*(), which
+// -W(maybe-)uninitialized report once they are inlined here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "wallfacer/kernels/bf16_gemm.h"
+
+namespace wallfacer::kernels::detail {
+namespace {
+
+// Tile register numbers (gcc's intrinsics take them as literal tokens, hence macros).
+#define WF_C00 0
+#define WF_C01 1
+#define WF_C10 2
+#define WF_C11 3
+#define WF_A0 4
+#define WF_A1 5
+#define WF_B0 6
+#define WF_B1 7
+
+// The tile configuration (palette 1): every tile 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  TileConfig() {
+    for (int t = 0; t < 8; ++t) colsb[t] = 64, rows[t] = 16;
+  }
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Zero-padded copies of the edge tiles of one block.
+// (bytes: left uninitialised, each is written before it is read).
+struct alignas(64) EdgeTiles {
+  unsigned char a[2][1024], b[2][1024], c[4][1024];
+};
+
+// Where the A tile of rows [i0, i0 + 16) and pairs [t0, t0 + 16) is read from (a byte stride):
+// A itself when whole, else a zero-padded copy.
+inline const void* a_tile(const Bf16Gemm& g, int i0, int t0, unsigned char* pad, int64_t* stride) {
+  const bf16* src = g.a + i0 * g.lda + 2 * t0;
+  if (i0 + 16 <= g.m && t0 + 16 <= g.kp) {
+    *stride = g.lda * int64_t(sizeof(bf16));
+    return src;
+  }
+  const int rows = std::min(16, g.m - i0), pairs = std::min(16, g.kp - t0);
+  std::memset(pad, 0, 1024);
+  for (int r = 0; r < rows; ++r) std::memcpy(pad + 64 * r, src + r * g.lda, 4 * size_t(pairs));
+  *stride = 64;
+  return pad;
+}
+
+// The B tile of pairs [t0, t0 + 16) and columns [c0, c0 + 16) (readable whole, bf16_gemm.h).
+inline const void* b_tile(const Bf16Gemm& g, int t0, int c0, unsigned char* pad, int64_t* stride) {
+  const bf16* src = g.b + t0 * g.ldb + 2 * c0;
+  if (t0 + 16 <= g.kp) {
+    *stride = g.ldb * int64_t(sizeof(bf16));
+    return src;
+  }
+  const int pairs = g.kp - t0;
+  std::memset(pad, 0, 1024);
+  for (int t = 0; t < pairs; ++t) std::memcpy(pad + 64 * t, src + t * g.ldb, 64);
+  *stride = 64;
+  return pad;
+}
+
+inline bool c_whole(const Bf16Gemm& g, int i0, int c0) { return i0 + 16 <= g.m && c0 + 16 <= g.n; }
+
+// Where C tile (i0, c0) starts from with accumulate (null: from zero): C itself when whole, else
+// a zero-padded copy.
+inline const void* c_source(const Bf16Gemm& g, int i0, int c0, unsigned char* pad,
+                            int64_t* stride) {
+  if (!g.accumulate) return nullptr;
+  float* c = g.c + i0 * g.ldc + c0;
+  if (c_whole(g, i0, c0)) {
+    *stride = g.ldc * int64_t(sizeof(float));
+    return c;
+  }
+  const int rows = std::min(16, g.m - i0), cols = std::min(16, g.n - c0);
+  std::memset(pad, 0, 1024);
+  for (int r = 0; r < rows; ++r) std::memcpy(pad + 64 * r, c + r * g.ldc, 4 * size_t(cols));
+  *stride = 64;
+  return pad;
+}
+
+// Where C tile (i0, c0) is stored: C itself when whole, else the pad (then c_copy_back).
+inline void* c_dest(const Bf16Gemm& g, int i0, int c0, unsigned char* pad, int64_t* stride) {
+  if (c_whole(g, i0, c0)) {
+    *stride = g.ldc * int64_t(sizeof(float));
+    return g.c + i0 * g.ldc + c0;
+  }
+  *stride = 64;
+  return pad;
+}
+
+inline void c_copy_back(const Bf16Gemm& g, int i0, int c0, const unsigned char* pad) {
+  if (c_whole(g, i0, c0)) return;
+  float* c = g.c + i0 * g.ldc + c0;
+  const int rows = std::min(16, g.m - i0), cols = std::min(16, g.n - c0);
+  for (int r = 0; r < rows; ++r) std::memcpy(c + r * g.ldc, pad + 64 * r, 4 * size_t(cols));
+}
+
+#define WF_C_START(T, i0, c0, pad)                         \
+  do {                                                     \
+    int64_t stride_ = 0;                                   \
+    const void* src_ = c_source(g, i0, c0, pad, &stride_); \
+    if (src_)                                              \
+      _tile_loadd(T, src_, stride_);                       \
+    else                                                   \
+      _tile_zero(T);                                       \
+  } while (0)
+
+#define WF_C_FINISH(T, i0, c0, pad)                \
+  do {                                             \
+    int64_t stride_ = 0;                           \
+    void* dst_ = c_dest(g, i0, c0, pad, &stride_); \
+    _tile_stored(T, dst_, stride_);                \
+    c_copy_back(g, i0, c0, pad);                   \
+  } while (0)
+
+// One block of C: MT tiles of 16 rows from i0 by NT tiles of 16 columns from c0, over every pair.
+template <int MT, int NT>
+void block(const Bf16Gemm& g, int i0, int c0, EdgeTiles& e) {
+  WF_C_START(WF_C00, i0, c0, e.c[0]);
+  if constexpr (NT > 1) WF_C_START(WF_C01, i0, c0 + 16, e.c[1]);
+  if constexpr (MT > 1) WF_C_START(WF_C10, i0 + 16, c0, e.c[2]);
+  if constexpr (MT > 1 && NT > 1) WF_C_START(WF_C11, i0 + 16, c0 + 16, e.c[3]);
+  for (int t0 = 0; t0 < g.kp; t0 += 16) {
+    int64_t sa0, sa1, sb0, sb1;
+    _tile_loadd(WF_A0, a_tile(g, i0, t0, e.a[0], &sa0), sa0);
+    _tile_loadd(WF_B0, b_tile(g, t0, c0, e.b[0], &sb0), sb0);
+    _tile_dpbf16ps(WF_C00, WF_A0, WF_B0);
+    if constexpr (NT > 1) {
+      _tile_loadd(WF_B1, b_tile(g, t0, c0 + 16, e.b[1], &sb1), sb1);
+      _tile_dpbf16ps(WF_C01, WF_A0, WF_B1);
+    }
+    if constexpr (MT > 1) {
+      _tile_loadd(WF_A1, a_tile(g, i0 + 16, t0, e.a[1], &sa1), sa1);
+      _tile_dpbf16ps(WF_C10, WF_A1, WF_B0);
+      if constexpr (NT > 1) _tile_dpbf16ps(WF_C11, WF_A1, WF_B1);
+    }
+  }
+  WF_C_FINISH(WF_C00, i0, c0, e.c[0]);
+  if constexpr (NT > 1) WF_C_FINISH(WF_C01, i0, c0 + 16, e.c[1]);
+  if constexpr (MT > 1) WF_C_FINISH(WF_C10, i0 + 16, c0, e.c[2]);
+  if constexpr (MT > 1 && NT > 1) WF_C_FINISH(WF_C11, i0 + 16, c0 + 16, e.c[3]);
+}
+
+// 2^(s scale - shift) on 16 lanes, in fp32: exp2_approx's steps (kernels/vec_math.h), 2^n applied
+// by VSCALEFPS.
+inline __m512 exp2_lanes(__m512 s, __m512 scale, __m512 shift) {
+  const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(s, scale, shift), _mm512_set1_ps(-127.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_sub_ps(x, n);  // exact, |r| <= 1/2
+  __m512 p = _mm512_set1_ps(1.339086336e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.676031918e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550357114e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402210749e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471880e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000075e+0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// 32 values of bf16_exp2_round_sum_amx: rounded in one VCVTNE2PS2BF16, stored, and added to sum
+// by VDPBF16PS with ones (the products are exact; each lane adds a pair).
+inline void exp2_round_32(const float* s, __m512 scale, __m512 shift, bf16* pt, __m512& sum) {
+  const __m512bh b = _mm512_cvtne2ps_pbh(exp2_lanes(_mm512_loadu_ps(s + 16), scale, shift),
+                                         exp2_lanes(_mm512_loadu_ps(s), scale, shift));
+  _mm512_storeu_si512(static_cast<void*>(pt), (__m512i)b);
+  sum = _mm512_dpbf16_ps(sum, b, (__m512bh)_mm512_set1_epi16(0x3f80));  // bf16 1.0
+}
+
+// The lanes of `keep` of 16 values, stored, their widened values added to sum.
+inline void exp2_round_16(const float* s, __m512 scale, __m512 shift, bf16* pt, __mmask16 keep,
+                          __m512& sum) {
+  const __m256i b =
+      (__m256i)_mm512_cvtneps_pbh(exp2_lanes(_mm512_maskz_loadu_ps(keep, s), scale, shift));
+  _mm256_mask_storeu_epi16(pt, keep, b);
+  const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(keep, back));
+}
+
+}  // namespace
+
+bool bf16_gemm_amx_built() { return true; }
+
+float bf16_scaled_max_amx(const float* s, int n, float scale) {
+  const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-__builtin_inff());
+  __m512 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+  int j = 0;
+  for (; j + 64 <= n; j += 64) {
+    m0 = _mm512_max_ps(m0, _mm512_mul_ps(_mm512_loadu_ps(s + j), vscale));
+    m1 = _mm512_max_ps(m1, _mm512_mul_ps(_mm512_loadu_ps(s + j + 16), vscale));
+    m2 = _mm512_max_ps(m2, _mm512_mul_ps(_mm512_loadu_ps(s + j + 32), vscale));
+    m3 = _mm512_max_ps(m3, _mm512_mul_ps(_mm512_loadu_ps(s + j + 48), vscale));
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 keep = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+    m0 =
+        _mm512_mask_max_ps(m0, keep, m0, _mm512_mul_ps(_mm512_maskz_loadu_ps(keep, s + j), vscale));
+  }
+  return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+}
+
+float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, bf16* pt) {
+  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  int j = 0;
+  for (; j + 64 <= n; j += 64) {
+    exp2_round_32(s + j, vscale, vshift, pt + j, sum0);
+    exp2_round_32(s + j + 32, vscale, vshift, pt + j + 32, sum1);
+  }
+  for (; j + 32 <= n; j += 32) exp2_round_32(s + j, vscale, vshift, pt + j, sum0);
+  for (; j < n; j += 16) {
+    const __mmask16 keep = n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - j)) - 1);
+    exp2_round_16(s + j, vscale, vshift, pt + j, keep, sum1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+}
+
+void bf16_amx_begin() {
+  static const TileConfig config;
+  _tile_loadconfig(&config);
+}
+
+void bf16_amx_end() { _tile_release(); }
+
+int bf16_gemm_amx_blocks(const Bf16Gemm& g) {
+  if (g.m <= 0 || g.n <= 0) return 0;
+  return ((g.m + 31) / 32) * ((g.n + 31) / 32);
+}
+
+void bf16_gemm_amx_run(const Bf16Gemm& g, int first, int count) {
+  // Blocks of 32 columns outermost: their slice of B (kp x 32 column pairs) stays in L1 across the
+  // rows.
+  const int row_blocks = (g.m + 31) / 32;
+  EdgeTiles edges;
+  for (int x = first; x < first + count; ++x) {
+    const int c0 = x / row_blocks * 32, i0 = x % row_blocks * 32;
+    if (g.kp <= 0) {  // no steps: C untouched, or zero
+      if (!g.accumulate)
+        for (int i = i0; i < std::min(g.m, i0 + 32); ++i)
+          std::fill_n(g.c + i * g.ldc + c0, std::min(32, g.n - c0), 0.0f);
+      continue;
+    }
+    const bool two_cols = c0 + 16 < g.n, two_rows = i0 + 16 < g.m;
+    if (two_rows && two_cols)
+      block<2, 2>(g, i0, c0, edges);
+    else if (two_rows)
+      block<2, 1>(g, i0, c0, edges);
+    else if (two_cols)
+      block<1, 2>(g, i0, c0, edges);
+    else
+      block<1, 1>(g, i0, c0, edges);
+  }
+}
+
+void bf16_gemm_amx(const Bf16Gemm& g) {
+  const int blocks = bf16_gemm_amx_blocks(g);
+  if (blocks == 0) return;
+  // The configuration is loaded at every call (a tile user in between, oneDNN's among them, may
+  // have changed or released it) and the tiles released at the end.
+  bf16_amx_begin();
+  bf16_gemm_amx_run(g, 0, blocks);
+  bf16_amx_end();
+}
+
+}  // namespace wallfacer::kernels::detail
