@@ -11,7 +11,9 @@
 // GCC 12's AVX-512 intrinsics start their results from _mm512_undefined_*(), which
 // -W(maybe-)uninitialized report once they are inlined here.
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // clang has no such warning (and would warn about the name)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
