@@ -76,13 +76,22 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
           cal.has_intra ? cal.intra.bandwidth / cal.inter.bandwidth : 1.0);
     }
     if (other_node < P)
+      fmt::print("  between nodes, a card streams {:.2f} MB/s (4 MB messages alone; the ping-pong's "
+                 "fit: {:.2f}): the cluster's bandwidth between nodes is the lower\n",
+                 c.inter.bandwidth / 1e6, cal.inter.bandwidth / 1e6);
+    if (cal.team_size > 0)
       fmt::print(
-          "  both ways: rank 0 sends {:.2f} MB/s to rank {} alone, the two send {:.2f} MB/s to "
-          "each "
-          "other at once: {}\n",
-          cal.duplex.alone / 1e6, other_node, cal.duplex.together / 1e6,
-          c.inter_shared_duplex ? "the directions share the cards (shared_duplex)"
-                                : "the cards are full duplex");
+          "  teams of {} ranks on {} nodes, every team at once: all-gather then reduce-scatter of "
+          "{} KB per rank, {:.1f} + {:.1f} ms (mean of {} rounds); the planner's model gives "
+          "{:.1f} ms with full duplex cards, {:.1f} ms where an exchange both ways takes all of "
+          "the other direction: {}\n",
+          cal.team_size, cal.team_size, cal.team_floats * sizeof(float) / 1024,
+          cal.team_allgather_s * 1e3, cal.team_reduce_scatter_s * 1e3, cal.team_rounds,
+          cal.team_predicted_full_duplex_s * 1e3, cal.team_predicted_shared_s * 1e3,
+          c.inter_shared_duplex
+              ? fmt::format("the directions share the cards, duplex_sharing = {:.2f}",
+                            c.inter_duplex_sharing)
+              : std::string("the cards are full duplex"));
     if (cal.pair.transfers >= 2)
       fmt::print(
           "  pairs of nodes: rank 0 sends {:.2f} MB/s to node 1 alone, {:.2f} MB/s to {} nodes at "

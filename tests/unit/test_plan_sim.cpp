@@ -385,13 +385,29 @@ TEST(PlanCalibrate, DevicesPerNic) {
   EXPECT_TRUE(pair_capped(3, 1e8, 2.5e8));
   EXPECT_FALSE(pair_capped(3, 1e8, 1.1e8));
   EXPECT_FALSE(pair_capped(1, 1e8, 5e8));
-  // Both ways at once: together (both directions) against one direction alone.
-  EXPECT_TRUE(shared_duplex(1e8, 1e8));   // half each way
-  EXPECT_FALSE(shared_duplex(1e8, 2e8));  // full duplex
-  EXPECT_DOUBLE_EQ(duplex_sharing(1e8, 1e8), 1.0);
-  EXPECT_DOUBLE_EQ(duplex_sharing(1e8, 2e8), 0.0);
-  EXPECT_DOUBLE_EQ(duplex_sharing(1e8, 1.6e8), 0.25);  // each way at 0.8: 1 / (1 + 0.25)
-  EXPECT_DOUBLE_EQ(duplex_sharing(1e8, 0.5e8), 1.0);   // slower still: clamped
+}
+
+// The duplex share fitted to measured collectives: bisection where the prediction grows with the
+// share, clamped to [0, 1] where the measured time lies outside what the shares predict.
+TEST(PlanCalibrate, DuplexSharingFittedToTheMeasuredTime) {
+  auto linear = [](double s) { return 2.0 + 2.0 * s; };  // full duplex 2 s, a full share 4 s
+  EXPECT_NEAR(fit_duplex_sharing(linear, 3.0), 0.5, 1e-9);
+  EXPECT_NEAR(fit_duplex_sharing(linear, 2.5), 0.25, 1e-9);
+  EXPECT_EQ(fit_duplex_sharing(linear, 1.5), 0.0);  // faster than full duplex
+  EXPECT_EQ(fit_duplex_sharing(linear, 5.0), 1.0);  // slower than a full share
+  auto curved = [](double s) { return 1.0 / (1.0 - 0.5 * s); };  // 1 s to 2 s
+  EXPECT_NEAR(fit_duplex_sharing(curved, 1.6), 0.75, 1e-9);
+}
+
+// A card that lets a message's first bytes through at a burst rate: the ping-pong's fit is above
+// what long messages stream at, and the lower, streaming rate is the bandwidth; the fastest of the
+// streaming probes counts (a slower one lost its core); none measured, the fit stands.
+TEST(PlanCalibrate, StreamingBandwidthBelowTheFit) {
+  EXPECT_DOUBLE_EQ(streaming_bandwidth(6.56e6, {5.99e6, 6.03e6}), 6.03e6);
+  EXPECT_DOUBLE_EQ(streaming_bandwidth(6.56e6, {5.99e6, 0}), 5.99e6);
+  EXPECT_DOUBLE_EQ(streaming_bandwidth(6.0e6, {6.5e6}), 6.0e6);  // the fit is lower: kept
+  EXPECT_DOUBLE_EQ(streaming_bandwidth(6.0e6, {0, 0}), 6.0e6);
+  EXPECT_DOUBLE_EQ(streaming_bandwidth(6.0e6, {}), 6.0e6);
 }
 
 TEST(Stats, Median) {

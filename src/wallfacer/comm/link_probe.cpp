@@ -48,22 +48,18 @@ double from_rank(Communicator& world, int a, double t) {
 }
 
 // Seconds until the last receiver has its message when every (source, destination) pair of
-// `pairs` sends kTransferCount floats at once (each rank posts all of its transfers, then waits),
-// `rounds` times back to back.
-double timed_transfers(Communicator& world, const std::vector<std::pair<int, int>>& pairs,
-                       int rounds = 1) {
+// `pairs` sends kTransferCount floats at once (each rank posts all of its transfers, then waits).
+double timed_transfers(Communicator& world, const std::vector<std::pair<int, int>>& pairs) {
   const int rank = world.rank();
   std::vector<float> buf(static_cast<size_t>(kTransferCount)), got(buf.size());
   world.barrier();
   Timer t;
-  for (int round = 0; round < rounds; ++round) {
-    std::vector<Request> reqs;
-    for (auto [src, dst] : pairs) {
-      if (rank == src) reqs.push_back(world.isend(buf.data(), kTransferCount, dst, kTransferTag));
-      if (rank == dst) reqs.push_back(world.irecv(got.data(), kTransferCount, src, kTransferTag));
-    }
-    for (auto& r : reqs) r.wait();
+  std::vector<Request> reqs;
+  for (auto [src, dst] : pairs) {
+    if (rank == src) reqs.push_back(world.isend(buf.data(), kTransferCount, dst, kTransferTag));
+    if (rank == dst) reqs.push_back(world.irecv(got.data(), kTransferCount, src, kTransferTag));
   }
+  for (auto& r : reqs) r.wait();
   std::vector<double> took(size_t(world.size()), 0.0);
   took[size_t(rank)] = t.seconds();
   world.all_reduce_sum(took.data(), int64_t(took.size()));
@@ -118,14 +114,6 @@ Spread card_share(Communicator& world, const Topology& topo) {
   for (size_t i = 0; i < std::min(node0.size(), node1.size()); ++i)
     pairs.emplace_back(node0[i], node1[i]);
   return measure_spread(world, pairs);
-}
-
-Spread both_ways(Communicator& world, int a, int b) {
-  Spread s = measure_spread(world, {{a, b}, {b, a}});
-  constexpr int kRounds = 4;
-  const double bytes = kRounds * 2.0 * double(kTransferCount) * sizeof(float);
-  s.together = std::min(s.together, bytes / timed_transfers(world, {{a, b}, {b, a}}, kRounds));
-  return s;
 }
 
 Spread pair_cap(Communicator& world, const Topology& topo) {

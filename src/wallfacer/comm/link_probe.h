@@ -38,11 +38,6 @@ Spread measure_spread(Communicator& world, const std::vector<std::pair<int, int>
 // more).
 Spread card_share(Communicator& world, const Topology& topo);
 
-// Ranks a and b sending to each other: a to b alone, then both ways at once, the slower of one
-// exchange and four back to back (over TCP on shaped cards an exchange both ways runs at half
-// rate in most rounds and at full rate in some; back-to-back collectives meet the half rate).
-Spread both_ways(Communicator& world, int a, int b);
-
 // Whether the traffic between two nodes is capped below the card (a per-flow limit): the first
 // rank of node 0 streams to the first rank of node 1 alone, then to the first rank of every other
 // node at once (three nodes or more).

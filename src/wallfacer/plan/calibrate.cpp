@@ -50,6 +50,12 @@ Link fit_link(const std::vector<double>& bytes, const std::vector<double>& in_se
   return {1.0 / slope, std::max(0.0, latency)};
 }
 
+double streaming_bandwidth(double fitted, const std::vector<double>& streaming) {
+  WF_CHECK(fitted > 0, "streaming_bandwidth: a fitted bandwidth of {}", fitted);
+  const double fastest = streaming.empty() ? 0.0 : *std::max_element(streaming.begin(), streaming.end());
+  return fastest > 0 ? std::min(fitted, fastest) : fitted;
+}
+
 int devices_per_nic(int transfers, double alone, double together, int per_node) {
   if (transfers <= 1 || together <= 0) return per_node;
   const double n = std::clamp(double(transfers) * alone / together, 1.0, double(transfers));
@@ -62,10 +68,15 @@ bool pair_capped(int transfers, double alone, double together) {
   return transfers >= 2 && together > 1.3 * alone;
 }
 
-bool shared_duplex(double alone, double together) { return together > 0 && together < 1.5 * alone; }
-
-double duplex_sharing(double alone, double together) {
-  return together > 0 ? std::clamp(2 * alone / together - 1, 0.0, 1.0) : 1.0;
+double fit_duplex_sharing(const std::function<double(double)>& predicted, double measured) {
+  if (measured <= predicted(0.0)) return 0.0;
+  if (measured >= predicted(1.0)) return 1.0;
+  double lo = 0, hi = 1;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (predicted(mid) < measured ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
 }
 
 }  // namespace wallfacer::plan

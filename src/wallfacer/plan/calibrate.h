@@ -1,6 +1,7 @@
 #pragma once
 // Fitting measurements to the cost model's parameters (no MPI here: tune/tune.h measures).
 
+#include <functional>
 #include <vector>
 
 #include "wallfacer/plan/cluster.h"
@@ -16,6 +17,11 @@ namespace wallfacer::plan {
 // size (the machine was too busy to measure).
 Link fit_link(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
+// A link's bandwidth for messages that follow one another: `fitted` (fit_link's, from one message
+// at a time), or the fastest of the rates measured for a long transfer alone (`streaming`, bytes/s;
+// zeros: not measured) where that is lower; `fitted` where none was measured.
+double streaming_bandwidth(double fitted, const std::vector<double>& streaming);
+
 // Devices behind one network card, from `transfers` ranks of a node each sending to another node,
 // one alone (`alone` bytes/s) and all at once (`together`, summed): `transfers` when together they
 // get what one gets alone, 1 when each gets what one gets alone; in between, rounded down to a
@@ -26,12 +32,11 @@ int devices_per_nic(int transfers, double alone, double together, int per_node);
 // clearly more than it gets to one node: the traffic of each node pair is capped below the card.
 bool pair_capped(int transfers, double alone, double together);
 
-// Whether two ranks of different nodes sending to each other at once (`together`, both
-// directions summed) get clearly less than twice what one direction gets alone (`alone`): their
-// cards' rate is shared by the two directions (Cluster::inter_shared_duplex).
-bool shared_duplex(double alone, double together);
-// How much of the other direction each takes then (Cluster::inter_duplex_sharing): each direction
-// moves at together / 2 = alone / (1 + sharing), so sharing = 2 alone / together - 1, within [0, 1].
-double duplex_sharing(double alone, double together);
+// The share of the other direction (Cluster::inter_duplex_sharing) that makes `predicted(s)`, the
+// planner's time for collectives measured at `measured` seconds, equal to it: predicted grows with
+// s, so bisection on [0, 1]; 0 where even full duplex predicts the measured time or more, 1 where
+// even a full share predicts less. Below kMinDuplexSharing the cards count as full duplex.
+inline constexpr double kMinDuplexSharing = 0.1;
+double fit_duplex_sharing(const std::function<double(double)>& predicted, double measured);
 
 }  // namespace wallfacer::plan

@@ -144,6 +144,10 @@ Cluster describe_machine(const Calibration& cal) {
   c.dtype_bytes = 4;
   c.intra = link;
   c.inter = cal.inter;  // one node: the same as inside it
+  // Between nodes, the card's rate is what 4 MB messages stream at (the fastest of the probes
+  // that send one alone) where that is below the ping-pong's fit: a shaped card lets the first
+  // bytes of a message through at a burst rate that back-to-back messages never see again.
+  if (topo.nodes() > 1) c.inter.bandwidth = streaming_bandwidth(c.inter.bandwidth, {cal.share.alone, cal.pair.alone});
   c.devices_per_nic = c.devices_per_node;
   if (topo.nodes() > 1) {
     // Ranks are the devices: a node holds as many as the job put there.
@@ -152,8 +156,6 @@ Cluster describe_machine(const Calibration& cal) {
     c.memory_reserved = 0.1 * c.memory;
     c.devices_per_nic =
         devices_per_nic(cal.share.transfers, cal.share.alone, cal.share.together, per_node);
-    c.inter_shared_duplex = shared_duplex(cal.duplex.alone, cal.duplex.together);
-    c.inter_duplex_sharing = duplex_sharing(cal.duplex.alone, cal.duplex.together);
     if (pair_capped(cal.pair.transfers, cal.pair.alone, cal.pair.together)) {
       // The ping-pong and the card test ran between two nodes: they saw the pair's cap. The card
       // carries at least what rank 0 sent to all nodes at once; which ranks share it cannot be
@@ -166,9 +168,11 @@ Cluster describe_machine(const Calibration& cal) {
   return c;
 }
 
-// The all-gather of `bytes` per rank over every rank of the job, as the planner predicts it on
-// `cluster`: the ranks are the devices of their nodes, in rank order.
-double predict_allgather(const Cluster& cluster, const comm::Topology& topo, double bytes) {
+// The time of one collective `coll` of `bytes` (per rank, or per peer for the reduce-scatter) in
+// each of `groups` at once, as the planner predicts it on `cluster`: the ranks are the devices of
+// their nodes, in rank order.
+double predict_collective(const Cluster& cluster, const comm::Topology& topo,
+                          const std::vector<std::vector<int>>& groups, Coll coll, double bytes) {
   const int P = int(topo.node_of.size());
   std::vector<int> device_of(static_cast<size_t>(P)),
       used(static_cast<size_t>(std::max(1, topo.nodes())), 0);
@@ -177,11 +181,74 @@ double predict_allgather(const Cluster& cluster, const comm::Topology& topo, dou
     device_of[size_t(r)] = node * cluster.devices_per_node + used[size_t(node)]++;
   }
   Program prog(P);
-  std::vector<int> all(static_cast<size_t>(P));
-  std::iota(all.begin(), all.end(), 0);
-  const int g = prog.group(all);
-  for (auto& ops : prog.ops) ops.push_back(Op::collective(Coll::AllGather, g, bytes));
+  for (const std::vector<int>& members : groups) {
+    const int g = prog.group(members);
+    for (int r : members) prog.ops[size_t(r)].push_back(Op::collective(coll, g, bytes));
+  }
   return simulate(prog, Machine::from(cluster, device_of)).time;
+}
+
+// The teams of `size` ranks j, j + P / size, ... (calibrate's team collectives).
+std::vector<std::vector<int>> strided_teams(int P, int size) {
+  std::vector<std::vector<int>> teams(size_t(P / size));
+  for (int r = 0; r < P; ++r) teams[size_t(r % (P / size))].push_back(r);
+  return teams;
+}
+
+// The largest team size of 4 or 2 whose strided teams hold each member on its own node (0: none).
+int team_size_across_nodes(const comm::Topology& topo) {
+  const int P = int(topo.node_of.size());
+  for (int size : {4, 2}) {
+    if (P % size != 0 || size > topo.nodes()) continue;
+    bool apart = true;
+    for (const auto& team : strided_teams(P, size))
+      for (size_t i = 0; i < team.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+          apart = apart && topo.node_of[size_t(team[i])] != topo.node_of[size_t(team[j])];
+    if (apart) return size;
+  }
+  return 0;
+}
+
+// Times calibrate's team collectives (Calibration::team_size).
+void time_team_collectives(comm::Communicator& world, Calibration& cal) {
+  const int P = world.size(), size = cal.team_size;
+  comm::Communicator team = world.split(world.rank() % (P / size), world.rank());
+  const int64_t n = cal.team_floats;
+  std::vector<float> in(static_cast<size_t>(n) * size, 1.f), out(in.size());
+  team.all_gather(in.data(), n, out.data());  // every connection set up
+  team.reduce_scatter_sum(in.data(), out.data(), n);
+  for (int round = 0; round < cal.team_rounds; ++round) {
+    world.barrier();
+    Timer ag;
+    team.all_gather(in.data(), n, out.data());
+    cal.team_allgather_s += max_over(world, ag.seconds()) / cal.team_rounds;
+    world.barrier();
+    Timer rs;
+    team.reduce_scatter_sum(in.data(), out.data(), n);
+    cal.team_reduce_scatter_s += max_over(world, rs.seconds()) / cal.team_rounds;
+  }
+}
+
+// Fits the cluster's duplex sharing to the team collectives (rank 0).
+void fit_team_duplex(Calibration& cal) {
+  Cluster& c = cal.cluster;
+  const int P = int(cal.topo.node_of.size());
+  const auto teams = strided_teams(P, cal.team_size);
+  const double bytes = double(cal.team_floats) * sizeof(float);
+  auto predicted = [&](double s) {
+    Cluster x = c;
+    x.inter_shared_duplex = s > 0;
+    x.inter_duplex_sharing = s > 0 ? s : 1.0;
+    return predict_collective(x, cal.topo, teams, Coll::AllGather, bytes) +
+           predict_collective(x, cal.topo, teams, Coll::ReduceScatter, bytes);
+  };
+  cal.team_predicted_full_duplex_s = predicted(0.0);
+  cal.team_predicted_shared_s = predicted(1.0);
+  cal.duplex_sharing =
+      fit_duplex_sharing(predicted, cal.team_allgather_s + cal.team_reduce_scatter_s);
+  c.inter_shared_duplex = cal.duplex_sharing >= kMinDuplexSharing;
+  c.inter_duplex_sharing = c.inter_shared_duplex ? cal.duplex_sharing : 1.0;
 }
 
 }  // namespace
@@ -226,7 +293,8 @@ Calibration calibrate(comm::Communicator& world) {
   // them alone and then all at once.
   if (cal.other_node < P) cal.share = comm::card_share(world, topo);
   if (topo.nodes() >= 3) cal.pair = comm::pair_cap(world, topo);
-  if (cal.other_node < P) cal.duplex = comm::both_ways(world, 0, cal.other_node);
+  cal.team_size = team_size_across_nodes(topo);
+  if (cal.team_size > 0) time_team_collectives(world, cal);
   world.barrier();
 
   // All-gather of 1 MB per rank, to compare with what the fitted link predicts.
@@ -242,7 +310,11 @@ Calibration calibrate(comm::Communicator& world) {
     cal.inter = cal.other_node < P ? fit_link(cal.inter_samples.bytes, cal.inter_samples.seconds)
                                    : cal.intra;
     cal.cluster = describe_machine(cal);
-    cal.allgather_predicted_s = predict_allgather(cal.cluster, topo, double(ag) * sizeof(float));
+    if (cal.team_size > 0) fit_team_duplex(cal);
+    std::vector<int> all(static_cast<size_t>(P));
+    std::iota(all.begin(), all.end(), 0);
+    cal.allgather_predicted_s =
+        predict_collective(cal.cluster, topo, {all}, Coll::AllGather, double(ag) * sizeof(float));
   }
   return cal;
 }

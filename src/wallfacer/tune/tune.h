@@ -51,7 +51,19 @@ struct Calibration {
   Link intra, inter;
   comm::Spread share;   // node 0's card shared by its ranks (two nodes or more)
   comm::Spread pair;    // rank 0 to one node and to all others at once (three nodes or more)
-  comm::Spread duplex;  // rank 0 and other_node to each other (two nodes or more)
+  // Teams of `team_size` ranks on as many nodes (ranks j, j + P / team_size, ...), every team at
+  // once, as WallFacer's teams gather and reduce across nodes (two nodes or more; 0: not
+  // measured): an all-gather of team_floats per rank, then a reduce-scatter of as many per rank,
+  // team_rounds times; the mean seconds of each over the rounds (the slowest rank). The share of
+  // the other direction that an exchange both ways takes (Cluster::inter_duplex_sharing) is
+  // fitted to them: fit_duplex_sharing over the planner's prediction of the same collectives.
+  int team_size = 0;
+  int64_t team_floats = 1 << 16;  // 256 KB
+  int team_rounds = 8;
+  double team_allgather_s = 0, team_reduce_scatter_s = 0;
+  // The planner's time for the team collectives (both, one round) with full duplex cards and with
+  // a full share, and the share fitted (rank 0).
+  double team_predicted_full_duplex_s = 0, team_predicted_shared_s = 0, duplex_sharing = 0;
   int64_t allgather_floats = 1 << 18;  // 1 MB per rank
   double allgather_s = 0;              // measured, the slowest rank
   // By the planner's model of collectives on `cluster` (rank 0): the simulator runs Open MPI's
