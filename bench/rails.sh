@@ -7,14 +7,14 @@
 #                  [--calibrated DIR] [--out FILE.jsonl]
 #
 # For each cluster NxR (N nodes of R ranks) and each card count K of --cards ("R": a card per rank):
-# the cluster file DIR/cluster-NxR-kK.toml is read when it exists, else written first by
-# `tune --calibrate` on that emulated cluster and not changed afterwards (the model is frozen
-# before the runs it predicts); DIR/plan-NxR-kK.json is the planner's ranking for the same shape
-# (a one-layer causal model). Then each configuration (default: ring, zigzag, Ulysses u x zigzag
-# in both placements, WallFacer-C for C^2 | P in both placements with and without --keep-kv;
-# --configs gives `attn --strategy` arguments instead, separated by ';') runs as
-# `attn --strategy CFG --seq S --heads H --head-dim D --causal --iters K --json --cluster FILE`
-# and appends one JSON line to --out (default docs/data/rails.jsonl): the run's JSON (times,
+# the cluster file DIR/cluster-NxR-kK.toml is read when it exists, else written first by `tune
+# --calibrate` on that emulated cluster (its output in DIR/cluster-NxR-kK.log) and not changed
+# afterwards (the model is frozen before the runs it predicts); DIR/plan-NxR-kK.json is the
+# planner's ranking for the same shape (a one-layer causal model). Then each configuration (default:
+# ring, zigzag, Ulysses u x zigzag in both placements, WallFacer-C for C^2 | P in both placements
+# with and without --keep-kv; --configs gives `attn --strategy` arguments instead, separated by ';')
+# runs as `attn --strategy CFG --seq S --heads H --head-dim D --causal --iters K --json --cluster
+# FILE` and appends one JSON line to --out (default docs/data/rails.jsonl): the run's JSON (times,
 # predicted times, the schedule's bytes per card), the bytes each card sent and received (read from
 # the veths) per iteration, the command, the commit, the machine's load average before and after,
 # the CPU (model, cores, instruction-set flags: bench/record.py's cpu()).
@@ -62,7 +62,8 @@ for nr in $clusters; do
     if [[ ! -f "$cl" ]]; then
       echo "== $nr, $k card(s) per node, $rate: calibrating into $cl" >&2
       $emu --nodes "$n" --ranks-per-node "$r" --rate "$rate" --cards-per-node "$k" -- \
-        tune --calibrate --out "$cl" | grep -E "between nodes|inside a node|card of" >&2
+        tune --calibrate --out "$cl" >"${cl%.toml}.log"
+      grep -E "between nodes|inside a node|card of|teams of" "${cl%.toml}.log" >&2
     fi
     "$wf" plan --cluster "$cl" --model "$tmp/model.toml" --seq "$seq" --gpus "$p" --json \
       >"$caldir/plan-$nr-k$k.json"
