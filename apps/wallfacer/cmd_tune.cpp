@@ -76,9 +76,10 @@ int run_calibrate(const TuneOptions& o, comm::Communicator& world) {
           cal.has_intra ? cal.intra.bandwidth / cal.inter.bandwidth : 1.0);
     }
     if (other_node < P)
-      fmt::print("  between nodes, a card streams {:.2f} MB/s (4 MB messages alone; the ping-pong's "
-                 "fit: {:.2f}): the cluster's bandwidth between nodes is the lower\n",
-                 c.inter.bandwidth / 1e6, cal.inter.bandwidth / 1e6);
+      fmt::print(
+          "  between nodes, a card streams {:.2f} MB/s (4 MB messages alone; the ping-pong's "
+          "fit: {:.2f}): the cluster's bandwidth between nodes is the lower\n",
+          c.inter.bandwidth / 1e6, cal.inter.bandwidth / 1e6);
     if (cal.team_size > 0)
       fmt::print(
           "  teams of {} ranks on {} nodes, every team at once: all-gather then reduce-scatter of "

@@ -219,8 +219,8 @@ TEST(PlanSim, BothWaysTakesItsShareOfTheOtherDirection) {
     // A one-way message of half the size beside the exchange, on node 0's card out: the card's
     // out direction carries it and the exchange (1 + s shares) until it ends.
     Program r(6);
-    r.ops[0] = {Op::send(2, 1e6, 0), Op::recv(2, 1e6, 1), Op::send(4, 5e5, 2), Op::wait(0),
-                Op::wait(1), Op::wait(2)};
+    r.ops[0] = {Op::send(2, 1e6, 0), Op::recv(2, 1e6, 1), Op::send(4, 5e5, 2),
+                Op::wait(0),         Op::wait(1),         Op::wait(2)};
     r.ops[2] = {Op::send(0, 1e6, 0), Op::recv(0, 1e6, 1), Op::wait(0), Op::wait(1)};
     r.ops[4] = {Op::recv(0, 5e5, 2), Op::wait(2)};
     // Node 0's out port: the exchange's flow (1), its share of the reverse flow (s), the one-way
@@ -393,8 +393,8 @@ TEST(PlanCalibrate, DuplexSharingFittedToTheMeasuredTime) {
   auto linear = [](double s) { return 2.0 + 2.0 * s; };  // full duplex 2 s, a full share 4 s
   EXPECT_NEAR(fit_duplex_sharing(linear, 3.0), 0.5, 1e-9);
   EXPECT_NEAR(fit_duplex_sharing(linear, 2.5), 0.25, 1e-9);
-  EXPECT_EQ(fit_duplex_sharing(linear, 1.5), 0.0);  // faster than full duplex
-  EXPECT_EQ(fit_duplex_sharing(linear, 5.0), 1.0);  // slower than a full share
+  EXPECT_EQ(fit_duplex_sharing(linear, 1.5), 0.0);               // faster than full duplex
+  EXPECT_EQ(fit_duplex_sharing(linear, 5.0), 1.0);               // slower than a full share
   auto curved = [](double s) { return 1.0 / (1.0 - 0.5 * s); };  // 1 s to 2 s
   EXPECT_NEAR(fit_duplex_sharing(curved, 1.6), 0.75, 1e-9);
 }

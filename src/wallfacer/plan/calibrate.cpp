@@ -52,7 +52,8 @@ Link fit_link(const std::vector<double>& bytes, const std::vector<double>& in_se
 
 double streaming_bandwidth(double fitted, const std::vector<double>& streaming) {
   WF_CHECK(fitted > 0, "streaming_bandwidth: a fitted bandwidth of {}", fitted);
-  const double fastest = streaming.empty() ? 0.0 : *std::max_element(streaming.begin(), streaming.end());
+  const double fastest =
+      streaming.empty() ? 0.0 : *std::max_element(streaming.begin(), streaming.end());
   return fastest > 0 ? std::min(fitted, fastest) : fitted;
 }
 

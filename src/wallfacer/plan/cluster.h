@@ -55,9 +55,9 @@ struct Cluster {
   bool inter_shared_duplex = false;
   // How much of the other direction such a message takes, in (0, 1] (links.inter.duplex_sharing;
   // only with shared_duplex, where it defaults to 1): a message both ways between two ranks moves
-  // at 1 / (1 + duplex_sharing) of a card's rate each way. `tune --calibrate` fits it to the time of
-  // team all-gathers and reduce-scatters across nodes (plan::fit_duplex_sharing): on the emulated
-  // cluster the directions share in some exchanges and not in others (docs/cluster.md).
+  // at 1 / (1 + duplex_sharing) of a card's rate each way. `tune --calibrate` fits it to the time
+  // of team all-gathers and reduce-scatters across nodes (plan::fit_duplex_sharing): on the
+  // emulated cluster the directions share in some exchanges and not in others (docs/cluster.md).
   double inter_duplex_sharing = 1.0;
   // What the simulator takes: duplex_sharing where the directions share, else 0.
   double duplex_sharing() const { return inter_shared_duplex ? inter_duplex_sharing : 0.0; }

@@ -147,7 +147,8 @@ Cluster describe_machine(const Calibration& cal) {
   // Between nodes, the card's rate is what 4 MB messages stream at (the fastest of the probes
   // that send one alone) where that is below the ping-pong's fit: a shaped card lets the first
   // bytes of a message through at a burst rate that back-to-back messages never see again.
-  if (topo.nodes() > 1) c.inter.bandwidth = streaming_bandwidth(c.inter.bandwidth, {cal.share.alone, cal.pair.alone});
+  if (topo.nodes() > 1)
+    c.inter.bandwidth = streaming_bandwidth(c.inter.bandwidth, {cal.share.alone, cal.pair.alone});
   c.devices_per_nic = c.devices_per_node;
   if (topo.nodes() > 1) {
     // Ranks are the devices: a node holds as many as the job put there.

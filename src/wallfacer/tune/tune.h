@@ -49,8 +49,8 @@ struct Calibration {
   // rank 0, their fitted links (inter = intra on one node).
   comm::LinkSamples intra_samples, inter_samples;
   Link intra, inter;
-  comm::Spread share;   // node 0's card shared by its ranks (two nodes or more)
-  comm::Spread pair;    // rank 0 to one node and to all others at once (three nodes or more)
+  comm::Spread share;  // node 0's card shared by its ranks (two nodes or more)
+  comm::Spread pair;   // rank 0 to one node and to all others at once (three nodes or more)
   // Teams of `team_size` ranks on as many nodes (ranks j, j + P / team_size, ...), every team at
   // once, as WallFacer's teams gather and reduce across nodes (two nodes or more; 0: not
   // measured): an all-gather of team_floats per rank, then a reduce-scatter of as many per rank,
