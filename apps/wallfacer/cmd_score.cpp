@@ -90,10 +90,12 @@ int run_score(const ScoreArgs& a) {
   cfg.batch = 1;
   cfg.packing = train::Packing::None;
   cfg.layout.reset();
-  cfg.parallel.strategy = seqpar::parse_strategy(a.strategy);
-  cfg.parallel.teams = a.teams;
-  cfg.parallel.ulysses = a.ulysses;
-  cfg.parallel.keep_kv = false;
+  // The strategy options are score's flags, checked where they are parsed (the checkpoint's
+  // parallel.inner is kept for a strategy with inner rings: its W belongs to them).
+  const seqpar::Strategy strategy = seqpar::parse_strategy(a.strategy);
+  cfg.parallel = {strategy, a.teams, seqpar::traits(strategy).has_inner ? cfg.parallel.inner : 0,
+                  a.ulysses, false};
+  seqpar::validate_parallel(cfg.parallel);
   cfg.checkpointing = model::Checkpointing::None;
   cfg.dtype = parse_dtype(a.dtype);
   const int64_t Sp = padded_length(cfg, S, P);
