@@ -40,7 +40,7 @@ int run_export(const ExportArgs& a) {
   WF_USAGE_CHECK(!a.out.empty(), "--out HF_DIR is required");
   const Dtype dtype = parse_dtype(a.dtype);
   const std::string dir = train::resolve_checkpoint(a.ckpt);
-  const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
+  const auto cfg = train::TrainConfig::from_record(train::checkpoint_config(dir), dir);
   WF_USAGE_CHECK(cfg.kind == train::ModelKind::Gpt && cfg.model.arch == model::Arch::Llama,
                  "'{}' is not a model.arch = 'llama' checkpoint: export-hf writes Llama-family "
                  "models",

@@ -168,7 +168,7 @@ int run_generate(const GenerateArgs& a) {
   WF_USAGE_CHECK(a.top_p > 0 && a.top_p <= 1, "--top-p is {}; give a number in (0, 1]", a.top_p);
   if (timeout_option()) comm::set_timeout(*timeout_option());
   const std::string dir = train::resolve_checkpoint(a.ckpt);
-  const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
+  const auto cfg = train::TrainConfig::from_record(train::checkpoint_config(dir), dir);
   WF_USAGE_CHECK(cfg.kind != train::ModelKind::Dit,
                  "'{}' is a DiT checkpoint; generate runs GPT and Llama checkpoints", dir);
   const model::GptConfig m = cfg.model;
@@ -182,7 +182,8 @@ int run_generate(const GenerateArgs& a) {
   WF_USAGE_CHECK(a.continues.empty() || a.continue_texts.empty(),
                  "give the further turns as --continue FILE.npy or as --continue-text TEXT, not "
                  "both (their order would be lost)");
-  for (const std::string& f : a.continues) turns.push_back(read_token_file("--continue", f, m.vocab));
+  for (const std::string& f : a.continues)
+    turns.push_back(read_token_file("--continue", f, m.vocab));
   for (const std::string& t : a.continue_texts)
     turns.push_back(encode_text(a, "--continue-text", t, m.vocab, world));
   for (const std::vector<int32_t>& turn : turns) {

@@ -94,7 +94,7 @@ int run_sample(const SampleArgs& a) {
   WF_USAGE_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
                  "--temperature is {}; give a finite number >= 0 (0: greedy)", a.temperature);
   const std::string dir = train::resolve_checkpoint(a.ckpt);
-  const auto cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
+  const auto cfg = train::TrainConfig::from_record(train::checkpoint_config(dir), dir);
   if (cfg.kind == train::ModelKind::Dit) return sample_dit(a, cfg, dir);
   WF_USAGE_CHECK(a.out.empty(),
                  "--out is for a DiT checkpoint's GIF; '{}' is a GPT checkpoint, whose text is "

@@ -68,7 +68,7 @@ int run_score(const ScoreArgs& a) {
   std::vector<int64_t> shape, ids;
   world.agree([&] {
     dir = train::resolve_checkpoint(a.ckpt);
-    cfg = train::TrainConfig::from_toml(train::checkpoint_config(dir), dir);
+    cfg = train::TrainConfig::from_record(train::checkpoint_config(dir), dir);
     WF_USAGE_CHECK(cfg.kind == train::ModelKind::Gpt,
                    "'{}' is a DiT checkpoint; score takes a text model (GPT or Llama)", dir);
     ids = read_npy_ints(a.tokens, shape);
@@ -90,15 +90,17 @@ int run_score(const ScoreArgs& a) {
   cfg.batch = 1;
   cfg.packing = train::Packing::None;
   cfg.layout.reset();
-  cfg.strategy = seqpar::parse_strategy(a.strategy);
-  cfg.teams = a.teams;
-  cfg.ulysses = a.ulysses;
-  cfg.keep_kv = false;
+  // The strategy options are score's flags, checked where they are parsed (the checkpoint's
+  // parallel.inner is kept for a strategy with inner rings: its W belongs to them).
+  const seqpar::Strategy strategy = seqpar::parse_strategy(a.strategy);
+  cfg.parallel = {strategy, a.teams, seqpar::traits(strategy).has_inner ? cfg.parallel.inner : 0,
+                  a.ulysses, false};
+  seqpar::validate_parallel(cfg.parallel);
   cfg.checkpointing = model::Checkpointing::None;
   cfg.dtype = parse_dtype(a.dtype);
   const int64_t Sp = padded_length(cfg, S, P);
   // The placement: which world rank takes which rank of the layout.
-  const plan::Candidate cand{cfg.strategy, cfg.team_size(), cfg.ulysses,
+  const plan::Candidate cand{cfg.parallel.strategy, cfg.team_size(), cfg.parallel.ulysses,
                              plan::parse_placement(a.placement), false};
   const std::vector<int> layout_rank = plan::inverse_order(plan::candidate_devices(cand, P));
   comm::Communicator group = world.split(0, layout_rank[size_t(world.rank())]);
@@ -130,8 +132,8 @@ int run_score(const ScoreArgs& a) {
                              {"padded_seq", Sp},
                              {"ranks", P},
                              {"strategy", a.strategy},
-                             {"teams", cfg.teams},
-                             {"ulysses", cfg.ulysses},
+                             {"teams", cfg.parallel.teams},
+                             {"ulysses", cfg.parallel.ulysses},
                              {"placement", a.placement},
                              {"dtype", a.dtype},
                              {"checkpoint", dir},

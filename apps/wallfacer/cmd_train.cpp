@@ -26,7 +26,8 @@ struct TrainArgs {
 };
 
 // --check-ranks P: whether the config (with --set and --steps) is valid on P ranks, and its layout
-// there, as one JSON line on stdout; no MPI, no training. A config that does not parse is an error
+// there, as one JSON line on stdout; no MPI, no training. A config that does not parse (strategy
+// options that contradict each other included: they are checked where it is parsed) is an error
 // (exit 2); a layout that does not fit P ranks is {"valid": false, "error": "..."} with exit 0.
 // scripts/wallfacer-elastic asks this when it picks the layout for the hosts that are left, and
 // reads "timeout" (train.timeout, or --timeout when given): a job that writes nothing for that long
@@ -36,10 +37,10 @@ int check_ranks(const train::TrainConfig& cfg, int P) {
                    {"valid", true},
                    {"dp", cfg.dp(P)},
                    {"sp", cfg.sp},
-                   {"strategy", seqpar::strategy_name(cfg.strategy)},
-                   {"teams", cfg.teams},
-                   {"inner", cfg.inner},
-                   {"ulysses", cfg.ulysses},
+                   {"strategy", seqpar::strategy_name(cfg.parallel.strategy)},
+                   {"teams", cfg.parallel.teams},
+                   {"inner", cfg.parallel.inner},
+                   {"ulysses", cfg.parallel.ulysses},
                    {"batch", cfg.batch},
                    {"timeout", timeout_option() ? *timeout_option() : cfg.timeout}};
   try {
@@ -57,8 +58,7 @@ int run_train(const TrainArgs& a) {
     WF_USAGE_CHECK(*a.check_ranks >= 1, "--check-ranks is {}; it must be at least 1",
                    *a.check_ranks);
     WF_USAGE_CHECK(!a.config.empty(), "--config FILE is required");
-    auto cfg = train::TrainConfig::from_file(a.config);
-    for (const auto& s : a.sets) cfg.set(s);
+    auto cfg = train::TrainConfig::from_file(a.config, a.sets);
     if (a.steps) cfg.steps = *a.steps;
     return check_ranks(cfg, *a.check_ranks);
   }
@@ -69,8 +69,7 @@ int run_train(const TrainArgs& a) {
   auto world = comm::Communicator::world();
   WF_USAGE_CHECK(!a.config.empty(), "--config FILE is required");
   train::TrainOptions opt;
-  opt.cfg = train::TrainConfig::from_file(a.config);
-  for (const auto& s : a.sets) opt.cfg.set(s);
+  opt.cfg = train::TrainConfig::from_file(a.config, a.sets);
   if (a.steps) {
     WF_USAGE_CHECK(*a.steps >= 1, "--steps is {}; it must be at least 1", *a.steps);
     opt.cfg.steps = *a.steps;

@@ -69,10 +69,10 @@ int main(int argc, char** argv) {
   for (const auto& k : cases) {
     auto o =
         options(base + "/" + k.strategy + std::to_string(k.sp) + "u" + std::to_string(k.ulysses));
-    o.cfg.strategy = seqpar::parse_strategy(k.strategy);
+    o.cfg.parallel.strategy = seqpar::parse_strategy(k.strategy);
     o.cfg.sp = k.sp;
-    o.cfg.teams = k.teams;
-    o.cfg.ulysses = k.ulysses;
+    o.cfg.parallel.teams = k.teams;
+    o.cfg.parallel.ulysses = k.ulysses;
     const auto got = train::run_training(world, o).losses;
     if (rank != 0) continue;
     for (size_t i = 0; i < ref.size(); ++i) {

@@ -4,6 +4,8 @@
 // a checkpoint records) reads back to the same values.
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "fuzz.h"
 #include "wallfacer/train/config.h"
@@ -15,15 +17,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool has_sets = mark != std::string::npos;
   if (has_sets && mark > 0) mark += 1;  // the line itself
   const std::string toml = has_sets ? input.substr(0, mark) : input;
-  const auto read = fuzz::accepted([&] {
-    auto c = train::TrainConfig::from_toml(toml, "input.toml");
-    for (size_t at = mark + 6; has_sets && at < input.size();) {
-      const size_t end = std::min(input.find('\n', at), input.size());
-      if (end > at) c.set(input.substr(at, end - at));
-      at = end + 1;
-    }
-    return c;
-  });
+  std::vector<std::string> sets;
+  for (size_t at = mark + 6; has_sets && at < input.size();) {
+    const size_t end = std::min(input.find('\n', at), input.size());
+    if (end > at) sets.push_back(input.substr(at, end - at));
+    at = end + 1;
+  }
+  const auto read =
+      fuzz::accepted([&] { return train::TrainConfig::from_toml(toml, "input.toml", sets); });
   if (!read) return 0;
   const train::TrainConfig& c = *read;
   // A valid config's parameters are counted before anything is allocated (check_training_memory).

@@ -217,7 +217,7 @@ TEST(TrainConfig, ChoicesAreParsedOnceAndWrittenAsGiven) {
   }
   TrainConfig c;
   EXPECT_EQ(c.kind, ModelKind::Gpt);
-  EXPECT_EQ(c.strategy, seqpar::Strategy::Ring);
+  EXPECT_EQ(c.parallel.strategy, seqpar::Strategy::Ring);
   EXPECT_EQ(c.checkpointing, model::Checkpointing::None);
   EXPECT_EQ(c.time_sampling, TimeSampling::LogitNormal);
   EXPECT_EQ(c.layout, std::nullopt);
@@ -228,7 +228,7 @@ TEST(TrainConfig, ChoicesAreParsedOnceAndWrittenAsGiven) {
   c.set("train.packing=documents");
   c.set("parallel.layout=strategy");
   EXPECT_EQ(c.kind, ModelKind::Dit);
-  EXPECT_EQ(c.strategy, seqpar::Strategy::Ulysses);
+  EXPECT_EQ(c.parallel.strategy, seqpar::Strategy::Ulysses);
   EXPECT_EQ(c.checkpointing, model::Checkpointing::Attention);
   EXPECT_EQ(c.time_sampling, TimeSampling::Uniform);
   EXPECT_TRUE(c.packs());
@@ -250,15 +250,12 @@ TEST(TrainConfig, TeamSize) {
   }
 }
 
-// The strategy options are checked alone (seqpar::validate_parallel) naming the config's keys:
-// teams and inner for the strategies that have them, Ulysses over a hybrid's ring, keep_kv with
-// teams > 1.
+// The strategy options are checked alone (seqpar::validate_parallel) where the config is parsed,
+// naming the config's keys: teams and inner for the strategies that have them, Ulysses over a
+// hybrid's ring, keep_kv with teams > 1.
 TEST(TrainConfig, StrategyOptionsAreCheckedNamingTheKeys) {
   auto err = [](std::vector<std::string> sets) {
-    TrainConfig c;
-    c.sp = 4;
-    for (const auto& s : sets) c.set(s);
-    return usage_error([&] { c.validate(4); });
+    return usage_error([&] { TrainConfig::from_toml("[parallel]\nsp = 4\n", "t.toml", sets); });
   };
   EXPECT_NE(err({"parallel.teams=2"})
                 .find("parallel.teams = 2 applies only to parallel.strategy = 'wallfacer', "
@@ -277,6 +274,56 @@ TEST(TrainConfig, StrategyOptionsAreCheckedNamingTheKeys) {
   EXPECT_NE(err({"parallel.inner=-1"}).find("parallel.inner is -1"), std::string::npos);
   EXPECT_NE(err({"parallel.teams=0"}).find("parallel.teams is 0"), std::string::npos);
   EXPECT_NE(err({"parallel.ulysses=0"}).find("parallel.ulysses is 0"), std::string::npos);
+}
+
+// The parallel.* strategy keys are read into one seqpar::ParallelSpec and checked together where
+// the config is parsed: the TOML's keys, then the overrides in any order.
+TEST(TrainConfig, ParseFillsTheParallelSpecAndChecksIt) {
+  const TrainConfig c = TrainConfig::from_toml(
+      "[parallel]\nsp = 8\nstrategy = \"wallfacer\"\nteams = 2\nulysses = 2\nkeep_kv = true\n",
+      "t.toml");
+  EXPECT_EQ(c.parallel.strategy, seqpar::Strategy::WallFacer);
+  EXPECT_EQ(c.parallel.teams, 2);
+  EXPECT_EQ(c.parallel.inner, 0);
+  EXPECT_EQ(c.parallel.ulysses, 2);
+  EXPECT_TRUE(c.parallel.keep_kv);
+  EXPECT_EQ(c.team_size(), 2);
+  const TrainConfig d =
+      TrainConfig::from_toml("[parallel]\nstrategy = \"double-ring\"\ninner = 4\n", "t.toml");
+  EXPECT_EQ(d.parallel.strategy, seqpar::Strategy::DoubleRing);
+  EXPECT_EQ(d.parallel.inner, 4);
+  EXPECT_EQ(d.team_size(), 1);
+
+  EXPECT_NE(usage_error([] {
+              TrainConfig::from_toml("[parallel]\nstrategy = \"ring\"\nteams = 2\n", "t.toml");
+            })
+                .find("parallel.teams = 2 applies only to parallel.strategy = 'wallfacer', not "
+                      "'ring'"),
+            std::string::npos);
+  // The overrides are checked with the file's keys once all are applied, whatever their order.
+  const TrainConfig e = TrainConfig::from_toml("[parallel]\nstrategy = \"ring\"\n", "t.toml",
+                                               {"parallel.teams=2", "parallel.strategy=wallfacer"});
+  EXPECT_EQ(e.parallel.strategy, seqpar::Strategy::WallFacer);
+  EXPECT_EQ(e.parallel.teams, 2);
+  EXPECT_NE(usage_error([] {
+              TrainConfig::from_toml("[parallel]\nstrategy = \"wallfacer\"\nteams = 2\n", "t.toml",
+                                     {"parallel.strategy=zigzag"});
+            })
+                .find("parallel.teams = 2 applies only to parallel.strategy = 'wallfacer', not "
+                      "'zigzag'"),
+            std::string::npos);
+  // A config a run recorded reads as written, checked or not (a checkpoint of earlier rules).
+  const TrainConfig old =
+      TrainConfig::from_record("[parallel]\nstrategy = \"ring\"\nteams = 2\n", "manifest.json");
+  EXPECT_EQ(old.parallel.teams, 2);
+  EXPECT_EQ(old.team_size(), 1);
+  // What a checkpoint records reads back to the same spec.
+  const TrainConfig back = TrainConfig::from_toml(c.to_toml(), "back.toml");
+  EXPECT_EQ(back.parallel.strategy, c.parallel.strategy);
+  EXPECT_EQ(back.parallel.teams, c.parallel.teams);
+  EXPECT_EQ(back.parallel.inner, c.parallel.inner);
+  EXPECT_EQ(back.parallel.ulysses, c.parallel.ulysses);
+  EXPECT_EQ(back.parallel.keep_kv, c.parallel.keep_kv);
 }
 
 TEST(TrainConfig, IntegersForRealKeysNeedNotBeExactDoubles) {

@@ -164,11 +164,11 @@ std::vector<Field> fields(TrainConfig& c) {
       {"data.channels", &c.channels},
       {"data.clips", &c.clips},
       {"parallel.sp", &c.sp},
-      {"parallel.strategy", choice(c.strategy, read_strategy, seqpar::strategy_name)},
-      {"parallel.teams", &c.teams},
-      {"parallel.inner", &c.inner},
-      {"parallel.ulysses", &c.ulysses},
-      {"parallel.keep_kv", &c.keep_kv},
+      {"parallel.strategy", choice(c.parallel.strategy, read_strategy, seqpar::strategy_name)},
+      {"parallel.teams", &c.parallel.teams},
+      {"parallel.inner", &c.parallel.inner},
+      {"parallel.ulysses", &c.parallel.ulysses},
+      {"parallel.keep_kv", &c.parallel.keep_kv},
       {"parallel.checkpointing",
        choice(c.checkpointing, model::parse_checkpointing, model::checkpointing_name)},
       {"parallel.layout", choice(c.layout, read_layout, layout_text)},
@@ -344,7 +344,7 @@ void insert_value(toml::table& t, const std::string& name, T* p) {
 
 }  // namespace
 
-TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& name) {
+TrainConfig TrainConfig::from_record(const std::string& text, const std::string& name) {
   TrainConfig c;
   auto fs = fields(c);
   const toml::table tbl = parse_toml(text, name);
@@ -373,8 +373,16 @@ TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& n
   return c;
 }
 
-TrainConfig TrainConfig::from_file(const std::string& path) {
-  return from_toml(read_toml_file(path, "config", "configs/gpt-kjv.toml"), path);
+TrainConfig TrainConfig::from_toml(const std::string& text, const std::string& name,
+                                   const std::vector<std::string>& sets) {
+  TrainConfig c = from_record(text, name);
+  for (const auto& s : sets) c.set(s);
+  seqpar::validate_parallel(c.parallel, kParallelKeys);
+  return c;
+}
+
+TrainConfig TrainConfig::from_file(const std::string& path, const std::vector<std::string>& sets) {
+  return from_toml(read_toml_file(path, "config", "configs/gpt-kjv.toml"), path, sets);
 }
 
 void TrainConfig::set(const std::string& assignment) {
@@ -439,16 +447,12 @@ void TrainConfig::derive() {
     seq = dit_model().tokens();
 }
 
-seqpar::ParallelSpec TrainConfig::parallel_spec() const {
-  return {strategy, teams, inner, ulysses, keep_kv};
-}
-
 seqpar::AttnConfig TrainConfig::attn_config(int P) const {
   seqpar::AttnConfig a;
-  seqpar::set_parallel(a, parallel_spec());
+  seqpar::set_parallel(a, parallel);
   // A double ring whose parallel.inner is still 0 (a config checked outside a job): one inner ring
   // of the sp ranks (nodes of sp ranks), which checks what every W dividing sp would.
-  a.inner = seqpar::resolved_inner(strategy, inner, sp, sp);
+  a.inner = seqpar::resolved_inner(parallel.strategy, parallel.inner, sp, sp);
   a.batch = batch / dp(P);
   a.seq = seq;
   a.heads = model.heads;
@@ -603,17 +607,19 @@ void TrainConfig::validate_packing() const {
                  "and needs train.packing = 'documents': set it, or parallel.layout = 'strategy'");
   // An evaluation forward keeps its K,V for a backward that never comes, and the documents of
   // the next step cannot change while a forward awaits its backward.
-  WF_USAGE_CHECK(!(packs() && keep_kv && eval_every > 0),
+  WF_USAGE_CHECK(!(packs() && parallel.keep_kv && eval_every > 0),
                  "train.packing = 'documents' with parallel.keep_kv = true cannot evaluate "
                  "(train.eval_every = {}): set train.eval_every = 0 or parallel.keep_kv = false",
                  eval_every);
 }
 
 void TrainConfig::validate_parallel(int P) const {
-  // The strategy options alone, then what they need of sp and the model (seqpar::validate).
-  seqpar::validate_parallel(parallel_spec(), kParallelKeys);
-  WF_USAGE_CHECK(sp % ulysses == 0, "parallel.ulysses = {} must be a divisor of parallel.sp = {}",
-                 ulysses, sp);
+  // The strategy options alone were checked where the config was parsed (from_toml); here what
+  // they need of sp and the model (seqpar::validate, which checks them alone too: a config built
+  // in code or changed by set since).
+  WF_USAGE_CHECK(parallel.ulysses >= 1 && sp % parallel.ulysses == 0,
+                 "parallel.ulysses = {} must be a divisor of parallel.sp = {}", parallel.ulysses,
+                 sp);
   try {
     seqpar::validate(attn_config(P), sp);
   } catch (const UsageError& e) {

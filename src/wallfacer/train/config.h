@@ -87,16 +87,15 @@ struct TrainConfig {
   std::string data_dir = "data/kjv";
   // parallel.*
   int sp = 1;
-  seqpar::Strategy strategy = seqpar::Strategy::Ring;
-  int teams = 1;
-  // parallel.inner: the double ring's inner ring length W (seqpar::AttnConfig::inner); 0: the
-  // ranks per node, resolved when the job starts (config_as_run, seqpar::resolved_inner_in_world).
-  int inner = 0;
-  int ulysses = 1;  // > 1: Ulysses of this degree x ring/zigzag/WallFacer-C over sp / ulysses
-  // WallFacer (teams > 1): keep each layer's placed K,V from its forward for its backward
+  // parallel.strategy, teams, inner, ulysses and keep_kv, checked together
+  // (seqpar::validate_parallel) where a config is parsed (from_toml, from_file). parallel.inner:
+  // the double ring's inner ring length W (seqpar::AttnConfig::inner); 0: the ranks per node,
+  // resolved when the job starts (config_as_run, seqpar::resolved_inner_in_world). parallel.ulysses
+  // > 1: Ulysses of this degree x ring/zigzag/WallFacer-C over sp / ulysses. parallel.keep_kv:
+  // WallFacer (teams > 1) keeps each layer's placed K,V from its forward for its backward
   // (seqpar::AttnConfig::keep_kv): one team K,V block per layer more memory, no placement hop and
   // no K,V gather in the backward.
-  bool keep_kv = false;
+  seqpar::ParallelSpec parallel;
   model::Checkpointing checkpointing = model::Checkpointing::None;  // "none" | "attention"
   // parallel.layout: where the rows of a sequence go among the sp ranks. "balanced" (the default
   // with train.packing = "documents"): the balanced layout of each sequence's documents
@@ -106,10 +105,19 @@ struct TrainConfig {
   // The layout a run uses: parallel.layout, or its default.
   seqpar::Layout run_layout() const;
 
-  // Fills the config from TOML text (name is the file name, for messages).
-  static TrainConfig from_toml(const std::string& text, const std::string& name);
-  static TrainConfig from_file(const std::string& path);
-  // Applies one "section.key=value" override.
+  // Fills the config from TOML text (name is the file name, for messages), then applies the
+  // "section.key=value" overrides of `sets` in order (as set does), then checks the strategy
+  // options together (seqpar::validate_parallel, UsageError naming their keys): the parsed
+  // config's `parallel` is one the rest may read as it is.
+  static TrainConfig from_toml(const std::string& text, const std::string& name,
+                               const std::vector<std::string>& sets = {});
+  static TrainConfig from_file(const std::string& path, const std::vector<std::string>& sets = {});
+  // The config a run recorded (checkpoint_config): its keys as written, the strategy options not
+  // checked together (they were when it ran, by the rules of its day; validate checks them
+  // against today's), so that every checkpoint written before still reads.
+  static TrainConfig from_record(const std::string& text, const std::string& name);
+  // Applies one "section.key=value" override. It checks the value alone: the strategy options
+  // are checked together where a config is parsed (from_toml with its overrides).
   void set(const std::string& assignment);
   // Checks the values against each other and against a world of P ranks.
   void validate(int P) const;
@@ -130,7 +138,7 @@ struct TrainConfig {
   // Whether train.packing = "documents".
   bool packs() const { return packing == Packing::Documents; }
   // The WallFacer team size C of parallel.strategy and parallel.teams (seqpar::team_size).
-  int team_size() const { return seqpar::team_size(strategy, teams); }
+  int team_size() const { return seqpar::team_size(parallel.strategy, parallel.teams); }
   model::DitConfig dit_model() const;
   VideoSpec video_spec() const;
   // DiT packing: the tokens of one frame, and the fewest frames of a packed clip.
@@ -140,8 +148,6 @@ struct TrainConfig {
   // the clip's shape is in range (validate refuses it otherwise), unless train.packing =
   // "documents" and train.seq was given.
   void derive();
-  // parallel.strategy, teams, inner, ulysses and keep_kv (checked by validate).
-  seqpar::ParallelSpec parallel_spec() const;
   seqpar::AttnConfig attn_config(int P) const;
   // The GPT as run: model, with a model.window of train.seq or more (which keeps every causal
   // pair) run as no window.

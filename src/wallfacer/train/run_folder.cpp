@@ -66,7 +66,7 @@ FolderLock claim_run_folder(comm::Communicator& world, const std::string& dir,
 std::string check_resume_config(const std::string& dir, const TrainConfig& now) {
   TrainConfig before;
   try {
-    before = TrainConfig::from_toml(checkpoint_config(dir), dir + "/manifest.json");
+    before = TrainConfig::from_record(checkpoint_config(dir), dir + "/manifest.json");
   } catch (const UsageError& e) {
     throw Error(fmt::format("the config in the manifest is unreadable: {}", e.what()));
   }

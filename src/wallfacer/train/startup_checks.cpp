@@ -126,7 +126,8 @@ void check_training_memory(const TrainConfig& cfg, int P) {
 
 TrainConfig config_as_run(comm::Communicator& world, const TrainConfig& given) {
   TrainConfig cfg = given;
-  cfg.inner = seqpar::resolved_inner_in_world(cfg.strategy, cfg.inner, cfg.sp);
+  cfg.parallel.inner =
+      seqpar::resolved_inner_in_world(cfg.parallel.strategy, cfg.parallel.inner, cfg.sp);
   cfg.validate(world.size());
   cfg.dtype = cfg.run_dtype();
   check_same_config(world, cfg);

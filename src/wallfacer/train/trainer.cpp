@@ -123,9 +123,9 @@ class Training {
     progress_.message(fmt::format(
         "wallfacer train: {} {} params, {} ranks (dp {} x sp {}, {}{} C={} ulysses={}{}), seq {}, "
         "batch {}{}{}, checkpointing {}, {} threads/rank",
-        cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.strategy),
-        acfg_.inner > 0 ? fmt::format(" W={}", acfg_.inner) : "", cfg_.teams, cfg_.ulysses,
-        cfg_.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
+        cfg_.arch_name(), n_, P_, dp_, sp_, seqpar::strategy_name(cfg_.parallel.strategy),
+        acfg_.inner > 0 ? fmt::format(" W={}", acfg_.inner) : "", cfg_.parallel.teams,
+        cfg_.parallel.ulysses, cfg_.parallel.keep_kv ? " keep_kv" : "", cfg_.seq, cfg_.batch,
         packing_ ? fmt::format(", packing documents, {} layout", seqpar::layout_name(acfg_.layout))
                  : "",
         model_facts(cfg_).notes, model::checkpointing_name(cfg_.checkpointing), num_threads()));
@@ -162,9 +162,9 @@ class Training {
     if (!trace_path_.empty()) {
       nlohmann::json meta{{"command", "train"},
                           {"config",
-                           {{"strategy", seqpar::strategy_name(cfg_.strategy)},
+                           {{"strategy", seqpar::strategy_name(cfg_.parallel.strategy)},
                             {"C", cfg_.team_size()},
-                            {"ulysses", cfg_.ulysses},
+                            {"ulysses", cfg_.parallel.ulysses},
                             {"P", sp_},
                             {"seq", cfg_.seq},
                             {"causal", acfg_.causal},
@@ -395,10 +395,10 @@ class Training {
                           {"sp", sp_},
                           {"dp", dp_},
                           {"sp_groups", "consecutive ranks"},
-                          {"strategy", seqpar::strategy_name(cfg_.strategy)},
-                          {"teams", cfg_.teams},
-                          {"ulysses", cfg_.ulysses},
-                          {"keep_kv", cfg_.keep_kv},
+                          {"strategy", seqpar::strategy_name(cfg_.parallel.strategy)},
+                          {"teams", cfg_.parallel.teams},
+                          {"ulysses", cfg_.parallel.ulysses},
+                          {"keep_kv", cfg_.parallel.keep_kv},
                           {"local_tokens", T_},
                           {"local_batch", Bl_}}
         .dump();

@@ -357,10 +357,10 @@ double measure_training(const Candidate& c, const ModelSpec& m, int64_t seq, int
   cfg.steps = steps + 1;  // the first step warms up and is not timed
   cfg.warmup = 0;
   cfg.sp = world.size();
-  cfg.strategy = c.strategy;
-  cfg.teams = c.teams;
-  cfg.ulysses = c.ulysses;
-  cfg.keep_kv = c.keep_kv;
+  cfg.parallel.strategy = c.strategy;
+  cfg.parallel.teams = c.teams;
+  cfg.parallel.ulysses = c.ulysses;
+  cfg.parallel.keep_kv = c.keep_kv;
   cfg.checkpointing =
       m.checkpoint_attention ? model::Checkpointing::Attention : model::Checkpointing::None;
   const char* tmp = std::getenv("TMPDIR");
