@@ -132,10 +132,7 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
       case seqpar::OpKind::Compute: {
         // The kernel's work: kept pairs, or whole tiles where the mask cuts them.
         const double work =
-            o.pairs > 0 ? double(seqpar::attention_tile_pairs(s.docs, o.qseg.pos0, o.qseg.rows,
-                                                              o.kseg.pos0, o.kseg.rows, o.masked,
-                                                              tile_q, tile_k, s.cfg.window)) /
-                              double(o.pairs)
+            o.pairs > 0 ? double(seqpar::compute_tile_pairs(s, o, tile_q, tile_k)) / double(o.pairs)
                         : 1.0;
         const Work kind = o.backward ? Work::AttentionBwd : Work::AttentionFwd;
         if (merge && !out.empty() && out.back().kind == Op::Kind::Compute &&
@@ -418,7 +415,10 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   auto make = [&](int r) {
     if (made[size_t(r)]) return;
     made[size_t(r)] = true;
-    const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r, ring_steps);
+    // Each step's computes summed: the same merged computes, without listing a large team's
+    // (2 C u)^2 kernel calls per step.
+    const seqpar::Schedule s =
+        seqpar::make_schedule(cfg, P, r, ring_steps, seqpar::SummedComputes{tile_q, tile_k});
     scratch = std::max(scratch, scratch_of(s));
     emit(all[0], s, s.fwd, tile_q, tile_k, true);
     emit(all[1], s, s.bwd, tile_q, tile_k, true);
