@@ -114,8 +114,9 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
 // Beyond kMaxEveryRankDevices a candidate without a period whose ring is not cut (the contiguous
 // causal ring, whose blocks stop at different ranks; WallFacer-32, a ring of 2 steps) is listed as
 // not predicted, with the reason, while a WallFacer-2 ring of 512 steps is cut
-// (predict_attention) and one with a period (zigzag: the ranks of a node, 8) is predicted from
-// that many ranks.
+// (predict_attention), one with a period (zigzag: the ranks of a node, 8) is predicted from
+// that many ranks, and Ulysses-4 x WallFacer-16 (a ring of 2 steps) from the quotient of its
+// teams' rotation by one member (512 ranks: kMaxRotatedRanks).
 TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   PlanInput in;
   in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
@@ -143,6 +144,14 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   EXPECT_EQ(
       predict_attention(in.cluster, cfg, in.gpus, candidate_devices(zigzag.cand, in.gpus)).period,
       in.cluster.devices_per_node);
+  const Candidate hybrid{seqpar::Strategy::WallFacer, 16, 4, Placement::TeamIntra};
+  const Prediction rotated = predict(in, hybrid);
+  EXPECT_EQ(rotated.reason.find("not simulated"), std::string::npos) << rotated.reason;
+  const auto hybrid_cfg = attention_config(in.model, in.seq, hybrid, attention_dtype(in.cluster));
+  EXPECT_EQ(
+      predict_attention(in.cluster, hybrid_cfg, in.gpus, candidate_devices(hybrid, in.gpus)).period,
+      in.gpus / 4);
+  EXPECT_LE(in.gpus / 4, kMaxRotatedRanks);
 }
 
 // A team ring of more than kCutRingSteps steps (ring, zigzag, WallFacer-C, the Ulysses hybrids) is
