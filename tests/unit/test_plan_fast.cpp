@@ -13,6 +13,7 @@
 
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/seqpar/config.h"
+#include "wallfacer/seqpar/schedule.h"
 
 namespace wallfacer::plan {
 namespace {
@@ -113,8 +114,9 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
 // Beyond kMaxEveryRankDevices a candidate without a period whose ring is not cut (the contiguous
 // causal ring, whose blocks stop at different ranks; WallFacer-32, a ring of 2 steps) is listed as
 // not predicted, with the reason, while a WallFacer-2 ring of 512 steps is cut
-// (predict_attention) and one with a period (zigzag: the ranks of a node, 8) is predicted from
-// that many ranks.
+// (predict_attention), one with a period (zigzag: the ranks of a node, 8) is predicted from
+// that many ranks, and Ulysses-4 x WallFacer-16 (a ring of 2 steps) from the quotient of its
+// teams' rotation by one member (512 ranks: kMaxRotatedRanks).
 TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   PlanInput in;
   in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
@@ -142,6 +144,14 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   EXPECT_EQ(
       predict_attention(in.cluster, cfg, in.gpus, candidate_devices(zigzag.cand, in.gpus)).period,
       in.cluster.devices_per_node);
+  const Candidate hybrid{seqpar::Strategy::WallFacer, 16, 4, Placement::TeamIntra};
+  const Prediction rotated = predict(in, hybrid);
+  EXPECT_EQ(rotated.reason.find("not simulated"), std::string::npos) << rotated.reason;
+  const auto hybrid_cfg = attention_config(in.model, in.seq, hybrid, attention_dtype(in.cluster));
+  EXPECT_EQ(
+      predict_attention(in.cluster, hybrid_cfg, in.gpus, candidate_devices(hybrid, in.gpus)).period,
+      in.gpus / 4);
+  EXPECT_LE(in.gpus / 4, kMaxRotatedRanks);
 }
 
 // A team ring of more than kCutRingSteps steps (ring, zigzag, WallFacer-C, the Ulysses hybrids) is
@@ -223,6 +233,75 @@ TEST_P(PlanFast, CutRingsWithinOnePercentOfEveryRank) {
       "%s: %d cut rings (%d WallFacer-C, %d Ulysses x WallFacer), worst relative "
       "difference %.3g\n",
       GetParam().c_str(), cut, wallfacer, hybrid, worst);
+}
+
+// The planner sums each step's computes (seqpar::make_schedule's summed computes), which spares it
+// listing (2 C u)^2 kernel calls per rank and step of a large team: for WallFacer-C with large
+// teams and Ulysses x WallFacer with large u C, on every cluster file at up to 64 devices (and 128
+// where the file has them), the summed schedules of some ranks take one compute per step where the
+// listed ones take many, with the same FLOPs and tile pairs, and the prediction is within 1% of
+// every rank's listed computes (PlanInput::exact).
+TEST_P(PlanFast, SummedComputesOfLargeTeamsWithinOnePercentOfEveryRank) {
+  const Cluster cl = load_cluster(src(GetParam()));
+  const int most = std::min(cl.devices(), 64);
+  const int tile_q = cl.attention_tile_q, tile_k = cl.attention_tile_k;
+  double worst = 0;
+  int large = 0;
+  for (int P : {most, most / 2, cl.devices() >= 128 ? 128 : 0}) {
+    if (P < 2) continue;
+    PlanInput in;
+    in.cluster = cl;
+    in.model = load_model(src("configs/models/gpt-7b.toml"));
+    in.seq = 256 * 1024;
+    in.gpus = P;
+    for (Candidate c : candidates(in)) {
+      const int C = seqpar::team_size(c.strategy, c.teams);
+      // Teams of 16 blocks and more: WallFacer-8, Ulysses-2 x WallFacer-4, ... (2 C u >= 16).
+      if (c.strategy != seqpar::Strategy::WallFacer || 2 * C * c.ulysses < 16) continue;
+      if (P == 128 && 2 * C * c.ulysses < 32) continue;  // the largest alone: seconds else
+      c.keep_kv = true;
+      const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, c, attention_dtype(cl));
+      try {
+        seqpar::validate(cfg, P);
+      } catch (const std::exception&) {
+        continue;
+      }
+      const std::string what = fmt::format("{}, {} devices: {}", GetParam(), P, c.label());
+      for (int r : {0, P / 2 + 1, P - 1}) {
+        const seqpar::Schedule listed = seqpar::make_schedule(cfg, P, r);
+        const seqpar::Schedule summed =
+            seqpar::make_schedule(cfg, P, r, 0, seqpar::SummedComputes{tile_q, tile_k});
+        for (bool bwd : {false, true}) {
+          int calls[2] = {0, 0};
+          double flops[2] = {0, 0}, work[2] = {0, 0};
+          for (int i = 0; i < 2; ++i) {
+            const seqpar::Schedule& s = i == 0 ? listed : summed;
+            for (const seqpar::Op& o : bwd ? s.bwd : s.fwd) {
+              if (o.kind != seqpar::OpKind::Compute) continue;
+              ++calls[i];
+              flops[i] += o.flops;
+              work[i] += o.flops / double(o.pairs) *
+                         double(seqpar::compute_tile_pairs(s, o, tile_q, tile_k));
+            }
+          }
+          EXPECT_LT(calls[1], calls[0]) << what << ", rank " << r;
+          EXPECT_LE(rel(flops[1], flops[0]), 1e-12) << what << ", rank " << r;
+          EXPECT_LE(rel(work[1], work[0]), 1e-12) << what << ", rank " << r;
+        }
+      }
+      const std::vector<int> devices = candidate_devices(c, P);
+      const AttentionPrediction f = predict_attention(cl, cfg, P, devices);
+      const AttentionPrediction e = predict_attention(cl, cfg, P, devices, true);
+      ++large;
+      worst = std::max(worst, expect_attention_within_one_percent(f, e, what));
+    }
+  }
+  if (most == 64) {
+    EXPECT_GT(large, 0) << GetParam();
+  }
+  RecordProperty("worst_relative_difference", fmt::format("{:.3g}", worst));
+  std::printf("%s: %d large teams, worst relative difference %.3g\n", GetParam().c_str(), large,
+              worst);
 }
 
 // Ulysses x WallFacer-C whose Ulysses teams span whole nodes is simulated on the quotient of the

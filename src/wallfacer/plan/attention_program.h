@@ -32,14 +32,15 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
 // merged; scratch_elements as above.
 // Ulysses x WallFacer-C, whose ranks do not repeat with a shift, has another symmetry: rotating
 // every Ulysses team by d members (d a node's devices where a team fills whole nodes; 1 where a
-// team lies in a node and every device has a card of its own). Where `order` is given and
-// every_rank, that rotation is tried before every rank: relabelled so that it is a shift, its
+// team lies in a node and every device has a card of its own). Where `order` is given, that
+// rotation is tried before every rank, of a quotient of at most kMaxEveryRankDevices ranks (at most
+// kMaxRotatedRanks unless every_rank; plan/planner.h): relabelled so that it is a shift, its
 // quotient programs (of R = P d / u ranks, u the Ulysses degree) are returned with R, and `order`
 // receives the layout rank of each relabelled rank (empty when the ranks are not relabelled): the
 // quotient runs on the machine whose device_of[y] is m.device_of[order[y]].
 // ring_steps > 0: the schedules' team ring cut to that many steps (seqpar::make_schedule).
-int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q,
-                     int tile_k, Program* fwd = nullptr, Program* bwd = nullptr,
+int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int tile_q, int tile_k,
+                     Program* fwd = nullptr, Program* bwd = nullptr,
                      double* scratch_elements = nullptr, bool every_rank = false,
                      std::vector<int>* order = nullptr, int ring_steps = 0);
 

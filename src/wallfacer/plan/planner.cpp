@@ -132,10 +132,7 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
       case seqpar::OpKind::Compute: {
         // The kernel's work: kept pairs, or whole tiles where the mask cuts them.
         const double work =
-            o.pairs > 0 ? double(seqpar::attention_tile_pairs(s.docs, o.qseg.pos0, o.qseg.rows,
-                                                              o.kseg.pos0, o.kseg.rows, o.masked,
-                                                              tile_q, tile_k, s.cfg.window)) /
-                              double(o.pairs)
+            o.pairs > 0 ? double(seqpar::compute_tile_pairs(s, o, tile_q, tile_k)) / double(o.pairs)
                         : 1.0;
         const Work kind = o.backward ? Work::AttentionBwd : Work::AttentionFwd;
         if (merge && !out.empty() && out.back().kind == Op::Kind::Compute &&
@@ -320,7 +317,7 @@ bool same_shape_any_order(Shape a, Shape b) {
 // that period (machine_has_period: d a node's devices when a team fills whole nodes, 1 where
 // every device has a card of its own and no node-pair cap). The smallest such d is taken. Returns
 // R, with the quotient programs (computes merged) and `order` (relabelled rank -> layout rank), or
-// P when the rotation does not apply, R would exceed kMaxEveryRankDevices, or the schedules do
+// P when the rotation does not apply, or the schedules do
 // not have it (checked on ranks 0, R - 1 and a few between against their images).
 template <class Make>
 int rotated_quotient_by(const seqpar::AttnConfig& cfg, int P, const Machine& m, Make& make,
@@ -386,14 +383,16 @@ int rotated_quotient_by(const seqpar::AttnConfig& cfg, int P, const Machine& m, 
   return R;
 }
 
-// rotated_quotient_by the smallest d that the machine and the schedules have.
+// rotated_quotient_by the smallest d that the machine and the schedules have, of a quotient of at
+// most max_ranks ranks.
 template <class Make>
 int rotated_quotient(const seqpar::AttnConfig& cfg, int P, const Machine& m, Make& make,
-                     Program (&all)[2], Program* fwd, Program* bwd, std::vector<int>* order) {
+                     Program (&all)[2], Program* fwd, Program* bwd, std::vector<int>* order,
+                     int max_ranks) {
   const int u = cfg.ulysses;
   if (cfg.strategy != seqpar::Strategy::WallFacer || u <= 1 || !order) return P;
   for (int d = 1; d < u; ++d) {
-    if (u % d != 0 || P / u * d > kMaxEveryRankDevices) continue;
+    if (u % d != 0 || P / u * d > max_ranks) continue;
     const int R = rotated_quotient_by(cfg, P, m, make, all, fwd, bwd, order, d);
     if (R < P) return R;
   }
@@ -418,7 +417,10 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   auto make = [&](int r) {
     if (made[size_t(r)]) return;
     made[size_t(r)] = true;
-    const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r, ring_steps);
+    // Each step's computes summed: the same merged computes, without listing a large team's
+    // (2 C u)^2 kernel calls per step.
+    const seqpar::Schedule s =
+        seqpar::make_schedule(cfg, P, r, ring_steps, seqpar::SummedComputes{tile_q, tile_k});
     scratch = std::max(scratch, scratch_of(s));
     emit(all[0], s, s.fwd, tile_q, tile_k, true);
     emit(all[1], s, s.bwd, tile_q, tile_k, true);
@@ -459,9 +461,11 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   int R = S;
   while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
   if (R >= P) {
-    // In place of every rank: a rotation's quotient (not above kMaxEveryRankDevices: at 4,096
-    // devices its quotients would still hold 512 to 2,048 ranks, seconds to minutes each).
-    const int rotated = every_rank ? rotated_quotient(cfg, P, m, make, all, fwd, bwd, order) : P;
+    // In place of every rank: a rotation's quotient, not above kMaxEveryRankDevices ranks, nor
+    // above kMaxRotatedRanks where every rank may not be simulated (at 4,096 devices its quotients
+    // hold 128 to 2,048 ranks, a tenth of a second to seconds each).
+    const int rotated = rotated_quotient(cfg, P, m, make, all, fwd, bwd, order,
+                                         every_rank ? kMaxEveryRankDevices : kMaxRotatedRanks);
     if (rotated < P) {
       if (scratch_elements) *scratch_elements = scratch;
       return rotated;

@@ -19,6 +19,73 @@ constexpr int kTagPlace = 11, kTagKV = 12, kTagQPack = 13, kTagGrad = 14, kTagRe
 // recomputes S and runs dV, dP, dQ, dK (5 matmuls).
 constexpr double kFwdFlopsPerPair = 4.0, kBwdFlopsPerPair = 10.0;
 
+// Whether the causal mask or the window cuts the pairs of two segments (Op::masked).
+bool masked_pair(const AttnConfig& c, const Segment& q, const Segment& k) {
+  return c.causal && kernels::kept_pairs({q.pos0, q.pos0 + q.rows}, {k.pos0, k.pos0 + k.rows}, true,
+                                         c.window) < q.rows * k.rows;
+}
+
+// The pairs that the kernels' tiles compute for two segments, `masked` as Op::masked.
+int64_t segment_tile_pairs(const Schedule& s, const Segment& q, const Segment& k, bool masked,
+                           int tile_q, int tile_k) {
+  return attention_tile_pairs(s.docs, q.pos0, q.rows, k.pos0, k.rows, masked, tile_q, tile_k,
+                              s.cfg.window);
+}
+
+// The kept pairs and the tile pairs of every (query segment, key segment) pair, summed, and whether
+// the mask cuts any of them.
+struct PairSums {
+  int64_t pairs = 0, tile_pairs = 0;
+  bool masked = false;
+};
+PairSums sum_pairs(const Schedule& s, const std::vector<Segment>& qs,
+                   const std::vector<Segment>& ks, int tile_q, int tile_k) {
+  PairSums sum;
+  auto add = [&](const Segment& q, const Segment& k) {
+    const int64_t pairs = kept_pairs(s, q.pos0, q.rows, k.pos0, k.rows);
+    if (pairs == 0) return;
+    const bool masked = masked_pair(s.cfg, q, k);
+    sum.pairs += pairs;
+    sum.tile_pairs += segment_tile_pairs(s, q, k, masked, tile_q, tile_k);
+    sum.masked = sum.masked || masked;
+  };
+  // Without documents or a window, a key segment that ends before a query segment starts keeps
+  // all its pairs with it, and all its tiles (q.rows * k.rows both): with the key segments sorted
+  // by position (disjoint: a team's rows), those form a prefix, counted by its rows, and only the
+  // few that reach into the query segment pair by pair, in place of every pair (the (2 C u)^2
+  // calls that make a step of a large team slow to list). Without the causal mask every key
+  // segment is such a one.
+  std::vector<Segment> sorted;
+  for (const Segment& k : ks)
+    if (k.rows > 0) sorted.push_back(k);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Segment& a, const Segment& b) { return a.pos0 < b.pos0; });
+  bool disjoint = true;
+  for (size_t j = 1; j < sorted.size(); ++j)
+    disjoint = disjoint && sorted[j - 1].pos0 + sorted[j - 1].rows <= sorted[j].pos0;
+  if (!s.docs.starts.empty() || s.cfg.window > 0 || !disjoint) {
+    for (const Segment& q : qs)
+      for (const Segment& k : ks) add(q, k);
+    return sum;
+  }
+  std::vector<int64_t> rows_before(sorted.size() + 1, 0);  // rows of sorted[0 .. j-1]
+  for (size_t j = 0; j < sorted.size(); ++j) rows_before[j + 1] = rows_before[j] + sorted[j].rows;
+  for (const Segment& q : qs) {
+    if (q.rows <= 0) continue;
+    size_t j = 0;
+    if (s.cfg.causal)
+      j = size_t(std::partition_point(sorted.begin(), sorted.end(),
+                                      [&](const Segment& k) { return k.pos0 + k.rows <= q.pos0; }) -
+                 sorted.begin());
+    else
+      j = sorted.size();
+    sum.pairs += q.rows * rows_before[j];
+    sum.tile_pairs += q.rows * rows_before[j];
+    for (; j < sorted.size() && sorted[j].pos0 < q.pos0 + q.rows; ++j) add(q, sorted[j]);
+  }
+  return sum;
+}
+
 class Builder {
  public:
   explicit Builder(Schedule& s) : s_(s) {}
@@ -138,31 +205,42 @@ class Builder {
     push(std::move(op));
   }
 
-  // Every (query segment, key segment) pair that the mask keeps, as one kernel call each.
+  // Every (query segment, key segment) pair that the mask keeps, as one kernel call each; with
+  // Schedule::summed, one op for all of them.
   void computes(bool backward, int q, int kv, int out, int out2, const std::vector<Segment>& qs,
                 const std::vector<Segment>& ks, int heads, int kv_heads) {
-    const auto& c = s_.cfg;
+    auto compute = [&](int64_t pairs) {
+      Op op;
+      op.kind = OpKind::Compute;
+      op.backward = backward;
+      op.src = q;
+      op.src2 = kv;
+      op.dst = out;
+      op.dst2 = out2;
+      op.pairs = pairs;
+      op.heads = heads;
+      op.kv_heads = kv_heads;
+      op.flops = (backward ? kBwdFlopsPerPair : kFwdFlopsPerPair) * double(pairs) * s_.cfg.batch *
+                 heads * s_.cfg.head_dim;
+      return op;
+    };
+    if (s_.summed) {
+      const PairSums sum = sum_pairs(s_, qs, ks, s_.summed->tile_q, s_.summed->tile_k);
+      if (sum.pairs == 0) return;
+      Op op = compute(sum.pairs);
+      op.masked = sum.masked;
+      op.tile_pairs = sum.tile_pairs;
+      push(std::move(op));
+      return;
+    }
     for (const auto& qseg : qs) {
       for (const auto& kseg : ks) {
         const int64_t pairs = kept_pairs(s_, qseg.pos0, qseg.rows, kseg.pos0, kseg.rows);
         if (pairs == 0) continue;
-        Op op;
-        op.kind = OpKind::Compute;
-        op.backward = backward;
-        op.src = q;
-        op.src2 = kv;
-        op.dst = out;
-        op.dst2 = out2;
+        Op op = compute(pairs);
         op.qseg = qseg;
         op.kseg = kseg;
-        op.masked = c.causal && kernels::kept_pairs({qseg.pos0, qseg.pos0 + qseg.rows},
-                                                    {kseg.pos0, kseg.pos0 + kseg.rows}, true,
-                                                    c.window) < qseg.rows * kseg.rows;
-        op.pairs = pairs;
-        op.heads = heads;
-        op.kv_heads = kv_heads;
-        op.flops = (backward ? kBwdFlopsPerPair : kFwdFlopsPerPair) * double(pairs) * c.batch *
-                   heads * c.head_dim;
+        op.masked = masked_pair(s_.cfg, qseg, kseg);
         push(std::move(op));
       }
     }
@@ -1049,6 +1127,16 @@ int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos
                              s.cfg.window);
 }
 
+int64_t compute_tile_pairs(const Schedule& s, const Op& o, int tile_q, int tile_k) {
+  if (s.summed) {
+    WF_CHECK(s.summed->tile_q == tile_q && s.summed->tile_k == tile_k,
+             "a schedule summed for tiles {}x{} timed with tiles {}x{}", s.summed->tile_q,
+             s.summed->tile_k, tile_q, tile_k);
+    return o.tile_pairs;
+  }
+  return segment_tile_pairs(s, o.qseg, o.kseg, o.masked, tile_q, tile_k);
+}
+
 namespace {
 
 // The team size of cfg's schedule (Schedule::team_ranks).
@@ -1129,7 +1217,8 @@ bool backward_moves_kv(const AttnConfig& cfg, int P) {
   return moves;
 }
 
-Schedule make_schedule(const AttnConfig& cfg, int P, int rank, int ring_steps) {
+Schedule make_schedule(const AttnConfig& cfg, int P, int rank, int ring_steps,
+                       std::optional<SummedComputes> summed) {
   validate(cfg, P);
   WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
   WF_CHECK(ring_steps >= 0 &&
@@ -1138,6 +1227,7 @@ Schedule make_schedule(const AttnConfig& cfg, int P, int rank, int ring_steps) {
            traits(cfg.strategy).name);
   Schedule s;
   s.ring_steps = ring_steps;
+  s.summed = summed;
   s.cfg = cfg;
   s.P = P;
   s.rank = rank;

@@ -27,6 +27,7 @@
 // rank (a*G + t/C)*C + t%C. Sub-ring: next rank is team ((t%G)+1)%G + G*(t/G), same member.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,17 @@ struct Op {
   int64_t pairs = 0;
   int heads = 0, kv_heads = 0;  // heads of this compute (H/P and Hkv/P under Ulysses)
   double flops = 0;
+  // A summed compute (Schedule::summed): the pairs that the kernel's tiles compute over every call
+  // it stands for (qseg, kseg unset, masked: whether the mask cuts any of them). 0: one call.
+  int64_t tile_pairs = 0;
+};
+
+// make_schedule's summed computes: each step's kernel calls (a team's query segments against the
+// key segments of the block held: (2 C u)^2 calls under the zigzag layout) as one Compute op that
+// carries their summed pairs, FLOPs and tile pairs (Op::tile_pairs, for the kernel's tiles below;
+// <= 0: the kept pairs). What the planner times; the executor runs no such schedule.
+struct SummedComputes {
+  int tile_q = 0, tile_k = 0;
 };
 
 struct Schedule {
@@ -156,6 +168,7 @@ struct Schedule {
   bool bwd_moves_kv = false;  // backward: K,V travel (else the query packages)
   // The team ring's steps built (make_schedule's ring_steps): 0, all G of them.
   int ring_steps = 0;
+  std::optional<SummedComputes> summed;  // computes summed per step (make_schedule's summed)
   // The documents of cfg (cumulative lengths; empty when cfg.doc_lengths is: one document).
   kernels::DocBounds docs;
   std::vector<BufferSpec> buffers;  // indexed by buffer id
@@ -196,7 +209,9 @@ int64_t kept_elements(const AttnConfig& cfg, int P);
 // treated as one that makes every hop (its gradient's last hop is the ring hop from prev(rank)), so
 // that the cut ring is a ring of its own. Such a schedule computes part of the attention: the
 // planner times it (docs/planner.md, "Planning at scale"), no executor runs it.
-Schedule make_schedule(const AttnConfig& cfg, int P, int rank, int ring_steps = 0);
+// summed: the computes of each call of the builders summed into one op (SummedComputes).
+Schedule make_schedule(const AttnConfig& cfg, int P, int rank, int ring_steps = 0,
+                       std::optional<SummedComputes> summed = std::nullopt);
 
 // What a schedule sends, summed without running it.
 struct ScheduleTotals {
@@ -277,5 +292,10 @@ int64_t attention_tile_pairs(const kernels::DocBounds& docs, int64_t qpos0, int6
 // The (query, key) pairs kept between the runs, with the schedule's documents when it has them
 // and its window.
 int64_t kept_pairs(const Schedule& s, int64_t qpos0, int64_t qrows, int64_t kpos0, int64_t krows);
+
+// The (query, key) pairs that compute op `o` of schedule `s` works on with the kernel's tiles
+// (attention_tile_pairs of its segments, the whole tiles where its mask cuts them; a summed
+// compute's Op::tile_pairs).
+int64_t compute_tile_pairs(const Schedule& s, const Op& o, int tile_q, int tile_k);
 
 }  // namespace wallfacer::seqpar
