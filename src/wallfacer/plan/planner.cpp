@@ -525,10 +525,11 @@ AttentionPrediction simulate_attention(const Cluster& cl, const seqpar::AttnConf
       for (int y = 0; y < P; ++y) m.device_of[size_t(y)] = device_of[size_t(order[size_t(y)])];
   }
   WF_USAGE_CHECK(a.period < P || every_rank || exact,
-                 "not simulated: its ranks do not repeat with a period below {}, and simulating "
-                 "every rank is limited to {} devices, or to rings cut to {} steps of at most {} "
-                 "kernel calls in all, unless --exact (hours and tens of GB at 4,096)",
-                 P, kMaxEveryRankDevices, kCutRingSteps, kMaxCutRingComputes);
+                 "not simulated: its ranks do not repeat with a period below {}, no rotation of "
+                 "its teams leaves a quotient of at most {} ranks, and simulating every rank is "
+                 "limited to {} devices, or to rings cut to {} steps of at most {} kernel calls "
+                 "in all, unless --exact (hours and tens of GB at 4,096)",
+                 P, kMaxRotatedRanks, kMaxEveryRankDevices, kCutRingSteps, kMaxCutRingComputes);
   for (bool bwd : {false, true}) {
     SimResult r = simulate(prog[bwd], m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
