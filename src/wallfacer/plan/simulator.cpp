@@ -227,7 +227,7 @@ struct Flow {
   int coll = -1;      // a step of this running collective (its requests are then unused)
   double since = 0;   // s: when `left` was last brought up to date (it streams at `rate` since)
   uint64_t seq = 0;   // creation order: of two events at one time, the older flow's goes first
-  int version = 0;    // its events in the queue that carry another version are stale
+  int heap = -1;      // the place of its next event in the event heap (-1: none)
   bool live = false;  // the slot holds a flow in flight
 };
 
@@ -235,14 +235,13 @@ struct Flow {
 struct FlowEvent {
   double t = 0;
   uint64_t seq = 0;
-  int slot = 0, version = 0;
-  bool operator>(const FlowEvent& o) const { return std::tie(t, seq) > std::tie(o.t, o.seq); }
+  int slot = 0;
+  bool operator<(const FlowEvent& o) const { return t < o.t || (t == o.t && seq < o.seq); }
 };
 
 // Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress;
-// node pairs after all of them (negative ids).
+// node pairs after all of them, numbered as they first carry a flow.
 int port(int index, int kind) { return 4 * index + kind; }
-int node_pair(int src_node, int dst_node, int nodes) { return -2 - (src_node * nodes + dst_node); }
 
 // One simulated run, in named steps. The event loop (run) takes the earliest event: a flow's
 // latency running out or its bytes arriving (on_flow_event), or a rank ready to go on (run_rank,
@@ -260,6 +259,13 @@ class Simulation {
         st_(size_t(P_)) {
     check_program();
     res_.ranks.resize(size_t(P_));
+    int devices = 0;
+    for (int d : m_.device_of) devices = std::max(devices, d + 1);
+    load_.assign(size_t(port(devices, 0)), 0.0);
+    on_.resize(load_.size());
+    arrivals_.resize(prog_.groups.size());
+    plans_.resize(prog_.groups.size());
+    positions_.resize(prog_.groups.size());
     for (int r = 0; r < P_; ++r) ready_.push({0.0, r});
   }
 
@@ -290,7 +296,7 @@ class Simulation {
   // share the links with everything else in flight; the members go on when the last step ends.
   struct CollRun {
     int group = 0;
-    std::vector<std::vector<CollTransfer>> steps;  // member positions in the group
+    int plan = 0;  // its steps: plans_[group][plan].steps, by member positions in the group
     size_t step = 0;
     int pending = 0;
   };
@@ -309,8 +315,17 @@ class Simulation {
   int simulated_members(const std::vector<int>& g) const {
     return int(std::count_if(g.begin(), g.end(), [&](int r) { return r < P_; }));
   }
-  // Drops stale events; the next flow event, or nullptr when none.
-  const FlowEvent* next_flow_event();
+  // The event heap: one event per live flow, the earliest (t, seq) on top; a flow's event moves
+  // in place when its time changes.
+  void heap_place(size_t i, const FlowEvent& e) {
+    heap_[i] = e;
+    flows_[size_t(e.slot)].heap = int(i);
+  }
+  void heap_up(size_t i);
+  void heap_down(size_t i);
+  void heap_pop();
+  // The resource of the (source, destination) node pair.
+  int node_pair(int src_node, int dst_node);
   void on_flow_event(int slot);
   // A flow's resources while active: its ports or cards, its node pair, and while both ways the
   // reverse direction of both cards. Each changes the load of the resource by `delta`.
@@ -352,25 +367,36 @@ class Simulation {
   }
   // (canonical source, offset, tag) -> posted and not yet matched
   std::unordered_map<std::tuple<int, int, int>, std::vector<Posted>, KeyHash> sends_, recvs_;
-  std::map<std::pair<int, int>, int> arrivals_;  // (group, k) -> members arrived
-  // (group, collective, bytes) -> per member: bytes it sends, of them between nodes
-  std::map<std::tuple<int, int, double>, std::vector<std::pair<double, double>>> sent_;
+  std::vector<std::vector<int>> arrivals_;  // per group, per k: members arrived
+  // Per group: (collective, bytes) -> its steps and, per member, the bytes it sends, of them
+  // between nodes
+  struct CollPlan {
+    int coll;
+    double bytes;
+    std::vector<std::vector<CollTransfer>> steps;
+    std::vector<std::pair<double, double>> sent;
+  };
+  std::vector<std::vector<CollPlan>> plans_;
   std::vector<std::unordered_map<int, int>> positions_;  // per group: rank -> position
   std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready_;  // ranks ready, by time
   std::vector<Flow> flows_;  // slots: in flight when live
   std::vector<int> free_slots_;
   uint64_t next_seq_ = 0;
-  std::priority_queue<FlowEvent, std::vector<FlowEvent>, std::greater<>> events_;
-  std::unordered_map<int, double> load_;  // resource -> active flows on it (both-ways shares)
-  std::unordered_map<int, std::vector<int>> on_;  // resource -> active flows' slots
-  std::vector<int> changed_;                      // resources whose load changed
+  std::vector<FlowEvent> heap_;                // a binary heap by (t, seq)
+  std::vector<double> load_;                   // resource -> active flows on it (both-ways shares)
+  std::vector<std::vector<int>> on_;           // resource -> active flows' slots
+  std::unordered_map<int64_t, int> pair_ids_;  // source node * nodes + destination -> resource
+  std::vector<int> changed_;                   // resources whose load changed
   // canonical (src, dst) -> active flows between nodes (duplex_sharing > 0 only)
-  std::map<std::pair<int, int>, std::vector<int>> inter_;
+  std::unordered_map<int64_t, std::vector<int>> inter_;
+  int64_t inter_key(int src, int dst) const {
+    const auto [a, b] = canonical(src, dst);
+    return int64_t(a) * N_ + b;
+  }
   std::vector<uint64_t> stamp_;  // per slot: last rerate that visited it
   uint64_t rerates_ = 0;
   double now_ = 0;
-  std::map<int, CollRun> colls_;
-  int next_coll_ = 0;
+  std::vector<CollRun> colls_;  // by id
 };
 
 void Simulation::check_program() const {
@@ -382,9 +408,18 @@ void Simulation::check_program() const {
   }
 }
 
+int Simulation::node_pair(int src_node, int dst_node) {
+  const auto [it, added] = pair_ids_.emplace(int64_t(src_node) * N_ + dst_node, int(load_.size()));
+  if (added) {
+    load_.push_back(0.0);
+    on_.emplace_back();
+  }
+  return it->second;
+}
+
 void Simulation::add_load(int slot, int resource, int delta, double weight) {
-  load_[resource] += delta * weight;
-  auto& on = on_[resource];
+  load_[size_t(resource)] += delta * weight;
+  auto& on = on_[size_t(resource)];
   if (delta > 0) {
     on.push_back(slot);
   } else {
@@ -425,9 +460,9 @@ void Simulation::activate(int slot) {
   f.rate = 0;
   f.both_ways = false;
   if (f.pair != kNoPair && m_.duplex_sharing > 0) {
-    auto& fwd = inter_[canonical(f.src, f.dst)];
+    auto& fwd = inter_[inter_key(f.src, f.dst)];
     fwd.push_back(slot);
-    auto back = inter_.find(canonical(f.dst, f.src));
+    auto back = inter_.find(inter_key(f.dst, f.src));
     const bool reverse = back != inter_.end() && !back->second.empty();
     flows_[size_t(slot)].both_ways = reverse;
     if (reverse && fwd.size() == 1)
@@ -441,38 +476,82 @@ void Simulation::deactivate(int slot) {
   Flow& f = flows_[size_t(slot)];
   f.active = false;
   if (f.pair != kNoPair && m_.duplex_sharing > 0) {
-    auto& fwd = inter_[canonical(f.src, f.dst)];
+    auto& fwd = inter_[inter_key(f.src, f.dst)];
     fwd.erase(std::find(fwd.begin(), fwd.end(), slot));
     if (fwd.empty()) {
-      auto back = inter_.find(canonical(f.dst, f.src));
+      auto back = inter_.find(inter_key(f.dst, f.src));
       if (back != inter_.end())
         for (int g : back->second) set_both_ways(g, false);
     }
   }
 }
 
+void Simulation::heap_up(size_t i) {
+  const FlowEvent e = heap_[i];
+  while (i > 0) {
+    const size_t parent = (i - 1) / 2;
+    if (!(e < heap_[parent])) break;
+    heap_place(i, heap_[parent]);
+    i = parent;
+  }
+  heap_place(i, e);
+}
+
+void Simulation::heap_down(size_t i) {
+  const FlowEvent e = heap_[i];
+  const size_t n = heap_.size();
+  while (true) {
+    size_t child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && heap_[child + 1] < heap_[child]) ++child;
+    if (!(heap_[child] < e)) break;
+    heap_place(i, heap_[child]);
+    i = child;
+  }
+  heap_place(i, e);
+}
+
+void Simulation::heap_pop() {
+  flows_[size_t(heap_.front().slot)].heap = -1;
+  const FlowEvent last = heap_.back();
+  heap_.pop_back();
+  if (heap_.empty()) return;
+  heap_place(0, last);
+  heap_down(0);
+}
+
 void Simulation::schedule_event(int slot) {
   Flow& f = flows_[size_t(slot)];
-  ++f.version;
-  const double t = !f.active ? f.active_at : f.left <= 0 ? now_ : now_ + f.left / f.rate;
-  events_.push({t, f.seq, slot, f.version});
+  const FlowEvent e{!f.active     ? f.active_at
+                    : f.left <= 0 ? now_
+                                  : now_ + f.left / f.rate,
+                    f.seq, slot};
+  if (f.heap < 0) {
+    heap_.push_back(e);
+    heap_up(heap_.size() - 1);
+  } else {
+    const size_t i = size_t(f.heap);
+    heap_[i] = e;
+    heap_up(i);
+    heap_down(size_t(flows_[size_t(slot)].heap));
+  }
 }
 
 void Simulation::rerate() {
   ++rerates_;
   for (int resource : changed_) {
-    for (int slot : on_[resource]) {
+    for (int slot : on_[size_t(resource)]) {
       if (stamp_[size_t(slot)] == rerates_) continue;
       stamp_[size_t(slot)] = rerates_;
       Flow& f = flows_[size_t(slot)];
       const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
-      double busiest = std::max(load_[f.res[0]], load_[f.res[1]]);
+      double busiest = std::max(load_[size_t(f.res[0])], load_[size_t(f.res[1])]);
       if (f.both_ways)
-        busiest =
-            std::max({busiest, load_[port(m_.nic(f.src), 3)], load_[port(m_.nic(at(f.dst)), 2)]});
+        busiest = std::max({busiest, load_[size_t(port(m_.nic(f.src), 3))],
+                            load_[size_t(port(m_.nic(at(f.dst)), 2))]});
       double rate = bw / busiest;
       if (f.pair != kNoPair && m_.pair_bandwidth > 0)
-        rate = std::min(rate, m_.pair_bandwidth / load_[f.pair]);
+        rate = std::min(rate, m_.pair_bandwidth / load_[size_t(f.pair)]);
       if (rate == f.rate) continue;
       if (f.rate > 0) f.left = std::max(0.0, f.left - f.rate * (now_ - f.since));
       f.since = now_;
@@ -511,7 +590,7 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
     f.res[0] = port(m_.device_of[src], 0), f.res[1] = port(m_.device_of[size_t(at(dst))], 1);
   } else {
     f.res[0] = port(m_.nic(src), 2), f.res[1] = port(m_.nic(at(dst)), 3);
-    f.pair = node_pair(m_.node(src), m_.node(dst), int(m_.device_of.size()));
+    f.pair = node_pair(m_.node(src), m_.node(dst));
     res_.ranks[size_t(at(dst))].inter_recv_bytes += bytes;
   }
   if (src == dst) f.left = 0;
@@ -537,19 +616,19 @@ void Simulation::start_flow(int src, int dst, const Posted& s, const Posted& r) 
 }
 
 void Simulation::collective_step(int id) {
-  CollRun& c = colls_.at(id);
+  CollRun& c = colls_[size_t(id)];
   const auto& g = prog_.groups[c.group];
-  if (c.step == c.steps.size()) {
+  const auto& steps = plans_[size_t(c.group)][size_t(c.plan)].steps;
+  if (c.step == steps.size()) {
     for (int member : g) {
       if (member >= P_) continue;  // an image of a member that runs
       ready_.push({now_, member});
       span(member, st_[member].pc - 1, st_[member].blocked_at, now_);
     }
-    colls_.erase(id);
     return;
   }
   c.pending = 0;
-  for (const CollTransfer& t : c.steps[c.step])
+  for (const CollTransfer& t : steps[c.step])
     if (t.from != t.to && g[size_t(t.from)] < P_)
       add_flow(g[size_t(t.from)], g[size_t(t.to)], t.bytes, -1, -1, id), ++c.pending;
   ++c.step;
@@ -614,25 +693,30 @@ void Simulation::arrive_collective(int r, const Op& o) {
   const auto& g = prog_.groups[o.group];
   WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
            "rank {} runs a collective on a group it is not in", r);
-  auto key = std::make_pair(o.group, s.coll_k);
-  int& arrived = arrivals_[key];
-  auto sent_key = std::make_tuple(o.group, int(o.coll), o.bytes);
-  auto it = sent_.find(sent_key);
-  if (it == sent_.end())
-    it = sent_.emplace(sent_key, coll_sent_bytes(o.coll, g, o.bytes, m_)).first;
-  if (positions_.size() <= size_t(o.group)) positions_.resize(size_t(o.group) + 1);
+  auto& arrivals = arrivals_[size_t(o.group)];
+  if (arrivals.size() <= size_t(s.coll_k)) arrivals.resize(size_t(s.coll_k) + 1, 0);
+  int& arrived = arrivals[size_t(s.coll_k)];
+  auto& plans = plans_[size_t(o.group)];
+  auto it = std::find_if(plans.begin(), plans.end(), [&](const CollPlan& p) {
+    return p.coll == int(o.coll) && p.bytes == o.bytes;
+  });
+  if (it == plans.end()) {
+    plans.push_back({int(o.coll), o.bytes, collective_steps(o.coll, int(g.size()), o.bytes),
+                     coll_sent_bytes(o.coll, g, o.bytes, m_)});
+    it = plans.end() - 1;
+  }
   auto& pos = positions_[size_t(o.group)];
   if (pos.empty())
     for (size_t j = 0; j < g.size(); ++j) pos.emplace(g[j], int(j));
-  auto [sent, inter] = it->second[size_t(pos.at(r))];
+  auto [sent, inter] = it->sent[size_t(pos.at(r))];
   res_.ranks[r].coll_bytes += sent;
   res_.ranks[r].inter_bytes += inter;
   ++s.coll_k;
   ++s.pc;
   s.blocked_at = now_;
   if (++arrived == simulated_members(g)) {
-    const int id = next_coll_++;
-    colls_[id] = {o.group, collective_steps(o.coll, int(g.size()), o.bytes)};
+    const int id = int(colls_.size());
+    colls_.push_back({o.group, int(it - plans.begin())});
     collective_step(id);
   }
 }
@@ -664,16 +748,6 @@ void Simulation::run_rank(int r) {
   res_.ranks[r].finish = now_;
 }
 
-const FlowEvent* Simulation::next_flow_event() {
-  while (!events_.empty()) {
-    const FlowEvent& e = events_.top();
-    const Flow& f = flows_[size_t(e.slot)];
-    if (f.live && f.seq == e.seq && f.version == e.version) return &e;
-    events_.pop();
-  }
-  return nullptr;
-}
-
 void Simulation::on_flow_event(int slot) {
   Flow& f = flows_[size_t(slot)];
   if (!f.active && f.left > 0) {
@@ -685,7 +759,7 @@ void Simulation::on_flow_event(int slot) {
   flows_[size_t(slot)].live = false;
   free_slots_.push_back(slot);
   if (done.coll >= 0) {
-    if (--colls_.at(done.coll).pending == 0) collective_step(done.coll);
+    if (--colls_[size_t(done.coll)].pending == 0) collective_step(done.coll);
   } else {
     complete(done.src, done.send_req, now_);
     complete(at(done.dst), done.recv_req, now_);
@@ -694,15 +768,15 @@ void Simulation::on_flow_event(int slot) {
 
 void Simulation::run() {
   while (true) {
-    const FlowEvent* e = next_flow_event();
-    const double t_flow = e ? e->t : std::numeric_limits<double>::infinity();
+    const bool e = !heap_.empty();
+    const double t_flow = e ? heap_.front().t : std::numeric_limits<double>::infinity();
     const double t_rank =
         ready_.empty() ? std::numeric_limits<double>::infinity() : ready_.top().first;
     if (!e && ready_.empty()) return;
     now_ = std::max(now_, std::min(t_flow, t_rank));
     if (e && t_flow <= t_rank) {
-      const int slot = e->slot;
-      events_.pop();
+      const int slot = heap_.front().slot;
+      heap_pop();
       on_flow_event(slot);
       rerate();
       continue;
