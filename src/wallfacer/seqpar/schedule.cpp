@@ -286,6 +286,27 @@ struct RingGeometry {
   int placement_src(int r) const { return world(inner.placement_src(r / u), r); }
   int next(int r) const { return world(inner.next(r / u), r); }
   int prev(int r) const { return world(inner.prev(r / u), r); }
+  // Rank r's place on its sub-ring: prev moves it one place back (from 0 to G - 1), and the rank
+  // by C world ranks.
+  int ring_index(int r) const { return (r / u / inner.C) % G; }
+  // The rank `steps` hops before r on its sub-ring (prev applied `steps` times): the one whose
+  // block r holds at ring step `steps`.
+  int back(int r, int steps) const {
+    const int i = ring_index(r);
+    return r + (((i - steps) % G + G) % G - i) * C;
+  }
+  // Walks r's sub-ring backwards, a hop at a time: rank is r, then prev(r), prev(prev(r)), ...
+  struct Walk {
+    int rank, index, G, C;
+    void hop() {
+      if (index == 0) {
+        index = G - 1, rank += (G - 1) * C;
+      } else {
+        --index, rank -= C;
+      }
+    }
+  };
+  Walk walk(int r) const { return {r, ring_index(r), G, C}; }
   int kv_team(int r, int step) const { return inner.kv_team(r / u, step); }
   int query_team(int r, int step) const { return inner.query_team(r / u, step); }
 };
@@ -369,10 +390,11 @@ const std::vector<int>& origin_hops(const Schedule& s, const RingGeometry& L, Tr
     // The last step with pairs, from the end of the ring back (the rank t hops on is the one G - t
     // hops back): mostly the first one looked at.
     for (int origin = 0; origin < s.P; ++origin) {
-      int last = 0, x = origin;
+      int last = 0;
+      auto x = L.walk(origin);
       for (int t = L.G - 1; t >= 1; --t) {
-        x = L.prev(x);
-        if (pairs(x, t)) {
+        x.hop();
+        if (pairs(x.rank, t)) {
           last = t;
           break;
         }
@@ -390,12 +412,6 @@ int steps_built(const Schedule& s, const RingGeometry& L) {
   return s.ring_steps > 0 ? std::min(s.ring_steps, L.G) : L.G;
 }
 
-// The rank whose block rank r holds at ring step `step` (its holder at step 0).
-int origin_at(const RingGeometry& L, int r, int step) {
-  for (int i = 0; i < step; ++i) r = L.prev(r);
-  return r;
-}
-
 // Per ring step, the hops of the block that rank r holds then: r holds it when step <= hops, and
 // passes it on when step < hops.
 // A cut ring (Schedule::ring_steps) has its steps alone: hops up to its last step.
@@ -403,8 +419,9 @@ std::vector<int> hops_per_step(const Schedule& s, const RingGeometry& L, int r, 
   const int steps = steps_built(s, L);
   std::vector<int> hops(static_cast<size_t>(steps));
   const std::vector<int>& all = origin_hops(s, L, travel);  // used before the next call
-  for (int step = 0, o = r; step < steps; ++step, o = L.prev(o))
-    hops[size_t(step)] = std::min(all[size_t(o)], steps - 1);
+  auto o = L.walk(r);
+  for (int step = 0; step < steps; ++step, o.hop())
+    hops[size_t(step)] = std::min(all[size_t(o.rank)], steps - 1);
   return hops;
 }
 
@@ -664,7 +681,7 @@ class TeamRing {
         } else if (step < at || step == G - 1) {
           acc_send[step % 2] = b_.send(acc, L_.next(r), kTagGrad);
         } else {
-          acc_send[step % 2] = b_.send(acc, origin_at(L_, r, step), kTagHome);
+          acc_send[step % 2] = b_.send(acc, L_.back(r, step), kTagHome);
         }
       }
       b_.wait({ta, tb});
@@ -1174,8 +1191,9 @@ bool count_backward_moves_kv(const AttnConfig& cfg, int P) {
   int64_t kv_max = 0, q_max = 0, kv_sum = 0, q_sum = 0;
   for (int x = 0; x < P; ++x) {
     int64_t kv = 0, q = 0;
-    for (int t = 0, o = x; t < G; ++t, o = L.prev(o)) {  // o: the block's origin
-      const int a = hk[size_t(o)], b = hq[size_t(o)];
+    auto o = L.walk(x);  // the block's origin
+    for (int t = 0; t < G; ++t, o.hop()) {
+      const int a = hk[size_t(o.rank)], b = hq[size_t(o.rank)];
       kv += (t < a ? kv_hop : 0) + (t <= a && a > 0 ? kv_grad : 0);
       q += (t < b ? q_hop : 0) + (t <= b && b > 0 ? q_grad : 0);
     }
