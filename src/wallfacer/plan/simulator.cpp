@@ -219,11 +219,13 @@ struct Flow {
   bool active = false;
   double rate = 0;  // bytes/s while active
   int res[2] = {0, 0};
-  int pair = kNoPair;  // between nodes: the (source, destination) node pair's resource
+  double bandwidth = 0;  // of its link class
+  int pair = kNoPair;    // between nodes: the (source, destination) node pair's resource
   // Between nodes, while data also flows back from dst to src: the connection carries both ways,
   // and each direction's acknowledgements queue behind the other's data, so the flow also takes a
-  // share of the source card's ingress and the destination card's egress.
+  // share of the source card's ingress and the destination card's egress (`back`).
   bool both_ways = false;
+  int back[2] = {0, 0};
   int coll = -1;      // a step of this running collective (its requests are then unused)
   double since = 0;   // s: when `left` was last brought up to date (it streams at `rate` since)
   uint64_t seq = 0;   // creation order: of two events at one time, the older flow's goes first
@@ -382,7 +384,8 @@ class Simulation {
   std::vector<Flow> flows_;  // slots: in flight when live
   std::vector<int> free_slots_;
   uint64_t next_seq_ = 0;
-  std::vector<FlowEvent> heap_;                // a binary heap by (t, seq)
+  static constexpr size_t kHeapArity = 4;
+  std::vector<FlowEvent> heap_;                // a kHeapArity-ary heap by (t, seq)
   std::vector<double> load_;                   // resource -> active flows on it (both-ways shares)
   std::vector<std::vector<int>> on_;           // resource -> active flows' slots
   std::unordered_map<int64_t, int> pair_ids_;  // source node * nodes + destination -> resource
@@ -434,8 +437,8 @@ void Simulation::add_loads(int slot, int delta) {
   add_load(slot, f.res[1], delta);
   if (f.pair != kNoPair) add_load(slot, f.pair, delta);
   if (f.both_ways) {
-    add_load(slot, port(m_.nic(f.src), 3), delta, m_.duplex_sharing);
-    add_load(slot, port(m_.nic(at(f.dst)), 2), delta, m_.duplex_sharing);
+    add_load(slot, f.back[0], delta, m_.duplex_sharing);
+    add_load(slot, f.back[1], delta, m_.duplex_sharing);
   }
 }
 
@@ -443,13 +446,13 @@ void Simulation::set_both_ways(int slot, bool both) {
   Flow& f = flows_[size_t(slot)];
   if (f.both_ways == both) return;
   if (f.both_ways) {
-    add_load(slot, port(m_.nic(f.src), 3), -1, m_.duplex_sharing);
-    add_load(slot, port(m_.nic(at(f.dst)), 2), -1, m_.duplex_sharing);
+    add_load(slot, f.back[0], -1, m_.duplex_sharing);
+    add_load(slot, f.back[1], -1, m_.duplex_sharing);
   }
   f.both_ways = both;
   if (both) {
-    add_load(slot, port(m_.nic(f.src), 3), +1, m_.duplex_sharing);
-    add_load(slot, port(m_.nic(at(f.dst)), 2), +1, m_.duplex_sharing);
+    add_load(slot, f.back[0], +1, m_.duplex_sharing);
+    add_load(slot, f.back[1], +1, m_.duplex_sharing);
   }
 }
 
@@ -489,7 +492,7 @@ void Simulation::deactivate(int slot) {
 void Simulation::heap_up(size_t i) {
   const FlowEvent e = heap_[i];
   while (i > 0) {
-    const size_t parent = (i - 1) / 2;
+    const size_t parent = (i - 1) / kHeapArity;
     if (!(e < heap_[parent])) break;
     heap_place(i, heap_[parent]);
     i = parent;
@@ -501,9 +504,11 @@ void Simulation::heap_down(size_t i) {
   const FlowEvent e = heap_[i];
   const size_t n = heap_.size();
   while (true) {
-    size_t child = 2 * i + 1;
-    if (child >= n) break;
-    if (child + 1 < n && heap_[child + 1] < heap_[child]) ++child;
+    const size_t first = kHeapArity * i + 1;
+    if (first >= n) break;
+    size_t child = first;
+    for (size_t c = first + 1; c < std::min(first + kHeapArity, n); ++c)
+      if (heap_[c] < heap_[child]) child = c;
     if (!(heap_[child] < e)) break;
     heap_place(i, heap_[child]);
     i = child;
@@ -521,7 +526,7 @@ void Simulation::heap_pop() {
 }
 
 void Simulation::schedule_event(int slot) {
-  Flow& f = flows_[size_t(slot)];
+  const Flow& f = flows_[size_t(slot)];
   const FlowEvent e{!f.active     ? f.active_at
                     : f.left <= 0 ? now_
                                   : now_ + f.left / f.rate,
@@ -544,12 +549,10 @@ void Simulation::rerate() {
       if (stamp_[size_t(slot)] == rerates_) continue;
       stamp_[size_t(slot)] = rerates_;
       Flow& f = flows_[size_t(slot)];
-      const double bw = m_.same_node(f.src, f.dst) ? m_.intra.bandwidth : m_.inter.bandwidth;
       double busiest = std::max(load_[size_t(f.res[0])], load_[size_t(f.res[1])]);
       if (f.both_ways)
-        busiest = std::max({busiest, load_[size_t(port(m_.nic(f.src), 3))],
-                            load_[size_t(port(m_.nic(at(f.dst)), 2))]});
-      double rate = bw / busiest;
+        busiest = std::max({busiest, load_[size_t(f.back[0])], load_[size_t(f.back[1])]});
+      double rate = f.bandwidth / busiest;
       if (f.pair != kNoPair && m_.pair_bandwidth > 0)
         rate = std::min(rate, m_.pair_bandwidth / load_[size_t(f.pair)]);
       if (rate == f.rate) continue;
@@ -586,10 +589,12 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
   f.total = f.left = bytes;
   const bool local = m_.same_node(src, dst);
   f.active_at = now_ + (src == dst ? 0.0 : local ? m_.intra.latency : m_.inter.latency);
+  f.bandwidth = local ? m_.intra.bandwidth : m_.inter.bandwidth;
   if (local) {
     f.res[0] = port(m_.device_of[src], 0), f.res[1] = port(m_.device_of[size_t(at(dst))], 1);
   } else {
     f.res[0] = port(m_.nic(src), 2), f.res[1] = port(m_.nic(at(dst)), 3);
+    f.back[0] = port(m_.nic(src), 3), f.back[1] = port(m_.nic(at(dst)), 2);
     f.pair = node_pair(m_.node(src), m_.node(dst));
     res_.ranks[size_t(at(dst))].inter_recv_bytes += bytes;
   }
