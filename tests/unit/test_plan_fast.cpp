@@ -116,7 +116,8 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
 // not predicted, with the reason, while a WallFacer-2 ring of 512 steps is cut
 // (predict_attention), one with a period (zigzag: the ranks of a node, 8) is predicted from
 // that many ranks, and Ulysses-4 x WallFacer-16 (a ring of 2 steps) from the quotient of its
-// teams' rotation by one member (512 ranks: kMaxRotatedRanks).
+// teams' rotation by one member (512 ranks: kMaxRotatedRanks), Ulysses-2 x WallFacer-16 (a ring
+// of 4 steps) from one of 1,024 ranks (max_rotated_ranks: few all-to-all messages per rank).
 TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   PlanInput in;
   in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
@@ -152,6 +153,18 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
       predict_attention(in.cluster, hybrid_cfg, in.gpus, candidate_devices(hybrid, in.gpus)).period,
       in.gpus / 4);
   EXPECT_LE(in.gpus / 4, kMaxRotatedRanks);
+  const Candidate hybrid2{seqpar::Strategy::WallFacer, 16, 2, Placement::TeamIntra};
+  const Prediction rotated2 = predict(in, hybrid2);
+  EXPECT_TRUE(rotated2.feasible) << rotated2.reason;
+  const auto hybrid2_cfg = attention_config(in.model, in.seq, hybrid2, attention_dtype(in.cluster));
+  EXPECT_EQ(predict_attention(in.cluster, hybrid2_cfg, in.gpus, candidate_devices(hybrid2, in.gpus))
+                .period,
+            in.gpus / 2);
+  EXPECT_GT(in.gpus / 2, kMaxRotatedRanks);
+  EXPECT_EQ(max_rotated_ranks(2), kMaxEveryRankDevices);
+  EXPECT_EQ(max_rotated_ranks(4), kMaxEveryRankDevices);
+  EXPECT_EQ(max_rotated_ranks(8), kMaxRotatedRanks);
+  EXPECT_EQ(max_rotated_ranks(32), kMaxRotatedRanks);
 }
 
 // A team ring of more than kCutRingSteps steps (ring, zigzag, WallFacer-C, the Ulysses hybrids) is

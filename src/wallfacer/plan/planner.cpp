@@ -462,10 +462,11 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
   if (R >= P) {
     // In place of every rank: a rotation's quotient, not above kMaxEveryRankDevices ranks, nor
-    // above kMaxRotatedRanks where every rank may not be simulated (at 4,096 devices its quotients
-    // hold 128 to 2,048 ranks, a tenth of a second to seconds each).
-    const int rotated = rotated_quotient(cfg, P, m, make, all, fwd, bwd, order,
-                                         every_rank ? kMaxEveryRankDevices : kMaxRotatedRanks);
+    // above max_rotated_ranks where every rank may not be simulated (at 4,096 devices its
+    // quotients hold 128 to 2,048 ranks, a tenth of a second to seconds each).
+    const int rotated =
+        rotated_quotient(cfg, P, m, make, all, fwd, bwd, order,
+                         every_rank ? kMaxEveryRankDevices : max_rotated_ranks(cfg.ulysses));
     if (rotated < P) {
       if (scratch_elements) *scratch_elements = scratch;
       return rotated;
@@ -529,7 +530,8 @@ AttentionPrediction simulate_attention(const Cluster& cl, const seqpar::AttnConf
                  "its teams leaves a quotient of at most {} ranks, and simulating every rank is "
                  "limited to {} devices, or to rings cut to {} steps of at most {} kernel calls "
                  "in all, unless --exact (hours and tens of GB at 4,096)",
-                 P, kMaxRotatedRanks, kMaxEveryRankDevices, kCutRingSteps, kMaxCutRingComputes);
+                 P, max_rotated_ranks(cfg.ulysses), kMaxEveryRankDevices, kCutRingSteps,
+                 kMaxCutRingComputes);
   for (bool bwd : {false, true}) {
     SimResult r = simulate(prog[bwd], m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
@@ -555,6 +557,11 @@ int team_ring_length(const seqpar::AttnConfig& cfg, int P) {
   if (seqpar::traits(cfg.strategy).build != seqpar::build_team_ring_schedule) return 0;
   const int u = std::max(cfg.ulysses, 1);
   return seqpar::WallFacerGeometry(P / u, seqpar::team_size(cfg)).G;
+}
+
+int max_rotated_ranks(int ulysses) {
+  return std::max(kMaxRotatedRanks,
+                  std::min(kMaxEveryRankDevices, kMaxRotatedAllToAll / std::max(ulysses, 1)));
 }
 
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,

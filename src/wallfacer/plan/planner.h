@@ -97,7 +97,7 @@ Prediction predict(const PlanInput& in, const Candidate& c);
 // few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
 // candidate is simulated up to kMaxEveryRankDevices devices, or with PlanInput::exact; beyond,
 // only as a cut ring of few enough kernel calls (kMaxCutRingComputes, predict_attention), or on a
-// rotation's quotient of at most kMaxRotatedRanks ranks, else predict_attention refuses it
+// rotation's quotient of at most max_rotated_ranks(u) ranks, else predict_attention refuses it
 // (UsageError: the plan lists it as not predicted, with the reason).
 constexpr int kMaxPlanDevices = 4096;
 constexpr int kMaxEveryRankDevices = 1024;
@@ -105,8 +105,12 @@ constexpr int kCutRingSteps = 6;
 constexpr double kSteadyRingTolerance = 1e-3;
 constexpr double kMaxCutRingComputes = 1e7;
 // Where every rank may not be simulated, Ulysses x WallFacer-C is still simulated on a rotation's
-// quotient (attention_period) of at most this many ranks.
+// quotient (attention_period) of at most kMaxRotatedRanks ranks, or of up to kMaxEveryRankDevices
+// where its ranks times the Ulysses degree u (each rank's messages in an all-to-all, what the time
+// grows with) stay within kMaxRotatedAllToAll: max_rotated_ranks(u).
 constexpr int kMaxRotatedRanks = 512;
+constexpr int kMaxRotatedAllToAll = 4096;
+int max_rotated_ranks(int ulysses);
 
 // The steps of cfg's team ring on P ranks (G = P / (u C^2)); 0 for another strategy.
 int team_ring_length(const seqpar::AttnConfig& cfg, int P);
