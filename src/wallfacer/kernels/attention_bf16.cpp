@@ -635,8 +635,7 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
           [&](int j0, int nk, const TileMask& mask) {
             const int jt = j0 / bk, nk2 = nk + nk % 2;
             // Softmax row i, its scores at srow: P rounded into pt, m and l updated, O rescaled.
-            const auto softmax_row = [&](int i, const float* srow) {
-              bf16* prow = pt + int64_t(i) * bk;
+            const auto softmax_row = [&](int i, const float* srow, bf16* prow) {
               int lo = 0, hi = nk;
               if (!mask.whole()) mask.keys(i, nk, &lo, &hi);
               const float m_new =
@@ -672,12 +671,13 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
                       .ldc = bk,
                       .accumulate = false};
             };
-            const auto pv_product = [&](int r0, int n) -> Bf16Gemm {
+            const auto pv_product = [&](const bf16* p_rows, int64_t ldp, int r0,
+                                        int n) -> Bf16Gemm {
               return {.m = n,
                       .n = D,
                       .kp = nk2 / 2,
-                      .a = pt + int64_t(r0) * bk,
-                      .lda = bk,
+                      .a = p_rows,
+                      .lda = ldp,
                       .b = pk.vj.data() + bhk * pk.vj_head + int64_t(j0) * hd.d16,
                       .ldb = 2 * hd.d16,
                       .c = oacc + int64_t(r0) * D,
@@ -686,12 +686,16 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
             };
             if (!amx) {
               gemm(s_product(0, nq, s));
-              for (int i = 0; i < nq; ++i) softmax_row(i, s + int64_t(i) * bk);
-              gemm(pv_product(0, nq));
+              for (int i = 0; i < nq; ++i)
+                softmax_row(i, s + int64_t(i) * bk, pt + int64_t(i) * bk);
+              gemm(pv_product(pt, bk, 0, nq));
               return;
             }
             // The amx path: a chunk of kFwdChunkQAmx rows at a time, S, its softmax rows (the
-            // scores still in L1), O += P V (P still in L1), under one tile configuration.
+            // scores still in L1), O += P V (P still in L1), under one tile configuration. P row i
+            // is written over the first half of its own score row (each softmax row reads its
+            // scores before it writes over them, bf16 at byte 2j behind fp32 at byte 4j), so that
+            // scores, P, O and Q of the chunk fit in L1 together (32 rows: 32 + 8 + 4 KiB).
             const auto run_all = [](const Bf16Gemm& g) {
               detail::bf16_gemm_amx_run(g, 0, detail::bf16_gemm_amx_blocks(g));
             };
@@ -699,8 +703,11 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
             for (int r0 = 0; r0 < nq; r0 += kFwdChunkQAmx) {
               const int nc = std::min(kFwdChunkQAmx, nq - r0);
               run_all(s_product(r0, nc, s));
-              for (int i = r0; i < r0 + nc; ++i) softmax_row(i, s + int64_t(i - r0) * bk);
-              run_all(pv_product(r0, nc));
+              for (int i = r0; i < r0 + nc; ++i) {
+                float* srow = s + int64_t(i - r0) * bk;
+                softmax_row(i, srow, reinterpret_cast<bf16*>(srow));
+              }
+              run_all(pv_product(reinterpret_cast<const bf16*>(s), 2 * int64_t(bk), r0, nc));
             }
             detail::bf16_amx_end();
           });
