@@ -121,12 +121,23 @@ inline void c_copy_back(const Bf16Gemm& g, int i0, int c0, const unsigned char* 
   for (int r = 0; r < rows; ++r) std::memcpy(c + r * g.ldc, pad + 64 * r, 4 * size_t(cols));
 }
 
+// gcc's _tile_loadd is an asm statement that does not tell the compiler it reads memory: every
+// tile load that may read a pad (block's edge tiles, held_a's) is fenced on both sides, so that the
+// pad's writes come before it and the next writes to the same pad after it.
+#define WF_LOAD_FENCED(T, src, stride) \
+  do {                                 \
+    const void* fenced_ = (src);       \
+    __asm__ volatile("" ::: "memory"); \
+    _tile_loadd(T, fenced_, stride);   \
+    __asm__ volatile("" ::: "memory"); \
+  } while (0)
+
 #define WF_C_START(T, i0, c0, pad)                         \
   do {                                                     \
     int64_t stride_ = 0;                                   \
     const void* src_ = c_source(g, i0, c0, pad, &stride_); \
     if (src_)                                              \
-      _tile_loadd(T, src_, stride_);                       \
+      WF_LOAD_FENCED(T, src_, stride_);                    \
     else                                                   \
       _tile_zero(T);                                       \
   } while (0)
@@ -148,15 +159,15 @@ void block(const Bf16Gemm& g, int i0, int c0, EdgeTiles& e) {
   if constexpr (MT > 1 && NT > 1) WF_C_START(WF_C11, i0 + 16, c0 + 16, e.c[3]);
   for (int t0 = 0; t0 < g.kp; t0 += 16) {
     int64_t sa0, sa1, sb0, sb1;
-    _tile_loadd(WF_A0, a_tile(g, i0, t0, e.a[0], &sa0), sa0);
-    _tile_loadd(WF_B0, b_tile(g, t0, c0, e.b[0], &sb0), sb0);
+    WF_LOAD_FENCED(WF_A0, a_tile(g, i0, t0, e.a[0], &sa0), sa0);
+    WF_LOAD_FENCED(WF_B0, b_tile(g, t0, c0, e.b[0], &sb0), sb0);
     _tile_dpbf16ps(WF_C00, WF_A0, WF_B0);
     if constexpr (NT > 1) {
-      _tile_loadd(WF_B1, b_tile(g, t0, c0 + 16, e.b[1], &sb1), sb1);
+      WF_LOAD_FENCED(WF_B1, b_tile(g, t0, c0 + 16, e.b[1], &sb1), sb1);
       _tile_dpbf16ps(WF_C01, WF_A0, WF_B1);
     }
     if constexpr (MT > 1) {
-      _tile_loadd(WF_A1, a_tile(g, i0 + 16, t0, e.a[1], &sa1), sa1);
+      WF_LOAD_FENCED(WF_A1, a_tile(g, i0 + 16, t0, e.a[1], &sa1), sa1);
       _tile_dpbf16ps(WF_C10, WF_A1, WF_B0);
       if constexpr (NT > 1) _tile_dpbf16ps(WF_C11, WF_A1, WF_B1);
     }
@@ -166,17 +177,6 @@ void block(const Bf16Gemm& g, int i0, int c0, EdgeTiles& e) {
   if constexpr (MT > 1) WF_C_FINISH(WF_C10, i0 + 16, c0, e.c[2]);
   if constexpr (MT > 1 && NT > 1) WF_C_FINISH(WF_C11, i0 + 16, c0 + 16, e.c[3]);
 }
-
-// gcc's _tile_loadd is an asm statement that does not tell the compiler it reads memory: a tile
-// loaded from a pad is fenced on both sides, so that the pad's writes come before it and the next
-// writes to the same pad after it.
-#define WF_LOAD_FENCED(T, src, stride) \
-  do {                                 \
-    const void* src_ = (src);          \
-    __asm__ volatile("" ::: "memory"); \
-    _tile_loadd(T, src_, stride);      \
-    __asm__ volatile("" ::: "memory"); \
-  } while (0)
 
 // The whole product for m <= 32 and kp <= 32 without accumulate (the scores of a chunk of 32 query
 // rows when the head dimension is at most 64): the MT x KT tiles of A are loaded once and held in
