@@ -29,6 +29,18 @@ done
 "$wf" plan --cluster "$tmp/local.toml" --model "$src/tests/plan/tiny.toml" --seq 1024 --gpus 2 \
   >/dev/null || err "plan cannot read the calibrated cluster file"
 
+# Two pretended nodes: the links between nodes, the cards' streaming rate and the duplex share
+# fitted to team collectives across the nodes (teams of 2 here) are measured and written.
+export WALLFACER_NODE_SIZE=2
+out=$(run 4 "$wf" tune --calibrate --out "$tmp/two-nodes.toml" 2>&1) || err "calibrate on 2 nodes exited $?: $out"
+export WALLFACER_NODE_SIZE=
+for key in "between nodes, ping-pong" "a card streams" "teams of 2 ranks on 2 nodes" "wrote"; do
+  echo "$out" | grep -qF "$key" || err "calibration on 2 nodes lacks '$key': $out"
+done
+grep -q '^count = 2$' "$tmp/two-nodes.toml" || err "the cluster file should have 2 nodes: $(cat "$tmp/two-nodes.toml")"
+"$wf" plan --cluster "$tmp/two-nodes.toml" --model "$src/tests/plan/tiny.toml" --seq 1024 --gpus 4 \
+  >/dev/null || err "plan cannot read the cluster file calibrated on 2 nodes"
+
 export WALLFACER_NODE_SIZE=2
 out=$(run 4 "$wf" tune --cluster "$tmp/local.toml" --model "$src/tests/plan/tiny.toml" --seq 512 \
   --top 10 --iters 1 --json --out "$tmp/tuned.toml" 2>&1) || err "tune exited $?: $out"
