@@ -295,18 +295,6 @@ struct RingGeometry {
     const int i = ring_index(r);
     return r + (((i - steps) % G + G) % G - i) * C;
   }
-  // Walks r's sub-ring backwards, a hop at a time: rank is r, then prev(r), prev(prev(r)), ...
-  struct Walk {
-    int rank, index, G, C;
-    void hop() {
-      if (index == 0) {
-        index = G - 1, rank += (G - 1) * C;
-      } else {
-        --index, rank -= C;
-      }
-    }
-  };
-  Walk walk(int r) const { return {r, ring_index(r), G, C}; }
   int kv_team(int r, int step) const { return inner.kv_team(r / u, step); }
   int query_team(int r, int step) const { return inner.query_team(r / u, step); }
 };
@@ -391,10 +379,8 @@ const std::vector<int>& origin_hops(const Schedule& s, const RingGeometry& L, Tr
     // hops back): mostly the first one looked at.
     for (int origin = 0; origin < s.P; ++origin) {
       int last = 0;
-      auto x = L.walk(origin);
       for (int t = L.G - 1; t >= 1; --t) {
-        x.hop();
-        if (pairs(x.rank, t)) {
+        if (pairs(L.back(origin, L.G - t), t)) {
           last = t;
           break;
         }
@@ -419,9 +405,8 @@ std::vector<int> hops_per_step(const Schedule& s, const RingGeometry& L, int r, 
   const int steps = steps_built(s, L);
   std::vector<int> hops(static_cast<size_t>(steps));
   const std::vector<int>& all = origin_hops(s, L, travel);  // used before the next call
-  auto o = L.walk(r);
-  for (int step = 0; step < steps; ++step, o.hop())
-    hops[size_t(step)] = std::min(all[size_t(o.rank)], steps - 1);
+  for (int step = 0; step < steps; ++step)
+    hops[size_t(step)] = std::min(all[size_t(L.back(r, step))], steps - 1);
   return hops;
 }
 
@@ -1191,9 +1176,9 @@ bool count_backward_moves_kv(const AttnConfig& cfg, int P) {
   int64_t kv_max = 0, q_max = 0, kv_sum = 0, q_sum = 0;
   for (int x = 0; x < P; ++x) {
     int64_t kv = 0, q = 0;
-    auto o = L.walk(x);  // the block's origin
-    for (int t = 0; t < G; ++t, o.hop()) {
-      const int a = hk[size_t(o.rank)], b = hq[size_t(o.rank)];
+    for (int t = 0; t < G; ++t) {
+      const int o = L.back(x, t);  // the block's origin
+      const int a = hk[size_t(o)], b = hq[size_t(o)];
       kv += (t < a ? kv_hop : 0) + (t <= a && a > 0 ? kv_grad : 0);
       q += (t < b ? q_hop : 0) + (t <= b && b > 0 ? q_grad : 0);
     }
