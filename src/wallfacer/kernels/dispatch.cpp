@@ -5,6 +5,7 @@
 #include "wallfacer/kernels/attention_bf16.h"
 #include "wallfacer/kernels/dense_bf16.h"
 #include "wallfacer/kernels/isa.h"
+#include "wallfacer/kernels/llama_ops.h"
 #include "wallfacer/kernels/ops.h"
 
 namespace wallfacer::kernels {
@@ -34,6 +35,12 @@ WALLFACER_ISA_DECLARE(gelu_fwd)
 WALLFACER_ISA_DECLARE(gelu_bwd)
 WALLFACER_ISA_DECLARE(gelu_fwd_bf16)
 WALLFACER_ISA_DECLARE(gelu_bwd_bf16)
+WALLFACER_ISA_DECLARE(rmsnorm_fwd)
+WALLFACER_ISA_DECLARE(rmsnorm_bwd)
+WALLFACER_ISA_DECLARE(swiglu_fwd)
+WALLFACER_ISA_DECLARE(swiglu_bwd)
+WALLFACER_ISA_DECLARE(swiglu_fwd_bf16)
+WALLFACER_ISA_DECLARE(swiglu_bwd_bf16)
 WALLFACER_ISA_DECLARE(rope_tables)
 WALLFACER_ISA_DECLARE(rope_fwd)
 WALLFACER_ISA_DECLARE(rope_bwd)
@@ -157,6 +164,33 @@ void gelu_fwd_bf16(bf16* out, const bf16* inp, int64_t n) {
 
 void gelu_bwd_bf16(bf16* dinp, const bf16* inp, const bf16* dout, int64_t n) {
   WALLFACER_ISA_CALL(gelu_bwd_bf16, dinp, inp, dout, n);
+}
+
+// kernels/llama_ops.h
+void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,
+                 float eps) {
+  WALLFACER_ISA_CALL(rmsnorm_fwd, out, rstd, inp, weight, N, C, eps);
+}
+
+void rmsnorm_bwd(float* dinp, float* dweight, const float* dout, const float* inp,
+                 const float* weight, const float* rstd, int64_t N, int C) {
+  WALLFACER_ISA_CALL(rmsnorm_bwd, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
+void swiglu_fwd(float* out, const float* inp, int64_t N, int I) {
+  WALLFACER_ISA_CALL(swiglu_fwd, out, inp, N, I);
+}
+
+void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int I) {
+  WALLFACER_ISA_CALL(swiglu_bwd, dinp, inp, dout, N, I);
+}
+
+void swiglu_fwd_bf16(bf16* out, const bf16* inp, int64_t N, int I) {
+  WALLFACER_ISA_CALL(swiglu_fwd_bf16, out, inp, N, I);
+}
+
+void swiglu_bwd_bf16(bf16* dinp, const bf16* inp, const bf16* dout, int64_t N, int I) {
+  WALLFACER_ISA_CALL(swiglu_bwd_bf16, dinp, inp, dout, N, I);
 }
 
 void rope_tables(const int64_t* pos, int T, int D, double theta, float* cos, float* sin) {
