@@ -13,6 +13,7 @@
 #include "wallfacer/core/dtype.h"
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/file.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/core/threads.h"
 
 namespace wallfacer {
@@ -130,6 +131,26 @@ TEST(Core, OutputFolderMustExist) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Large buffers start on a 2 MiB boundary (where a huge page can map them), keep their contents
+// when they grow and are freed through the path that allocated them; small ones come from new.
+TEST(Core, LargeVectorsStartOnHugePageBoundaries) {
+  const size_t n = kLargePageBytes / sizeof(float) + 3;
+  LargeVector<float> v(n);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % (uintptr_t(2) << 20), 0u);
+  for (size_t i = 0; i < n; ++i) v[i] = float(i % 1000);
+  v.resize(3 * n, -1.0f);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % (uintptr_t(2) << 20), 0u);
+  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(v[i], float(i % 1000));
+  EXPECT_EQ(v[3 * n - 1], -1.0f);
+  LargeVector<uint16_t> small(100, 7);
+  small.resize(1000, 9);  // from new to new: below kLargePageBytes
+  EXPECT_EQ(small[99], 7);
+  EXPECT_EQ(small[999], 9);
+  small.resize(kLargePageBytes, 1);  // from new to the large path
+  EXPECT_EQ(small[0], 7);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % (uintptr_t(2) << 20), 0u);
 }
 
 TEST(Core, ThreadsFollowEnvironment) {

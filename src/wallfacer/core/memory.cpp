@@ -1,6 +1,10 @@
 #include "wallfacer/core/memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <new>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/core/threads.h"
@@ -29,6 +33,27 @@ void check_memory(double bytes, const std::string& what) {
                  "memory shared by its ranks, or --max-memory): make the job smaller or spread it "
                  "over more ranks",
                  what, bytes / gib, limit / gib);
+}
+
+namespace {
+constexpr size_t kHugePage = size_t(2) << 20;
+}  // namespace
+
+void* large_alloc(size_t bytes) {
+  if (bytes < kLargePageBytes) return ::operator new(bytes);
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (!p) throw std::bad_alloc();
+  madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without transparent huge pages it fails, harmless
+  return p;
+}
+
+void large_free(void* p, size_t bytes) noexcept {
+  if (bytes < kLargePageBytes) {
+    ::operator delete(p);
+    return;
+  }
+  std::free(p);
 }
 
 }  // namespace wallfacer

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "wallfacer/comm/communicator.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/model/gpt.h"
 #include "wallfacer/model/sampler.h"
 #include "wallfacer/seqpar/config.h"
@@ -107,7 +108,7 @@ class ShardedKvCache : public DecoderCache {
   int64_t prompt_, capacity_, rows_ = 0;
   std::vector<int64_t> held_;
   std::vector<std::vector<seqpar::PositionRun>> runs_;  // every rank's positions
-  std::vector<float> k_, v_;
+  LargeVector<float> k_, v_;
   std::vector<float> o_part_, lse_part_, o_send_, lse_send_, lse_;
   int64_t pos_ = -1;  // the position of the token being decoded
   int owner_ = 0;

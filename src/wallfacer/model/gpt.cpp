@@ -206,8 +206,8 @@ struct Gpt::BlockActs {
 };
 
 struct Gpt::Acts {
-  std::vector<float> arena;
-  std::vector<bf16> arena16;
+  LargeVector<float> arena;
+  LargeVector<bf16> arena16;
   std::vector<BlockActs> blocks;
   float* x_final;   // (N, C) output of the last block
   Act lnf;          // (N, C)
@@ -249,7 +249,7 @@ class ArenaPlan {
     for (auto& r : req_) t += r.n;
     return t;
   }
-  void allocate(std::vector<T>& arena) {
+  void allocate(LargeVector<T>& arena) {
     arena.assign(size_t(total()), T{});
     int64_t off = 0;
     for (auto& r : req_) {

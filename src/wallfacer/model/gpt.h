@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "wallfacer/core/bf16.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/kernels/llama_ops.h"
 #include "wallfacer/model/parts.h"
 #include "wallfacer/seqpar/config.h"
@@ -210,13 +211,13 @@ class Gpt {
   GptUse use_;
   int64_t num_params_;
   std::vector<ParamTensor> tensors_;
-  std::vector<float> params_, grads_;
+  LargeVector<float> params_, grads_;
   GptParams p_, g_;
   std::vector<double> inv_freq_;            // (D/2)
   std::vector<float> rope_cos_, rope_sin_;  // (T, D/2), or (B * T, D/2) after set_positions
   bool rope_per_row_ = false;               // set_positions gave every row its own angles
   std::unique_ptr<Acts> a_;
-  std::vector<bf16> params16_;  // bf16 copy of the dense weights (Dtype::bf16)
+  LargeVector<bf16> params16_;  // bf16 copy of the dense weights (Dtype::bf16)
   int64_t act_bytes_ = 0;
   const int32_t* tokens_ = nullptr;
   const int32_t* targets_ = nullptr;
