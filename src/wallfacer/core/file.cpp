@@ -61,6 +61,19 @@ std::string read_file(const std::string& path) {
                  "'{}' is a folder; a file is expected there", path);
   std::ifstream f(path, std::ios::binary);
   WF_USAGE_CHECK(f.good(), "cannot read '{}'", path);
+  // A regular file is read in one piece into a string of its size (a checkpoint of gigabytes is
+  // not copied through a growing buffer); anything else (a pipe) through a stream.
+  std::error_code size_ec;
+  const std::uintmax_t size = std::filesystem::is_regular_file(path, size_ec)
+                                  ? std::filesystem::file_size(path, size_ec)
+                                  : std::uintmax_t(-1);
+  if (!size_ec && size != std::uintmax_t(-1)) {
+    std::string bytes(size_t(size), '\0');
+    f.read(bytes.data(), std::streamsize(size));
+    WF_USAGE_CHECK(f.gcount() == std::streamsize(size) && f.peek() == EOF,
+                   "cannot read '{}': it changed size while being read", path);
+    return bytes;
+  }
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
