@@ -81,7 +81,8 @@ int run_train(const TrainArgs& a) {
   opt.overwrite = a.overwrite;
   opt.progress = a.progress;
   opt.trace = a.trace;
-  opt.cfg.validate(world.size());  // before any work: every rank reaches the same verdict
+  // The configuration is checked against the world's size first thing in run_training
+  // (config_as_run), before any work: every rank reaches the same verdict.
   train::run_training(world, opt);
   return 0;
 }
