@@ -393,10 +393,17 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
     acts.add({{&s.fch, N * F}, {&s.fch_act, N * M}});
   };
   const bool own = train && ckpt_ == Checkpointing::None;
-  for (auto& b : a.blocks) {
-    plan.add(&b.x, N * C);
-    acts.add(&b.o, N * HD);
-    plan.add(&b.lse, int64_t(B_) * cfg_.heads * T_);
+  // A block's input x, attention output o and lse: every block's in training (the backward reads
+  // them); in inference two sets that the blocks take in turn (block l reads set l % 2 and writes
+  // its output into the other), at 32K tokens and 8 layers 0.7 GiB less to allocate and touch.
+  const int sets = train ? L : std::min(L, 2);
+  for (int l = 0; l < L; ++l) {
+    BlockActs& b = a.blocks[size_t(l)];
+    if (l < sets) {
+      plan.add(&b.x, N * C);
+      acts.add(&b.o, N * HD);
+      plan.add(&b.lse, int64_t(B_) * cfg_.heads * T_);
+    }
     add_recomputed(b, own);
   }
   // In bf16, qkv is read only by the rotary embedding of the same forward: one buffer for all.
@@ -426,6 +433,13 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   act_bytes_ = plan.total() * int64_t(sizeof(float)) + acts.b16.total() * int64_t(sizeof(bf16));
   plan.allocate(a.arena);
   acts.b16.allocate(a.arena16);
+  for (int l = sets; l < L; ++l) {
+    const BlockActs& from = a.blocks[size_t(l % sets)];
+    BlockActs& b = a.blocks[size_t(l)];
+    b.x = from.x;
+    b.o = from.o;
+    b.lse = from.lse;
+  }
   if (!own) {
     for (auto& b : a.blocks) {
       float* x = b.x;
