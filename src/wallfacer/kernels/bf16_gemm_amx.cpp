@@ -345,9 +345,9 @@ void bf16_softmax_rows_amx(const Bf16SoftmaxRows& r) {
     const float m_old = r.m[i];
     r.alpha[i] = 1.0f;
     // A whole row whose scores stay at or below m: its values against m, and m, l unchanged but
-    // for the sum (a row's first visible keys, m = -inf, never pass: s scale - m is +inf).
+    // for the sum (not tried for a row's first visible keys, m = -inf).
     float sum = 0.0f;
-    if (lo == 0 && hi == kSoftmaxRow && r.n2 == kSoftmaxRow &&
+    if (lo == 0 && hi == kSoftmaxRow && r.n2 == kSoftmaxRow && m_old != ninf &&
         exp2_round_row_below(s, vscale, _mm512_set1_ps(m_old), pt, &sum)) {
       r.l[i] += sum;
       continue;
