@@ -332,6 +332,80 @@ TEST(Bf16Gemm, AmxScaledMaxIsTheLargestScaledValue) {
     }
 }
 
+// The amx path's softmax rows of a chunk: row by row the values of bf16_scaled_max_amx and
+// bf16_exp2_round_sum_amx against the larger of the row's reference and its largest visible scaled
+// score, bit for bit, zeros outside the visible columns; the reference and sum updated, and alpha
+// exactly 1 where the reference did not change (else within fp32's rounding of 2^(m - m'), 0 for
+// m = -inf). Rows
+// whose scores stay below their reference (the one-pass case, whole rows of 256), rows that pass
+// it in one place, rows seen for the first time (m = -inf), rows that see nothing, partial rows
+// and short tiles.
+TEST(Bf16Gemm, AmxSoftmaxRowsAreTheRowByRowValues) {
+  if (!bf16_amx_available()) GTEST_SKIP() << "no AMX (amx_bf16, amx_tile) on this CPU, OS or build";
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-12.0f, 12.0f);
+  std::uniform_int_distribution<int> col(0, 255);
+  const float scale = 0.125f * 1.44269504f;
+  const int64_t lds = 256;
+  for (int n : {256, 255, 200, 17}) {
+    const int n2 = n + n % 2, rows = 24;
+    std::vector<float> s(size_t(rows) * lds), m(rows), l(rows), alpha(rows, -1.0f);
+    std::vector<int> lo(rows), hi(rows);
+    for (auto& x : s) x = dist(gen);
+    for (int i = 0; i < rows; ++i) {
+      const float* row = s.data() + i * lds;
+      lo[i] = 0, hi[i] = n;
+      if (i % 6 == 4) lo[i] = col(gen) % n, hi[i] = lo[i] + (col(gen) % (n - lo[i]) + 1);
+      if (i % 6 == 5) lo[i] = hi[i] = n / 2;
+      float top = kNegInf;
+      for (int j = lo[i]; j < hi[i]; ++j) top = std::max(top, row[j] * scale);
+      const int kind = i % 4;  // reference: above the scores, below them, none yet, just at the top
+      m[i] = kind == 0 ? top + 1.5f : kind == 1 ? top - 2.0f : kind == 2 ? kNegInf : top;
+      l[i] = m[i] == kNegInf ? 0.0f : 3.0f + float(i);  // (a row that has seen nothing is (0, 0))
+    }
+    std::vector<float> s0 = s, m0 = m, l0 = l;
+    detail::bf16_softmax_rows_amx({.s = s.data(),
+                                   .lds = lds,
+                                   .rows = rows,
+                                   .n2 = n2,
+                                   .lo = lo.data(),
+                                   .hi = hi.data(),
+                                   .scale = scale,
+                                   .m = m.data(),
+                                   .l = l.data(),
+                                   .alpha = alpha.data()});
+    for (int i = 0; i < rows; ++i) {
+      const std::string at = fmt::format("n {} row {} [{}, {})", n, i, lo[i], hi[i]);
+      const float* row = s0.data() + i * lds;
+      const bf16* got = reinterpret_cast<const bf16*>(s.data() + i * lds);
+      const float m_new = std::max(
+          m0[i], detail::bf16_scaled_max_amx(row + lo[i], std::max(0, hi[i] - lo[i]), scale));
+      std::vector<bf16> want(size_t(n2), bf16{});
+      float sum = 0.0f;
+      if (m_new != kNegInf && lo[i] < hi[i])
+        sum = detail::bf16_exp2_round_sum_amx(row + lo[i], hi[i] - lo[i], scale, m_new,
+                                              want.data() + lo[i]);
+      for (int j = 0; j < n2; ++j)
+        ASSERT_EQ(got[j].bits, want[size_t(j)].bits) << at << " col " << j;
+      if (m_new == kNegInf) {
+        EXPECT_EQ(m[i], kNegInf) << at;
+        EXPECT_EQ(l[i], 0.0f) << at;
+        EXPECT_EQ(alpha[i], 1.0f) << at;
+        continue;
+      }
+      EXPECT_EQ(m[i], m_new) << at;
+      if (m_new == m0[i]) {
+        EXPECT_EQ(alpha[i], 1.0f) << at;
+        EXPECT_EQ(l[i], l0[i] + sum) << at;
+      } else {
+        const double exact = std::exp2(double(m0[i]) - m_new);  // 0 for m0 = -inf
+        EXPECT_NEAR(alpha[i], exact, 2e-7 * exact) << at;
+        EXPECT_EQ(l[i], l0[i] * alpha[i] + sum) << at;
+      }
+    }
+  }
+}
+
 // --- Attention ----------------------------------------------------------------------------------
 
 // The paths a test runs: portable always, AVX512-BF16 and AMX where the CPU has them.

@@ -630,25 +630,23 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
       std::fill_n(m, nq, kNegInf);
       std::fill_n(l, nq, 0.0f);
       std::fill_n(oacc, int64_t(nq) * D, 0.0f);
+      if (amx) detail::bf16_amx_begin();
       detail::for_each_key_tile(
           d.seq_k, p.k_pos0, bk, qpos_first, qpos_last, p.causal, p.window, p.doc_of_pos,
           [&](int j0, int nk, const TileMask& mask) {
             const int jt = j0 / bk, nk2 = nk + nk % 2;
-            // Softmax row i, its scores at srow: P rounded into pt, m and l updated, O rescaled.
+            // Softmax row i of the avx512 path, its scores at srow: P rounded into pt, m and l
+            // updated, O rescaled.
             const auto softmax_row = [&](int i, const float* srow, bf16* prow) {
               int lo = 0, hi = nk;
               if (!mask.whole()) mask.keys(i, nk, &lo, &hi);
-              const float m_new =
-                  std::max(m[i], amx ? detail::bf16_scaled_max_amx(srow + lo, hi - lo, scale2)
-                                     : scaled_max(srow + lo, hi - lo, scale2));
+              const float m_new = std::max(m[i], scaled_max(srow + lo, hi - lo, scale2));
               if (m_new == kNegInf) {  // nothing visible yet: the row stays (0, 0)
                 std::fill_n(prow, nk2, bf16{});
                 return;
               }
               const float alpha = exp2_approx(m[i] - m_new);
-              const float sum = amx ? detail::bf16_exp2_round_sum_amx(srow + lo, hi - lo, scale2,
-                                                                      m_new, prow + lo)
-                                    : exp_round_sum(srow + lo, hi - lo, scale2, m_new, prow + lo);
+              const float sum = exp_round_sum(srow + lo, hi - lo, scale2, m_new, prow + lo);
               std::fill(prow, prow + lo, bf16{});
               std::fill(prow + hi, prow + nk2, bf16{});
               l[i] = l[i] * alpha + sum;
@@ -692,25 +690,44 @@ void attn_fwd_bf16(const AttnFwdBf16Params& p) {
               return;
             }
             // The amx path: a chunk of kFwdChunkQAmx rows at a time, S, its softmax rows (the
-            // scores still in L1), O += P V (P still in L1), under one tile configuration. P row i
-            // is written over the first half of its own score row (each softmax row reads its
-            // scores before it writes over them, bf16 at byte 2j behind fp32 at byte 4j), so that
-            // scores, P, O and Q of the chunk fit in L1 together (32 rows: 32 + 8 + 4 KiB).
+            // scores still in L1), O += P V (P still in L1), under the task's tile
+            // configuration. P row i is written over the first half of its own score row (each
+            // softmax row reads its scores before it writes over them, bf16 at byte 2j behind
+            // fp32 at byte 4j), so that scores, P, O and Q of the chunk fit in L1 together (32
+            // rows: 32 + 8 + 4 KiB). The softmax rows of a chunk are one call
+            // (detail::bf16_softmax_rows_amx): a whole row of 256 keys whose scores stay at or
+            // below its running maximum takes one pass over them and leaves its O row as it is.
             const auto run_all = [](const Bf16Gemm& g) {
               detail::bf16_gemm_amx_run(g, 0, detail::bf16_gemm_amx_blocks(g));
             };
-            detail::bf16_amx_begin();
+            int lo[kFwdChunkQAmx], hi[kFwdChunkQAmx];
+            float alpha[kFwdChunkQAmx];
             for (int r0 = 0; r0 < nq; r0 += kFwdChunkQAmx) {
               const int nc = std::min(kFwdChunkQAmx, nq - r0);
               run_all(s_product(r0, nc, s));
-              for (int i = r0; i < r0 + nc; ++i) {
-                float* srow = s + int64_t(i - r0) * bk;
-                softmax_row(i, srow, reinterpret_cast<bf16*>(srow));
+              for (int i = 0; i < nc; ++i) {
+                lo[i] = 0, hi[i] = nk;
+                if (!mask.whole()) mask.keys(r0 + i, nk, &lo[i], &hi[i]);
               }
+              detail::bf16_softmax_rows_amx({.s = s,
+                                             .lds = bk,
+                                             .rows = nc,
+                                             .n2 = nk2,
+                                             .lo = lo,
+                                             .hi = hi,
+                                             .scale = scale2,
+                                             .m = m + r0,
+                                             .l = l + r0,
+                                             .alpha = alpha});
+              for (int i = 0; i < nc; ++i)
+                if (alpha[i] != 1.0f) {
+                  float* orow = oacc + int64_t(r0 + i) * D;
+                  for (int e = 0; e < D; ++e) orow[e] *= alpha[i];
+                }
               run_all(pv_product(reinterpret_cast<const bf16*>(s), 2 * int64_t(bk), r0, nc));
             }
-            detail::bf16_amx_end();
           });
+      if (amx) detail::bf16_amx_end();
       for (int i = 0; i < nq; ++i) {
         if (l[i] == 0.0f) {
           lb[i] = kNegInf;

@@ -34,6 +34,9 @@ float bf16_exp2_round_sum_amx(const float*, int, float, float, bf16*) {
   WF_CHECK(false, "bf16_exp2_round_sum_amx: this build has no AMX code (compiler too old)");
   return 0.0f;
 }
+void bf16_softmax_rows_amx(const Bf16SoftmaxRows&) {
+  WF_CHECK(false, "bf16_softmax_rows_amx: this build has no AMX code (compiler too old)");
+}
 #endif
 
 }  // namespace wallfacer::kernels::detail

@@ -71,4 +71,28 @@ float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, b
 // The largest s[j] scale for j < n (-inf when n = 0) on the amx path, as the kernel's scaled_max.
 float bf16_scaled_max_amx(const float* s, int n, float scale);
 
+// The softmax rows of a chunk of the forward's amx path, for one key tile. Row i: its fp32 scores
+// from s + i * lds, of which it sees columns [lo[i], hi[i]) (none when lo[i] >= hi[i]); m[i] the
+// largest s scale it has seen (-inf before any) and l[i] the sum of its P so far. With m' the
+// larger of m[i] and the row's largest visible s scale (bf16_scaled_max_amx): writes
+// P[j] = bf16(2^(s[j] scale - m')) for j < n2 over the first 2 n2 bytes of the row (the values of
+// bf16_exp2_round_sum_amx(s + lo, hi - lo, scale, m', P + lo), zero outside [lo, hi)), then
+// m[i] = m', l[i] = l[i] alpha[i] + the sum of the row's P, where alpha[i] = 2^(m - m') (by
+// exp2_approx's polynomial; exactly 1 when m' = m, then l[i] + the sum; 0 when m was -inf), the
+// factor by which the caller multiplies its O row. A row that sees all of a tile of 256 columns is
+// exponentiated against m[i] in one pass (no separate pass for its maximum) and kept when no value
+// exceeds 2^0, which after the first key tiles is the common case; n2 <= 2 lds.
+struct Bf16SoftmaxRows {
+  float* s = nullptr;
+  int64_t lds = 0;
+  int rows = 0, n2 = 0;
+  const int* lo = nullptr;
+  const int* hi = nullptr;
+  float scale = 0.0f;
+  float* m = nullptr;
+  float* l = nullptr;
+  float* alpha = nullptr;
+};
+void bf16_softmax_rows_amx(const Bf16SoftmaxRows& r);
+
 }  // namespace wallfacer::kernels::detail

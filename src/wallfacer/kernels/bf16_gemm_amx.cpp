@@ -19,6 +19,7 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -227,10 +228,9 @@ void held_a(const Bf16Gemm& g, EdgeTiles& e) {
   }
 }
 
-// 2^(s scale - shift) on 16 lanes, in fp32: exp2_approx's steps (kernels/vec_math.h), 2^n applied
-// by VSCALEFPS.
-inline __m512 exp2_lanes(__m512 s, __m512 scale, __m512 shift) {
-  const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(s, scale, shift), _mm512_set1_ps(-127.0f));
+// 2^x on 16 lanes, in fp32: exp2_approx's steps (kernels/vec_math.h), 2^n applied by VSCALEFPS.
+inline __m512 exp2_of(__m512 xs) {
+  const __m512 x = _mm512_max_ps(xs, _mm512_set1_ps(-127.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 r = _mm512_sub_ps(x, n);  // exact, |r| <= 1/2
   __m512 p = _mm512_set1_ps(1.339086336e-3f);
@@ -240,6 +240,11 @@ inline __m512 exp2_lanes(__m512 s, __m512 scale, __m512 shift) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471880e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000075e+0f));
   return _mm512_scalef_ps(p, n);
+}
+
+// 2^(s scale - shift) on 16 lanes (s scale - shift in one fused step).
+inline __m512 exp2_lanes(__m512 s, __m512 scale, __m512 shift) {
+  return exp2_of(_mm512_fmsub_ps(s, scale, shift));
 }
 
 // 32 values of bf16_exp2_round_sum_amx: rounded in one VCVTNE2PS2BF16, stored, and added to sum
@@ -259,6 +264,37 @@ inline void exp2_round_16(const float* s, __m512 scale, __m512 shift, bf16* pt, 
   _mm256_mask_storeu_epi16(pt, keep, b);
   const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
   sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(keep, back));
+}
+
+// A row of kSoftmaxRow scores exponentiated against `shift` (exp2_round_32's values) into
+// registers; stored, with their sum (in the order of bf16_exp2_round_sum_amx), only when no
+// s scale - shift exceeds 0, i.e. when shift is at least the row's largest s scale (as the
+// kernel's scaled_max computes it: the fused s scale - shift is positive wherever the rounded
+// s scale exceeds shift, and maybe where it equals it). Returns whether it stored them.
+constexpr int kSoftmaxRow = 256;
+
+inline bool exp2_round_row_below(const float* s, __m512 scale, __m512 shift, bf16* pt, float* sum) {
+  __m512bh e[kSoftmaxRow / 32];
+  __m512 top = _mm512_set1_ps(-__builtin_inff());
+#pragma GCC unroll 8
+  for (int b = 0; b < kSoftmaxRow / 32; ++b) {
+    const __m512 x0 = _mm512_fmsub_ps(_mm512_loadu_ps(s + 32 * b), scale, shift);
+    const __m512 x1 = _mm512_fmsub_ps(_mm512_loadu_ps(s + 32 * b + 16), scale, shift);
+    top = _mm512_max_ps(top, _mm512_max_ps(x0, x1));
+    e[b] = _mm512_cvtne2ps_pbh(exp2_of(x1), exp2_of(x0));
+  }
+  if (_mm512_cmp_ps_mask(top, _mm512_setzero_ps(), _CMP_GT_OQ)) return false;
+  const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);  // bf16 1.0
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int b = 0; b < kSoftmaxRow / 32; b += 2) {
+    _mm512_storeu_si512(static_cast<void*>(pt + 32 * b), (__m512i)e[b]);
+    _mm512_storeu_si512(static_cast<void*>(pt + 32 * b + 32), (__m512i)e[b + 1]);
+    sum0 = _mm512_dpbf16_ps(sum0, e[b], ones);
+    sum1 = _mm512_dpbf16_ps(sum1, e[b + 1], ones);
+  }
+  *sum = _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+  return true;
 }
 
 }  // namespace
@@ -297,6 +333,40 @@ float bf16_exp2_round_sum_amx(const float* s, int n, float scale, float shift, b
     exp2_round_16(s + j, vscale, vshift, pt + j, keep, sum1);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+}
+
+void bf16_softmax_rows_amx(const Bf16SoftmaxRows& r) {
+  const float ninf = -__builtin_inff();
+  const __m512 vscale = _mm512_set1_ps(r.scale);
+  for (int i = 0; i < r.rows; ++i) {
+    float* s = r.s + i * r.lds;
+    bf16* pt = reinterpret_cast<bf16*>(s);
+    const int lo = r.lo[i], hi = std::max(r.lo[i], r.hi[i]);
+    const float m_old = r.m[i];
+    r.alpha[i] = 1.0f;
+    // A whole row whose scores stay at or below m: its values against m, and m, l unchanged but
+    // for the sum (not tried for a row's first visible keys, m = -inf).
+    float sum = 0.0f;
+    if (lo == 0 && hi == kSoftmaxRow && r.n2 == kSoftmaxRow && m_old != ninf &&
+        exp2_round_row_below(s, vscale, _mm512_set1_ps(m_old), pt, &sum)) {
+      r.l[i] += sum;
+      continue;
+    }
+    const float m_new = std::max(m_old, bf16_scaled_max_amx(s + lo, hi - lo, r.scale));
+    if (m_new == ninf) {  // nothing visible yet: the row stays (0, 0)
+      std::fill(pt, pt + r.n2, bf16{});
+      continue;
+    }
+    sum = bf16_exp2_round_sum_amx(s + lo, hi - lo, r.scale, m_new, pt + lo);
+    std::fill(pt, pt + lo, bf16{});
+    std::fill(pt + hi, pt + r.n2, bf16{});
+    if (m_old == ninf)
+      r.alpha[i] = 0.0f;  // (l and the O row are zero)
+    else if (m_new != m_old)
+      r.alpha[i] = _mm512_cvtss_f32(exp2_of(_mm512_set1_ps(m_old - m_new)));
+    r.l[i] = r.l[i] * r.alpha[i] + sum;
+    r.m[i] = m_new;
+  }
 }
 
 void bf16_amx_begin() {
