@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/memory.h"
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_common.h"
 #include "wallfacer/kernels/bf16_gemm.h"
@@ -495,7 +496,7 @@ void portable_bwd(const AttnBwdBf16Params& p) {
 struct FwdPacked {
   int tiles = 0;
   int64_t kd_tile = 0, kd_head = 0, vj_head = 0;
-  std::vector<bf16> kd, vj;
+  LargeVector<bf16> kd, vj;
   FwdPacked(const AttnDims& d, const HeadDims& hd, int bk)
       : tiles(int((d.seq_k + bk - 1) / bk)),
         kd_tile(int64_t(hd.d2) * bk),
@@ -766,7 +767,7 @@ namespace {
 // dK^T += Q^T dS and dV^T += dO^T P, whose sums run over query rows.
 struct BwdPacked {
   int64_t ld = 0, head = 0;
-  std::vector<bf16> qt, dot;
+  LargeVector<bf16> qt, dot;
   explicit BwdPacked(const AttnDims& d) : ld(round_up(d.seq_q, 2)), head(ld * d.head_dim) {}
   static int64_t elements(const AttnDims& d) {
     return 2 * int64_t(d.batch) * d.heads * BwdPacked(d).head;
