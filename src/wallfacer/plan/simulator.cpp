@@ -780,9 +780,13 @@ void Simulation::run() {
     if (!e && ready_.empty()) return;
     now_ = std::max(now_, std::min(t_flow, t_rank));
     if (e && t_flow <= t_rank) {
-      const int slot = heap_.front().slot;
-      heap_pop();
-      on_flow_event(slot);
+      // Every flow event of this instant, then the rates once: an event due now is due whatever
+      // the rates that the others' change it (they hold for no time before it).
+      while (!heap_.empty() && heap_.front().t <= now_) {
+        const int slot = heap_.front().slot;
+        heap_pop();
+        on_flow_event(slot);
+      }
       rerate();
       continue;
     }
