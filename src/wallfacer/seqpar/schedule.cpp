@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "wallfacer/core/error.h"
@@ -261,8 +263,10 @@ class Builder {
 // The rows of team `team` (C member blocks), as segments of its team block.
 std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team) {
   std::vector<Segment> segs;
+  std::optional<HybridConfigs> h;
+  if (cfg.ulysses > 1) h = hybrid_configs(cfg, P);
   for (int a = 0; a < C; ++a)
-    for (const auto& run : local_runs(cfg, P, team * C + a))
+    for (const auto& run : h ? local_runs(*h, team * C + a) : local_runs(cfg, P, team * C + a))
       segs.push_back({a, run.row0, run.rows, run.pos0});
   return segs;
 }
@@ -393,6 +397,35 @@ const std::vector<int>& origin_hops(const Schedule& s, const RingGeometry& L, Tr
   return recent.front().hops;
 }
 
+// The segments of the teams of C ranks of s's configuration (team_segments), each team listed when
+// first asked for and kept with its configuration's (the latest few per thread): every rank's
+// schedule asks for the teams whose blocks it holds at each step.
+class TeamSegments {
+ public:
+  static std::shared_ptr<TeamSegments> of(const Schedule& s, int C) {
+    thread_local std::deque<std::shared_ptr<TeamSegments>> recent;  // newest first
+    HopsKey key = hops_key(s, -2 - C);
+    for (const auto& e : recent)
+      if (e->key_ == key) return e;
+    if (recent.size() == 4) recent.pop_back();
+    recent.push_front(std::make_shared<TeamSegments>(std::move(key), s.cfg, s.P, C));
+    return recent.front();
+  }
+  TeamSegments(HopsKey key, const AttnConfig& cfg, int P, int C)
+      : key_(std::move(key)), cfg_(cfg), P_(P), C_(C), teams_(size_t(P / C)) {}
+  const std::vector<Segment>& team(int t) {
+    auto& segs = teams_[size_t(t)];
+    if (!segs) segs = team_segments(cfg_, P_, C_, t);
+    return *segs;
+  }
+
+ private:
+  HopsKey key_;
+  AttnConfig cfg_;
+  int P_, C_;
+  std::vector<std::optional<std::vector<Segment>>> teams_;
+};
+
 // The ring steps built: G, or the first Schedule::ring_steps of them.
 int steps_built(const Schedule& s, const RingGeometry& L) {
   return s.ring_steps > 0 ? std::min(s.ring_steps, L.G) : L.G;
@@ -440,8 +473,9 @@ class TeamRing {
         place_src_(L_.placement_src(r_)),
         placed_(place_dst_ != r_),
         keep_(c_.keep_kv && wc_ > 1),
-        my_team_(team_segments(c_, P_, C_, r_ / C_)),
-        resident_(team_segments(c_, P_, C_, L_.kv_team(r_, 0))) {}
+        teams_(TeamSegments::of(s, C_)),
+        my_team_(teams_->team(r_ / C_)),
+        resident_(teams_->team(L_.kv_team(r_, 0))) {}
 
   void build() {
     b_.phase(&s_.fwd);
@@ -472,7 +506,7 @@ class TeamRing {
     return dst;
   }
 
-  std::vector<Segment> team(int t) const { return team_segments(c_, P_, C_, t); }
+  const std::vector<Segment>& team(int t) const { return teams_->team(t); }
 
   // Forward: K,V packed and gathered in the team (or traded), the ring buffers, the placement hop
   // and the team's queries.
@@ -735,6 +769,7 @@ class TeamRing {
   // keep_kv: the K,V block this rank computes with at the first ring step (received by the
   // placement, or its own team's) stays from the forward to the backward.
   const bool keep_;
+  const std::shared_ptr<TeamSegments> teams_;  // the configuration's teams, listed once
   const std::vector<Segment> my_team_, resident_;
   // Buffers: K,V (local, shards, team, ring, placed, of forward step 0, of the backward's
   // resident side), the team's queries and query packages, O and LSE, dQ and dK,dV accumulators.
