@@ -229,7 +229,6 @@ struct Flow {
   int coll = -1;      // a step of this running collective (its requests are then unused)
   double since = 0;   // s: when `left` was last brought up to date (it streams at `rate` since)
   uint64_t seq = 0;   // creation order: of two events at one time, the older flow's goes first
-  int heap = -1;      // the place of its next event in the event heap (-1: none)
   bool live = false;  // the slot holds a flow in flight
 };
 
@@ -244,6 +243,104 @@ struct FlowEvent {
 // Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress;
 // node pairs after all of them, numbered as they first carry a flow.
 int port(int index, int kind) { return 4 * index + kind; }
+
+// One posted send or receive not yet matched.
+struct Posted {
+  double time;
+  int request;
+  double bytes;
+};
+
+// The posted sends and receives not yet matched, by (canonical source, offset, tag): an
+// open-addressing table whose entries hold a queue of each side (a few at most), as lists in one
+// pool of nodes that matched ones return to.
+class PostedTable {
+ public:
+  struct Key {
+    int src = 0, offset = 0, tag = 0;
+    bool operator==(const Key&) const = default;
+  };
+  // The oldest posted on the other side of `key` (the receives for a send) moved to *them (true),
+  // or `me` queued on its side (false).
+  bool match_or_queue(const Key& key, bool is_send, const Posted& me, Posted* them) {
+    Entry& e = entry(key);
+    const int other = is_send ? 1 : 0, mine = 1 - other;
+    if (e.head[other] >= 0) {
+      const int n = e.head[other];
+      *them = nodes_[size_t(n)].posted;
+      e.head[other] = nodes_[size_t(n)].next;
+      free_.push_back(n);
+      return true;
+    }
+    int n = 0;
+    if (free_.empty()) {
+      n = int(nodes_.size());
+      nodes_.push_back({me, -1});
+    } else {
+      n = free_.back();
+      free_.pop_back();
+      nodes_[size_t(n)] = {me, -1};
+    }
+    if (e.head[mine] < 0) {
+      e.head[mine] = n;
+    } else {
+      nodes_[size_t(e.tail[mine])].next = n;
+    }
+    e.tail[mine] = n;
+    return false;
+  }
+  // A key with a send (is_send) or a receive left unmatched, if any.
+  const Key* unmatched(bool is_send) const {
+    for (const Entry& e : table_)
+      if (e.used && e.head[is_send ? 0 : 1] >= 0) return &e.key;
+    return nullptr;
+  }
+
+ private:
+  struct Entry {
+    Key key;
+    int head[2] = {-1, -1}, tail[2] = {-1, -1};  // [0]: sends, [1]: receives
+    bool used = false;
+  };
+  struct Node {
+    Posted posted;
+    int next = -1;
+  };
+  static size_t hash(const Key& k) {
+    const uint64_t h =
+        (uint64_t(uint32_t(k.src)) << 32 | uint32_t(k.offset)) * 31 + uint32_t(k.tag);
+    return size_t((h ^ (h >> 29)) * 0x9e3779b97f4a7c15ull >> 17);
+  }
+  Entry& entry(const Key& key) {
+    if (2 * (used_ + 1) > table_.size()) grow();
+    const size_t mask = table_.size() - 1;
+    for (size_t i = hash(key) & mask;; i = (i + 1) & mask) {
+      Entry& e = table_[i];
+      if (!e.used) {
+        e.used = true;
+        e.key = key;
+        ++used_;
+        return e;
+      }
+      if (e.key == key) return e;
+    }
+  }
+  void grow() {
+    std::vector<Entry> old = std::move(table_);
+    table_.assign(std::max<size_t>(64, 2 * old.size()), Entry{});
+    const size_t mask = table_.size() - 1;
+    for (const Entry& e : old) {
+      if (!e.used) continue;
+      size_t i = hash(e.key) & mask;
+      while (table_[i].used) i = (i + 1) & mask;
+      table_[i] = e;
+    }
+  }
+  std::vector<Entry> table_;
+  size_t used_ = 0;
+  std::vector<Node> nodes_;
+  std::vector<int> free_;
+};
 
 // One simulated run, in named steps. The event loop (run) takes the earliest event: a flow's
 // latency running out or its bytes arriving (on_flow_event), or a rank ready to go on (run_rank,
@@ -289,11 +386,6 @@ class Simulation {
     double blocked_at = 0;  // when it arrived at its current wait or collective
     std::map<int, std::pair<int, double>> posted;  // request -> (op, post time), for spans
   };
-  struct Posted {
-    double time;
-    int request;
-    double bytes;
-  };
   // A running collective: one step of the algorithm at a time, each step's transfers as flows that
   // share the links with everything else in flight; the members go on when the last step ends.
   struct CollRun {
@@ -304,13 +396,6 @@ class Simulation {
   };
   using Ready = std::pair<double, int>;  // (time, rank)
   static constexpr double kInFlight = -1, kUnposted = -2;
-  // Hash of a (canonical source, offset, tag) key.
-  struct KeyHash {
-    size_t operator()(const std::tuple<int, int, int>& k) const {
-      const auto [a, b, c] = k;
-      return std::hash<uint64_t>()((uint64_t(uint32_t(a)) << 32 | uint32_t(b)) * 31 + uint32_t(c));
-    }
-  };
 
   void check_program() const;
   // The members of group g that run (the others are images of them, see simulate).
@@ -321,7 +406,7 @@ class Simulation {
   // in place when its time changes.
   void heap_place(size_t i, const FlowEvent& e) {
     heap_[i] = e;
-    flows_[size_t(e.slot)].heap = int(i);
+    heap_at_[size_t(e.slot)] = int(i);
   }
   void heap_up(size_t i);
   void heap_down(size_t i);
@@ -368,7 +453,7 @@ class Simulation {
     return {src % P_, ((dst - src) % N_ + N_) % N_};
   }
   // (canonical source, offset, tag) -> posted and not yet matched
-  std::unordered_map<std::tuple<int, int, int>, std::vector<Posted>, KeyHash> sends_, recvs_;
+  PostedTable posted_;
   std::vector<std::vector<int>> arrivals_;  // per group, per k: members arrived
   // Per group: (collective, bytes) -> its steps and, per member, the bytes it sends, of them
   // between nodes
@@ -385,9 +470,10 @@ class Simulation {
   std::vector<int> free_slots_;
   uint64_t next_seq_ = 0;
   static constexpr size_t kHeapArity = 4;
-  std::vector<FlowEvent> heap_;                // a kHeapArity-ary heap by (t, seq)
-  std::vector<double> load_;                   // resource -> active flows on it (both-ways shares)
-  std::vector<std::vector<int>> on_;           // resource -> active flows' slots
+  std::vector<FlowEvent> heap_;       // a kHeapArity-ary heap by (t, seq)
+  std::vector<int> heap_at_;          // per slot: the place of its next event in heap_ (-1: none)
+  std::vector<double> load_;          // resource -> active flows on it (both-ways shares)
+  std::vector<std::vector<int>> on_;  // resource -> active flows' slots
   std::unordered_map<int64_t, int> pair_ids_;  // source node * nodes + destination -> resource
   std::vector<int> changed_;                   // resources whose load changed
   // canonical (src, dst) -> active flows between nodes (duplex_sharing > 0 only)
@@ -517,7 +603,7 @@ void Simulation::heap_down(size_t i) {
 }
 
 void Simulation::heap_pop() {
-  flows_[size_t(heap_.front().slot)].heap = -1;
+  heap_at_[size_t(heap_.front().slot)] = -1;
   const FlowEvent last = heap_.back();
   heap_.pop_back();
   if (heap_.empty()) return;
@@ -531,14 +617,15 @@ void Simulation::schedule_event(int slot) {
                     : f.left <= 0 ? now_
                                   : now_ + f.left / f.rate,
                     f.seq, slot};
-  if (f.heap < 0) {
+  const int at = heap_at_[size_t(slot)];
+  if (at < 0) {
     heap_.push_back(e);
     heap_up(heap_.size() - 1);
   } else {
-    const size_t i = size_t(f.heap);
+    const size_t i = size_t(at);
     heap_[i] = e;
     heap_up(i);
-    heap_down(size_t(flows_[size_t(slot)].heap));
+    heap_down(size_t(heap_at_[size_t(slot)]));
   }
 }
 
@@ -606,6 +693,7 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
     slot = int(flows_.size());
     flows_.push_back(f);
     stamp_.push_back(0);
+    heap_at_.push_back(-1);
   } else {
     slot = free_slots_.back();
     free_slots_.pop_back();
@@ -663,15 +751,9 @@ void Simulation::post_transfer(int r, const Op& o) {
   Posted me{now_, o.request, o.bytes};
   const auto [src, offset] = is_send ? canonical(r, o.peer) : canonical(o.peer, r);
   const int dst = (src + offset) % N_;
-  auto key = std::make_tuple(src, offset, o.tag);
-  auto& other = is_send ? recvs_[key] : sends_[key];
-  if (!other.empty()) {
-    Posted them = other.front();
-    other.erase(other.begin());  // a queue of a few at most
+  Posted them{};
+  if (posted_.match_or_queue({src, offset, o.tag}, is_send, me, &them))
     is_send ? start_flow(src, dst, me, them) : start_flow(src, dst, them, me);
-  } else {
-    (is_send ? sends_[key] : recvs_[key]).push_back(me);
-  }
   if (is_send) {
     res_.ranks[r].p2p_bytes += o.bytes;
     if (!m_.same_node(r, o.peer)) res_.ranks[r].inter_bytes += o.bytes;
@@ -800,12 +882,12 @@ void Simulation::check_drained() const {
   for (int r = 0; r < P_; ++r)
     WF_CHECK(st_[r].finished, "the schedule deadlocks: rank {} cannot get past op {}", r,
              st_[r].pc);
-  for (auto& [key, q] : sends_)
-    WF_CHECK(q.empty(), "rank {} sends to rank {} but nothing receives it", std::get<0>(key),
-             (std::get<0>(key) + std::get<1>(key)) % N_);
-  for (auto& [key, q] : recvs_)
-    WF_CHECK(q.empty(), "rank {} receives from rank {} but nothing is sent",
-             (std::get<0>(key) + std::get<1>(key)) % N_, std::get<0>(key));
+  if (const PostedTable::Key* k = posted_.unmatched(true))
+    WF_CHECK(false, "rank {} sends to rank {} but nothing receives it", k->src,
+             (k->src + k->offset) % N_);
+  if (const PostedTable::Key* k = posted_.unmatched(false))
+    WF_CHECK(false, "rank {} receives from rank {} but nothing is sent", (k->src + k->offset) % N_,
+             k->src);
 }
 
 SimResult Simulation::result() {
