@@ -411,6 +411,9 @@ class Simulation {
   void heap_up(size_t i);
   void heap_down(size_t i);
   void heap_pop();
+  // The earliest flow event, of a flow starting or of the heap (nullptr: none), and its removal.
+  const FlowEvent* next_flow_event() const;
+  void pop_flow_event(const FlowEvent* e);
   // The resource of the (source, destination) node pair.
   int node_pair(int src_node, int dst_node);
   void on_flow_event(int slot);
@@ -470,7 +473,10 @@ class Simulation {
   std::vector<int> free_slots_;
   uint64_t next_seq_ = 0;
   static constexpr size_t kHeapArity = 4;
-  std::vector<FlowEvent> heap_;       // a kHeapArity-ary heap by (t, seq)
+  std::vector<FlowEvent> heap_;  // a kHeapArity-ary heap by (t, seq)
+  // Flows not yet started (their latency running), per latency: each queue in (time, creation)
+  // order, as they were added; the heap holds the others' events.
+  std::vector<std::pair<double, std::deque<FlowEvent>>> starting_;
   std::vector<int> heap_at_;          // per slot: the place of its next event in heap_ (-1: none)
   std::vector<double> load_;          // resource -> active flows on it (both-ways shares)
   std::vector<std::vector<int>> on_;  // resource -> active flows' slots
@@ -675,7 +681,8 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
   f.src = src, f.dst = dst, f.send_req = send_req, f.recv_req = recv_req, f.coll = coll;
   f.total = f.left = bytes;
   const bool local = m_.same_node(src, dst);
-  f.active_at = now_ + (src == dst ? 0.0 : local ? m_.intra.latency : m_.inter.latency);
+  const double latency = src == dst ? 0.0 : local ? m_.intra.latency : m_.inter.latency;
+  f.active_at = now_ + latency;
   f.bandwidth = local ? m_.intra.bandwidth : m_.inter.bandwidth;
   if (local) {
     f.res[0] = port(m_.device_of[src], 0), f.res[1] = port(m_.device_of[size_t(at(dst))], 1);
@@ -699,7 +706,12 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
     free_slots_.pop_back();
     flows_[size_t(slot)] = f;
   }
-  schedule_event(slot);
+  // Its start (its latency out) queued with those of the same latency: in the order of their
+  // (time, creation), as the clock only goes on.
+  auto q = std::find_if(starting_.begin(), starting_.end(),
+                        [&](const auto& l) { return l.first == latency; });
+  if (q == starting_.end()) q = starting_.insert(starting_.end(), {latency, {}});
+  q->second.push_back({f.active_at, f.seq, slot});
 }
 
 void Simulation::start_flow(int src, int dst, const Posted& s, const Posted& r) {
@@ -853,10 +865,29 @@ void Simulation::on_flow_event(int slot) {
   }
 }
 
+const FlowEvent* Simulation::next_flow_event() const {
+  const FlowEvent* next = heap_.empty() ? nullptr : &heap_.front();
+  for (const auto& [latency, q] : starting_)
+    if (!q.empty() && (!next || q.front() < *next)) next = &q.front();
+  return next;
+}
+
+void Simulation::pop_flow_event(const FlowEvent* e) {
+  if (!heap_.empty() && e == &heap_.front()) {
+    heap_pop();
+    return;
+  }
+  for (auto& [latency, q] : starting_)
+    if (!q.empty() && e == &q.front()) {
+      q.pop_front();
+      return;
+    }
+}
+
 void Simulation::run() {
   while (true) {
-    const bool e = !heap_.empty();
-    const double t_flow = e ? heap_.front().t : std::numeric_limits<double>::infinity();
+    const FlowEvent* e = next_flow_event();
+    const double t_flow = e ? e->t : std::numeric_limits<double>::infinity();
     const double t_rank =
         ready_.empty() ? std::numeric_limits<double>::infinity() : ready_.top().first;
     if (!e && ready_.empty()) return;
@@ -864,9 +895,9 @@ void Simulation::run() {
     if (e && t_flow <= t_rank) {
       // Every flow event of this instant, then the rates once: an event due now is due whatever
       // the rates that the others' change it (they hold for no time before it).
-      while (!heap_.empty() && heap_.front().t <= now_) {
-        const int slot = heap_.front().slot;
-        heap_pop();
+      for (; e && e->t <= now_; e = next_flow_event()) {
+        const int slot = e->slot;
+        pop_flow_event(e);
         on_flow_event(slot);
       }
       rerate();
