@@ -111,13 +111,14 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
   std::printf("%s: worst relative difference %.3g\n", GetParam().c_str(), worst);
 }
 
-// Beyond kMaxEveryRankDevices a candidate without a period whose ring is not cut (the contiguous
-// causal ring, whose blocks stop at different ranks; WallFacer-32, a ring of 2 steps) is listed as
-// not predicted, with the reason, while a WallFacer-2 ring of 512 steps is cut
-// (predict_attention), one with a period (zigzag: the ranks of a node, 8) is predicted from
-// that many ranks, and Ulysses-4 x WallFacer-16 (a ring of 2 steps) from the quotient of its
-// teams' rotation by one member (512 ranks: kMaxRotatedRanks), Ulysses-2 x WallFacer-16 (a ring
-// of 4 steps) from one of 1,024 ranks (max_rotated_ranks: few all-to-all messages per rank).
+// Beyond kMaxEveryRankDevices a candidate without a period whose ring is not cut is simulated
+// on every rank where its schedules send few enough messages (kMaxEveryRankTransfers): not the
+// contiguous causal ring (its blocks stop at different ranks: a whole ring of 2,048 steps), listed
+// as not predicted, with the reason, while WallFacer-32 (a ring of 2 steps) is predicted from every
+// rank. A WallFacer-2 ring of 512 steps is cut (predict_attention), one with a period (zigzag: the
+// ranks of a node, 8) is predicted from that many ranks, and Ulysses-4 x WallFacer-16 (a ring of
+// 2 steps) from the quotient of its teams' rotation by one member (512 ranks: kMaxRotatedRanks),
+// Ulysses-2 x WallFacer-16 (a ring of 4 steps) from one of 1,024 ranks.
 TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   PlanInput in;
   in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
@@ -125,12 +126,21 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   in.model = parse_model("[model]\nlayers = 2\ndim = 256\nheads = 4\ncausal = true\n", "m");
   in.gpus = 2 * kMaxEveryRankDevices;
   in.seq = 4 * int64_t(in.gpus);
-  for (const Candidate& c : {Candidate{seqpar::Strategy::Ring, 1, 1, Placement::Default},
-                             Candidate{seqpar::Strategy::WallFacer, 32, 1, Placement::TeamIntra}}) {
-    const Prediction p = predict(in, c);
-    EXPECT_FALSE(p.feasible) << c.label();
-    EXPECT_NE(p.reason.find("not simulated"), std::string::npos) << p.reason;
-  }
+  const Candidate ring{seqpar::Strategy::Ring, 1, 1, Placement::Default};
+  const Prediction refused = predict(in, ring);
+  EXPECT_FALSE(refused.feasible);
+  EXPECT_NE(refused.reason.find("not simulated"), std::string::npos) << refused.reason;
+  const auto ring_cfg = attention_config(in.model, in.seq, ring, attention_dtype(in.cluster));
+  EXPECT_GT(every_rank_transfers(ring_cfg, in.gpus, 0), kMaxEveryRankTransfers);
+  const Candidate wf32{seqpar::Strategy::WallFacer, 32, 1, Placement::TeamIntra};
+  const Prediction short_ring = predict(in, wf32);
+  EXPECT_TRUE(short_ring.feasible) << short_ring.reason;
+  const auto wf32_cfg = attention_config(in.model, in.seq, wf32, attention_dtype(in.cluster));
+  const AttentionPrediction whole =
+      predict_attention(in.cluster, wf32_cfg, in.gpus, candidate_devices(wf32, in.gpus));
+  EXPECT_EQ(whole.ring_steps, 0);
+  EXPECT_EQ(whole.period, in.gpus);
+  EXPECT_LE(every_rank_transfers(wf32_cfg, in.gpus, 0), kMaxEveryRankTransfers);
   const Candidate wf2{seqpar::Strategy::WallFacer, 2, 1, Placement::TeamIntra};
   EXPECT_TRUE(predict(in, wf2).feasible);
   const auto wf2_cfg = attention_config(in.model, in.seq, wf2, attention_dtype(in.cluster));

@@ -103,7 +103,7 @@ constexpr int kMaxPlanDevices = 4096;
 constexpr int kMaxEveryRankDevices = 1024;
 constexpr int kCutRingSteps = 6;
 constexpr double kSteadyRingTolerance = 1e-3;
-constexpr double kMaxCutRingComputes = 1e7;
+constexpr double kMaxEveryRankTransfers = 4e6;
 // Where every rank may not be simulated, Ulysses x WallFacer-C is still simulated on a rotation's
 // quotient (attention_period) of at most kMaxRotatedRanks ranks, or of up to kMaxEveryRankDevices
 // where its ranks times the Ulysses degree u (each rank's messages in an all-to-all, what the time
@@ -111,6 +111,7 @@ constexpr double kMaxCutRingComputes = 1e7;
 constexpr int kMaxRotatedRanks = 512;
 constexpr int kMaxRotatedAllToAll = 4096;
 int max_rotated_ranks(int ulysses);
+double every_rank_transfers(const seqpar::AttnConfig& cfg, int P, int ring_steps);
 
 // The steps of cfg's team ring on P ranks (G = P / (u C^2)); 0 for another strategy.
 int team_ring_length(const seqpar::AttnConfig& cfg, int P);
