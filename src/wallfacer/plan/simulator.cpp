@@ -361,6 +361,7 @@ class Simulation {
     int devices = 0;
     for (int d : m_.device_of) devices = std::max(devices, d + 1);
     load_.assign(size_t(port(devices, 0)), 0.0);
+    visited_.assign(load_.size(), 0);
     on_.resize(load_.size());
     arrivals_.resize(prog_.groups.size());
     plans_.resize(prog_.groups.size());
@@ -482,6 +483,7 @@ class Simulation {
   std::vector<std::vector<int>> on_;  // resource -> active flows' slots
   std::unordered_map<int64_t, int> pair_ids_;  // source node * nodes + destination -> resource
   std::vector<int> changed_;                   // resources whose load changed
+  std::vector<uint64_t> visited_;              // per resource: last rerate that visited it
   // canonical (src, dst) -> active flows between nodes (duplex_sharing > 0 only)
   std::unordered_map<int64_t, std::vector<int>> inter_;
   int64_t inter_key(int src, int dst) const {
@@ -507,6 +509,7 @@ int Simulation::node_pair(int src_node, int dst_node) {
   const auto [it, added] = pair_ids_.emplace(int64_t(src_node) * N_ + dst_node, int(load_.size()));
   if (added) {
     load_.push_back(0.0);
+    visited_.push_back(0);
     on_.emplace_back();
   }
   return it->second;
@@ -638,6 +641,8 @@ void Simulation::schedule_event(int slot) {
 void Simulation::rerate() {
   ++rerates_;
   for (int resource : changed_) {
+    if (visited_[size_t(resource)] == rerates_) continue;  // listed again: its flows are done
+    visited_[size_t(resource)] = rerates_;
     for (int slot : on_[size_t(resource)]) {
       if (stamp_[size_t(slot)] == rerates_) continue;
       stamp_[size_t(slot)] = rerates_;
