@@ -100,7 +100,7 @@ class Builder {
   // A new scratch buffer (names are unique: one per tensor).
   int buffer(const std::string& name, Fmt fmt, int blocks, int heads, Dtype dtype,
              bool kept = false) {
-    WF_CHECK(names_.insert(name).second, "schedule buffer {} declared twice", name);
+    declare(name);
     s_.buffers.push_back({name, fmt, blocks, s_.n, heads, kept, dtype});
     return int(s_.buffers.size()) - 1;
   }
@@ -110,7 +110,7 @@ class Builder {
     BufferSpec spec = s_.buffers[size_t(of)];
     WF_CHECK(!spec.kept && spec.alias < 0 && of >= kNumUserBuffers,
              "buffer {} cannot lend its memory to {}", spec.name, name);
-    WF_CHECK(names_.insert(name).second, "schedule buffer {} declared twice", name);
+    declare(name);
     spec.name = name;
     spec.alias = of;
     s_.buffers.push_back(spec);
@@ -257,7 +257,13 @@ class Builder {
   Schedule& s_;
   std::vector<Op>* ops_ = nullptr;
   int round_ = 0;
-  std::set<std::string> names_;
+  // The buffer names declared, each once (a few dozen: a list).
+  void declare(const std::string& name) {
+    WF_CHECK(std::find(names_.begin(), names_.end(), name) == names_.end(),
+             "schedule buffer {} declared twice", name);
+    names_.push_back(name);
+  }
+  std::vector<std::string> names_;
 };
 
 // The rows of team `team` (C member blocks), as segments of its team block.
