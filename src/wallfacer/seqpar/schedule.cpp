@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/doc_mask.h"
@@ -209,8 +210,11 @@ class Builder {
 
   // Every (query segment, key segment) pair that the mask keeps, as one kernel call each; with
   // Schedule::summed, one op for all of them.
+  // sums: the summed computes' PairSums of qs and ks where the caller has them (nullptr: summed
+  // here).
   void computes(bool backward, int q, int kv, int out, int out2, const std::vector<Segment>& qs,
-                const std::vector<Segment>& ks, int heads, int kv_heads) {
+                const std::vector<Segment>& ks, int heads, int kv_heads,
+                const PairSums* sums = nullptr) {
     auto compute = [&](int64_t pairs) {
       Op op;
       op.kind = OpKind::Compute;
@@ -227,7 +231,8 @@ class Builder {
       return op;
     };
     if (s_.summed) {
-      const PairSums sum = sum_pairs(s_, qs, ks, s_.summed->tile_q, s_.summed->tile_k);
+      const PairSums sum =
+          sums ? *sums : sum_pairs(s_, qs, ks, s_.summed->tile_q, s_.summed->tile_k);
       if (sum.pairs == 0) return;
       Op op = compute(sum.pairs);
       op.masked = sum.masked;
@@ -406,6 +411,10 @@ const std::vector<int>& origin_hops(const Schedule& s, const RingGeometry& L, Tr
 // The segments of the teams of C ranks of s's configuration (team_segments), each team listed when
 // first asked for and kept with its configuration's (the latest few per thread): every rank's
 // schedule asks for the teams whose blocks it holds at each step.
+// Teams of at least this many blocks keep the summed pairs of their steps' computes: below, summing
+// them again costs less than keeping them.
+constexpr int kTeamSumsKept = 8;
+
 class TeamSegments {
  public:
   static std::shared_ptr<TeamSegments> of(const Schedule& s, int C) {
@@ -424,12 +433,26 @@ class TeamSegments {
     if (!segs) segs = team_segments(cfg_, P_, C_, t);
     return *segs;
   }
+  // The summed pairs of team qt's queries against team kt's keys (sum_pairs) for s's summed
+  // computes (s of this configuration): the C ranks of a team and the forward and the backward
+  // ask for the same ones.
+  const PairSums& sums(const Schedule& s, int qt, int kt) {
+    const uint64_t key = uint64_t(uint32_t(qt)) << 32 | uint32_t(kt);
+    const auto tiles = std::pair{s.summed->tile_q, s.summed->tile_k};
+    if (tiles != tiles_) sums_.clear(), tiles_ = tiles;
+    auto it = sums_.find(key);
+    if (it == sums_.end())
+      it = sums_.emplace(key, sum_pairs(s, team(qt), team(kt), tiles.first, tiles.second)).first;
+    return it->second;
+  }
 
  private:
   HopsKey key_;
   AttnConfig cfg_;
   int P_, C_;
   std::vector<std::optional<std::vector<Segment>>> teams_;
+  std::pair<int, int> tiles_{-1, -1};  // of the sums kept
+  std::unordered_map<uint64_t, PairSums> sums_;
 };
 
 // The ring steps built: G, or the first Schedule::ring_steps of them.
@@ -513,6 +536,11 @@ class TeamRing {
   }
 
   const std::vector<Segment>& team(int t) const { return teams_->team(t); }
+  // The summed pairs of a step's computes, kept per configuration where a team holds many blocks
+  // (kTeamSumsKept; nullptr: summed by the builder, or computes listed one by one).
+  const PairSums* sums(int qt, int kt) const {
+    return s_.summed && C_ >= kTeamSumsKept ? &teams_->sums(s_, qt, kt) : nullptr;
+  }
 
   // Forward: K,V packed and gathered in the team (or traded), the ring buffers, the placement hop
   // and the team's queries.
@@ -574,7 +602,8 @@ class TeamRing {
         if (step < hops[size_t(step) + 1])
           ra = b_.recv(step % 2 ? ring0_ : ring1_, L_.prev(r), kTagKV);
       }
-      b_.computes(false, qt_, cur, oacc_, lacc_, my_team_, team(L_.kv_team(r, step)), H_, K_);
+      const int kt = L_.kv_team(r, step);
+      b_.computes(false, qt_, cur, oacc_, lacc_, my_team_, team(kt), H_, K_, sums(r / C, kt));
       if (step < G - 1) {
         b_.wait({sa, ra});
         b_.next_round();
@@ -692,10 +721,12 @@ class TeamRing {
         acc_send[step % 2] = -1;
         b_.local(LocalKind::Zero, -1, acc);
         if (move_kv) {
-          b_.computes(true, qpt_, cur, res_acc, acc, my_team_, team(L_.kv_team(r, step)), H, K);
+          const int kt = L_.kv_team(r, step);
+          b_.computes(true, qpt_, cur, res_acc, acc, my_team_, team(kt), H, K, sums(r / C, kt));
         } else {
-          b_.computes(true, cur, kv_resident_, acc, res_acc, team(L_.query_team(r, step)),
-                      resident_, H, K);
+          const int qt = L_.query_team(r, step);
+          b_.computes(true, cur, kv_resident_, acc, res_acc, team(qt), resident_, H, K,
+                      sums(qt, L_.kv_team(r, 0)));
         }
         if (step > 0) {
           b_.wait({ain});
