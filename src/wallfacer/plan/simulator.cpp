@@ -193,10 +193,11 @@ namespace {
 
 // Bytes each member of group g (in its order) sends in this collective as its algorithm runs, and
 // how many of them leave the node.
-std::vector<std::pair<double, double>> coll_sent_bytes(Coll c, const std::vector<int>& g,
-                                                       double bytes, const Machine& m) {
+std::vector<std::pair<double, double>> coll_sent_bytes(
+    const std::vector<std::vector<CollTransfer>>& steps, const std::vector<int>& g,
+    const Machine& m) {
   std::vector<std::pair<double, double>> out(g.size(), {0.0, 0.0});
-  for (const auto& step : collective_steps(c, static_cast<int>(g.size()), bytes))
+  for (const auto& step : steps)
     for (const CollTransfer& t : step)
       if (t.to != t.from) {
         auto& [sent, inter] = out[size_t(t.from)];
@@ -233,11 +234,15 @@ struct Flow {
 };
 
 // A flow's next event: its latency running out or, at its current rate, its bytes arriving.
+// 16 bytes: the flow's creation order (Flow::seq, below 2^32) and its slot in one word, so that
+// a heap node's children share a cache line.
 struct FlowEvent {
+  FlowEvent() = default;
+  FlowEvent(double time, uint64_t seq, int slot) : t(time), order(seq << 32 | uint32_t(slot)) {}
   double t = 0;
-  uint64_t seq = 0;
-  int slot = 0;
-  bool operator<(const FlowEvent& o) const { return t < o.t || (t == o.t && seq < o.seq); }
+  uint64_t order = 0;  // seq * 2^32 + slot
+  int slot() const { return int(uint32_t(order)); }
+  bool operator<(const FlowEvent& o) const { return t < o.t || (t == o.t && order < o.order); }
 };
 
 // Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress;
@@ -407,7 +412,7 @@ class Simulation {
   // in place when its time changes.
   void heap_place(size_t i, const FlowEvent& e) {
     heap_[i] = e;
-    heap_at_[size_t(e.slot)] = int(i);
+    heap_at_[size_t(e.slot())] = int(i);
   }
   void heap_up(size_t i);
   void heap_down(size_t i);
@@ -464,9 +469,11 @@ class Simulation {
   struct CollPlan {
     int coll;
     double bytes;
-    std::vector<std::vector<CollTransfer>> steps;
+    const std::vector<std::vector<CollTransfer>>* steps;  // in steps_
     std::vector<std::pair<double, double>> sent;
   };
+  // (collective, group size, bytes) -> its steps (collective_steps), made once
+  std::map<std::tuple<int, int, double>, std::vector<std::vector<CollTransfer>>> steps_;
   std::vector<std::vector<CollPlan>> plans_;
   std::vector<std::unordered_map<int, int>> positions_;  // per group: rank -> position
   std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready_;  // ranks ready, by time
@@ -612,7 +619,7 @@ void Simulation::heap_down(size_t i) {
 }
 
 void Simulation::heap_pop() {
-  heap_at_[size_t(heap_.front().slot)] = -1;
+  heap_at_[size_t(heap_.front().slot())] = -1;
   const FlowEvent last = heap_.back();
   heap_.pop_back();
   if (heap_.empty()) return;
@@ -698,6 +705,7 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
     res_.ranks[size_t(at(dst))].inter_recv_bytes += bytes;
   }
   if (src == dst) f.left = 0;
+  WF_CHECK(next_seq_ < (uint64_t(1) << 32), "more than 2^32 transfers in one simulation");
   f.seq = next_seq_++;
   f.live = true;
   int slot = 0;
@@ -728,7 +736,7 @@ void Simulation::start_flow(int src, int dst, const Posted& s, const Posted& r) 
 void Simulation::collective_step(int id) {
   CollRun& c = colls_[size_t(id)];
   const auto& g = prog_.groups[c.group];
-  const auto& steps = plans_[size_t(c.group)][size_t(c.plan)].steps;
+  const auto& steps = *plans_[size_t(c.group)][size_t(c.plan)].steps;
   if (c.step == steps.size()) {
     for (int member : g) {
       if (member >= P_) continue;  // an image of a member that runs
@@ -805,8 +813,13 @@ void Simulation::arrive_collective(int r, const Op& o) {
     return p.coll == int(o.coll) && p.bytes == o.bytes;
   });
   if (it == plans.end()) {
-    plans.push_back({int(o.coll), o.bytes, collective_steps(o.coll, int(g.size()), o.bytes),
-                     coll_sent_bytes(o.coll, g, o.bytes, m_)});
+    const int n = int(g.size());
+    auto steps = steps_.find({int(o.coll), n, o.bytes});
+    if (steps == steps_.end())
+      steps =
+          steps_.emplace(std::tuple{int(o.coll), n, o.bytes}, collective_steps(o.coll, n, o.bytes))
+              .first;
+    plans.push_back({int(o.coll), o.bytes, &steps->second, coll_sent_bytes(steps->second, g, m_)});
     it = plans.end() - 1;
   }
   auto& pos = positions_[size_t(o.group)];
@@ -901,7 +914,7 @@ void Simulation::run() {
       // Every flow event of this instant, then the rates once: an event due now is due whatever
       // the rates that the others' change it (they hold for no time before it).
       for (; e && e->t <= now_; e = next_flow_event()) {
-        const int slot = e->slot;
+        const int slot = e->slot();
         pop_flow_event(e);
         on_flow_event(slot);
       }
