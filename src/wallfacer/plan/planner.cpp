@@ -624,9 +624,13 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     b.ring_steps = K;
     return b;
   }
-  return simulate_attention(
-      cl, cfg, P, device_of, exact, 0,
-      P <= kMaxEveryRankDevices || every_rank_transfers(cfg, P, 0) <= kMaxEveryRankTransfers);
+  // The contiguous causal ring's rank r computes r + 1 blocks in the forward alone: counted so,
+  // without listing its P steps, where that is above the limit.
+  const bool every_rank =
+      P <= kMaxEveryRankDevices ||
+      (!(is_contiguous_causal_ring(cfg) && 0.5 * P * (P + 1.0) > kMaxEveryRankTransfers) &&
+       every_rank_transfers(cfg, P, 0) <= kMaxEveryRankTransfers);
+  return simulate_attention(cl, cfg, P, device_of, exact, 0, every_rank);
 }
 
 NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of) {
