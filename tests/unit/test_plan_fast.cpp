@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "wallfacer/plan/attention_program.h"
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/seqpar/config.h"
 #include "wallfacer/seqpar/schedule.h"
@@ -175,6 +176,59 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   EXPECT_EQ(max_rotated_ranks(4), kMaxEveryRankDevices);
   EXPECT_EQ(max_rotated_ranks(8), kMaxRotatedRanks);
   EXPECT_EQ(max_rotated_ranks(32), kMaxRotatedRanks);
+}
+
+// every_rank_transfers, what decides beyond kMaxEveryRankDevices whether every rank of a schedule
+// may be simulated, counts the ops and collective messages that the simulation of every rank
+// runs: rank 0's, times P, within 10% of those of every rank's programs (computes merged, as the
+// planner simulates them) for WallFacer-C and Ulysses x WallFacer-C on 64 devices, whole and cut
+// to kCutRingSteps steps.
+TEST(PlanFastLimits, EveryRankTransfersCountWhatTheSimulationRuns) {
+  PlanInput in;
+  in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
+  in.model = load_model(src("configs/models/gpt-7b.toml"));
+  in.seq = 256 * 1024;
+  in.gpus = 64;
+  const Cluster& cl = in.cluster;
+  int counted = 0;
+  double worst = 0;
+  for (Candidate c : candidates(in)) {
+    if (c.strategy != seqpar::Strategy::WallFacer) continue;
+    c.keep_kv = true;
+    const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, c, attention_dtype(cl));
+    try {
+      seqpar::validate(cfg, in.gpus);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const Machine m = Machine::from(cl, candidate_devices(c, in.gpus), cfg.head_dim);
+    for (int steps : {0, kCutRingSteps}) {
+      if (steps >= team_ring_length(cfg, in.gpus)) continue;
+      Program prog[2];
+      const int R = attention_period(cfg, in.gpus, m, cl.attention_tile_q, cl.attention_tile_k,
+                                     &prog[0], &prog[1], nullptr, true, nullptr, steps);
+      if (R < in.gpus) continue;  // a quotient: not every rank's programs
+      double n = 0;
+      for (const Program& p : prog)
+        for (const auto& ops : p.ops)
+          for (const Op& o : ops) {
+            if (o.kind != Op::Kind::Collective) {
+              n += 1;
+              continue;
+            }
+            const int members = int(p.groups[size_t(o.group)].size());
+            for (const auto& step : collective_steps(o.coll, members, o.bytes))
+              n += double(step.size()) / members;
+          }
+      const double counted_here = every_rank_transfers(cfg, in.gpus, steps);
+      EXPECT_LE(rel(counted_here, n), 0.1)
+          << c.label() << ", ring steps " << steps << ": " << counted_here << " against " << n;
+      worst = std::max(worst, rel(counted_here, n));
+      ++counted;
+    }
+  }
+  EXPECT_GT(counted, 10);
+  std::printf("%d schedules counted, worst relative difference %.3g\n", counted, worst);
 }
 
 // A team ring of more than kCutRingSteps steps (ring, zigzag, WallFacer-C, the Ulysses hybrids) is

@@ -565,14 +565,17 @@ int max_rotated_ranks(int ulysses) {
 }
 
 double every_rank_transfers(const seqpar::AttnConfig& cfg, int P, int ring_steps) {
-  // Rank 0's schedule, computes summed as the planner simulates them.
-  const seqpar::Schedule s = seqpar::make_schedule(cfg, P, 0, ring_steps, seqpar::SummedComputes{});
+  // The schedule of ring rank 1 (world rank u of a Ulysses hybrid): one that sends WallFacer's
+  // placement hop, where ring ranks 0 and P/u - 1 keep their team blocks; computes summed as the
+  // planner simulates them.
+  const int r = std::min(P - 1, std::max(cfg.ulysses, 1));
+  const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r, ring_steps, seqpar::SummedComputes{});
   double n = 0;
   for (const auto* ops : {&s.fwd, &s.bwd})
     for (const seqpar::Op& o : *ops) {
       if (o.kind == seqpar::OpKind::Local) continue;
       if (o.kind != seqpar::OpKind::Collective) {
-        n += 1;
+        n += o.kind == seqpar::OpKind::Wait ? double(o.waits.size()) : 1.0;
         continue;
       }
       for (const auto& step : collective_steps(simulated(o.coll), o.group_size, double(o.bytes)))
