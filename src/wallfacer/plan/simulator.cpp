@@ -370,7 +370,6 @@ class Simulation {
     on_.resize(load_.size());
     arrivals_.resize(prog_.groups.size());
     plans_.resize(prog_.groups.size());
-    positions_.resize(prog_.groups.size());
     for (int r = 0; r < P_; ++r) ready_.push({0.0, r});
   }
 
@@ -475,7 +474,6 @@ class Simulation {
   // (collective, group size, bytes) -> its steps (collective_steps), made once
   std::map<std::tuple<int, int, double>, std::vector<std::vector<CollTransfer>>> steps_;
   std::vector<std::vector<CollPlan>> plans_;
-  std::vector<std::unordered_map<int, int>> positions_;  // per group: rank -> position
   std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready_;  // ranks ready, by time
   std::vector<Flow> flows_;  // slots: in flight when live
   std::vector<int> free_slots_;
@@ -803,8 +801,8 @@ bool Simulation::pass_wait(int r, const Op& o) {
 void Simulation::arrive_collective(int r, const Op& o) {
   RankState& s = st_[r];
   const auto& g = prog_.groups[o.group];
-  WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
-           "rank {} runs a collective on a group it is not in", r);
+  const auto at = std::find(g.begin(), g.end(), r);  // r's position in the group
+  WF_CHECK(at != g.end(), "rank {} runs a collective on a group it is not in", r);
   auto& arrivals = arrivals_[size_t(o.group)];
   if (arrivals.size() <= size_t(s.coll_k)) arrivals.resize(size_t(s.coll_k) + 1, 0);
   int& arrived = arrivals[size_t(s.coll_k)];
@@ -822,10 +820,7 @@ void Simulation::arrive_collective(int r, const Op& o) {
     plans.push_back({int(o.coll), o.bytes, &steps->second, coll_sent_bytes(steps->second, g, m_)});
     it = plans.end() - 1;
   }
-  auto& pos = positions_[size_t(o.group)];
-  if (pos.empty())
-    for (size_t j = 0; j < g.size(); ++j) pos.emplace(g[j], int(j));
-  auto [sent, inter] = it->sent[size_t(pos.at(r))];
+  auto [sent, inter] = it->sent[size_t(at - g.begin())];
   res_.ranks[r].coll_bytes += sent;
   res_.ranks[r].inter_bytes += inter;
   ++s.coll_k;
