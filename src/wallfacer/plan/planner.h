@@ -105,7 +105,7 @@ constexpr int kMaxPlanDevices = 4096;
 constexpr int kMaxEveryRankDevices = 1024;
 constexpr int kCutRingSteps = 6;
 constexpr double kSteadyRingTolerance = 1e-3;
-constexpr double kMaxEveryRankTransfers = 4e6;
+constexpr double kMaxEveryRankTransfers = 5e6;
 // Where every rank may not be simulated, Ulysses x WallFacer-C is still simulated on a rotation's
 // quotient (attention_period) of at most kMaxRotatedRanks ranks, or of up to kMaxEveryRankDevices
 // where its ranks times the Ulysses degree u (each rank's messages in an all-to-all, what the time
