@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "wallfacer/plan/attention_program.h"
 #include "wallfacer/plan/planner.h"
 #include "wallfacer/seqpar/config.h"
 #include "wallfacer/seqpar/schedule.h"
@@ -111,13 +112,14 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
   std::printf("%s: worst relative difference %.3g\n", GetParam().c_str(), worst);
 }
 
-// Beyond kMaxEveryRankDevices a candidate without a period whose ring is not cut (the contiguous
-// causal ring, whose blocks stop at different ranks; WallFacer-32, a ring of 2 steps) is listed as
-// not predicted, with the reason, while a WallFacer-2 ring of 512 steps is cut
-// (predict_attention), one with a period (zigzag: the ranks of a node, 8) is predicted from
-// that many ranks, and Ulysses-4 x WallFacer-16 (a ring of 2 steps) from the quotient of its
-// teams' rotation by one member (512 ranks: kMaxRotatedRanks), Ulysses-2 x WallFacer-16 (a ring
-// of 4 steps) from one of 1,024 ranks (max_rotated_ranks: few all-to-all messages per rank).
+// Beyond kMaxEveryRankDevices a candidate without a period whose ring is not cut is simulated
+// on every rank where its schedules send few enough messages (kMaxEveryRankTransfers): not the
+// contiguous causal ring (its blocks stop at different ranks: a whole ring of 2,048 steps), listed
+// as not predicted, with the reason, while WallFacer-32 (a ring of 2 steps) is predicted from every
+// rank. A WallFacer-2 ring of 512 steps is cut (predict_attention), one with a period (zigzag: the
+// ranks of a node, 8) is predicted from that many ranks, and Ulysses-4 x WallFacer-16 (a ring of
+// 2 steps) from the quotient of its teams' rotation by one member (512 ranks: kMaxRotatedRanks),
+// Ulysses-2 x WallFacer-16 (a ring of 4 steps) from one of 1,024 ranks.
 TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   PlanInput in;
   in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
@@ -125,12 +127,21 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   in.model = parse_model("[model]\nlayers = 2\ndim = 256\nheads = 4\ncausal = true\n", "m");
   in.gpus = 2 * kMaxEveryRankDevices;
   in.seq = 4 * int64_t(in.gpus);
-  for (const Candidate& c : {Candidate{seqpar::Strategy::Ring, 1, 1, Placement::Default},
-                             Candidate{seqpar::Strategy::WallFacer, 32, 1, Placement::TeamIntra}}) {
-    const Prediction p = predict(in, c);
-    EXPECT_FALSE(p.feasible) << c.label();
-    EXPECT_NE(p.reason.find("not simulated"), std::string::npos) << p.reason;
-  }
+  const Candidate ring{seqpar::Strategy::Ring, 1, 1, Placement::Default};
+  const Prediction refused = predict(in, ring);
+  EXPECT_FALSE(refused.feasible);
+  EXPECT_NE(refused.reason.find("not simulated"), std::string::npos) << refused.reason;
+  const auto ring_cfg = attention_config(in.model, in.seq, ring, attention_dtype(in.cluster));
+  EXPECT_GT(every_rank_transfers(ring_cfg, in.gpus, 0), kMaxEveryRankTransfers);
+  const Candidate wf32{seqpar::Strategy::WallFacer, 32, 1, Placement::TeamIntra};
+  const Prediction short_ring = predict(in, wf32);
+  EXPECT_TRUE(short_ring.feasible) << short_ring.reason;
+  const auto wf32_cfg = attention_config(in.model, in.seq, wf32, attention_dtype(in.cluster));
+  const AttentionPrediction whole =
+      predict_attention(in.cluster, wf32_cfg, in.gpus, candidate_devices(wf32, in.gpus));
+  EXPECT_EQ(whole.ring_steps, 0);
+  EXPECT_EQ(whole.period, in.gpus);
+  EXPECT_LE(every_rank_transfers(wf32_cfg, in.gpus, 0), kMaxEveryRankTransfers);
   const Candidate wf2{seqpar::Strategy::WallFacer, 2, 1, Placement::TeamIntra};
   EXPECT_TRUE(predict(in, wf2).feasible);
   const auto wf2_cfg = attention_config(in.model, in.seq, wf2, attention_dtype(in.cluster));
@@ -165,6 +176,59 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
   EXPECT_EQ(max_rotated_ranks(4), kMaxEveryRankDevices);
   EXPECT_EQ(max_rotated_ranks(8), kMaxRotatedRanks);
   EXPECT_EQ(max_rotated_ranks(32), kMaxRotatedRanks);
+}
+
+// every_rank_transfers, what decides beyond kMaxEveryRankDevices whether every rank of a schedule
+// may be simulated, counts the ops and collective messages that the simulation of every rank
+// runs: rank 0's, times P, within 10% of those of every rank's programs (computes merged, as the
+// planner simulates them) for WallFacer-C and Ulysses x WallFacer-C on 64 devices, whole and cut
+// to kCutRingSteps steps.
+TEST(PlanFastLimits, EveryRankTransfersCountWhatTheSimulationRuns) {
+  PlanInput in;
+  in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
+  in.model = load_model(src("configs/models/gpt-7b.toml"));
+  in.seq = 256 * 1024;
+  in.gpus = 64;
+  const Cluster& cl = in.cluster;
+  int counted = 0;
+  double worst = 0;
+  for (Candidate c : candidates(in)) {
+    if (c.strategy != seqpar::Strategy::WallFacer) continue;
+    c.keep_kv = true;
+    const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, c, attention_dtype(cl));
+    try {
+      seqpar::validate(cfg, in.gpus);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const Machine m = Machine::from(cl, candidate_devices(c, in.gpus), cfg.head_dim);
+    for (int steps : {0, kCutRingSteps}) {
+      if (steps >= team_ring_length(cfg, in.gpus)) continue;
+      Program prog[2];
+      const int R = attention_period(cfg, in.gpus, m, cl.attention_tile_q, cl.attention_tile_k,
+                                     &prog[0], &prog[1], nullptr, true, nullptr, steps);
+      if (R < in.gpus) continue;  // a quotient: not every rank's programs
+      double n = 0;
+      for (const Program& p : prog)
+        for (const auto& ops : p.ops)
+          for (const Op& o : ops) {
+            if (o.kind != Op::Kind::Collective) {
+              n += 1;
+              continue;
+            }
+            const int members = int(p.groups[size_t(o.group)].size());
+            for (const auto& step : collective_steps(o.coll, members, o.bytes))
+              n += double(step.size()) / members;
+          }
+      const double counted_here = every_rank_transfers(cfg, in.gpus, steps);
+      EXPECT_LE(rel(counted_here, n), 0.1)
+          << c.label() << ", ring steps " << steps << ": " << counted_here << " against " << n;
+      worst = std::max(worst, rel(counted_here, n));
+      ++counted;
+    }
+  }
+  EXPECT_GT(counted, 10);
+  std::printf("%d schedules counted, worst relative difference %.3g\n", counted, worst);
 }
 
 // A team ring of more than kCutRingSteps steps (ring, zigzag, WallFacer-C, the Ulysses hybrids) is

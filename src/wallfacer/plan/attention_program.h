@@ -33,8 +33,8 @@ Program attention_program(const seqpar::AttnConfig& cfg, int P, bool backward, i
 // Ulysses x WallFacer-C, whose ranks do not repeat with a shift, has another symmetry: rotating
 // every Ulysses team by d members (d a node's devices where a team fills whole nodes; 1 where a
 // team lies in a node and every device has a card of its own). Where `order` is given, that
-// rotation is tried before every rank, of a quotient of at most kMaxEveryRankDevices ranks (at most
-// max_rotated_ranks(u) unless every_rank; plan/planner.h): relabelled so that it is a shift, its
+// rotation is tried before every rank, of a quotient of fewer than P ranks where every_rank (at
+// most max_rotated_ranks(u) where not; plan/planner.h): relabelled so that it is a shift, its
 // quotient programs (of R = P d / u ranks, u the Ulysses degree) are returned with R, and `order`
 // receives the layout rank of each relabelled rank (empty when the ranks are not relabelled): the
 // quotient runs on the machine whose device_of[y] is m.device_of[order[y]].

@@ -88,6 +88,20 @@ double scratch_of(const seqpar::Schedule& s) {
   return e;
 }
 
+// The simulator's collective that runs a schedule's.
+Coll simulated(seqpar::CollKind c) {
+  switch (c) {
+    case seqpar::CollKind::AllGather:
+      return Coll::AllGather;
+    case seqpar::CollKind::ReduceScatterSum:
+    case seqpar::CollKind::ReduceScatterLse:
+      return Coll::ReduceScatter;
+    case seqpar::CollKind::AllToAll:
+      break;
+  }
+  return Coll::AllToAll;
+}
+
 // Appends one rank's ops of one phase of its schedule to `prog` (layout ranks = schedule ranks).
 // merge: consecutive computes of one kind become one of their summed FLOPs (the same time within
 // rounding; a trace shows them as one).
@@ -113,20 +127,7 @@ void emit(Program& prog, const seqpar::Schedule& s, const std::vector<seqpar::Op
         const std::vector<int> members = seqpar::group_ranks(s, o.group);
         WF_CHECK(int(members.size()) == o.group_size, "collective of {} ranks on a group of {}",
                  o.group_size, members.size());
-        Coll c = Coll::AllGather;
-        switch (o.coll) {
-          case seqpar::CollKind::AllGather:
-            c = Coll::AllGather;
-            break;
-          case seqpar::CollKind::ReduceScatterSum:
-          case seqpar::CollKind::ReduceScatterLse:
-            c = Coll::ReduceScatter;
-            break;
-          case seqpar::CollKind::AllToAll:
-            c = Coll::AllToAll;
-            break;
-        }
-        out.push_back(Op::collective(c, prog.group(members), double(o.bytes)));
+        out.push_back(Op::collective(simulated(o.coll), prog.group(members), double(o.bytes)));
         break;
       }
       case seqpar::OpKind::Compute: {
@@ -461,12 +462,11 @@ int attention_period(const seqpar::AttnConfig& cfg, int P, const Machine& m, int
   int R = S;
   while (R < P && !(P % R == 0 && machine_has_period(m, R))) R += S;
   if (R >= P) {
-    // In place of every rank: a rotation's quotient, not above kMaxEveryRankDevices ranks, nor
-    // above max_rotated_ranks where every rank may not be simulated (at 4,096 devices its
-    // quotients hold 128 to 2,048 ranks, a tenth of a second to seconds each).
-    const int rotated =
-        rotated_quotient(cfg, P, m, make, all, fwd, bwd, order,
-                         every_rank ? kMaxEveryRankDevices : max_rotated_ranks(cfg.ulysses));
+    // In place of every rank: a rotation's quotient, of fewer ranks where every rank may be
+    // simulated, of at most max_rotated_ranks where not (at 4,096 devices its quotients hold 128
+    // to 2,048 ranks, a tenth of a second to seconds each).
+    const int rotated = rotated_quotient(cfg, P, m, make, all, fwd, bwd, order,
+                                         every_rank ? P - 1 : max_rotated_ranks(cfg.ulysses));
     if (rotated < P) {
       if (scratch_elements) *scratch_elements = scratch;
       return rotated;
@@ -528,10 +528,10 @@ AttentionPrediction simulate_attention(const Cluster& cl, const seqpar::AttnConf
   WF_USAGE_CHECK(a.period < P || every_rank || exact,
                  "not simulated: its ranks do not repeat with a period below {}, no rotation of "
                  "its teams leaves a quotient of at most {} ranks, and simulating every rank is "
-                 "limited to {} devices, or to rings cut to {} steps of at most {} kernel calls "
-                 "in all, unless --exact (hours and tens of GB at 4,096)",
+                 "limited to {} devices, or to schedules (whole, or rings cut to {} steps) of at "
+                 "most {:.0e} messages in all, unless --exact (hours and tens of GB at 4,096)",
                  P, max_rotated_ranks(cfg.ulysses), kMaxEveryRankDevices, kCutRingSteps,
-                 kMaxCutRingComputes);
+                 kMaxEveryRankTransfers);
   for (bool bwd : {false, true}) {
     SimResult r = simulate(prog[bwd], m);
     (bwd ? a.bwd_s : a.fwd_s) = r.time;
@@ -564,6 +564,26 @@ int max_rotated_ranks(int ulysses) {
                   std::min(kMaxEveryRankDevices, kMaxRotatedAllToAll / std::max(ulysses, 1)));
 }
 
+double every_rank_transfers(const seqpar::AttnConfig& cfg, int P, int ring_steps) {
+  // The schedule of ring rank 1 (world rank u of a Ulysses hybrid): one that sends WallFacer's
+  // placement hop, where ring ranks 0 and P/u - 1 keep their team blocks; computes summed as the
+  // planner simulates them.
+  const int r = std::min(P - 1, std::max(cfg.ulysses, 1));
+  const seqpar::Schedule s = seqpar::make_schedule(cfg, P, r, ring_steps, seqpar::SummedComputes{});
+  double n = 0;
+  for (const auto* ops : {&s.fwd, &s.bwd})
+    for (const seqpar::Op& o : *ops) {
+      if (o.kind == seqpar::OpKind::Local) continue;
+      if (o.kind != seqpar::OpKind::Collective) {
+        n += o.kind == seqpar::OpKind::Wait ? double(o.waits.size()) : 1.0;
+        continue;
+      }
+      for (const auto& step : collective_steps(simulated(o.coll), o.group_size, double(o.bytes)))
+        n += double(step.size()) / o.group_size;
+    }
+  return double(P) * n;
+}
+
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of, bool exact) {
   seqpar::validate(cfg, P);
@@ -571,7 +591,6 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   // Rings whose steps are alike: every block makes every hop (not the contiguous causal ring,
   // whose blocks stop at the last rank, nor masks of documents or a window).
   const bool alike = !is_contiguous_causal_ring(cfg) && cfg.doc_lengths.empty() && cfg.window <= 0;
-  const double team_blocks = 2.0 * seqpar::team_size(cfg) * std::max(cfg.ulysses, 1);
   // Cut where the three cut rings hold fewer steps than the whole one (3K - 6 < G), or where no
   // more than a cut ring may be simulated (beyond kMaxEveryRankDevices).
   auto cut = [&](int K) {
@@ -582,8 +601,11 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     // two steps added as over the next two, the G - K steps left out are counted at that rate.
     // Every rank may be simulated where the cut rings' kernel calls (the team's blocks against
     // the block held, per rank and step) stay few.
-    const bool every_rank = P <= kMaxEveryRankDevices ||
-                            double(P) * K * team_blocks * team_blocks <= kMaxCutRingComputes;
+    const bool every_rank =
+        P <= kMaxEveryRankDevices || every_rank_transfers(cfg, P, K - 4) +
+                                             every_rank_transfers(cfg, P, K - 2) +
+                                             every_rank_transfers(cfg, P, K) <=
+                                         kMaxEveryRankTransfers;
     const AttentionPrediction a0 =
         simulate_attention(cl, cfg, P, device_of, false, K - 4, every_rank);
     const AttentionPrediction a =
@@ -605,7 +627,13 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     b.ring_steps = K;
     return b;
   }
-  return simulate_attention(cl, cfg, P, device_of, exact, 0, P <= kMaxEveryRankDevices);
+  // The contiguous causal ring's rank r computes r + 1 blocks in the forward alone: counted so,
+  // without listing its P steps, where that is above the limit.
+  const bool every_rank =
+      P <= kMaxEveryRankDevices ||
+      (!(is_contiguous_causal_ring(cfg) && 0.5 * P * (P + 1.0) > kMaxEveryRankTransfers) &&
+       every_rank_transfers(cfg, P, 0) <= kMaxEveryRankTransfers);
+  return simulate_attention(cl, cfg, P, device_of, exact, 0, every_rank);
 }
 
 NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of) {

@@ -96,14 +96,16 @@ Prediction predict(const PlanInput& in, const Candidate& c);
 // time and memory that grow with the square of the device count (at 1,024 devices seconds and a
 // few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
 // candidate is simulated up to kMaxEveryRankDevices devices, or with PlanInput::exact; beyond,
-// only as a cut ring of few enough kernel calls (kMaxCutRingComputes, predict_attention), or on a
-// rotation's quotient of at most max_rotated_ranks(u) ranks, else predict_attention refuses it
-// (UsageError: the plan lists it as not predicted, with the reason).
+// where the simulation of every rank runs at most kMaxEveryRankTransfers ops and collective
+// messages (every_rank_transfers: the whole ring, or the three cut rings of predict_attention
+// together), or on a rotation's quotient of at most max_rotated_ranks(u) ranks, else
+// predict_attention refuses it (UsageError: the plan lists it as not predicted, with the reason).
+// Where every rank may be simulated, a rotation's quotient of fewer ranks is taken in its place.
 constexpr int kMaxPlanDevices = 4096;
 constexpr int kMaxEveryRankDevices = 1024;
 constexpr int kCutRingSteps = 6;
 constexpr double kSteadyRingTolerance = 1e-3;
-constexpr double kMaxCutRingComputes = 1e7;
+constexpr double kMaxEveryRankTransfers = 5e6;
 // Where every rank may not be simulated, Ulysses x WallFacer-C is still simulated on a rotation's
 // quotient (attention_period) of at most kMaxRotatedRanks ranks, or of up to kMaxEveryRankDevices
 // where its ranks times the Ulysses degree u (each rank's messages in an all-to-all, what the time
@@ -111,6 +113,12 @@ constexpr double kMaxCutRingComputes = 1e7;
 constexpr int kMaxRotatedRanks = 512;
 constexpr int kMaxRotatedAllToAll = 4096;
 int max_rotated_ranks(int ulysses);
+// What the simulation of every rank of cfg's schedules on P ranks (the team ring cut to
+// ring_steps steps; 0: whole) runs, counted without it: the sends, receives, waited requests and
+// computes (summed per step, as the planner simulates them) of ring rank 1's schedule (one that
+// sends WallFacer's placement hop), and for each of its collectives its algorithm's messages per
+// member (collective_steps), times P. What the time and memory of that simulation grow with.
+double every_rank_transfers(const seqpar::AttnConfig& cfg, int P, int ring_steps);
 
 // The steps of cfg's team ring on P ranks (G = P / (u C^2)); 0 for another strategy.
 int team_ring_length(const seqpar::AttnConfig& cfg, int P);
@@ -143,9 +151,11 @@ struct AttentionPrediction {
 // buffers alternate), each two of the G - K steps left out add that amount (and the bytes theirs);
 // else K doubles, up to the whole ring. A ring is cut where the three cut rings hold fewer steps
 // than the whole ring (3K - 6 < G), or beyond kMaxEveryRankDevices devices (where the whole ring
-// of a candidate without a period is not simulated). Every rank of a cut ring is simulated where
-// its kernel calls, P K (2 C u)^2 (C: WallFacer's team, u: the Ulysses degree), stay below
-// kMaxCutRingComputes, where no period or rotation applies.
+// of a candidate without a period is simulated only if short). Beyond kMaxEveryRankDevices every
+// rank of the three cut rings is simulated where every_rank_transfers of the three, summed, stay
+// within kMaxEveryRankTransfers, and every rank of a ring not cut (G <= K: WallFacer-32 and -64
+// on 4,096 devices, ...) where its own do, where no period or rotation applies; never the
+// contiguous causal ring, whose forward alone computes P (P + 1) / 2 blocks.
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of, bool exact = false);
 

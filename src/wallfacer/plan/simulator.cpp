@@ -193,10 +193,11 @@ namespace {
 
 // Bytes each member of group g (in its order) sends in this collective as its algorithm runs, and
 // how many of them leave the node.
-std::vector<std::pair<double, double>> coll_sent_bytes(Coll c, const std::vector<int>& g,
-                                                       double bytes, const Machine& m) {
+std::vector<std::pair<double, double>> coll_sent_bytes(
+    const std::vector<std::vector<CollTransfer>>& steps, const std::vector<int>& g,
+    const Machine& m) {
   std::vector<std::pair<double, double>> out(g.size(), {0.0, 0.0});
-  for (const auto& step : collective_steps(c, static_cast<int>(g.size()), bytes))
+  for (const auto& step : steps)
     for (const CollTransfer& t : step)
       if (t.to != t.from) {
         auto& [sent, inter] = out[size_t(t.from)];
@@ -229,21 +230,122 @@ struct Flow {
   int coll = -1;      // a step of this running collective (its requests are then unused)
   double since = 0;   // s: when `left` was last brought up to date (it streams at `rate` since)
   uint64_t seq = 0;   // creation order: of two events at one time, the older flow's goes first
-  int heap = -1;      // the place of its next event in the event heap (-1: none)
   bool live = false;  // the slot holds a flow in flight
 };
 
 // A flow's next event: its latency running out or, at its current rate, its bytes arriving.
+// 16 bytes: the flow's creation order (Flow::seq, below 2^32) and its slot in one word, so that
+// a heap node's children share a cache line.
 struct FlowEvent {
+  FlowEvent() = default;
+  FlowEvent(double time, uint64_t seq, int slot) : t(time), order(seq << 32 | uint32_t(slot)) {}
   double t = 0;
-  uint64_t seq = 0;
-  int slot = 0;
-  bool operator<(const FlowEvent& o) const { return t < o.t || (t == o.t && seq < o.seq); }
+  uint64_t order = 0;  // seq * 2^32 + slot
+  int slot() const { return int(uint32_t(order)); }
+  bool operator<(const FlowEvent& o) const { return t < o.t || (t == o.t && order < o.order); }
 };
 
 // Resource ids: 4 per device / card: device egress, device ingress, card egress, card ingress;
 // node pairs after all of them, numbered as they first carry a flow.
 int port(int index, int kind) { return 4 * index + kind; }
+
+// One posted send or receive not yet matched.
+struct Posted {
+  double time;
+  int request;
+  double bytes;
+};
+
+// The posted sends and receives not yet matched, by (canonical source, offset, tag): an
+// open-addressing table whose entries hold a queue of each side (a few at most), as lists in one
+// pool of nodes that matched ones return to.
+class PostedTable {
+ public:
+  struct Key {
+    int src = 0, offset = 0, tag = 0;
+    bool operator==(const Key&) const = default;
+  };
+  // The oldest posted on the other side of `key` (the receives for a send) moved to *them (true),
+  // or `me` queued on its side (false).
+  bool match_or_queue(const Key& key, bool is_send, const Posted& me, Posted* them) {
+    Entry& e = entry(key);
+    const int other = is_send ? 1 : 0, mine = 1 - other;
+    if (e.head[other] >= 0) {
+      const int n = e.head[other];
+      *them = nodes_[size_t(n)].posted;
+      e.head[other] = nodes_[size_t(n)].next;
+      free_.push_back(n);
+      return true;
+    }
+    int n = 0;
+    if (free_.empty()) {
+      n = int(nodes_.size());
+      nodes_.push_back({me, -1});
+    } else {
+      n = free_.back();
+      free_.pop_back();
+      nodes_[size_t(n)] = {me, -1};
+    }
+    if (e.head[mine] < 0) {
+      e.head[mine] = n;
+    } else {
+      nodes_[size_t(e.tail[mine])].next = n;
+    }
+    e.tail[mine] = n;
+    return false;
+  }
+  // A key with a send (is_send) or a receive left unmatched, if any.
+  const Key* unmatched(bool is_send) const {
+    for (const Entry& e : table_)
+      if (e.used && e.head[is_send ? 0 : 1] >= 0) return &e.key;
+    return nullptr;
+  }
+
+ private:
+  struct Entry {
+    Key key;
+    int head[2] = {-1, -1}, tail[2] = {-1, -1};  // [0]: sends, [1]: receives
+    bool used = false;
+  };
+  struct Node {
+    Posted posted;
+    int next = -1;
+  };
+  static size_t hash(const Key& k) {
+    const uint64_t h =
+        (uint64_t(uint32_t(k.src)) << 32 | uint32_t(k.offset)) * 31 + uint32_t(k.tag);
+    return size_t((h ^ (h >> 29)) * 0x9e3779b97f4a7c15ull >> 17);
+  }
+  Entry& entry(const Key& key) {
+    if (2 * (used_ + 1) > table_.size()) grow();
+    const size_t mask = table_.size() - 1;
+    for (size_t i = hash(key) & mask;; i = (i + 1) & mask) {
+      Entry& e = table_[i];
+      if (!e.used) {
+        e.used = true;
+        e.key = key;
+        ++used_;
+        return e;
+      }
+      if (e.key == key) return e;
+    }
+  }
+  void grow() {
+    std::vector<Entry> old = std::move(table_);
+    table_.assign(std::max<size_t>(64, 2 * old.size()), Entry{});
+    const size_t mask = table_.size() - 1;
+    for (const Entry& e : old) {
+      if (!e.used) continue;
+      size_t i = hash(e.key) & mask;
+      while (table_[i].used) i = (i + 1) & mask;
+      table_[i] = e;
+    }
+  }
+  std::vector<Entry> table_;
+  size_t used_ = 0;
+  std::vector<Node> nodes_;
+  std::vector<int> free_;
+};
 
 // One simulated run, in named steps. The event loop (run) takes the earliest event: a flow's
 // latency running out or its bytes arriving (on_flow_event), or a rank ready to go on (run_rank,
@@ -264,10 +366,10 @@ class Simulation {
     int devices = 0;
     for (int d : m_.device_of) devices = std::max(devices, d + 1);
     load_.assign(size_t(port(devices, 0)), 0.0);
+    visited_.assign(load_.size(), 0);
     on_.resize(load_.size());
     arrivals_.resize(prog_.groups.size());
     plans_.resize(prog_.groups.size());
-    positions_.resize(prog_.groups.size());
     for (int r = 0; r < P_; ++r) ready_.push({0.0, r});
   }
 
@@ -289,11 +391,6 @@ class Simulation {
     double blocked_at = 0;  // when it arrived at its current wait or collective
     std::map<int, std::pair<int, double>> posted;  // request -> (op, post time), for spans
   };
-  struct Posted {
-    double time;
-    int request;
-    double bytes;
-  };
   // A running collective: one step of the algorithm at a time, each step's transfers as flows that
   // share the links with everything else in flight; the members go on when the last step ends.
   struct CollRun {
@@ -304,13 +401,6 @@ class Simulation {
   };
   using Ready = std::pair<double, int>;  // (time, rank)
   static constexpr double kInFlight = -1, kUnposted = -2;
-  // Hash of a (canonical source, offset, tag) key.
-  struct KeyHash {
-    size_t operator()(const std::tuple<int, int, int>& k) const {
-      const auto [a, b, c] = k;
-      return std::hash<uint64_t>()((uint64_t(uint32_t(a)) << 32 | uint32_t(b)) * 31 + uint32_t(c));
-    }
-  };
 
   void check_program() const;
   // The members of group g that run (the others are images of them, see simulate).
@@ -321,11 +411,14 @@ class Simulation {
   // in place when its time changes.
   void heap_place(size_t i, const FlowEvent& e) {
     heap_[i] = e;
-    flows_[size_t(e.slot)].heap = int(i);
+    heap_at_[size_t(e.slot())] = int(i);
   }
   void heap_up(size_t i);
   void heap_down(size_t i);
   void heap_pop();
+  // The earliest flow event, of a flow starting or of the heap (nullptr: none), and its removal.
+  const FlowEvent* next_flow_event() const;
+  void pop_flow_event(const FlowEvent* e);
   // The resource of the (source, destination) node pair.
   int node_pair(int src_node, int dst_node);
   void on_flow_event(int slot);
@@ -368,28 +461,34 @@ class Simulation {
     return {src % P_, ((dst - src) % N_ + N_) % N_};
   }
   // (canonical source, offset, tag) -> posted and not yet matched
-  std::unordered_map<std::tuple<int, int, int>, std::vector<Posted>, KeyHash> sends_, recvs_;
+  PostedTable posted_;
   std::vector<std::vector<int>> arrivals_;  // per group, per k: members arrived
   // Per group: (collective, bytes) -> its steps and, per member, the bytes it sends, of them
   // between nodes
   struct CollPlan {
     int coll;
     double bytes;
-    std::vector<std::vector<CollTransfer>> steps;
+    const std::vector<std::vector<CollTransfer>>* steps;  // in steps_
     std::vector<std::pair<double, double>> sent;
   };
+  // (collective, group size, bytes) -> its steps (collective_steps), made once
+  std::map<std::tuple<int, int, double>, std::vector<std::vector<CollTransfer>>> steps_;
   std::vector<std::vector<CollPlan>> plans_;
-  std::vector<std::unordered_map<int, int>> positions_;  // per group: rank -> position
   std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready_;  // ranks ready, by time
   std::vector<Flow> flows_;  // slots: in flight when live
   std::vector<int> free_slots_;
   uint64_t next_seq_ = 0;
   static constexpr size_t kHeapArity = 4;
-  std::vector<FlowEvent> heap_;                // a kHeapArity-ary heap by (t, seq)
-  std::vector<double> load_;                   // resource -> active flows on it (both-ways shares)
-  std::vector<std::vector<int>> on_;           // resource -> active flows' slots
+  std::vector<FlowEvent> heap_;  // a kHeapArity-ary heap by (t, seq)
+  // Flows not yet started (their latency running), per latency: each queue in (time, creation)
+  // order, as they were added; the heap holds the others' events.
+  std::vector<std::pair<double, std::deque<FlowEvent>>> starting_;
+  std::vector<int> heap_at_;          // per slot: the place of its next event in heap_ (-1: none)
+  std::vector<double> load_;          // resource -> active flows on it (both-ways shares)
+  std::vector<std::vector<int>> on_;  // resource -> active flows' slots
   std::unordered_map<int64_t, int> pair_ids_;  // source node * nodes + destination -> resource
   std::vector<int> changed_;                   // resources whose load changed
+  std::vector<uint64_t> visited_;              // per resource: last rerate that visited it
   // canonical (src, dst) -> active flows between nodes (duplex_sharing > 0 only)
   std::unordered_map<int64_t, std::vector<int>> inter_;
   int64_t inter_key(int src, int dst) const {
@@ -415,6 +514,7 @@ int Simulation::node_pair(int src_node, int dst_node) {
   const auto [it, added] = pair_ids_.emplace(int64_t(src_node) * N_ + dst_node, int(load_.size()));
   if (added) {
     load_.push_back(0.0);
+    visited_.push_back(0);
     on_.emplace_back();
   }
   return it->second;
@@ -517,7 +617,7 @@ void Simulation::heap_down(size_t i) {
 }
 
 void Simulation::heap_pop() {
-  flows_[size_t(heap_.front().slot)].heap = -1;
+  heap_at_[size_t(heap_.front().slot())] = -1;
   const FlowEvent last = heap_.back();
   heap_.pop_back();
   if (heap_.empty()) return;
@@ -531,20 +631,23 @@ void Simulation::schedule_event(int slot) {
                     : f.left <= 0 ? now_
                                   : now_ + f.left / f.rate,
                     f.seq, slot};
-  if (f.heap < 0) {
+  const int at = heap_at_[size_t(slot)];
+  if (at < 0) {
     heap_.push_back(e);
     heap_up(heap_.size() - 1);
   } else {
-    const size_t i = size_t(f.heap);
+    const size_t i = size_t(at);
     heap_[i] = e;
     heap_up(i);
-    heap_down(size_t(flows_[size_t(slot)].heap));
+    heap_down(size_t(heap_at_[size_t(slot)]));
   }
 }
 
 void Simulation::rerate() {
   ++rerates_;
   for (int resource : changed_) {
+    if (visited_[size_t(resource)] == rerates_) continue;  // listed again: its flows are done
+    visited_[size_t(resource)] = rerates_;
     for (int slot : on_[size_t(resource)]) {
       if (stamp_[size_t(slot)] == rerates_) continue;
       stamp_[size_t(slot)] = rerates_;
@@ -588,7 +691,8 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
   f.src = src, f.dst = dst, f.send_req = send_req, f.recv_req = recv_req, f.coll = coll;
   f.total = f.left = bytes;
   const bool local = m_.same_node(src, dst);
-  f.active_at = now_ + (src == dst ? 0.0 : local ? m_.intra.latency : m_.inter.latency);
+  const double latency = src == dst ? 0.0 : local ? m_.intra.latency : m_.inter.latency;
+  f.active_at = now_ + latency;
   f.bandwidth = local ? m_.intra.bandwidth : m_.inter.bandwidth;
   if (local) {
     f.res[0] = port(m_.device_of[src], 0), f.res[1] = port(m_.device_of[size_t(at(dst))], 1);
@@ -599,6 +703,7 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
     res_.ranks[size_t(at(dst))].inter_recv_bytes += bytes;
   }
   if (src == dst) f.left = 0;
+  WF_CHECK(next_seq_ < (uint64_t(1) << 32), "more than 2^32 transfers in one simulation");
   f.seq = next_seq_++;
   f.live = true;
   int slot = 0;
@@ -606,12 +711,18 @@ void Simulation::add_flow(int src, int dst, double bytes, int send_req, int recv
     slot = int(flows_.size());
     flows_.push_back(f);
     stamp_.push_back(0);
+    heap_at_.push_back(-1);
   } else {
     slot = free_slots_.back();
     free_slots_.pop_back();
     flows_[size_t(slot)] = f;
   }
-  schedule_event(slot);
+  // Its start (its latency out) queued with those of the same latency: in the order of their
+  // (time, creation), as the clock only goes on.
+  auto q = std::find_if(starting_.begin(), starting_.end(),
+                        [&](const auto& l) { return l.first == latency; });
+  if (q == starting_.end()) q = starting_.insert(starting_.end(), {latency, {}});
+  q->second.push_back({f.active_at, f.seq, slot});
 }
 
 void Simulation::start_flow(int src, int dst, const Posted& s, const Posted& r) {
@@ -623,7 +734,7 @@ void Simulation::start_flow(int src, int dst, const Posted& s, const Posted& r) 
 void Simulation::collective_step(int id) {
   CollRun& c = colls_[size_t(id)];
   const auto& g = prog_.groups[c.group];
-  const auto& steps = plans_[size_t(c.group)][size_t(c.plan)].steps;
+  const auto& steps = *plans_[size_t(c.group)][size_t(c.plan)].steps;
   if (c.step == steps.size()) {
     for (int member : g) {
       if (member >= P_) continue;  // an image of a member that runs
@@ -663,15 +774,9 @@ void Simulation::post_transfer(int r, const Op& o) {
   Posted me{now_, o.request, o.bytes};
   const auto [src, offset] = is_send ? canonical(r, o.peer) : canonical(o.peer, r);
   const int dst = (src + offset) % N_;
-  auto key = std::make_tuple(src, offset, o.tag);
-  auto& other = is_send ? recvs_[key] : sends_[key];
-  if (!other.empty()) {
-    Posted them = other.front();
-    other.erase(other.begin());  // a queue of a few at most
+  Posted them{};
+  if (posted_.match_or_queue({src, offset, o.tag}, is_send, me, &them))
     is_send ? start_flow(src, dst, me, them) : start_flow(src, dst, them, me);
-  } else {
-    (is_send ? sends_[key] : recvs_[key]).push_back(me);
-  }
   if (is_send) {
     res_.ranks[r].p2p_bytes += o.bytes;
     if (!m_.same_node(r, o.peer)) res_.ranks[r].inter_bytes += o.bytes;
@@ -696,8 +801,8 @@ bool Simulation::pass_wait(int r, const Op& o) {
 void Simulation::arrive_collective(int r, const Op& o) {
   RankState& s = st_[r];
   const auto& g = prog_.groups[o.group];
-  WF_CHECK(std::find(g.begin(), g.end(), r) != g.end(),
-           "rank {} runs a collective on a group it is not in", r);
+  const auto at = std::find(g.begin(), g.end(), r);  // r's position in the group
+  WF_CHECK(at != g.end(), "rank {} runs a collective on a group it is not in", r);
   auto& arrivals = arrivals_[size_t(o.group)];
   if (arrivals.size() <= size_t(s.coll_k)) arrivals.resize(size_t(s.coll_k) + 1, 0);
   int& arrived = arrivals[size_t(s.coll_k)];
@@ -706,14 +811,16 @@ void Simulation::arrive_collective(int r, const Op& o) {
     return p.coll == int(o.coll) && p.bytes == o.bytes;
   });
   if (it == plans.end()) {
-    plans.push_back({int(o.coll), o.bytes, collective_steps(o.coll, int(g.size()), o.bytes),
-                     coll_sent_bytes(o.coll, g, o.bytes, m_)});
+    const int n = int(g.size());
+    auto steps = steps_.find({int(o.coll), n, o.bytes});
+    if (steps == steps_.end())
+      steps =
+          steps_.emplace(std::tuple{int(o.coll), n, o.bytes}, collective_steps(o.coll, n, o.bytes))
+              .first;
+    plans.push_back({int(o.coll), o.bytes, &steps->second, coll_sent_bytes(steps->second, g, m_)});
     it = plans.end() - 1;
   }
-  auto& pos = positions_[size_t(o.group)];
-  if (pos.empty())
-    for (size_t j = 0; j < g.size(); ++j) pos.emplace(g[j], int(j));
-  auto [sent, inter] = it->sent[size_t(pos.at(r))];
+  auto [sent, inter] = it->sent[size_t(at - g.begin())];
   res_.ranks[r].coll_bytes += sent;
   res_.ranks[r].inter_bytes += inter;
   ++s.coll_k;
@@ -771,18 +878,41 @@ void Simulation::on_flow_event(int slot) {
   }
 }
 
+const FlowEvent* Simulation::next_flow_event() const {
+  const FlowEvent* next = heap_.empty() ? nullptr : &heap_.front();
+  for (const auto& [latency, q] : starting_)
+    if (!q.empty() && (!next || q.front() < *next)) next = &q.front();
+  return next;
+}
+
+void Simulation::pop_flow_event(const FlowEvent* e) {
+  if (!heap_.empty() && e == &heap_.front()) {
+    heap_pop();
+    return;
+  }
+  for (auto& [latency, q] : starting_)
+    if (!q.empty() && e == &q.front()) {
+      q.pop_front();
+      return;
+    }
+}
+
 void Simulation::run() {
   while (true) {
-    const bool e = !heap_.empty();
-    const double t_flow = e ? heap_.front().t : std::numeric_limits<double>::infinity();
+    const FlowEvent* e = next_flow_event();
+    const double t_flow = e ? e->t : std::numeric_limits<double>::infinity();
     const double t_rank =
         ready_.empty() ? std::numeric_limits<double>::infinity() : ready_.top().first;
     if (!e && ready_.empty()) return;
     now_ = std::max(now_, std::min(t_flow, t_rank));
     if (e && t_flow <= t_rank) {
-      const int slot = heap_.front().slot;
-      heap_pop();
-      on_flow_event(slot);
+      // Every flow event of this instant, then the rates once: an event due now is due whatever
+      // the rates that the others' change it (they hold for no time before it).
+      for (; e && e->t <= now_; e = next_flow_event()) {
+        const int slot = e->slot();
+        pop_flow_event(e);
+        on_flow_event(slot);
+      }
       rerate();
       continue;
     }
@@ -796,12 +926,12 @@ void Simulation::check_drained() const {
   for (int r = 0; r < P_; ++r)
     WF_CHECK(st_[r].finished, "the schedule deadlocks: rank {} cannot get past op {}", r,
              st_[r].pc);
-  for (auto& [key, q] : sends_)
-    WF_CHECK(q.empty(), "rank {} sends to rank {} but nothing receives it", std::get<0>(key),
-             (std::get<0>(key) + std::get<1>(key)) % N_);
-  for (auto& [key, q] : recvs_)
-    WF_CHECK(q.empty(), "rank {} receives from rank {} but nothing is sent",
-             (std::get<0>(key) + std::get<1>(key)) % N_, std::get<0>(key));
+  if (const PostedTable::Key* k = posted_.unmatched(true))
+    WF_CHECK(false, "rank {} sends to rank {} but nothing receives it", k->src,
+             (k->src + k->offset) % N_);
+  if (const PostedTable::Key* k = posted_.unmatched(false))
+    WF_CHECK(false, "rank {} receives from rank {} but nothing is sent", (k->src + k->offset) % N_,
+             k->src);
 }
 
 SimResult Simulation::result() {

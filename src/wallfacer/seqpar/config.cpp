@@ -328,20 +328,23 @@ void validate(const AttnConfig& cfg, int P) {
   }
 }
 
+std::vector<PositionRun> local_runs(const HybridConfigs& h, int rank) {
+  WF_CHECK(rank >= 0 && rank < h.u * h.rings, "rank {} outside a group of {}", rank, h.u * h.rings);
+  // Rows [a*n, (a+1)*n) of ring rank j's rows.
+  const int64_t n = h.inner.seq / (int64_t(h.u) * h.rings);
+  const int64_t lo = (rank % h.u) * n, hi = lo + n;
+  std::vector<PositionRun> runs;
+  for (const auto& run : local_runs(h.inner, h.rings, rank / h.u)) {
+    const int64_t a = std::max(lo, run.row0), b = std::min(hi, run.row0 + run.rows);
+    if (a < b) runs.push_back({a - lo, b - a, run.pos0 + (a - run.row0)});
+  }
+  return runs;
+}
+
 std::vector<PositionRun> local_runs(const AttnConfig& cfg, int P, int rank) {
   WF_CHECK(rank >= 0 && rank < P, "rank {} outside a group of {}", rank, P);
   const int64_t n = cfg.seq / P;
-  if (cfg.ulysses > 1) {
-    // Rows [a*n, (a+1)*n) of ring rank j's rows.
-    const auto h = hybrid_configs(cfg, P);
-    const int64_t lo = (rank % h.u) * n, hi = lo + n;
-    std::vector<PositionRun> runs;
-    for (const auto& run : local_runs(h.inner, h.rings, rank / h.u)) {
-      const int64_t a = std::max(lo, run.row0), b = std::min(hi, run.row0 + run.rows);
-      if (a < b) runs.push_back({a - lo, b - a, run.pos0 + (a - run.row0)});
-    }
-    return runs;
-  }
+  if (cfg.ulysses > 1) return local_runs(hybrid_configs(cfg, P), rank);
   if (cfg.layout == Layout::Balanced) {
     std::vector<PositionRun> runs;
     int64_t row = 0;

@@ -47,7 +47,7 @@ std::string_view layout_name(Layout l);
 // multiple of kv_heads, head_dim 1..256 (kernels::kMaxHeadDim).
 struct AttnConfig {
   Strategy strategy = Strategy::Ring;
-  int teams = 1;        // C, for WallFacer (1 for every other strategy)
+  int teams = 1;  // C, for WallFacer (1 for every other strategy)
   // W, the inner ring length of DoubleRing (consecutive ranks, typically those of one node; >= 1
   // and dividing P; 0 for every other strategy, which has no inner rings). Callers resolve a
   // default (the ranks per node) before building the config: the schedule needs the number.
@@ -184,6 +184,8 @@ struct PositionRun {
   int64_t pos0 = 0;  // global position of the first row
 };
 std::vector<PositionRun> local_runs(const AttnConfig& cfg, int P, int rank);
+// The same for a Ulysses hybrid of configs h (hybrid_configs), made once for many ranks.
+std::vector<PositionRun> local_runs(const HybridConfigs& h, int rank);
 
 // True when the strategy uses the 2P half-chunk zigzag layout (rank r holds half-chunks r and
 // 2P-1-r): zigzag always, wallfacer and double-ring with a causal mask; never with

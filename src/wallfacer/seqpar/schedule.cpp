@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "wallfacer/core/error.h"
 #include "wallfacer/kernels/doc_mask.h"
@@ -98,7 +101,7 @@ class Builder {
   // A new scratch buffer (names are unique: one per tensor).
   int buffer(const std::string& name, Fmt fmt, int blocks, int heads, Dtype dtype,
              bool kept = false) {
-    WF_CHECK(names_.insert(name).second, "schedule buffer {} declared twice", name);
+    declare(name);
     s_.buffers.push_back({name, fmt, blocks, s_.n, heads, kept, dtype});
     return int(s_.buffers.size()) - 1;
   }
@@ -108,7 +111,7 @@ class Builder {
     BufferSpec spec = s_.buffers[size_t(of)];
     WF_CHECK(!spec.kept && spec.alias < 0 && of >= kNumUserBuffers,
              "buffer {} cannot lend its memory to {}", spec.name, name);
-    WF_CHECK(names_.insert(name).second, "schedule buffer {} declared twice", name);
+    declare(name);
     spec.name = name;
     spec.alias = of;
     s_.buffers.push_back(spec);
@@ -207,8 +210,11 @@ class Builder {
 
   // Every (query segment, key segment) pair that the mask keeps, as one kernel call each; with
   // Schedule::summed, one op for all of them.
+  // sums: the summed computes' PairSums of qs and ks where the caller has them (nullptr: summed
+  // here).
   void computes(bool backward, int q, int kv, int out, int out2, const std::vector<Segment>& qs,
-                const std::vector<Segment>& ks, int heads, int kv_heads) {
+                const std::vector<Segment>& ks, int heads, int kv_heads,
+                const PairSums* sums = nullptr) {
     auto compute = [&](int64_t pairs) {
       Op op;
       op.kind = OpKind::Compute;
@@ -225,7 +231,8 @@ class Builder {
       return op;
     };
     if (s_.summed) {
-      const PairSums sum = sum_pairs(s_, qs, ks, s_.summed->tile_q, s_.summed->tile_k);
+      const PairSums sum =
+          sums ? *sums : sum_pairs(s_, qs, ks, s_.summed->tile_q, s_.summed->tile_k);
       if (sum.pairs == 0) return;
       Op op = compute(sum.pairs);
       op.masked = sum.masked;
@@ -255,14 +262,22 @@ class Builder {
   Schedule& s_;
   std::vector<Op>* ops_ = nullptr;
   int round_ = 0;
-  std::set<std::string> names_;
+  // The buffer names declared, each once (a few dozen: a list).
+  void declare(const std::string& name) {
+    WF_CHECK(std::find(names_.begin(), names_.end(), name) == names_.end(),
+             "schedule buffer {} declared twice", name);
+    names_.push_back(name);
+  }
+  std::vector<std::string> names_;
 };
 
 // The rows of team `team` (C member blocks), as segments of its team block.
 std::vector<Segment> team_segments(const AttnConfig& cfg, int P, int C, int team) {
   std::vector<Segment> segs;
+  std::optional<HybridConfigs> h;
+  if (cfg.ulysses > 1) h = hybrid_configs(cfg, P);
   for (int a = 0; a < C; ++a)
-    for (const auto& run : local_runs(cfg, P, team * C + a))
+    for (const auto& run : h ? local_runs(*h, team * C + a) : local_runs(cfg, P, team * C + a))
       segs.push_back({a, run.row0, run.rows, run.pos0});
   return segs;
 }
@@ -393,6 +408,53 @@ const std::vector<int>& origin_hops(const Schedule& s, const RingGeometry& L, Tr
   return recent.front().hops;
 }
 
+// The segments of the teams of C ranks of s's configuration (team_segments), each team listed when
+// first asked for and kept with its configuration's (the latest few per thread): every rank's
+// schedule asks for the teams whose blocks it holds at each step.
+// Teams of at least this many blocks keep the summed pairs of their steps' computes: below, summing
+// them again costs less than keeping them.
+constexpr int kTeamSumsKept = 8;
+
+class TeamSegments {
+ public:
+  static std::shared_ptr<TeamSegments> of(const Schedule& s, int C) {
+    thread_local std::deque<std::shared_ptr<TeamSegments>> recent;  // newest first
+    HopsKey key = hops_key(s, -2 - C);
+    for (const auto& e : recent)
+      if (e->key_ == key) return e;
+    if (recent.size() == 4) recent.pop_back();
+    recent.push_front(std::make_shared<TeamSegments>(std::move(key), s.cfg, s.P, C));
+    return recent.front();
+  }
+  TeamSegments(HopsKey key, const AttnConfig& cfg, int P, int C)
+      : key_(std::move(key)), cfg_(cfg), P_(P), C_(C), teams_(size_t(P / C)) {}
+  const std::vector<Segment>& team(int t) {
+    auto& segs = teams_[size_t(t)];
+    if (!segs) segs = team_segments(cfg_, P_, C_, t);
+    return *segs;
+  }
+  // The summed pairs of team qt's queries against team kt's keys (sum_pairs) for s's summed
+  // computes (s of this configuration): the C ranks of a team and the forward and the backward
+  // ask for the same ones.
+  const PairSums& sums(const Schedule& s, int qt, int kt) {
+    const uint64_t key = uint64_t(uint32_t(qt)) << 32 | uint32_t(kt);
+    const auto tiles = std::pair{s.summed->tile_q, s.summed->tile_k};
+    if (tiles != tiles_) sums_.clear(), tiles_ = tiles;
+    auto it = sums_.find(key);
+    if (it == sums_.end())
+      it = sums_.emplace(key, sum_pairs(s, team(qt), team(kt), tiles.first, tiles.second)).first;
+    return it->second;
+  }
+
+ private:
+  HopsKey key_;
+  AttnConfig cfg_;
+  int P_, C_;
+  std::vector<std::optional<std::vector<Segment>>> teams_;
+  std::pair<int, int> tiles_{-1, -1};  // of the sums kept
+  std::unordered_map<uint64_t, PairSums> sums_;
+};
+
 // The ring steps built: G, or the first Schedule::ring_steps of them.
 int steps_built(const Schedule& s, const RingGeometry& L) {
   return s.ring_steps > 0 ? std::min(s.ring_steps, L.G) : L.G;
@@ -440,8 +502,9 @@ class TeamRing {
         place_src_(L_.placement_src(r_)),
         placed_(place_dst_ != r_),
         keep_(c_.keep_kv && wc_ > 1),
-        my_team_(team_segments(c_, P_, C_, r_ / C_)),
-        resident_(team_segments(c_, P_, C_, L_.kv_team(r_, 0))) {}
+        teams_(TeamSegments::of(s, C_)),
+        my_team_(teams_->team(r_ / C_)),
+        resident_(teams_->team(L_.kv_team(r_, 0))) {}
 
   void build() {
     b_.phase(&s_.fwd);
@@ -472,7 +535,12 @@ class TeamRing {
     return dst;
   }
 
-  std::vector<Segment> team(int t) const { return team_segments(c_, P_, C_, t); }
+  const std::vector<Segment>& team(int t) const { return teams_->team(t); }
+  // The summed pairs of a step's computes, kept per configuration where a team holds many blocks
+  // (kTeamSumsKept; nullptr: summed by the builder, or computes listed one by one).
+  const PairSums* sums(int qt, int kt) const {
+    return s_.summed && C_ >= kTeamSumsKept ? &teams_->sums(s_, qt, kt) : nullptr;
+  }
 
   // Forward: K,V packed and gathered in the team (or traded), the ring buffers, the placement hop
   // and the team's queries.
@@ -534,7 +602,8 @@ class TeamRing {
         if (step < hops[size_t(step) + 1])
           ra = b_.recv(step % 2 ? ring0_ : ring1_, L_.prev(r), kTagKV);
       }
-      b_.computes(false, qt_, cur, oacc_, lacc_, my_team_, team(L_.kv_team(r, step)), H_, K_);
+      const int kt = L_.kv_team(r, step);
+      b_.computes(false, qt_, cur, oacc_, lacc_, my_team_, team(kt), H_, K_, sums(r / C, kt));
       if (step < G - 1) {
         b_.wait({sa, ra});
         b_.next_round();
@@ -652,10 +721,12 @@ class TeamRing {
         acc_send[step % 2] = -1;
         b_.local(LocalKind::Zero, -1, acc);
         if (move_kv) {
-          b_.computes(true, qpt_, cur, res_acc, acc, my_team_, team(L_.kv_team(r, step)), H, K);
+          const int kt = L_.kv_team(r, step);
+          b_.computes(true, qpt_, cur, res_acc, acc, my_team_, team(kt), H, K, sums(r / C, kt));
         } else {
-          b_.computes(true, cur, kv_resident_, acc, res_acc, team(L_.query_team(r, step)),
-                      resident_, H, K);
+          const int qt = L_.query_team(r, step);
+          b_.computes(true, cur, kv_resident_, acc, res_acc, team(qt), resident_, H, K,
+                      sums(qt, L_.kv_team(r, 0)));
         }
         if (step > 0) {
           b_.wait({ain});
@@ -735,6 +806,7 @@ class TeamRing {
   // keep_kv: the K,V block this rank computes with at the first ring step (received by the
   // placement, or its own team's) stays from the forward to the backward.
   const bool keep_;
+  const std::shared_ptr<TeamSegments> teams_;  // the configuration's teams, listed once
   const std::vector<Segment> my_team_, resident_;
   // Buffers: K,V (local, shards, team, ring, placed, of forward step 0, of the backward's
   // resident side), the team's queries and query packages, O and LSE, dQ and dK,dV accumulators.
