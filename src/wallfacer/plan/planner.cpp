@@ -627,6 +627,17 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     b.ring_steps = K;
     return b;
   }
+  // The contiguous causal ring beyond kMaxEveryRankDevices: from prefixes of up to 256 ranks in
+  // steps of a quarter of that rounded up to whole nodes, then of 512 and 1,024.
+  if (!exact && is_contiguous_causal_ring(cfg) && P > kMaxEveryRankDevices) {
+    const int node = std::max(cl.devices_per_node, 1);
+    for (int largest = kRingPrefixRanks; largest <= kMaxEveryRankDevices && largest < P;
+         largest *= 2) {
+      const int step = (largest / 4 + node - 1) / node * node;
+      if (largest - 2 * step < step) continue;
+      if (auto a = ring_from_prefixes(cl, cfg, P, device_of, largest, step)) return *a;
+    }
+  }
   // The contiguous causal ring's rank r computes r + 1 blocks in the forward alone: counted so,
   // without listing its P steps, where that is above the limit.
   const bool every_rank =
@@ -634,6 +645,42 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
       (!(is_contiguous_causal_ring(cfg) && 0.5 * P * (P + 1.0) > kMaxEveryRankTransfers) &&
        every_rank_transfers(cfg, P, 0) <= kMaxEveryRankTransfers);
   return simulate_attention(cl, cfg, P, device_of, exact, 0, every_rank);
+}
+
+std::optional<AttentionPrediction> ring_from_prefixes(const Cluster& cl,
+                                                      const seqpar::AttnConfig& cfg, int P,
+                                                      const std::vector<int>& device_of,
+                                                      int largest, int step) {
+  WF_CHECK(is_contiguous_causal_ring(cfg), "ring_from_prefixes: not a contiguous causal ring");
+  WF_CHECK(step >= 1 && largest - 2 * step >= 2 && largest < P && int(device_of.size()) == P,
+           "ring_from_prefixes: prefixes of {} - 2 x {} to {} ranks of {}", largest, step, largest,
+           P);
+  WF_CHECK(cfg.seq % P == 0, "ring_from_prefixes: {} tokens on {} ranks", cfg.seq, P);
+  auto prefix = [&](int Q) {
+    seqpar::AttnConfig c = cfg;
+    c.seq = cfg.seq / P * Q;
+    const std::vector<int> devices(device_of.begin(), device_of.begin() + Q);
+    return simulate_attention(cl, c, Q, devices, false, 0, true);
+  };
+  const AttentionPrediction a0 = prefix(largest - 2 * step), a = prefix(largest - step);
+  AttentionPrediction b = prefix(largest);
+  auto steady = [](double x0, double x1, double x2) {
+    return std::abs((x2 - x1) - (x1 - x0)) <= kSteadyRingTolerance * std::abs(x2 - x1);
+  };
+  if (!steady(a0.fwd_s, a.fwd_s, b.fwd_s) || !steady(a0.bwd_s, a.bwd_s, b.bwd_s))
+    return std::nullopt;
+  const double steps = double(P - largest) / double(step);
+  for (auto [x, y] : {std::pair{&b.fwd_s, a.fwd_s},
+                      {&b.bwd_s, a.bwd_s},
+                      {&b.exposed_fwd_s, a.exposed_fwd_s},
+                      {&b.exposed_bwd_s, a.exposed_bwd_s},
+                      {&b.p2p_bytes, a.p2p_bytes},
+                      {&b.coll_bytes, a.coll_bytes},
+                      {&b.inter_bytes, a.inter_bytes}})
+    *x += steps * (*x - y);
+  b.kept_elements = double(seqpar::kept_elements(cfg, P));
+  b.prefix_ranks = largest;
+  return b;
 }
 
 NodeBytes node_bytes(const seqpar::AttnConfig& cfg, int P, const std::vector<int>& node_of) {

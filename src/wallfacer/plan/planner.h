@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,8 @@ Prediction predict(const PlanInput& in, const Candidate& c);
 // contiguous causal ring, whose ranks see different numbers of blocks) replays every rank's
 // schedule (Ulysses x WallFacer-C one Ulysses team member in d, attention_period's rotation), in a
 // time and memory that grow with the square of the device count (at 1,024 devices seconds and a
-// few GB; the contiguous ring at 4,096 needs more than 14 GB). Such a
+// few GB; the contiguous ring at 4,096 needs more than 14 GB: beyond 1,024 devices it is predicted
+// from its prefixes, ring_from_prefixes). Such a
 // candidate is simulated up to kMaxEveryRankDevices devices, or with PlanInput::exact; beyond,
 // where the simulation of every rank runs at most kMaxEveryRankTransfers ops and collective
 // messages (every_rank_transfers: the whole ring, or the three cut rings of predict_attention
@@ -140,6 +142,9 @@ struct AttentionPrediction {
   // 0: the whole ring simulated; else the team ring cut to this many steps (and to 2 and 4
   // fewer), the rest counted from their difference (predict_attention).
   int ring_steps = 0;
+  // 0: every rank (or a period) simulated; else the contiguous causal ring's first this many ranks
+  // (and two shorter prefixes), the rest counted from their difference (ring_from_prefixes).
+  int prefix_ranks = 0;
 };
 // `device_of`: layout rank -> device of the cluster. Throws UsageError when cfg cannot run.
 // A hybrid is cfg.ulysses > 1.
@@ -154,10 +159,27 @@ struct AttentionPrediction {
 // of a candidate without a period is simulated only if short). Beyond kMaxEveryRankDevices every
 // rank of the three cut rings is simulated where every_rank_transfers of the three, summed, stay
 // within kMaxEveryRankTransfers, and every rank of a ring not cut (G <= K: WallFacer-32 and -64
-// on 4,096 devices, ...) where its own do, where no period or rotation applies; never the
-// contiguous causal ring, whose forward alone computes P (P + 1) / 2 blocks.
+// on 4,096 devices, ...) where its own do, where no period or rotation applies. The contiguous
+// causal ring (whose forward alone computes P (P + 1) / 2 blocks) beyond kMaxEveryRankDevices:
+// ring_from_prefixes with its largest prefix kRingPrefixRanks, then twice that, up to
+// kMaxEveryRankDevices, until one is steady.
 AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfig& cfg, int P,
                                       const std::vector<int>& device_of, bool exact = false);
+
+// The contiguous causal ring of P ranks from its prefixes: its K,V blocks only travel up the ring
+// (rank r gets the blocks of ranks 0..r - 1, and the last rank sends the dK,dV of the blocks that
+// stop there home), so its first Q ranks, with the same block per rank (seq Q / P) on the same
+// devices, are a contiguous causal ring of Q ranks whose last rank ends it, as rank P - 1 ends the
+// whole ring. Every rank of the prefixes of Q = largest - 2 step, largest - step and largest ranks
+// is simulated; where the forward's and the backward's times grow by the same amount, within
+// kSteadyRingTolerance, from the first to the second as from the second to the third, each step of
+// the P - largest ranks left out adds that amount (and the bytes theirs). step: a multiple of the
+// devices of a node, so that the prefixes end at the same place of a node. Empty when not steady.
+constexpr int kRingPrefixRanks = 128;
+std::optional<AttentionPrediction> ring_from_prefixes(const Cluster& cl,
+                                                      const seqpar::AttnConfig& cfg, int P,
+                                                      const std::vector<int>& device_of,
+                                                      int largest, int step);
 
 // The bytes that cross node boundaries in one forward and one backward of an attention, as the
 // schedules send them (collectives by the simulator's algorithms): what each node's network card
