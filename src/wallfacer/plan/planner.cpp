@@ -553,6 +553,32 @@ AttentionPrediction simulate_attention(const Cluster& cl, const seqpar::AttnConf
 
 }  // namespace
 
+namespace {
+
+// Whether the forward's and the backward's times grow by the same amount, within
+// kSteadyRingTolerance, from a0 to a as from a to b (cut rings, or prefixes, in equal steps).
+bool grows_steadily(const AttentionPrediction& a0, const AttentionPrediction& a,
+                    const AttentionPrediction& b) {
+  auto steady = [](double x0, double x1, double x2) {
+    return std::abs((x2 - x1) - (x1 - x0)) <= kSteadyRingTolerance * std::abs(x2 - x1);
+  };
+  return steady(a0.fwd_s, a.fwd_s, b.fwd_s) && steady(a0.bwd_s, a.bwd_s, b.bwd_s);
+}
+
+// b's times and bytes counted on by `steps` more of the steps from a to b.
+void count_on(AttentionPrediction& b, const AttentionPrediction& a, double steps) {
+  for (auto [x, y] : {std::pair{&b.fwd_s, a.fwd_s},
+                      {&b.bwd_s, a.bwd_s},
+                      {&b.exposed_fwd_s, a.exposed_fwd_s},
+                      {&b.exposed_bwd_s, a.exposed_bwd_s},
+                      {&b.p2p_bytes, a.p2p_bytes},
+                      {&b.coll_bytes, a.coll_bytes},
+                      {&b.inter_bytes, a.inter_bytes}})
+    *x += steps * (*x - y);
+}
+
+}  // namespace
+
 int team_ring_length(const seqpar::AttnConfig& cfg, int P) {
   if (seqpar::traits(cfg.strategy).build != seqpar::build_team_ring_schedule) return 0;
   const int u = std::max(cfg.ulysses, 1);
@@ -611,19 +637,8 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     const AttentionPrediction a =
         simulate_attention(cl, cfg, P, device_of, false, K - 2, every_rank);
     AttentionPrediction b = simulate_attention(cl, cfg, P, device_of, false, K, every_rank);
-    auto steady = [](double x0, double x1, double x2) {
-      return std::abs((x2 - x1) - (x1 - x0)) <= kSteadyRingTolerance * std::abs(x2 - x1);
-    };
-    if (!steady(a0.fwd_s, a.fwd_s, b.fwd_s) || !steady(a0.bwd_s, a.bwd_s, b.bwd_s)) continue;
-    const double per_two = double(G - K) / 2.0;
-    for (auto [x, y] : {std::pair{&b.fwd_s, a.fwd_s},
-                        {&b.bwd_s, a.bwd_s},
-                        {&b.exposed_fwd_s, a.exposed_fwd_s},
-                        {&b.exposed_bwd_s, a.exposed_bwd_s},
-                        {&b.p2p_bytes, a.p2p_bytes},
-                        {&b.coll_bytes, a.coll_bytes},
-                        {&b.inter_bytes, a.inter_bytes}})
-      *x += per_two * (*x - y);
+    if (!grows_steadily(a0, a, b)) continue;
+    count_on(b, a, double(G - K) / 2.0);  // two steps at a time
     b.ring_steps = K;
     return b;
   }
@@ -664,20 +679,8 @@ std::optional<AttentionPrediction> ring_from_prefixes(const Cluster& cl,
   };
   const AttentionPrediction a0 = prefix(largest - 2 * step), a = prefix(largest - step);
   AttentionPrediction b = prefix(largest);
-  auto steady = [](double x0, double x1, double x2) {
-    return std::abs((x2 - x1) - (x1 - x0)) <= kSteadyRingTolerance * std::abs(x2 - x1);
-  };
-  if (!steady(a0.fwd_s, a.fwd_s, b.fwd_s) || !steady(a0.bwd_s, a.bwd_s, b.bwd_s))
-    return std::nullopt;
-  const double steps = double(P - largest) / double(step);
-  for (auto [x, y] : {std::pair{&b.fwd_s, a.fwd_s},
-                      {&b.bwd_s, a.bwd_s},
-                      {&b.exposed_fwd_s, a.exposed_fwd_s},
-                      {&b.exposed_bwd_s, a.exposed_bwd_s},
-                      {&b.p2p_bytes, a.p2p_bytes},
-                      {&b.coll_bytes, a.coll_bytes},
-                      {&b.inter_bytes, a.inter_bytes}})
-    *x += steps * (*x - y);
+  if (!grows_steadily(a0, a, b)) return std::nullopt;
+  count_on(b, a, double(P - largest) / double(step));
   b.kept_elements = double(seqpar::kept_elements(cfg, P));
   b.prefix_ranks = largest;
   return b;
