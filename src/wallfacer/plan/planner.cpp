@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <exception>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -10,6 +11,7 @@
 #include <unordered_map>
 
 #include "wallfacer/core/error.h"
+#include "wallfacer/core/threads.h"
 #include "wallfacer/plan/attention_program.h"
 #include "wallfacer/seqpar/schedule.h"
 
@@ -931,28 +933,44 @@ std::vector<Prediction> plan_all(const PlanInput& in,
       "count; plan a group of at most {} devices with --gpus N (cluster '{}' has {})",
       in.gpus, kMaxPlanDevices, in.cluster.name, in.cluster.devices());
   WF_USAGE_CHECK(in.seq >= 1, "--seq must be positive, got {}", in.seq);
-  std::vector<Prediction> out;
   const std::vector<Candidate> all = candidates(in);
-  for (Candidate c : all) {
-    if (progress) progress(int(out.size()), int(all.size()));
+  auto predict_candidate = [&](Candidate c) {
     // WallFacer keeps the placed K,V for the backward where the memory allows.
     if (seqpar::team_size(c.strategy, c.teams) > 1) {
       c.keep_kv = true;
       Prediction kept = predict(in, c);
-      if (kept.feasible) {
-        out.push_back(kept);
-        continue;
-      }
+      if (kept.feasible) return kept;
       c.keep_kv = false;
       if (kept.step_s == 0) {  // it cannot run, K,V kept or not (validate, not simulated)
         kept.cand.keep_kv = false;
-        out.push_back(kept);
-        continue;
+        return kept;
       }
     }
-    out.push_back(predict(in, c));
+    return predict(in, c);
+  };
+  // The candidates are predicted each on its own (the schedules' and the simulator's caches are
+  // per thread), shared out over num_threads() threads in the order listed; the table is the same
+  // whatever the threads.
+  const int n = int(all.size());
+  std::vector<Prediction> out(all.size());
+  std::vector<std::exception_ptr> failed(all.size());
+  int done = 0;
+  if (progress) progress(0, n);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+  for (int i = 0; i < n; ++i) {
+    try {
+      out[size_t(i)] = predict_candidate(all[size_t(i)]);
+    } catch (...) {
+      failed[size_t(i)] = std::current_exception();
+    }
+#pragma omp critical(wallfacer_plan_progress)
+    {
+      ++done;
+      if (progress) progress(done, n);
+    }
   }
-  if (progress) progress(int(out.size()), int(all.size()));
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
   std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
     if (a.feasible != b.feasible) return a.feasible;
     return a.feasible && a.tokens_per_s > b.tokens_per_s;

@@ -126,8 +126,10 @@ double every_rank_transfers(const seqpar::AttnConfig& cfg, int P, int ring_steps
 int team_ring_length(const seqpar::AttnConfig& cfg, int P);
 
 // Every candidate of `in` predicted: the feasible ones first by tokens/s (descending), then the
-// infeasible ones (Prediction::reason says why: memory, divisibility, ...). `progress`, when
-// given, is called after each candidate with the number done and the total.
+// infeasible ones (Prediction::reason says why: memory, divisibility, ...). The candidates are
+// shared out over num_threads() threads (core/threads.h); the result does not depend on them.
+// `progress`, when given, is called (one call at a time, from any of those threads) with 0 and
+// the total first, then after each candidate with the number done and the total.
 std::vector<Prediction> plan_all(const PlanInput& in,
                                  const std::function<void(int done, int total)>& progress = {});
 
