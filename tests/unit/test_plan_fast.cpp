@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -316,6 +317,45 @@ TEST_P(PlanFast, CutRingsWithinOnePercentOfEveryRank) {
       "%s: %d cut rings (%d WallFacer-C, %d Ulysses x WallFacer), worst relative "
       "difference %.3g\n",
       GetParam().c_str(), cut, wallfacer, hybrid, worst);
+}
+
+// plan_all shares the candidates out over the threads: the same table, field by field, with 1
+// thread and with 3 (more than the cores here: the candidates finish out of order), and the
+// progress counted once per candidate.
+TEST(PlanFastLimits, TheSameTableWithOneThreadAndWithSeveral) {
+  PlanInput in;
+  in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
+  in.model = load_model(src("configs/models/gpt-7b.toml"));
+  in.seq = 256 * 1024;
+  in.gpus = 64;
+  const char* before = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = before ? before : "";
+  auto plan_with = [&](const char* threads, int* calls) {
+    setenv("OMP_NUM_THREADS", threads, 1);
+    return plan_all(in, [&](int done, int total) {
+      ++*calls;
+      EXPECT_LE(done, total);
+    });
+  };
+  int calls1 = 0, calls3 = 0;
+  const std::vector<Prediction> one = plan_with("1", &calls1);
+  const std::vector<Prediction> three = plan_with("3", &calls3);
+  if (before) {
+    setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  } else {
+    unsetenv("OMP_NUM_THREADS");
+  }
+  ASSERT_EQ(one.size(), three.size());
+  EXPECT_EQ(calls1, int(one.size()) + 1);
+  EXPECT_EQ(calls3, int(one.size()) + 1);
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(one[i].cand.label(), three[i].cand.label()) << i;
+    EXPECT_EQ(one[i].cand.keep_kv, three[i].cand.keep_kv) << i;
+    EXPECT_EQ(one[i].reason, three[i].reason) << i;
+    EXPECT_EQ(one[i].step_s, three[i].step_s) << one[i].cand.label();
+    EXPECT_EQ(one[i].tokens_per_s, three[i].tokens_per_s) << one[i].cand.label();
+    EXPECT_EQ(one[i].memory_bytes, three[i].memory_bytes) << one[i].cand.label();
+  }
 }
 
 // The contiguous causal ring of P devices from three prefixes (ring_from_prefixes, what
