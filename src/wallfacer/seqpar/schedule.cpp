@@ -486,7 +486,6 @@ class TeamRing {
       : s_(s),
         b_(b),
         c_(s.cfg),
-        P_(s.P),
         r_(s.rank),
         L_(s.cfg, s.P),
         C_(L_.C),
@@ -793,7 +792,7 @@ class TeamRing {
   Schedule& s_;
   Builder& b_;
   const AttnConfig& c_;
-  const int P_, r_;
+  const int r_;
   const RingGeometry L_;
   // C_: blocks of a team buffer (world ranks of a team), u_: Ulysses degree, wc_: WallFacer's C.
   const int C_, u_, wc_;
