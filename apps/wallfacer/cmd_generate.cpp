@@ -261,7 +261,11 @@ int run_generate(const GenerateArgs& a) {
                    : fmt::format("the whole prompt's prefill needs about {:.3g} GiB per rank, "
                                  "the limit is {:.3g} GiB",
                                  whole.need / gib, limit / gib));
-  const auto st = train::load_checkpoint(dir, 0, 0, model::gpt_num_params(m));
+  auto st = train::load_checkpoint(dir, 0, 0, model::gpt_num_params(m));
+  // Generation reads the weights alone: the optimizer's moments (twice the weights' bytes, which
+  // the memory estimate above does not count) are let go before the prefill allocates.
+  std::vector<float>().swap(st.m);
+  std::vector<float>().swap(st.v);
   model::ShardedKvCache cache(m, world, split, final_sizes[size_t(rank)]);
   const model::Sampling sampling{a.temperature, a.top_k, a.top_p};
   Rng rng(uint64_t(a.seed));
