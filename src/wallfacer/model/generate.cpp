@@ -130,13 +130,14 @@ double generate_memory_bytes(const GptConfig& cfg, int P, int64_t padded, int64_
                              double scratch) {
   // The loaded parameters and the prefill model's own copy (built for inference: no gradients).
   const double params = 8.0 * double(gpt_num_params(cfg));
-  // Per row: two sets of a layer's input, attention output and LSE (the layers take them in
+  // Per row: kInferBlockSets of a layer's input, attention output and LSE (the layers take them in
   // turn), one layer's other activations (norms, q, k, v, the MLP's), the fp32 scratch and the
   // final norm's (Gpt with GptUse::Infer).
   const double rows = double(padded) / double(P);
   const double C = double(cfg.dim);
-  const double per_row = double(std::min(cfg.layers, 2)) * (2.0 * C + double(cfg.heads)) + 8.0 * C +
-                         double(cfg.qkv_dim()) + double(cfg.fc_dim()) + double(cfg.mlp_hidden());
+  const double per_row =
+      double(std::min(cfg.layers, kInferBlockSets)) * (2.0 * C + double(cfg.heads)) + 8.0 * C +
+      double(cfg.qkv_dim()) + double(cfg.fc_dim()) + double(cfg.mlp_hidden());
   return params + 4.0 * rows * per_row + scratch + double(cache_bytes(cfg, cache_rows));
 }
 

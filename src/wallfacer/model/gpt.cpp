@@ -394,9 +394,9 @@ Gpt::Gpt(const GptConfig& cfg, int batch, std::vector<int64_t> positions, Checkp
   };
   const bool own = train && ckpt_ == Checkpointing::None;
   // A block's input x, attention output o and lse: every block's in training (the backward reads
-  // them); in inference two sets that the blocks take in turn (block l reads set l % 2 and writes
-  // its output into the other), at 32K tokens and 8 layers 0.7 GiB less to allocate and touch.
-  const int sets = train ? L : std::min(L, 2);
+  // them); in inference kInferBlockSets that the blocks take in turn, at 32K tokens and 8 layers
+  // 0.7 GiB less to allocate and touch.
+  const int sets = train ? L : std::min(L, kInferBlockSets);
   for (int l = 0; l < L; ++l) {
     BlockActs& b = a.blocks[size_t(l)];
     if (l < sets) {

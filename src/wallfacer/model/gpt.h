@@ -95,6 +95,10 @@ enum class Checkpointing { None, Attention };
 // for one block at a time (as with attention checkpointing), and the final norm and LM head run on
 // the rows whose logits are asked for (the (N, V) logits of every row are never allocated).
 enum class GptUse { Train, Infer };
+// The sets of block inputs, attention outputs and LSE of a Gpt built for inference (at most one
+// per layer): the layers take them in turn, block l reading set l % kInferBlockSets and writing
+// its output into the next.
+constexpr int kInferBlockSets = 2;
 Checkpointing parse_checkpointing(std::string_view name);  // "none" | "attention"
 std::string_view checkpointing_name(Checkpointing c);
 

@@ -627,8 +627,8 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
   for (int K = kCutRingSteps; cut(K); K *= 2) {
     // Cut to K - 4, K - 2 and K steps: where the time grows by the same amount over the first
     // two steps added as over the next two, the G - K steps left out are counted at that rate.
-    // Every rank may be simulated where the cut rings' kernel calls (the team's blocks against
-    // the block held, per rank and step) stay few.
+    // Every rank may be simulated where the three cut rings' messages (every_rank_transfers)
+    // stay within kMaxEveryRankTransfers.
     const bool every_rank =
         P <= kMaxEveryRankDevices || every_rank_transfers(cfg, P, K - 4) +
                                              every_rank_transfers(cfg, P, K - 2) +
@@ -644,8 +644,9 @@ AttentionPrediction predict_attention(const Cluster& cl, const seqpar::AttnConfi
     b.ring_steps = K;
     return b;
   }
-  // The contiguous causal ring beyond kMaxEveryRankDevices: from prefixes of up to 256 ranks in
-  // steps of a quarter of that rounded up to whole nodes, then of 512 and 1,024.
+  // The contiguous causal ring beyond kMaxEveryRankDevices: from prefixes of up to
+  // kRingPrefixRanks ranks in steps of a quarter of that rounded up to whole nodes, then of twice
+  // as many, up to kMaxEveryRankDevices.
   if (!exact && is_contiguous_causal_ring(cfg) && P > kMaxEveryRankDevices) {
     const int node = std::max(cl.devices_per_node, 1);
     for (int largest = kRingPrefixRanks; largest <= kMaxEveryRankDevices && largest < P;
