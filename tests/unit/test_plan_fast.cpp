@@ -37,6 +37,16 @@ std::vector<std::string> cluster_files() {
   return out;
 }
 
+// A plan of `model` (a file under the source tree) on cl's first `gpus` devices, `seq` tokens.
+PlanInput plan_input(const Cluster& cl, const std::string& model, int64_t seq, int gpus) {
+  PlanInput in;
+  in.cluster = cl;
+  in.model = load_model(src(model));
+  in.seq = seq;
+  in.gpus = gpus;
+  return in;
+}
+
 class PlanFast : public ::testing::TestWithParam<std::string> {};
 
 // Relative difference, against the exact figure (0 when both are 0).
@@ -72,11 +82,7 @@ TEST_P(PlanFast, EveryCandidateWithinOnePercentOfTheFullSimulation) {
   for (const char* model : {"configs/models/gpt-7b.toml", "configs/models/dit-1b.toml"})
     for (int P : {most, most / 2}) {
       if (P < 2) continue;
-      PlanInput in;
-      in.cluster = cl;
-      in.model = load_model(src(model));
-      in.seq = 256 * 1024;
-      in.gpus = P;
+      PlanInput in = plan_input(cl, model, 256 * 1024, P);
       const std::vector<Prediction> fast = plan_all(in);
       in.exact = true;
       const std::vector<Prediction> exact = plan_all(in);
@@ -191,11 +197,8 @@ TEST(PlanFastLimits, WithoutAPeriodEveryRankIsSimulatedUpToALimit) {
 // planner simulates them) for WallFacer-C and Ulysses x WallFacer-C on 64 devices, whole and cut
 // to kCutRingSteps steps.
 TEST(PlanFastLimits, EveryRankTransfersCountWhatTheSimulationRuns) {
-  PlanInput in;
-  in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
-  in.model = load_model(src("configs/models/gpt-7b.toml"));
-  in.seq = 256 * 1024;
-  in.gpus = 64;
+  PlanInput in = plan_input(load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml")),
+                            "configs/models/gpt-7b.toml", 256 * 1024, 64);
   const Cluster& cl = in.cluster;
   int counted = 0;
   double worst = 0;
@@ -252,11 +255,7 @@ TEST_P(PlanFast, CutRingsWithinOnePercentOfEveryRank) {
   for (const char* model : {"configs/models/gpt-7b.toml", "configs/models/dit-1b.toml"})
     for (int P : {most, most / 2}) {
       if (P < 2) continue;
-      PlanInput in;
-      in.cluster = cl;
-      in.model = load_model(src(model));
-      in.seq = 256 * 1024;
-      in.gpus = P;
+      PlanInput in = plan_input(cl, model, 256 * 1024, P);
       for (Candidate c : candidates(in)) {
         c.keep_kv = seqpar::team_size(c.strategy, c.teams) > 1;
         const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, c, attention_dtype(cl));
@@ -294,11 +293,7 @@ TEST_P(PlanFast, CutRingsWithinOnePercentOfEveryRank) {
   // Ulysses-2 x WallFacer-2, a ring of 16 steps on 128 devices (8 on 64: not cut, the cut rings
   // would hold more steps), on the files of 512 nodes.
   if (cl.devices() >= 128) {
-    PlanInput in;
-    in.cluster = cl;
-    in.model = load_model(src("configs/models/gpt-7b.toml"));
-    in.seq = 256 * 1024;
-    in.gpus = 128;
+    PlanInput in = plan_input(cl, "configs/models/gpt-7b.toml", 256 * 1024, 128);
     for (Placement pl : {Placement::TeamIntra, Placement::RingIntra}) {
       Candidate c{seqpar::Strategy::WallFacer, 2, 2, pl};
       c.keep_kv = true;
@@ -323,11 +318,8 @@ TEST_P(PlanFast, CutRingsWithinOnePercentOfEveryRank) {
 // thread and with 3 (more than the cores here: the candidates finish out of order), and the
 // progress counted once per candidate.
 TEST(PlanFastLimits, TheSameTableWithOneThreadAndWithSeveral) {
-  PlanInput in;
-  in.cluster = load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml"));
-  in.model = load_model(src("configs/models/gpt-7b.toml"));
-  in.seq = 256 * 1024;
-  in.gpus = 64;
+  PlanInput in = plan_input(load_cluster(src("configs/clusters/h100-80gb-8x8-ib.toml")),
+                            "configs/models/gpt-7b.toml", 256 * 1024, 64);
   const char* before = std::getenv("OMP_NUM_THREADS");
   const std::string saved = before ? before : "";
   auto plan_with = [&](const char* threads, int* calls) {
@@ -375,11 +367,7 @@ TEST_P(PlanFast, ContiguousRingFromPrefixesWithinOnePercentOfEveryRank) {
   for (auto [P, largest, by] : {std::tuple{most, longest, node}, std::tuple{256, 64, 16}}) {
     if (P > cl.devices() || largest - 2 * by < 2 || by % node != 0 || largest >= P) continue;
     for (int64_t seq : {int64_t(256) * 1024, int64_t(1024) * 1024}) {
-      PlanInput in;
-      in.cluster = cl;
-      in.model = load_model(src("configs/models/gpt-7b.toml"));
-      in.seq = seq;
-      in.gpus = P;
+      PlanInput in = plan_input(cl, "configs/models/gpt-7b.toml", seq, P);
       const Candidate ring{seqpar::Strategy::Ring, 1, 1, Placement::Default};
       const seqpar::AttnConfig cfg = attention_config(in.model, in.seq, ring, attention_dtype(cl));
       const std::vector<int> devices = candidate_devices(ring, P);
@@ -423,11 +411,7 @@ TEST_P(PlanFast, SummedComputesOfLargeTeamsWithinOnePercentOfEveryRank) {
   int large = 0;
   for (int P : {most, most / 2, cl.devices() >= 128 ? 128 : 0}) {
     if (P < 2) continue;
-    PlanInput in;
-    in.cluster = cl;
-    in.model = load_model(src("configs/models/gpt-7b.toml"));
-    in.seq = 256 * 1024;
-    in.gpus = P;
+    PlanInput in = plan_input(cl, "configs/models/gpt-7b.toml", 256 * 1024, P);
     for (Candidate c : candidates(in)) {
       const int C = seqpar::team_size(c.strategy, c.teams);
       // Teams of 16 blocks and more: WallFacer-8, Ulysses-2 x WallFacer-4, ... (2 C u >= 16).
