@@ -1,6 +1,7 @@
 // The model kernels against their naive fp64 twins (kernels/reference/ops_ref.h), and the
 // references themselves against finite differences where they are derived by hand.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -64,6 +65,19 @@ TEST(Ops, MatmulForwardOneRow) {
   matmul_fwd(y.data(), x.data(), w.data(), b.data(), 1, C, OC);
   for (int o = 0; o < OC; ++o) want[size_t(o)] += b[size_t(o)];
   expect_close(y, want, 1e-4, 1e-5);
+  // The rows are shared among the threads, each output one dot product: the same bits with one
+  // thread as with several (here an LM head's shape, rows not a multiple of the threads' blocks).
+  const int C2 = 512, OC2 = 1003;
+  auto x2 = randn(C2, 14), w2 = randn(int64_t(OC2) * C2, 15);
+  std::vector<float> one(OC2), several(OC2);
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(1);
+  matmul_fwd(one.data(), x2.data(), w2.data(), nullptr, 1, C2, OC2);
+  omp_set_num_threads(3);
+  matmul_fwd(several.data(), x2.data(), w2.data(), nullptr, 1, C2, OC2);
+  omp_set_num_threads(before);
+  EXPECT_EQ(one, several);
+  expect_close(several, ref::matmul(to_d(x2), to_d(w2), 1, C2, OC2), 1e-4, 1e-5);
 }
 
 TEST(Ops, LayerNormForwardBackward) {

@@ -16,16 +16,36 @@
 WALLFACER_ISA_BEGIN
 namespace wallfacer::kernels::WALLFACER_ISA {
 
+namespace {
+
+// One row (a decode step): out = weight inp [+ bias], a matrix-vector product that reads each
+// weight once, blocks of kMatvecRows output rows shared among the threads (oneDNN's sgemm ran it
+// on one thread while the other waited). Each output is one dot product in a fixed order: the same
+// bits for any thread count.
+constexpr int kMatvecRows = 8;
+void matvec(float* out, const float* inp, const float* weight, const float* bias, int C, int OC) {
+  const int blocks = (OC + kMatvecRows - 1) / kMatvecRows;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int o0 = blk * kMatvecRows, rows = std::min(kMatvecRows, OC - o0);
+    for (int r = 0; r < rows; ++r) {
+      const float* __restrict w = weight + int64_t(o0 + r) * C;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int c = 0; c < C; ++c) s += w[c] * inp[c];
+      out[o0 + r] = bias ? s + bias[o0 + r] : s;
+    }
+  }
+}
+
+}  // namespace
+
 void matmul_fwd(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                 int C, int OC) {
   WF_CHECK(N >= 0 && N < (int64_t(1) << 31), "matmul_fwd: {} rows do not fit a BLAS int", N);
   if (N == 0) return;
   float beta = 0.0f;
-  if (N == 1) {  // one row (a decode step): the product is a matrix-vector one, weight inp
-    if (bias) std::copy_n(bias, OC, out);
-    sgemm(false, true, 1, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
-    return;
-  }
+  if (N == 1) return matvec(out, inp, weight, bias, C, OC);
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
