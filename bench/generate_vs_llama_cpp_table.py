@@ -8,7 +8,9 @@ One row per prompt length and configuration: prefill tokens/s (the prompt's leng
 first token) and decode tokens/s (medians over the rounds), and wallfacer's ratio to each llama.cpp
 configuration (the median of the ratios within each round). Under the table: the check that both
 engines ran the same model (the first token's logits after a 64-token prompt). transformers runs
-the exported folder in PyTorch (scaled_dot_product_attention), fp32 or under bf16 autocast.
+the exported folder in PyTorch (scaled_dot_product_attention), fp32 or under bf16 autocast. With the
+attention kernel's record (run "attn_kernel") and transformers' runs, a second table: the fp32
+prefill's ceiling at the sgemm rate (ceiling()).
 """
 import collections
 import json
@@ -23,8 +25,43 @@ LABELS = {"wallfacer": "wallfacer", "wallfacer-bf16": "wallfacer, bf16 prefill",
           "transformers-bf16": "transformers, bf16 autocast"}
 
 
+def ceiling(rows, kernel):
+    """The fp32 prefill's ceiling at the kernel's prompt length: the FLOPs of the attention (causal:
+    4 S^2 / 2 D H per layer) and of the dense layers (2 x the layers' weights per token), at the
+    rate of the sgemm the kernels are built on (timed in the same `bench kernel` run), against the
+    time to first token of both engines in fp32 (medians over the rounds)."""
+    s = kernel["seq"]
+    m = rows[0]["model"]
+    hd = m["dim"] // m["heads"]
+    layer_weights = (2 * m["dim"] * m["dim"] + 2 * m["dim"] * m["kv_heads"] * hd +
+                     3 * m["dim"] * m["intermediate"])
+    attn = m["layers"] * 4.0 * s * s / 2 * hd * m["heads"]
+    dense = m["layers"] * 2.0 * layer_weights * s
+    rate = kernel["sgemm_gflops"] * 1e9
+    ttft = {c: med([r["ttft_ms"] / 1e3 for r in rows
+                    if r["config"] == c and r["prompt_tokens"] == s]) for c in LABELS}
+    floor = (attn + dense) / rate
+    need = ttft["transformers"] / 1.3
+    print(f"| at {s:,} tokens, fp32 | |")
+    print("|---|---:|")
+    print(f"| attention FLOPs (causal, {m['layers']} layers) | {attn:.3g} |")
+    print(f"| dense-layer FLOPs (the prompt's rows) | {dense:.3g} |")
+    print(f"| sgemm rate (the attention's product shape, {kernel['threads']} threads) | "
+          f"{kernel['sgemm_gflops']:.0f} GFLOP/s |")
+    print(f"| the attention kernel's forward | {kernel['fwd_gflops']:.0f} GFLOP/s "
+          f"({kernel['fwd_gflops'] / kernel['sgemm_gflops']:.2f} of sgemm) |")
+    print(f"| both at the sgemm rate, nothing else | {floor:.1f} s |")
+    print(f"| transformers' time to first token | {ttft['transformers']:.1f} s |")
+    print(f"| 1.3x transformers needs at most | {need:.1f} s: the whole prefill at "
+          f"{floor / need:.2f} of the sgemm rate |")
+    print(f"| wallfacer's time to first token | {ttft['wallfacer']:.1f} s: "
+          f"{floor / ttft['wallfacer']:.2f} of the sgemm rate |")
+
+
 def main():
-    rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    lines = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    kernels = [r for r in lines if r.get("run") == "attn_kernel"]
+    rows = [r for r in lines if r.get("run") != "attn_kernel"]
     runs = collections.defaultdict(dict)  # (seq, config) -> round -> row
     for r in rows:
         runs[(r["prompt_tokens"], r["config"])][r["round"]] = r
@@ -67,6 +104,9 @@ def main():
     extra.append(load_after(rows))
     print()
     print(context(rows, extra))
+    if kernels and "transformers" in {r["config"] for r in rows}:
+        print()
+        ceiling(rows, kernels[-1])
 
 
 if __name__ == "__main__":
