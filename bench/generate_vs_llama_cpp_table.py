@@ -9,7 +9,7 @@ first token) and decode tokens/s (medians over the rounds), and wallfacer's rati
 configuration (the median of the ratios within each round). Under the table: the check that both
 engines ran the same model (the first token's logits after a 64-token prompt). transformers runs
 the exported folder in PyTorch (scaled_dot_product_attention), fp32 or under bf16 autocast. With the
-attention kernel's record (run "attn_kernel") and transformers' runs, a second table: the fp32
+attention kernel's record (run "attn_kernel") and both engines' fp32 runs at its length, a second table: the fp32
 prefill's ceiling at the sgemm rate (ceiling()).
 """
 import collections
@@ -17,7 +17,7 @@ import json
 import sys
 
 from kernels_table import context, load_after, med, rounds_text
-from llama_sp_table import params
+from llama_sp_table import dense_weights, params
 
 LABELS = {"wallfacer": "wallfacer", "wallfacer-bf16": "wallfacer, bf16 prefill",
           "llama.cpp": "llama.cpp",
@@ -32,14 +32,12 @@ def ceiling(rows, kernel):
     time to first token of both engines in fp32 (medians over the rounds)."""
     s = kernel["seq"]
     m = rows[0]["model"]
-    hd = m["dim"] // m["heads"]
-    layer_weights = (2 * m["dim"] * m["dim"] + 2 * m["dim"] * m["kv_heads"] * hd +
-                     3 * m["dim"] * m["intermediate"])
-    attn = m["layers"] * 4.0 * s * s / 2 * hd * m["heads"]
-    dense = m["layers"] * 2.0 * layer_weights * s
+    attn = m["layers"] * 4.0 * s * s / 2 * (m["dim"] // m["heads"]) * m["heads"]
+    dense = m["layers"] * 2.0 * dense_weights(m) * s
     rate = kernel["sgemm_gflops"] * 1e9
     ttft = {c: med([r["ttft_ms"] / 1e3 for r in rows
-                    if r["config"] == c and r["prompt_tokens"] == s]) for c in LABELS}
+                    if r["config"] == c and r["prompt_tokens"] == s])
+            for c in ("wallfacer", "transformers")}
     floor = (attn + dense) / rate
     need = ttft["transformers"] / 1.3
     print(f"| at {s:,} tokens, fp32 | |")
@@ -103,7 +101,9 @@ def main():
     extra.append(load_after(rows))
     print()
     print(context(rows, extra))
-    if kernels and "transformers" in {r["config"] for r in rows}:
+    fp32_at = {(r["config"], r["prompt_tokens"]) for r in rows}
+    if kernels and {("wallfacer", kernels[-1]["seq"]),
+                    ("transformers", kernels[-1]["seq"])} <= fp32_at:
         print()
         ceiling(rows, kernels[-1])
 

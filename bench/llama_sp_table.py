@@ -21,11 +21,17 @@ from kernels_table import context, load_after, med, rounds_text, span
 LABELS = {"wallfacer2": "WallFacer-2", "zigzag": "zigzag", "ulysses2-zigzag": "Ulysses 2 x zigzag"}
 
 
-def params(m):
-    """The Llama model's parameters: embedding, untied LM head, the layers, the final norm."""
+def dense_weights(m):
+    """One Llama layer's dense weights: Q and O, K and V (grouped), the SwiGLU's three."""
     hd = m["dim"] // m["heads"]
-    layer = (2 * m["dim"] * m["dim"] + 2 * m["dim"] * m["kv_heads"] * hd +
-             3 * m["dim"] * m["intermediate"] + 2 * m["dim"])
+    return (2 * m["dim"] * m["dim"] + 2 * m["dim"] * m["kv_heads"] * hd +
+            3 * m["dim"] * m["intermediate"])
+
+
+def params(m):
+    """The Llama model's parameters: embedding, untied LM head, the layers (their dense weights
+    and two norms), the final norm."""
+    layer = dense_weights(m) + 2 * m["dim"]
     return 2 * m["vocab"] * m["dim"] + m["layers"] * layer + m["dim"]
 
 
