@@ -13,6 +13,7 @@
 #include "wallfacer/core/threads.h"
 #include "wallfacer/kernels/attention_common.h"
 #include "wallfacer/kernels/isa.h"
+#include "wallfacer/kernels/scratch.h"
 #include "wallfacer/kernels/sgemm.h"
 #include "wallfacer/kernels/vec_math.h"
 
@@ -119,14 +120,6 @@ void attn_fwd_init_output(const AttnDims& dims, float* o, Strides3 o_stride, flo
 AttnTiling attn_fwd_tiling(const AttnDims&) { return {kFwdBlockQ, kFwdBlockK}; }
 AttnTiling attn_bwd_tiling(const AttnDims&) { return {kBwdBlockQ, kBwdBlockK}; }
 
-int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads) {
-  const AttnTiling t = WALLFACER_ISA::attn_fwd_tiling(dims);
-  // per thread: score tile (bq x bk), block output (bq x D), block lse and 1 / rowsum (bq each)
-  const int64_t per =
-      int64_t(t.block_q) * t.block_k + int64_t(t.block_q) * dims.head_dim + 2 * int64_t(t.block_q);
-  return per * threads * int64_t(sizeof(float));
-}
-
 int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads) {
   const AttnTiling t = WALLFACER_ISA::attn_bwd_tiling(dims);
   // per thread: P tile and dP tile (bq x bk each); plus the private dQ of a key split
@@ -210,7 +203,8 @@ void attn_fwd_one_row(const AttnFwdParams& p) {
       }
       const int g = h / G, i = h % G;
       for (int part = 0; part < parts; ++part) {
-        const size_t t = (size_t(b) * size_t(d.kv_heads) + size_t(g)) * size_t(parts) + size_t(part);
+        const size_t t =
+            (size_t(b) * size_t(d.kv_heads) + size_t(g)) * size_t(parts) + size_t(part);
         merge_row(D, o, lse, part_o.data() + (t * size_t(G) + size_t(i)) * size_t(D),
                   part_lse[t * size_t(G) + size_t(i)]);
       }
@@ -218,6 +212,323 @@ void attn_fwd_one_row(const AttnFwdParams& p) {
 }
 
 }  // namespace
+
+#ifdef WALLFACER_ISA_AVX512_INTRINSICS
+}  // namespace wallfacer::kernels::WALLFACER_ISA
+#include "wallfacer/kernels/exp2_avx512.h"
+namespace wallfacer::kernels::WALLFACER_ISA {
+// The forward with AVX-512 intrinsics, for head dims that are a multiple of 16 (the others take
+// the tiled path below). Each task, the query rows of one block of one head, walks the key tiles
+// of for_each_key_tile; per tile, each strip of kFusedRows rows computes its scores (register
+// blocks of kFusedRows rows by 64 keys over K^T, packed once per call), its online softmax and its
+// P V (register blocks of kFusedRows rows by up to 64 columns of O) while the strip's scores stay
+// in L1: no score tile goes to memory and back, and the keys a strip's rows do not see are not
+// computed. Scores are in units of log2: Q is multiplied by scale * log2(e) once, so the softmax
+// is 2^(s - max) by exp2_avx512 (kernels/exp2_avx512.h).
+namespace {
+
+constexpr int kFusedRows = 6;      // query rows of a register block
+constexpr int kFusedBlockK = 256;  // keys of a tile of packed K^T
+constexpr int kFusedChunk = 64;    // keys of a score register block
+constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
+
+bool fused_fwd_fits(const AttnDims& d) { return d.head_dim >= 16 && d.head_dim % 16 == 0; }
+
+// Query rows of a task: 768 for head dims up to 64 (each key tile is read from L2 once for 128
+// strips), fewer for wider heads so that the block's Q and O (2 x 196 KB) stay in L2 with the tile.
+int fused_block_q(int D) { return kFusedRows * std::clamp(8192 / D, 32, 128); }
+
+// Lanes [lo, hi) of the 16 from column c.
+inline __mmask16 lanes(int c, int lo, int hi) {
+  const int a = std::clamp(lo - c, 0, 16), b = std::clamp(hi - c, 0, 16);
+  return b > a ? __mmask16(((1u << b) - 1) & ~((1u << a) - 1)) : __mmask16(0);
+}
+
+// Scores of one strip for the key chunk at column c of a tile: s[r][c + j] = sum_d q[r][d] kt[d][c
+// + j] for r < kFusedRows, j < 64 (q rows of D floats, kt rows of kFusedBlockK, s rows of
+// kFusedBlockK).
+void strip_scores(const float* __restrict q, int D, const float* __restrict kt, int c,
+                  float* __restrict s) {
+#define WF_ACC(r) \
+  __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0, a##r##3 = a##r##0;
+  WF_ACC(0)
+  WF_ACC(1)
+  WF_ACC(2)
+  WF_ACC(3) WF_ACC(4) WF_ACC(5)
+#undef WF_ACC
+      const float* k = kt + c;
+  for (int d = 0; d < D; ++d, k += kFusedBlockK) {
+    const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
+    const __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
+#define WF_ROW(r)                                  \
+  {                                                \
+    const __m512 x = _mm512_set1_ps(q[r * D + d]); \
+    a##r##0 = _mm512_fmadd_ps(x, k0, a##r##0);     \
+    a##r##1 = _mm512_fmadd_ps(x, k1, a##r##1);     \
+    a##r##2 = _mm512_fmadd_ps(x, k2, a##r##2);     \
+    a##r##3 = _mm512_fmadd_ps(x, k3, a##r##3);     \
+  }
+    WF_ROW(0) WF_ROW(1) WF_ROW(2) WF_ROW(3) WF_ROW(4) WF_ROW(5)
+#undef WF_ROW
+  }
+#define WF_STORE(r)                                         \
+  _mm512_storeu_ps(s + r * kFusedBlockK + c, a##r##0);      \
+  _mm512_storeu_ps(s + r * kFusedBlockK + c + 16, a##r##1); \
+  _mm512_storeu_ps(s + r * kFusedBlockK + c + 32, a##r##2); \
+  _mm512_storeu_ps(s + r * kFusedBlockK + c + 48, a##r##3);
+  WF_STORE(0) WF_STORE(1) WF_STORE(2) WF_STORE(3) WF_STORE(4) WF_STORE(5)
+#undef WF_STORE
+}
+
+// o[r][0, 16 N) = alpha[r] o[r][...] + sum_{j in [j0, j1)} p[r][j] v[j][0, 16 N) for the strip's
+// rows (o rows of D floats, p rows of kFusedBlockK, v rows of ldv).
+template <int N>
+void strip_pv(const float* __restrict p, const float* __restrict v, int64_t ldv, int j0, int j1,
+              float* __restrict o, int D, const float* alpha) {
+  __m512 acc[kFusedRows][N];
+  for (int r = 0; r < kFusedRows; ++r) {
+    const __m512 a = _mm512_set1_ps(alpha[r]);
+    for (int x = 0; x < N; ++x) acc[r][x] = _mm512_mul_ps(a, _mm512_loadu_ps(o + r * D + 16 * x));
+  }
+  for (int j = j0; j < j1; ++j) {
+    const float* vr = v + j * ldv;
+    __m512 vx[N];
+    for (int x = 0; x < N; ++x) vx[x] = _mm512_loadu_ps(vr + 16 * x);
+    for (int r = 0; r < kFusedRows; ++r) {
+      const __m512 w = _mm512_set1_ps(p[r * kFusedBlockK + j]);
+      for (int x = 0; x < N; ++x) acc[r][x] = _mm512_fmadd_ps(w, vx[x], acc[r][x]);
+    }
+  }
+  for (int r = 0; r < kFusedRows; ++r)
+    for (int x = 0; x < N; ++x) _mm512_storeu_ps(o + r * D + 16 * x, acc[r][x]);
+}
+
+// Floats of one thread's arrays (attn_fwd_fused).
+int64_t fused_fwd_thread_floats(int D) {
+  const int64_t bq = fused_block_q(D);
+  return 2 * bq * D + int64_t(kFusedRows) * kFusedBlockK + 2 * bq + int64_t(kFusedRows) * D;
+}
+
+// Floats of the packed K^T of a call (attn_fwd_fused): whole tiles of every batch and kv head.
+int64_t fused_fwd_keys_floats(const AttnDims& d) {
+  const int64_t tiles = (d.seq_k + kFusedBlockK - 1) / kFusedBlockK;
+  return int64_t(d.batch) * d.kv_heads * tiles * d.head_dim * kFusedBlockK;
+}
+
+// The 16 x 16 block r[0..15] (row x of 16 floats in r[x]) transposed in place.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int x = 0; x < 16; x += 2) {  // pairs of rows interleaved
+    t[x] = _mm512_unpacklo_ps(r[x], r[x + 1]);
+    t[x + 1] = _mm512_unpackhi_ps(r[x], r[x + 1]);
+  }
+  for (int x = 0; x < 16; x += 4) {  // then pairs of pairs
+    r[x] = _mm512_shuffle_ps(t[x], t[x + 2], 0x44);
+    r[x + 1] = _mm512_shuffle_ps(t[x], t[x + 2], 0xee);
+    r[x + 2] = _mm512_shuffle_ps(t[x + 1], t[x + 3], 0x44);
+    r[x + 3] = _mm512_shuffle_ps(t[x + 1], t[x + 3], 0xee);
+  }
+  for (int x = 0; x < 4; ++x) {  // 128-bit lanes: rows x, x + 4, x + 8, x + 12
+    t[x] = _mm512_shuffle_f32x4(r[x], r[x + 4], 0x88);
+    t[x + 4] = _mm512_shuffle_f32x4(r[x], r[x + 4], 0xdd);
+    t[x + 8] = _mm512_shuffle_f32x4(r[x + 8], r[x + 12], 0x88);
+    t[x + 12] = _mm512_shuffle_f32x4(r[x + 8], r[x + 12], 0xdd);
+  }
+  for (int x = 0; x < 4; ++x) {
+    r[x] = _mm512_shuffle_f32x4(t[x], t[x + 8], 0x88);
+    r[x + 8] = _mm512_shuffle_f32x4(t[x], t[x + 8], 0xdd);
+    r[x + 4] = _mm512_shuffle_f32x4(t[x + 4], t[x + 12], 0x88);
+    r[x + 12] = _mm512_shuffle_f32x4(t[x + 4], t[x + 12], 0xdd);
+  }
+}
+
+// kt (D rows of kFusedBlockK) = K^T of the nk key rows from k (rows of ld floats), zero from
+// column nk to the next multiple of kFusedChunk; by blocks of 16 keys by 16 columns.
+void pack_keys(const float* __restrict k, int64_t ld, int nk, int D, float* __restrict kt) {
+  const int padded = (nk + kFusedChunk - 1) / kFusedChunk * kFusedChunk;
+  for (int j = 0; j < padded; j += 16)
+    for (int c = 0; c < D; c += 16) {
+      __m512 r[16];
+      for (int x = 0; x < 16; ++x)
+        r[x] = j + x < nk ? _mm512_loadu_ps(k + int64_t(j + x) * ld + c) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int x = 0; x < 16; ++x) _mm512_storeu_ps(kt + int64_t(c + x) * kFusedBlockK + j, r[x]);
+    }
+}
+
+void attn_fwd_fused(const AttnFwdParams& p) {
+  const AttnDims& d = p.dims;
+  const int D = d.head_dim, group = d.heads / d.kv_heads;
+  const int nthreads = num_threads();
+  // K^T of every (batch, kv head, tile), packed once for all the query heads and blocks that read
+  // it.
+  const int tiles = (d.seq_k + kFusedBlockK - 1) / kFusedBlockK;
+  const int64_t tile_floats = int64_t(D) * kFusedBlockK;
+  const int64_t kt_tasks = int64_t(d.batch) * d.kv_heads * tiles;
+  detail::Scratch kt_scratch(fused_fwd_keys_floats(d) * int64_t(sizeof(float)), 2);
+  float* kt = kt_scratch.take(size_t(kt_tasks * tile_floats));
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+  for (int64_t t = 0; t < kt_tasks; ++t) {
+    const int tile = int(t % tiles);
+    const int64_t bh = t / tiles;
+    const int b = int(bh / d.kv_heads), hk = int(bh % d.kv_heads), j0 = tile * kFusedBlockK;
+    pack_keys(p.k + b * p.k_stride.batch + hk * p.k_stride.head + j0 * p.k_stride.seq,
+              p.k_stride.seq, std::min(kFusedBlockK, d.seq_k - j0), D, kt + t * tile_floats);
+  }
+  const int bq = fused_block_q(D);
+  const int64_t nqb = (d.seq_q + bq - 1) / bq;
+  const int64_t tasks = int64_t(d.batch) * d.heads * nqb;
+  const float qscale = p.scale * kLog2e;
+#pragma omp parallel num_threads(nthreads)
+  {
+    // Per thread: Q scaled (block x D), O unnormalised (block x D), a strip's scores, the
+    // softmax state of the block's rows (running max m in log2 units, sum l) and a strip of O.
+    const int64_t floats = fused_fwd_thread_floats(D);
+    detail::Scratch scratch(floats * int64_t(sizeof(float)), 1);
+    float* qs = scratch.take(size_t(bq) * size_t(D));
+    float* ob = scratch.take(size_t(bq) * size_t(D));
+    float* sb = scratch.take(size_t(kFusedRows) * kFusedBlockK);
+    float* m = scratch.take(size_t(bq));
+    float* l = scratch.take(size_t(bq));
+    float* saved = scratch.take(size_t(kFusedRows) * size_t(D));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      // Largest query blocks first: under a causal mask they carry the most work.
+      const int64_t qb = nqb - 1 - t % nqb;
+      const int64_t bh = t / nqb;
+      const int b = int(bh / d.heads), h = int(bh % d.heads), hk = h / group;
+      const int i0 = int(qb * bq), nq = std::min(bq, d.seq_q - i0);
+      const int strips = (nq + kFusedRows - 1) / kFusedRows;
+      const float* q = p.q + b * p.q_stride.batch + i0 * p.q_stride.seq + h * p.q_stride.head;
+      const float* v = p.v + b * p.v_stride.batch + hk * p.v_stride.head;
+      float* o = p.o + b * p.o_stride.batch + i0 * p.o_stride.seq + h * p.o_stride.head;
+      float* lse = p.lse + b * p.lse_stride.batch + h * p.lse_stride.head + i0;
+      for (int i = 0; i < strips * kFusedRows; ++i) {  // rows past nq repeat the last (unused)
+        const float* qrow = q + int64_t(std::min(i, nq - 1)) * p.q_stride.seq;
+        for (int c = 0; c < D; ++c) qs[i * D + c] = qrow[c] * qscale;
+        const bool given = i < nq && p.accumulate && lse[i] != kNegInf;
+        m[i] = given ? lse[i] * kLog2e : kNegInf;
+        l[i] = given ? 1.0f : 0.0f;
+        if (given)
+          std::copy_n(o + int64_t(i) * p.o_stride.seq, D, ob + int64_t(i) * D);
+        else
+          std::fill_n(ob + int64_t(i) * D, D, 0.0f);
+      }
+      const int64_t qpos_first = p.q_pos0 + i0, qpos_last = qpos_first + nq - 1;
+      const float* kt_bh = kt + (int64_t(b) * d.kv_heads + hk) * tiles * tile_floats;
+      detail::for_each_key_tile(
+          d.seq_k, p.k_pos0, kFusedBlockK, qpos_first, qpos_last, p.causal, p.window, p.doc_of_pos,
+          [&](int j0, int nk, const TileMask& mask) {
+            const float* ktile = kt_bh + (j0 / kFusedBlockK) * tile_floats;
+            const float* vtile = v + j0 * p.v_stride.seq;
+            for (int st = 0; st < strips; ++st) {
+              const int r0 = st * kFusedRows;
+              int lo[kFusedRows], hi[kFusedRows], ulo = nk, uhi = 0;
+              for (int r = 0; r < kFusedRows; ++r) {
+                if (r0 + r < nq) {
+                  mask.keys(r0 + r, nk, &lo[r], &hi[r]);
+                } else {
+                  lo[r] = hi[r] = 0;
+                }
+                if (hi[r] > lo[r]) {
+                  ulo = std::min(ulo, lo[r]);
+                  uhi = std::max(uhi, hi[r]);
+                }
+              }
+              if (uhi <= ulo) continue;  // no row of the strip sees a key of the tile
+              const float* qst = qs + int64_t(r0) * D;
+              const int c_lo = ulo / kFusedChunk * kFusedChunk;
+              for (int c = c_lo; c < uhi; c += kFusedChunk) strip_scores(qst, D, ktile, c, sb);
+              float alpha[kFusedRows];
+              const int v_lo = ulo / 16 * 16;
+              for (int r = 0; r < kFusedRows; ++r) {
+                float* srow = sb + r * kFusedBlockK;
+                if (hi[r] <= lo[r]) {  // this row sees none: P = 0, O and its state unchanged
+                  for (int c = v_lo; c < uhi; c += 16)
+                    _mm512_storeu_ps(srow + c, _mm512_setzero_ps());
+                  alpha[r] = 1.0f;
+                  continue;
+                }
+                __m512 vmax = _mm512_set1_ps(kNegInf);
+                for (int c = lo[r] / 16 * 16; c < hi[r]; c += 16)
+                  vmax = _mm512_mask_max_ps(vmax, lanes(c, lo[r], hi[r]), vmax,
+                                            _mm512_loadu_ps(srow + c));
+                const float mr = m[r0 + r];
+                const float mnew = std::max(mr, _mm512_reduce_max_ps(vmax));
+                const __m512 shift = _mm512_set1_ps(mnew);
+                __m512 vsum = _mm512_setzero_ps();
+                for (int c = v_lo; c < uhi; c += 16) {
+                  const __m512 e = _mm512_maskz_mov_ps(
+                      lanes(c, lo[r], hi[r]),
+                      detail::exp2_avx512(_mm512_sub_ps(_mm512_loadu_ps(srow + c), shift)));
+                  _mm512_storeu_ps(srow + c, e);
+                  vsum = _mm512_add_ps(vsum, e);
+                }
+                const float a = mr == mnew ? 1.0f : mr == kNegInf ? 0.0f : std::exp2(mr - mnew);
+                alpha[r] = a;
+                l[r0 + r] = l[r0 + r] * a + _mm512_reduce_add_ps(vsum);
+                m[r0 + r] = mnew;
+              }
+              float* ost = ob + int64_t(r0) * D;
+              // A row that sees none of the union's keys keeps its O as it is: P = 0 there, but
+              // 0 * V is not 0 for a V that is not finite (keys of another document, say).
+              bool empty = false;
+              for (int r = 0; r < kFusedRows; ++r) empty = empty || hi[r] <= lo[r];
+              if (empty)
+                for (int r = 0; r < kFusedRows; ++r)
+                  if (hi[r] <= lo[r]) std::copy_n(ost + r * D, D, saved + r * D);
+              for (int c = 0; c < D; c += 64) {
+                switch (std::min(4, (D - c) / 16)) {
+                  case 4:
+                    strip_pv<4>(sb, vtile + c, p.v_stride.seq, ulo, uhi, ost + c, D, alpha);
+                    break;
+                  case 3:
+                    strip_pv<3>(sb, vtile + c, p.v_stride.seq, ulo, uhi, ost + c, D, alpha);
+                    break;
+                  case 2:
+                    strip_pv<2>(sb, vtile + c, p.v_stride.seq, ulo, uhi, ost + c, D, alpha);
+                    break;
+                  default:
+                    strip_pv<1>(sb, vtile + c, p.v_stride.seq, ulo, uhi, ost + c, D, alpha);
+                    break;
+                }
+              }
+              if (empty)
+                for (int r = 0; r < kFusedRows; ++r)
+                  if (hi[r] <= lo[r]) std::copy_n(saved + r * D, D, ost + r * D);
+            }
+          });
+      for (int i = 0; i < nq; ++i) {  // O = ob / l, LSE = (m + log2 l) ln 2; (0, -inf) for none
+        float* orow = o + int64_t(i) * p.o_stride.seq;
+        const float* src = ob + int64_t(i) * D;
+        if (l[i] > 0) {
+          const float inv = 1.0f / l[i];
+          for (int c = 0; c < D; ++c) orow[c] = src[c] * inv;
+          lse[i] = (m[i] + std::log2(l[i])) * kLn2;
+        } else {
+          std::fill(orow, orow + D, 0.0f);
+          lse[i] = kNegInf;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+#endif
+
+int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads) {
+#ifdef WALLFACER_ISA_AVX512_INTRINSICS
+  if (fused_fwd_fits(dims))
+    return (fused_fwd_thread_floats(dims.head_dim) * threads + fused_fwd_keys_floats(dims)) *
+           int64_t(sizeof(float));
+#endif
+  const AttnTiling t = WALLFACER_ISA::attn_fwd_tiling(dims);
+  // per thread: score tile (bq x bk), block output (bq x D), block lse and 1 / rowsum (bq each)
+  const int64_t per =
+      int64_t(t.block_q) * t.block_k + int64_t(t.block_q) * dims.head_dim + 2 * int64_t(t.block_q);
+  return per * threads * int64_t(sizeof(float));
+}
 
 void attn_fwd(const AttnFwdParams& p) {
   const AttnDims& d = p.dims;
@@ -235,8 +546,10 @@ void attn_fwd(const AttnFwdParams& p) {
     if (!p.accumulate) WALLFACER_ISA::attn_fwd_init_output(d, p.o, p.o_stride, p.lse, p.lse_stride);
     return;
   }
-  if (d.seq_q == 1 && d.heads / d.kv_heads <= kMaxHeadsPerKvHeadOneRow)
-    return attn_fwd_one_row(p);
+  if (d.seq_q == 1 && d.heads / d.kv_heads <= kMaxHeadsPerKvHeadOneRow) return attn_fwd_one_row(p);
+#ifdef WALLFACER_ISA_AVX512_INTRINSICS
+  if (fused_fwd_fits(d)) return attn_fwd_fused(p);
+#endif
 
   const AttnTiling tile = WALLFACER_ISA::attn_fwd_tiling(d);
   const int bq = tile.block_q, bk = tile.block_k, D = d.head_dim;

@@ -170,7 +170,9 @@ void lse_merge_rows(int rows, int head_dim, float* o, int64_t o_row_stride, floa
 void lse_merge(const AttnDims& dims, float* o, Strides3 o_stride, float* lse, Strides2 lse_stride,
                const float* o2, Strides3 o2_stride, const float* lse2, Strides2 lse2_stride);
 
-// Tile sizes the kernels use (query rows x key rows per tile).
+// Tile sizes the kernels use (query rows x key rows per tile). The forward's avx512 path (head dims
+// a multiple of 16) works in strips of 6 query rows by 64 keys inside tiles of 256 keys, so it
+// skips masked work at least as finely as these tiles say.
 struct AttnTiling {
   int block_q = 0;
   int block_k = 0;
@@ -179,7 +181,9 @@ AttnTiling attn_fwd_tiling(const AttnDims& dims);
 AttnTiling attn_bwd_tiling(const AttnDims& dims);
 
 // Bytes of scratch memory attn_fwd / attn_bwd allocate when run with `threads` threads (the
-// kernels use wallfacer::num_threads()). Independent of the sequence lengths: O(tile) per thread.
+// kernels use wallfacer::num_threads()): O(tile) per thread, independent of the sequence lengths;
+// plus, for the forward's avx512 path (head dims a multiple of 16), K^T packed once per call in
+// whole tiles of 256 keys: the size of K, rounded up.
 int64_t attn_fwd_workspace_bytes(const AttnDims& dims, int threads);
 int64_t attn_bwd_workspace_bytes(const AttnDims& dims, int threads);
 

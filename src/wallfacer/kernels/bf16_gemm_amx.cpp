@@ -8,22 +8,13 @@
 // layout TDPBF16PS reads). Every tile is configured whole (16 rows of 64 bytes) for the whole call;
 // tiles at the edges of A, B and C go through zero-padded copies on the thread's stack.
 
-// GCC 12's AVX-512 intrinsics start their results from _mm512_undefined_*(), which
-// -W(maybe-)uninitialized report once they are inlined here.
-#pragma GCC diagnostic push
-#if !defined(__clang__)  // clang has no such warning (and would warn about the name)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "wallfacer/kernels/bf16_gemm.h"
+#include "wallfacer/kernels/exp2_avx512.h"
 
 namespace wallfacer::kernels::detail {
 namespace {
@@ -228,23 +219,9 @@ void held_a(const Bf16Gemm& g, EdgeTiles& e) {
   }
 }
 
-// 2^x on 16 lanes, in fp32: exp2_approx's steps (kernels/vec_math.h), 2^n applied by VSCALEFPS.
-inline __m512 exp2_of(__m512 xs) {
-  const __m512 x = _mm512_max_ps(xs, _mm512_set1_ps(-127.0f));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_sub_ps(x, n);  // exact, |r| <= 1/2
-  __m512 p = _mm512_set1_ps(1.339086336e-3f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.676031918e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.550357114e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.402210749e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471880e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000075e+0f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // 2^(s scale - shift) on 16 lanes (s scale - shift in one fused step).
 inline __m512 exp2_lanes(__m512 s, __m512 scale, __m512 shift) {
-  return exp2_of(_mm512_fmsub_ps(s, scale, shift));
+  return exp2_avx512(_mm512_fmsub_ps(s, scale, shift));
 }
 
 // 32 values of bf16_exp2_round_sum_amx: rounded in one VCVTNE2PS2BF16, stored, and added to sum
@@ -281,7 +258,7 @@ inline bool exp2_round_row_below(const float* s, __m512 scale, __m512 shift, bf1
     const __m512 x0 = _mm512_fmsub_ps(_mm512_loadu_ps(s + 32 * b), scale, shift);
     const __m512 x1 = _mm512_fmsub_ps(_mm512_loadu_ps(s + 32 * b + 16), scale, shift);
     top = _mm512_max_ps(top, _mm512_max_ps(x0, x1));
-    e[b] = _mm512_cvtne2ps_pbh(exp2_of(x1), exp2_of(x0));
+    e[b] = _mm512_cvtne2ps_pbh(exp2_avx512(x1), exp2_avx512(x0));
   }
   if (_mm512_cmp_ps_mask(top, _mm512_setzero_ps(), _CMP_GT_OQ)) return false;
   const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);  // bf16 1.0
@@ -363,7 +340,7 @@ void bf16_softmax_rows_amx(const Bf16SoftmaxRows& r) {
     if (m_old == ninf)
       r.alpha[i] = 0.0f;  // (l and the O row are zero)
     else if (m_new != m_old)
-      r.alpha[i] = _mm512_cvtss_f32(exp2_of(_mm512_set1_ps(m_old - m_new)));
+      r.alpha[i] = _mm512_cvtss_f32(exp2_avx512(_mm512_set1_ps(m_old - m_new)));
     r.l[i] = r.l[i] * r.alpha[i] + sum;
     r.m[i] = m_new;
   }

@@ -61,6 +61,11 @@ std::string_view name(Level level);
 #define WALLFACER_ISA_BEGIN \
   _Pragma("GCC push_options") WALLFACER_ISA_TARGET_PRAGMA_(WALLFACER_ISA_TARGET)
 #define WALLFACER_ISA_END _Pragma("GCC pop_options")
+// Defined where the code between BEGIN and END is compiled for x86-64-v4: AVX-512 intrinsics
+// (<immintrin.h>) may be used there, guarded by #ifdef WALLFACER_ISA_AVX512_INTRINSICS.
+#if defined(WALLFACER_ISA_LEVEL_avx512)
+#define WALLFACER_ISA_AVX512_INTRINSICS 1
+#endif
 #else
 #define WALLFACER_ISA_BEGIN
 #define WALLFACER_ISA_END

@@ -1,13 +1,14 @@
 #pragma once
 // Scratch arrays of fp32 that outlive a kernel call. Internal to the kernels (the bf16 portable
-// paths: attention_bf16.cpp, dense_bf16.cpp).
+// paths: attention_bf16.cpp, dense_bf16.cpp; the fp32 forward's avx512 path: attention.cpp).
 //
 // Each thread has a few buffers (slots) that only grow: the next call of the same size neither
 // allocates nor touches fresh pages, and nothing is zeroed (every array is written before it is
 // read). A buffer is kept up to kScratchKeepBytes; a larger one is freed when the Scratch that grew
 // it ends. Slots keep apart the buffers a thread uses at the same time, e.g. a call's shared arrays
 // (slot 0, on the calling thread) and an OpenMP thread's own (slot 1; the calling thread is one of
-// the region's threads).
+// the region's threads); slot 2 holds the fp32 forward's packed keys (kernels/attention.cpp), which
+// the bf16 portable path calls with its own arrays in slot 0.
 
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +19,7 @@
 namespace wallfacer::kernels::detail {
 
 inline constexpr size_t kScratchKeepBytes = size_t(64) << 20;
-inline constexpr int kScratchSlots = 2;
+inline constexpr int kScratchSlots = 3;
 
 class Scratch {
  public:
