@@ -26,7 +26,7 @@
 # Appends one JSON line per run to OUT/results.jsonl (bench/record.py): the round, configuration,
 # model, threads, and the run's ttft_ms, prefill_tokens_per_s, decode_tokens_per_s. Last, the
 # attention kernel's fp32 forward and its sgemm at the longest prompt (`wallfacer bench kernel`,
-# run "attn_kernel"), for the table of the fp32 prefill's ceiling.
+# run "attn_kernel"), for the table of where the fp32 prefill's time goes.
 # bench/generate_vs_llama_cpp_table.py prints the table. llama.cpp's virtual environment is
 # LLAMA_CPP_VENV (bench/llama_cpp_venv.sh creates it on first use: about 10 minutes).
 set -euo pipefail
@@ -136,11 +136,12 @@ PY
     done
   done
 done
-# The fp32 ceiling (docs/generate.md): the attention kernel's fp32 forward and the sgemm it is built
-# on, timed by `wallfacer bench kernel` at the longest prompt with the model's heads, same threads.
+# Where the fp32 prefill's time goes (docs/generate.md): the attention kernel's fp32 forward and
+# the sgemm of the dense layers, timed by `wallfacer bench kernel` at the longest prompt with the
+# model's heads, same threads, the better of 2 rounds (the first also touches fresh memory).
 s_max=$(printf '%s\n' $seqs | sort -n | tail -1)
 cmd=(env OMP_NUM_THREADS="$threads" "$wf" bench kernel --seq "$s_max" --heads "$heads" --kv-heads "$kv"
-     --head-dim $((dim / heads)) --causal --dtype fp32 --json)
+     --head-dim $((dim / heads)) --causal --dtype fp32 --iters 2 --json)
 echo "== the attention kernel at $s_max (fp32, causal)" >&2
 bench/record.py "$results" --run attn_kernel -- "${cmd[@]}"
 python3 bench/generate_vs_llama_cpp_table.py "$results"

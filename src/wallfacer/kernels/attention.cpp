@@ -234,9 +234,10 @@ constexpr float kLog2e = 1.44269504088896341f, kLn2 = 0.693147180559945309f;
 
 bool fused_fwd_fits(const AttnDims& d) { return d.head_dim >= 16 && d.head_dim % 16 == 0; }
 
-// Query rows of a task: 768 for head dims up to 64 (each key tile is read from L2 once for 128
-// strips), fewer for wider heads so that the block's Q and O (2 x 196 KB) stay in L2 with the tile.
-int fused_block_q(int D) { return kFusedRows * std::clamp(8192 / D, 32, 128); }
+// Query rows of a task: 1,536 for head dims up to 64 (each key tile is read from L2 once for 256
+// strips), fewer for wider heads, so that the block's Q and O (2 x 384 KB) stay in a 1 MiB L2 with
+// the tile.
+int fused_block_q(int D) { return kFusedRows * std::clamp(16384 / D, 32, 256); }
 
 // Lanes [lo, hi) of the 16 from column c.
 inline __mmask16 lanes(int c, int lo, int hi) {
@@ -254,7 +255,8 @@ void strip_scores(const float* __restrict q, int D, const float* __restrict kt, 
   WF_ACC(0)
   WF_ACC(1)
   WF_ACC(2)
-  WF_ACC(3) WF_ACC(4) WF_ACC(5)
+  WF_ACC(3)
+  WF_ACC(4) WF_ACC(5)
 #undef WF_ACC
       const float* k = kt + c;
   for (int d = 0; d < D; ++d, k += kFusedBlockK) {
