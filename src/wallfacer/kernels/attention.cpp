@@ -250,15 +250,12 @@ inline __mmask16 lanes(int c, int lo, int hi) {
 // kFusedBlockK).
 void strip_scores(const float* __restrict q, int D, const float* __restrict kt, int c,
                   float* __restrict s) {
-#define WF_ACC(r) \
-  __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0, a##r##3 = a##r##0;
-  WF_ACC(0)
-  WF_ACC(1)
-  WF_ACC(2)
-  WF_ACC(3)
-  WF_ACC(4) WF_ACC(5)
-#undef WF_ACC
-      const float* k = kt + c;
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 a00 = zero, a01 = zero, a02 = zero, a03 = zero, a10 = zero, a11 = zero, a12 = zero;
+  __m512 a13 = zero, a20 = zero, a21 = zero, a22 = zero, a23 = zero, a30 = zero, a31 = zero;
+  __m512 a32 = zero, a33 = zero, a40 = zero, a41 = zero, a42 = zero, a43 = zero, a50 = zero;
+  __m512 a51 = zero, a52 = zero, a53 = zero;
+  const float* k = kt + c;
   for (int d = 0; d < D; ++d, k += kFusedBlockK) {
     const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
     const __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
